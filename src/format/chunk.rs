@@ -1,0 +1,334 @@
+//! Chunk: the unit of atomicity of the log. One 4 KiB header block (fixed header,
+//! up to MAX_ENTRIES entries, one CRC32C per data block), followed by the data
+//! blocks of its data entries, in entry order. A CRC32C covers the whole chunk
+//! (header block with that CRC field zeroed, and all data).
+//!
+//! Invariant: `decode_header` accepts only headers whose entries are well formed and
+//! whose data-entry counts add up to `data_blocks`; `verify` then proves the data.
+
+use super::*;
+
+pub const CHUNK_MAGIC: [u8; 8] = *b"SLUICECK";
+pub const HEADER_BYTES: usize = 72;
+pub const ENTRY_BYTES: usize = 16;
+/// Largest chunk: one header block plus 255 data blocks = 1 MiB.
+pub const MAX_CHUNK_BLOCKS: u32 = 256;
+pub const MAX_DATA_BLOCKS: u32 = MAX_CHUNK_BLOCKS - 1;
+/// Where the per-data-block CRC32C array starts in the header block.
+pub const BLOCK_CRC_OFFSET: usize = BLOCK_BYTES - 12 - 4 * MAX_DATA_BLOCKS as usize; // 3064
+pub const MAX_ENTRIES: usize = (BLOCK_CRC_OFFSET - HEADER_BYTES) / ENTRY_BYTES; // 187
+const CRC_FIELD: usize = 64;
+/// Smallest segment the format allows (32 KiB); tests use tiny segments.
+pub const MIN_SEGMENT_BLOCKS: u32 = 8;
+/// Largest logical block address an entry can carry (56 bits).
+pub const MAX_ENTRY_LBA: u64 = (1 << 56) - 1;
+/// `src` value meaning "not a relocation".
+pub const NO_SRC: u32 = u32::MAX;
+
+/// What an entry says about `count` logical blocks starting at `lba`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `count` data blocks follow in the chunk's data area.
+    Data = 0,
+    /// Blocks read as all 0x00; no data stored.
+    Zero = 1,
+    /// Blocks read as all 0xFF; no data stored.
+    Ones = 2,
+    /// Blocks were discarded; they read as zeros; no data stored.
+    Trim = 3,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            0 => Kind::Data,
+            1 => Kind::Zero,
+            2 => Kind::Ones,
+            3 => Kind::Trim,
+            _ => return None,
+        })
+    }
+}
+
+/// Flag bit in the kind byte: the entry is a GC relocation. Replay applies it only
+/// where the map still holds the source it was copied from (see ARCHITECTURE.md).
+const RELOCATION_FLAG: u8 = 0x80;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub lba: u64,
+    pub count: u32,
+    pub kind: Kind,
+    /// For a relocation: data = physical block the first block was copied from;
+    /// virtual kinds = segment that held the record. NO_SRC otherwise.
+    pub src: u32,
+}
+
+impl Entry {
+    pub fn is_relocation(&self) -> bool {
+        self.src != NO_SRC
+    }
+    pub fn data_blocks(&self) -> u32 {
+        if self.kind == Kind::Data {
+            self.count
+        } else {
+            0
+        }
+    }
+    fn encode(&self, b: &mut [u8]) {
+        let flag = if self.is_relocation() {
+            RELOCATION_FLAG
+        } else {
+            0
+        };
+        let word = ((self.kind as u8 | flag) as u64) << 56 | self.lba;
+        put_u64(b, 0, word);
+        put_u32(b, 8, self.count);
+        put_u32(b, 12, self.src);
+    }
+    fn decode(b: &[u8]) -> Result<Entry, FormatError> {
+        let word = get_u64(b, 0);
+        let kind_byte = (word >> 56) as u8;
+        let kind = Kind::from_u8(kind_byte & !RELOCATION_FLAG)
+            .ok_or_else(|| invalid("entry.kind", kind_byte.to_string()))?;
+        let lba = word & MAX_ENTRY_LBA;
+        let count = get_u32(b, 8);
+        let src = get_u32(b, 12);
+        if count == 0 {
+            return Err(invalid("entry.count", "0"));
+        }
+        if (kind_byte & RELOCATION_FLAG != 0) != (src != NO_SRC) {
+            return Err(invalid("entry.src", "relocation flag and source disagree"));
+        }
+        if lba
+            .checked_add(count as u64)
+            .is_none_or(|end| end > MAX_ENTRY_LBA)
+        {
+            return Err(invalid("entry.lba", "extent overflows"));
+        }
+        Ok(Entry {
+            lba,
+            count,
+            kind,
+            src,
+        })
+    }
+}
+
+/// Stream that wrote a chunk: new host data, or GC relocation (kept apart: GC data is colder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    User = 0,
+    Gc = 1,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkHeader {
+    pub uuid: [u8; 16],
+    pub seq: u64,
+    pub segment: u32,
+    pub stream: Stream,
+    pub timestamp_ns: u64,
+    /// Every chunk with seq < this was durable (flushed) when this one was sealed.
+    pub durable_seq: u64,
+    pub data_blocks: u32,
+    pub entries: Vec<Entry>,
+    /// CRC32C of each data block, in data order (len == data_blocks).
+    pub block_crcs: Vec<u32>,
+}
+
+impl ChunkHeader {
+    /// Total blocks the chunk occupies on the media (header + data).
+    pub fn total_blocks(&self) -> u32 {
+        1 + self.data_blocks
+    }
+
+    /// Encode into `block` (exactly BLOCK_BYTES) with the CRC field zero; call
+    /// `seal_crc` once the data blocks are in place.
+    pub fn encode_into(&self, block: &mut [u8]) {
+        debug_assert_eq!(block.len(), BLOCK_BYTES);
+        debug_assert!(self.entries.len() <= MAX_ENTRIES);
+        debug_assert_eq!(
+            self.entries.iter().map(|e| e.data_blocks()).sum::<u32>(),
+            self.data_blocks
+        );
+        debug_assert_eq!(self.block_crcs.len(), self.data_blocks as usize);
+        block.fill(0);
+        block[0..8].copy_from_slice(&CHUNK_MAGIC);
+        put_u16(block, 8, FORMAT_VERSION);
+        put_u16(block, 10, self.entries.len() as u16);
+        put_u32(block, 12, self.data_blocks);
+        block[16..32].copy_from_slice(&self.uuid);
+        put_u64(block, 32, self.seq);
+        put_u32(block, 40, self.segment);
+        put_u32(block, 44, self.stream as u32);
+        put_u64(block, 48, self.timestamp_ns);
+        put_u64(block, 56, self.durable_seq);
+        for (i, e) in self.entries.iter().enumerate() {
+            let off = HEADER_BYTES + i * ENTRY_BYTES;
+            e.encode(&mut block[off..off + ENTRY_BYTES]);
+        }
+        for (i, c) in self.block_crcs.iter().enumerate() {
+            put_u32(block, BLOCK_CRC_OFFSET + 4 * i, *c);
+        }
+    }
+
+    /// Decode and validate a header block. Does not check the CRC (the data is not
+    /// here yet); use `verify` for that.
+    pub fn decode(block: &[u8]) -> Result<ChunkHeader, FormatError> {
+        if block.len() < BLOCK_BYTES {
+            return Err(FormatError::Short {
+                need: BLOCK_BYTES,
+                have: block.len(),
+            });
+        }
+        if block[0..8] != CHUNK_MAGIC {
+            return Err(FormatError::BadMagic);
+        }
+        let version = get_u16(block, 8);
+        if version != FORMAT_VERSION {
+            return Err(FormatError::Version(version));
+        }
+        let n = get_u16(block, 10) as usize;
+        if n > MAX_ENTRIES {
+            return Err(invalid("entry_count", n.to_string()));
+        }
+        let data_blocks = get_u32(block, 12);
+        if data_blocks > MAX_DATA_BLOCKS {
+            return Err(invalid("data_blocks", data_blocks.to_string()));
+        }
+        let stream = match get_u32(block, 44) {
+            0 => Stream::User,
+            1 => Stream::Gc,
+            s => return Err(invalid("stream", s.to_string())),
+        };
+        let mut entries = Vec::with_capacity(n);
+        let mut sum: u64 = 0;
+        for i in 0..n {
+            let off = HEADER_BYTES + i * ENTRY_BYTES;
+            let e = Entry::decode(&block[off..off + ENTRY_BYTES])?;
+            sum += e.data_blocks() as u64;
+            entries.push(e);
+        }
+        if sum != data_blocks as u64 {
+            return Err(invalid(
+                "data_blocks",
+                format!("{data_blocks} but entries carry {sum}"),
+            ));
+        }
+        let block_crcs = (0..data_blocks as usize)
+            .map(|i| get_u32(block, BLOCK_CRC_OFFSET + 4 * i))
+            .collect();
+        Ok(ChunkHeader {
+            uuid: block[16..32].try_into().unwrap(),
+            seq: get_u64(block, 32),
+            segment: get_u32(block, 40),
+            stream,
+            timestamp_ns: get_u64(block, 48),
+            durable_seq: get_u64(block, 56),
+            data_blocks,
+            entries,
+            block_crcs,
+        })
+    }
+}
+
+/// CRC of a whole chunk image (header block followed by its data blocks), computed
+/// with the header's CRC field taken as zero.
+pub fn chunk_crc(image: &[u8]) -> u32 {
+    let mut crc = crc32c::crc32c(&image[..CRC_FIELD]);
+    crc = crc32c::crc32c_append(crc, &[0u8; 4]);
+    crc32c::crc32c_append(crc, &image[CRC_FIELD + 4..])
+}
+
+/// Write the CRC into a complete chunk image.
+pub fn seal_crc(image: &mut [u8]) {
+    let crc = chunk_crc(image);
+    put_u32(image, CRC_FIELD, crc);
+}
+
+/// CRC32C of one data block, as stored in the header's block CRC array.
+pub fn block_crc(block: &[u8]) -> u32 {
+    crc32c::crc32c(block)
+}
+
+/// Check a complete chunk image (header block + exactly its data blocks) against its
+/// CRC and the expected volume UUID. Returns the decoded header.
+pub fn verify(image: &[u8], uuid: &[u8; 16]) -> Result<ChunkHeader, FormatError> {
+    let h = ChunkHeader::decode(image)?;
+    let need = h.total_blocks() as usize * BLOCK_BYTES;
+    if image.len() != need {
+        return Err(FormatError::Short {
+            need,
+            have: image.len(),
+        });
+    }
+    if &h.uuid != uuid {
+        return Err(invalid("uuid", "chunk belongs to another volume"));
+    }
+    if chunk_crc(image) != get_u32(image, CRC_FIELD) {
+        return Err(FormatError::Checksum);
+    }
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_image() -> (ChunkHeader, Vec<u8>) {
+        let h = ChunkHeader {
+            uuid: [9; 16],
+            seq: 77,
+            segment: 3,
+            stream: Stream::Gc,
+            timestamp_ns: 123,
+            durable_seq: 70,
+            data_blocks: 2,
+            block_crcs: vec![block_crc(&[0xab; BLOCK_BYTES]); 2],
+            entries: vec![
+                Entry {
+                    lba: 10,
+                    count: 2,
+                    kind: Kind::Data,
+                    src: 55,
+                },
+                Entry {
+                    lba: 100,
+                    count: 1 << 20,
+                    kind: Kind::Trim,
+                    src: NO_SRC,
+                },
+                Entry {
+                    lba: 5,
+                    count: 1,
+                    kind: Kind::Ones,
+                    src: 4,
+                },
+            ],
+        };
+        let mut img = vec![0u8; 3 * BLOCK_BYTES];
+        h.encode_into(&mut img[..BLOCK_BYTES]);
+        img[BLOCK_BYTES..].fill(0xab);
+        seal_crc(&mut img);
+        (h, img)
+    }
+
+    #[test]
+    fn chunk_roundtrips() {
+        let (h, img) = sample_image();
+        assert_eq!(verify(&img, &[9; 16]).unwrap(), h);
+    }
+
+    #[test]
+    fn chunk_rejects_flips_in_header_and_data_and_foreign_uuid() {
+        let (_, img) = sample_image();
+        for byte in [0usize, 33, 70, 4095, 4096, 3 * 4096 - 1] {
+            let mut bad = img.clone();
+            bad[byte] ^= 0x10;
+            assert!(verify(&bad, &[9; 16]).is_err(), "byte {byte}");
+        }
+        assert!(verify(&img, &[8; 16]).is_err());
+        assert!(verify(&img[..2 * BLOCK_BYTES], &[9; 16]).is_err());
+    }
+}

@@ -1,0 +1,204 @@
+//! Superblock: one 4 KiB block, stored in two copies (media offsets 0 and 4096) that
+//! are written alternately. The copy with the highest generation whose CRC verifies
+//! wins. It records the geometry, the options, which checkpoint slot is current, and
+//! the reuse watermark (see ARCHITECTURE.md, "segment reuse").
+
+use super::*;
+
+pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"SLUICESB";
+/// Flag bit: the volume was closed cleanly (its checkpoint covers every chunk).
+pub const FLAG_CLEAN: u32 = 1;
+/// `checkpoint_slot` value meaning "no checkpoint yet".
+pub const NO_CHECKPOINT: u32 = u32::MAX;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub uuid: [u8; 16],
+    pub generation: u64,
+    pub logical_blocks: u64,
+    pub segment_blocks: u32,
+    pub segment_count: u32,
+    /// Byte offset of segment 0 on the media.
+    pub data_offset: u64,
+    /// Byte offsets of the two checkpoint slots.
+    pub checkpoint_offset: [u64; 2],
+    pub checkpoint_slot_bytes: u64,
+    /// Over-provisioning in basis points (1000 = 10%).
+    pub overprovision_bp: u32,
+    pub flags: u32,
+    /// Slot (0 or 1) of the newest checkpoint, or NO_CHECKPOINT.
+    pub checkpoint_slot: u32,
+    /// Sequence number the newest checkpoint covers up to (exclusive): chunks with
+    /// seq >= this are replayed on mount.
+    pub checkpoint_next_seq: u64,
+    /// Reuse watermark: every chunk with seq < this was durable before any segment
+    /// was reused after it, so a missing chunk below it is dead and may be skipped.
+    pub durable_seq: u64,
+    pub created_unix_s: u64,
+    /// GC policy id (see gc::Policy); an option, not geometry.
+    pub gc_policy: u32,
+}
+
+impl Superblock {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; BLOCK_BYTES];
+        b[0..8].copy_from_slice(&SUPERBLOCK_MAGIC);
+        put_u16(&mut b, 8, FORMAT_VERSION);
+        put_u32(&mut b, 12, BLOCK_BYTES as u32);
+        b[16..32].copy_from_slice(&self.uuid);
+        put_u64(&mut b, 32, self.generation);
+        put_u64(&mut b, 40, self.logical_blocks);
+        put_u32(&mut b, 48, self.segment_blocks);
+        put_u32(&mut b, 52, self.segment_count);
+        put_u64(&mut b, 56, self.data_offset);
+        put_u64(&mut b, 64, self.checkpoint_offset[0]);
+        put_u64(&mut b, 72, self.checkpoint_offset[1]);
+        put_u64(&mut b, 80, self.checkpoint_slot_bytes);
+        put_u32(&mut b, 88, self.overprovision_bp);
+        put_u32(&mut b, 92, self.flags);
+        put_u32(&mut b, 96, self.checkpoint_slot);
+        put_u64(&mut b, 104, self.checkpoint_next_seq);
+        put_u64(&mut b, 112, self.durable_seq);
+        put_u64(&mut b, 120, self.created_unix_s);
+        put_u32(&mut b, 128, self.gc_policy);
+        let crc = crc32c::crc32c(&b[..BLOCK_BYTES - 4]);
+        put_u32(&mut b, BLOCK_BYTES - 4, crc);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Superblock, FormatError> {
+        if b.len() < BLOCK_BYTES {
+            return Err(FormatError::Short {
+                need: BLOCK_BYTES,
+                have: b.len(),
+            });
+        }
+        if b[0..8] != SUPERBLOCK_MAGIC {
+            return Err(FormatError::BadMagic);
+        }
+        if crc32c::crc32c(&b[..BLOCK_BYTES - 4]) != get_u32(b, BLOCK_BYTES - 4) {
+            return Err(FormatError::Checksum);
+        }
+        let version = get_u16(b, 8);
+        if version != FORMAT_VERSION {
+            return Err(FormatError::Version(version));
+        }
+        if get_u32(b, 12) != BLOCK_BYTES as u32 {
+            return Err(invalid(
+                "block_size",
+                format!("{} (expected {BLOCK_BYTES})", get_u32(b, 12)),
+            ));
+        }
+        let sb = Superblock {
+            uuid: b[16..32].try_into().unwrap(),
+            generation: get_u64(b, 32),
+            logical_blocks: get_u64(b, 40),
+            segment_blocks: get_u32(b, 48),
+            segment_count: get_u32(b, 52),
+            data_offset: get_u64(b, 56),
+            checkpoint_offset: [get_u64(b, 64), get_u64(b, 72)],
+            checkpoint_slot_bytes: get_u64(b, 80),
+            overprovision_bp: get_u32(b, 88),
+            flags: get_u32(b, 92),
+            checkpoint_slot: get_u32(b, 96),
+            checkpoint_next_seq: get_u64(b, 104),
+            durable_seq: get_u64(b, 112),
+            created_unix_s: get_u64(b, 120),
+            gc_policy: get_u32(b, 128),
+        };
+        sb.validate()?;
+        Ok(sb)
+    }
+
+    /// Geometry checks that make every later computation safe from overflow.
+    fn validate(&self) -> Result<(), FormatError> {
+        if self.segment_blocks < crate::format::chunk::MIN_SEGMENT_BLOCKS
+            || self.segment_blocks > 1 << 20
+        {
+            return Err(invalid("segment_blocks", self.segment_blocks.to_string()));
+        }
+        if self.segment_count < 4 {
+            return Err(invalid("segment_count", self.segment_count.to_string()));
+        }
+        let data_blocks = self.segment_count as u64 * self.segment_blocks as u64;
+        if data_blocks > crate::map::MAX_PHYS_BLOCKS {
+            return Err(invalid("segment_count", "data area too large".to_string()));
+        }
+        if self.logical_blocks == 0
+            || self.logical_blocks > data_blocks
+            || self.logical_blocks > crate::map::MAX_LOGICAL_BLOCKS
+        {
+            return Err(invalid("logical_blocks", self.logical_blocks.to_string()));
+        }
+        if self.checkpoint_slot != NO_CHECKPOINT && self.checkpoint_slot > 1 {
+            return Err(invalid("checkpoint_slot", self.checkpoint_slot.to_string()));
+        }
+        let need = crate::format::checkpoint::slot_bytes(self.logical_blocks, self.segment_count);
+        if self.checkpoint_slot_bytes < need {
+            return Err(invalid(
+                "checkpoint_slot_bytes",
+                "smaller than the checkpoint".to_string(),
+            ));
+        }
+        for &o in &self.checkpoint_offset {
+            if o % BLOCK_BYTES as u64 != 0
+                || o < 2 * BLOCK_BYTES as u64
+                || o.checked_add(self.checkpoint_slot_bytes)
+                    .is_none_or(|e| e > self.data_offset)
+            {
+                return Err(invalid("checkpoint_offset", o.to_string()));
+            }
+        }
+        if self.data_offset % BLOCK_BYTES as u64 != 0 {
+            return Err(invalid("data_offset", self.data_offset.to_string()));
+        }
+        Ok(())
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.flags & FLAG_CLEAN != 0
+    }
+
+    /// Bytes of media this geometry needs.
+    pub fn media_bytes(&self) -> u64 {
+        self.data_offset
+            + self.segment_count as u64 * self.segment_blocks as u64 * BLOCK_BYTES as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> Superblock {
+        Superblock {
+            uuid: [7; 16],
+            generation: 3,
+            logical_blocks: 1000,
+            segment_blocks: 64,
+            segment_count: 20,
+            data_offset: 1 << 20,
+            checkpoint_offset: [8192, 8192 + 65536],
+            checkpoint_slot_bytes: 65536,
+            overprovision_bp: 1000,
+            flags: FLAG_CLEAN,
+            checkpoint_slot: 1,
+            checkpoint_next_seq: 42,
+            durable_seq: 40,
+            created_unix_s: 1,
+            gc_policy: 0,
+        }
+    }
+
+    #[test]
+    fn superblock_roundtrips_and_rejects_any_flipped_bit() {
+        let sb = sample();
+        let bytes = sb.encode();
+        assert_eq!(Superblock::decode(&bytes).unwrap(), sb);
+        for bit in [0usize, 77, 8 * 100 + 3, 8 * 4095 + 7] {
+            let mut bad = bytes.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(Superblock::decode(&bad).is_err(), "bit {bit}");
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Geometry: where everything lives on the media, computed once at create time and
+//! recorded in the superblock. Layout: superblock copies at 0 and 4 KiB, two
+//! checkpoint slots, then (aligned to 1 MiB) the segment area.
+//!
+//! Invariant: logical_blocks <= (segment_count - reserve) * segment_blocks * (1 - op),
+//! so GC can always make progress when op > 0.
+
+use crate::format::{checkpoint, superblock::Superblock, BLOCK_BYTES};
+
+pub const DATA_ALIGN_BYTES: u64 = 1 << 20;
+pub const DEFAULT_SEGMENT_BYTES: u64 = 4 << 20;
+pub const DEFAULT_OVERPROVISION: f64 = 0.10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub logical_blocks: u64,
+    pub segment_blocks: u32,
+    pub segment_count: u32,
+    pub data_offset: u64,
+    pub checkpoint_offset: [u64; 2],
+    pub checkpoint_slot_bytes: u64,
+}
+
+/// Segments kept back for GC: user writes never take the last `reserve` free ones.
+pub fn reserve_segments(segment_count: u32) -> u32 {
+    2 + segment_count / 128
+}
+
+impl Geometry {
+    pub fn from_superblock(sb: &Superblock) -> Geometry {
+        Geometry {
+            logical_blocks: sb.logical_blocks,
+            segment_blocks: sb.segment_blocks,
+            segment_count: sb.segment_count,
+            data_offset: sb.data_offset,
+            checkpoint_offset: sb.checkpoint_offset,
+            checkpoint_slot_bytes: sb.checkpoint_slot_bytes,
+        }
+    }
+
+    /// Layout for `logical_blocks` at over-provisioning `op` (fraction of the
+    /// user segment area kept free).
+    pub fn for_logical(logical_blocks: u64, segment_blocks: u32, op: f64) -> Geometry {
+        let usable = (segment_blocks as f64 * (1.0 - op)).max(1.0);
+        let user_segments = ((logical_blocks as f64 / usable).ceil() as u64).max(2);
+        let mut segment_count = user_segments as u32 + 2;
+        // reserve depends on the count; iterate to a fixed point (two rounds suffice).
+        for _ in 0..3 {
+            segment_count = user_segments as u32 + reserve_segments(segment_count);
+        }
+        let slot = checkpoint::slot_bytes(logical_blocks, segment_count);
+        let c0 = 2 * BLOCK_BYTES as u64;
+        let c1 = c0 + slot;
+        let data_offset = (c1 + slot).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;
+        Geometry {
+            logical_blocks,
+            segment_blocks,
+            segment_count,
+            data_offset,
+            checkpoint_offset: [c0, c1],
+            checkpoint_slot_bytes: slot,
+        }
+    }
+
+    /// The largest volume that fits in `media_bytes`, or None if not even a tiny one fits.
+    pub fn for_media(media_bytes: u64, segment_blocks: u32, op: f64) -> Option<Geometry> {
+        let (mut lo, mut hi) = (0u64, media_bytes / BLOCK_BYTES as u64);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if Geometry::for_logical(mid, segment_blocks, op).media_bytes() <= media_bytes {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        (lo > 0).then(|| Geometry::for_logical(lo, segment_blocks, op))
+    }
+
+    pub fn media_bytes(&self) -> u64 {
+        self.data_offset
+            + self.segment_count as u64 * self.segment_blocks as u64 * BLOCK_BYTES as u64
+    }
+    pub fn logical_bytes(&self) -> u64 {
+        self.logical_blocks * BLOCK_BYTES as u64
+    }
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_blocks as u64 * BLOCK_BYTES as u64
+    }
+    /// Media byte offset of physical data block `p`.
+    pub fn phys_offset(&self, p: u64) -> u64 {
+        self.data_offset + p * BLOCK_BYTES as u64
+    }
+    pub fn segment_offset(&self, seg: u32) -> u64 {
+        self.phys_offset(seg as u64 * self.segment_blocks as u64)
+    }
+    pub fn reserve(&self) -> u32 {
+        reserve_segments(self.segment_count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn geometry_keeps_overprovisioning_and_fits_media() {
+        let g = Geometry::for_logical(262_144, 1024, 0.10);
+        let user = (g.segment_count - g.reserve()) as f64 * 1024.0;
+        assert!(g.logical_blocks as f64 <= user * 0.9 + 1.0);
+        let m = Geometry::for_media(g.media_bytes(), 1024, 0.10).unwrap();
+        assert!(m.media_bytes() <= g.media_bytes());
+        assert!(m.logical_blocks >= g.logical_blocks);
+        assert!(
+            Geometry::for_media(4096, 1024, 0.1).is_none()
+                || Geometry::for_media(4096, 1024, 0.1).unwrap().media_bytes() <= 4096
+        );
+    }
+}

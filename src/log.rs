@@ -1,0 +1,155 @@
+//! Log: the open chunk of one stream (user or GC) being filled in arrival order,
+//! and the sealed chunk image handed to the media. A chunk reserves its place in
+//! its segment when it opens, so every appended block has a final physical address
+//! at once and the map can point to it immediately.
+//!
+//! Invariant: the image of a sealed chunk is exactly header block + data blocks,
+//! its header describes every data block in order, and its CRCs are final.
+
+use crate::format::chunk::{self, ChunkHeader, Entry, Kind, Stream, MAX_ENTRIES, NO_SRC};
+use crate::format::BLOCK_BYTES;
+use crate::media::AlignedBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub struct OpenChunk {
+    pub stream: Stream,
+    pub segment: u32,
+    /// Block offset of the header block within the segment.
+    pub start: u32,
+    pub cap_data: u32,
+    pub entries: Vec<Entry>,
+    pub crcs: Vec<u32>,
+    pub image: AlignedBuf,
+    pub opened: Instant,
+}
+
+/// A chunk ready for (or being written to) the media.
+pub struct Sealed {
+    pub seq: u64,
+    pub stream: Stream,
+    pub segment: u32,
+    pub start: u32,
+    pub blocks: u32,
+    pub image: Arc<AlignedBuf>,
+}
+
+impl Sealed {
+    pub fn bytes(&self) -> &[u8] {
+        &self.image[..self.blocks as usize * BLOCK_BYTES]
+    }
+}
+
+impl OpenChunk {
+    pub fn new(stream: Stream, segment: u32, start: u32, cap_data: u32) -> OpenChunk {
+        OpenChunk {
+            stream,
+            segment,
+            start,
+            cap_data,
+            entries: Vec::new(),
+            crcs: Vec::new(),
+            image: AlignedBuf::new((1 + cap_data as usize) * BLOCK_BYTES),
+            opened: Instant::now(),
+        }
+    }
+
+    pub fn data_blocks(&self) -> u32 {
+        self.crcs.len() as u32
+    }
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn extends(last: &Entry, lba: u64, kind: Kind, src: u32) -> bool {
+        last.kind == kind
+            && last.lba + last.count as u64 == lba
+            && last.count < u32::MAX
+            && match (last.src, src) {
+                (NO_SRC, NO_SRC) => true,
+                (NO_SRC, _) | (_, NO_SRC) => false,
+                // data relocations stay contiguous in their source; virtual ones share a segment
+                (a, b) => {
+                    if kind == Kind::Data {
+                        a as u64 + last.count as u64 == b as u64
+                    } else {
+                        a == b
+                    }
+                }
+            }
+    }
+
+    /// Can one more block of this kind be appended?
+    pub fn has_room(&self, lba: u64, kind: Kind, src: u32) -> bool {
+        if kind == Kind::Data && self.data_blocks() >= self.cap_data {
+            return false;
+        }
+        self.entries.len() < MAX_ENTRIES
+            || self
+                .entries
+                .last()
+                .is_some_and(|l| Self::extends(l, lba, kind, src))
+    }
+
+    fn push_entry(&mut self, lba: u64, kind: Kind, src: u32) {
+        match self.entries.last_mut() {
+            Some(l) if Self::extends(l, lba, kind, src) => l.count += 1,
+            _ => self.entries.push(Entry {
+                lba,
+                count: 1,
+                kind,
+                src,
+            }),
+        }
+    }
+
+    /// Append a data block; returns its block offset within the segment.
+    pub fn push_data(&mut self, lba: u64, block: &[u8], src: u32) -> u32 {
+        debug_assert!(self.has_room(lba, Kind::Data, src));
+        let idx = self.data_blocks() as usize;
+        let off = (1 + idx) * BLOCK_BYTES;
+        self.image[off..off + BLOCK_BYTES].copy_from_slice(block);
+        self.crcs.push(chunk::block_crc(block));
+        self.push_entry(lba, Kind::Data, src);
+        self.start + 1 + idx as u32
+    }
+
+    pub fn push_virtual(&mut self, lba: u64, kind: Kind, src: u32) {
+        debug_assert!(kind != Kind::Data && self.has_room(lba, kind, src));
+        self.push_entry(lba, kind, src);
+    }
+
+    /// The buffered content of the block at `seg_off` (block offset in the segment), if it is here.
+    pub fn block_at(&self, seg_off: u32) -> Option<&[u8]> {
+        let i = seg_off.checked_sub(self.start + 1)? as usize;
+        (i < self.crcs.len()).then(|| &self.image[(1 + i) * BLOCK_BYTES..(2 + i) * BLOCK_BYTES])
+    }
+
+    /// Encode the header, compute the chunk CRC and hand back the image.
+    pub fn seal(mut self, seq: u64, durable_seq: u64, uuid: [u8; 16], timestamp_ns: u64) -> Sealed {
+        let data_blocks = self.data_blocks();
+        let header = ChunkHeader {
+            uuid,
+            seq,
+            segment: self.segment,
+            stream: self.stream,
+            timestamp_ns,
+            durable_seq,
+            data_blocks,
+            entries: std::mem::take(&mut self.entries),
+            block_crcs: std::mem::take(&mut self.crcs),
+        };
+        header.encode_into(&mut self.image[..BLOCK_BYTES]);
+        let blocks = 1 + data_blocks;
+        chunk::seal_crc(&mut self.image[..blocks as usize * BLOCK_BYTES]);
+        debug_assert!(chunk::verify(&self.image[..blocks as usize * BLOCK_BYTES], &uuid).is_ok());
+        Sealed {
+            seq,
+            stream: self.stream,
+            segment: self.segment,
+            start: self.start,
+            blocks,
+            image: Arc::new(self.image),
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! Media layer: the only code that does IO. A `Media` is a flat byte space with
+//! positional reads and writes and a durability barrier (`flush`).
+//!
+//! Invariant: after `flush` returns Ok, every write that returned Ok before the
+//! flush was called survives power loss. Nothing else is promised: unflushed
+//! writes may be lost, reordered or torn (FaultMedia simulates exactly that).
+
+mod aligned;
+mod fault;
+mod file;
+mod memory;
+
+pub use aligned::AlignedBuf;
+pub use fault::{CrashPolicy, FaultMedia};
+pub use file::FileMedia;
+pub use memory::MemMedia;
+
+use std::io;
+
+pub trait Media: Send + Sync {
+    /// Size in bytes.
+    fn len(&self) -> u64;
+    /// Read exactly `buf.len()` bytes at `offset`. With O_DIRECT media, buffer,
+    /// offset and length must be 4 KiB aligned (the engine only issues such IO).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Write all of `buf` at `offset` (same alignment rules as `read_at`).
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Make every completed write durable.
+    fn flush(&self) -> io::Result<()>;
+    /// Human-readable description (path, O_DIRECT or not).
+    fn describe(&self) -> String;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
+
+pub(crate) fn check_range(len: u64, offset: u64, n: usize) -> io::Result<()> {
+    match offset.checked_add(n as u64) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("IO at {offset}+{n} beyond media of {len} bytes"),
+        )),
+    }
+}

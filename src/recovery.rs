@@ -1,0 +1,388 @@
+//! Recovery: mount as a sequence of named steps, each testable:
+//! 1. read_superblocks  - newest valid of the two copies;
+//! 2. load_checkpoint   - newest valid slot, else the older one, else an empty map;
+//! 3. scan_segments     - (skipped after a clean close) find chunks with seq >= the
+//!                        checkpoint's next_seq: from block 0 of any segment whose
+//!                        first chunk is that new, or from the recorded fill of a
+//!                        segment that was open at the checkpoint;
+//! 4. replay            - apply chunks in sequence order; a missing sequence number
+//!                        below the durable watermark W is a dead chunk whose segment
+//!                        was reused (skip it); the first one at or above W ends the log;
+//!                        a chunk that fails verification below W is damage: refuse;
+//! 5. rebuild_segments  - live counts from the map; segments with nothing live are free
+//!                        (their first block is wiped so no stale chunk looks current).
+//!
+//! Invariant: the mounted map equals the state after a prefix of the chunk sequence
+//! that contains every chunk durable at the crash.
+
+use crate::checkpoint;
+use crate::error::{Error, Result};
+use crate::format::chunk::{self, ChunkHeader, Kind};
+use crate::format::superblock::{Superblock, NO_CHECKPOINT};
+use crate::format::BLOCK_BYTES;
+use crate::geometry::Geometry;
+use crate::map::{Loc, Map};
+use crate::media::{AlignedBuf, Media};
+use crate::segments::{SegInfo, SegState, SegmentTable};
+use crate::volume::core::virt_of;
+use crate::volume::MountReport;
+
+pub struct Mounted {
+    pub sb: Superblock,
+    pub geo: Geometry,
+    pub map: Map,
+    pub segs: SegmentTable,
+    pub next_seq: u64,
+    /// Replay ran (or a fallback was taken): persist the result before writing.
+    pub needs_checkpoint: bool,
+    /// Free segments whose first block still holds an old chunk header.
+    pub wipe: Vec<u32>,
+    pub report: MountReport,
+}
+
+/// Step 1. Returns the chosen superblock and what each copy held.
+pub fn read_superblocks(
+    media: &dyn Media,
+) -> Result<(Superblock, [std::result::Result<Superblock, String>; 2])> {
+    if media.len() < 2 * BLOCK_BYTES as u64 {
+        return Err(Error::Corrupt(format!(
+            "media of {} bytes is too small to hold a sluice volume",
+            media.len()
+        )));
+    }
+    let mut buf = AlignedBuf::new(2 * BLOCK_BYTES);
+    media.read_at(&mut buf, 0)?;
+    let copies = [0, 1].map(|i| {
+        Superblock::decode(&buf[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]).map_err(|e| e.to_string())
+    });
+    let best = copies
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .max_by_key(|s| s.generation)
+        .cloned();
+    match best {
+        Some(sb) => {
+            if media.len() < sb.media_bytes() {
+                return Err(Error::Corrupt(format!("the volume needs {} bytes but the media holds only {}", sb.media_bytes(), media.len())));
+            }
+            Ok((sb, copies))
+        }
+        None => Err(Error::Corrupt(format!(
+            "no valid superblock (copy 0 at byte 0: {}; copy 1 at byte 4096: {}): not a sluice volume, or both copies are damaged",
+            copies[0].as_ref().err().unwrap(),
+            copies[1].as_ref().err().unwrap()
+        ))),
+    }
+}
+
+/// A chunk found by the scan.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub seq: u64,
+    pub segment: u32,
+    pub pos: u32,
+    pub header: ChunkHeader,
+}
+
+/// A chunk whose header decodes but which fails verification.
+#[derive(Debug, Clone)]
+pub struct Invalid {
+    pub seq: u64,
+    pub segment: u32,
+    pub pos: u32,
+    pub why: String,
+}
+
+/// Walk the chunks of `seg` from block `pos`: each must belong to this volume and
+/// segment, have seq >= min_seq and above its predecessor, and verify. Returns the
+/// block after the last valid chunk.
+pub fn walk_segment(
+    media: &dyn Media,
+    geo: &Geometry,
+    uuid: &[u8; 16],
+    seg: u32,
+    start: u32,
+    min_seq: u64,
+    found: &mut Vec<Found>,
+    invalid: &mut Vec<Invalid>,
+) -> Result<u32> {
+    let sbk = geo.segment_blocks;
+    if start >= sbk {
+        return Ok(start);
+    }
+    let mut img = AlignedBuf::new((sbk - start) as usize * BLOCK_BYTES);
+    media.read_at(
+        &mut img,
+        geo.segment_offset(seg) + start as u64 * BLOCK_BYTES as u64,
+    )?;
+    let mut pos = start;
+    let mut prev: Option<u64> = None;
+    while pos < sbk {
+        let at = (pos - start) as usize * BLOCK_BYTES;
+        let Ok(h) = ChunkHeader::decode(&img[at..at + BLOCK_BYTES]) else {
+            break;
+        };
+        if &h.uuid != uuid
+            || h.segment != seg
+            || h.seq < min_seq
+            || prev.is_some_and(|p| h.seq <= p)
+        {
+            break;
+        }
+        let total = h.total_blocks();
+        if pos + total > sbk {
+            invalid.push(Invalid {
+                seq: h.seq,
+                segment: seg,
+                pos,
+                why: "chunk runs past the end of its segment".into(),
+            });
+            break;
+        }
+        if let Err(e) = chunk::verify(&img[at..at + total as usize * BLOCK_BYTES], uuid) {
+            invalid.push(Invalid {
+                seq: h.seq,
+                segment: seg,
+                pos,
+                why: e.to_string(),
+            });
+            break;
+        }
+        prev = Some(h.seq);
+        found.push(Found {
+            seq: h.seq,
+            segment: seg,
+            pos,
+            header: h,
+        });
+        pos += total;
+    }
+    Ok(pos)
+}
+
+/// Apply one chunk's entries to the map (replay). Relocations are applied like any
+/// record: the engine sequences them before any user record that supersedes them.
+pub fn apply(map: &mut Map, geo: &Geometry, f: &Found) -> Result<()> {
+    let mut di = 0u32;
+    let base = f.segment * geo.segment_blocks + f.pos + 1;
+    for e in &f.header.entries {
+        if e.lba + e.count as u64 > map.len() {
+            return Err(Error::Corrupt(format!(
+                "chunk seq {} (segment {} block {}) names blocks beyond the volume",
+                f.seq, f.segment, f.pos
+            )));
+        }
+        match e.kind {
+            Kind::Data => {
+                for k in 0..e.count {
+                    map.set(e.lba + k as u64, Loc::Data(base + di));
+                    di += 1;
+                }
+            }
+            k => {
+                let v = virt_of(k).expect("virtual kind");
+                for i in 0..e.count as u64 {
+                    map.set(e.lba + i, Loc::Virtual(v, f.segment));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Mount `media`: steps 1-5 above. Performs no writes.
+pub fn mount(media: &dyn Media) -> Result<Mounted> {
+    let mut report = MountReport::default();
+    let (sb, copies) = read_superblocks(media)?;
+    for (i, c) in copies.iter().enumerate() {
+        if let Err(e) = c {
+            report.notes.push(format!(
+                "superblock copy {i} is unusable ({e}); using the other copy"
+            ));
+        }
+    }
+    let geo = Geometry::from_superblock(&sb);
+
+    // Step 2.
+    let mut loaded = None;
+    if sb.checkpoint_slot != NO_CHECKPOINT {
+        for slot in [sb.checkpoint_slot, 1 - sb.checkpoint_slot] {
+            match checkpoint::load(media, &sb, slot) {
+                Ok(l) if slot == sb.checkpoint_slot || l.next_seq <= sb.checkpoint_next_seq => {
+                    loaded = Some((slot, l));
+                    break;
+                }
+                Ok(_) => report.notes.push(format!(
+                    "checkpoint slot {slot} is newer than the superblock says; ignored"
+                )),
+                Err(e) => report
+                    .notes
+                    .push(format!("checkpoint slot {slot} is unusable: {e}")),
+            }
+        }
+        if loaded.is_none() {
+            report
+                .notes
+                .push("no usable checkpoint: rebuilding the map from every segment".into());
+        }
+    }
+    let newest = loaded
+        .as_ref()
+        .is_some_and(|(s, _)| *s == sb.checkpoint_slot);
+    report.checkpoint_slot = loaded.as_ref().map(|(s, _)| *s);
+    let (mut map, records, c_next) = match loaded {
+        Some((_, l)) => (l.map, l.segments, l.next_seq),
+        None => (
+            Map::new(geo.logical_blocks),
+            checkpoint::empty_records(geo.segment_count),
+            1,
+        ),
+    };
+    let clean = sb.is_clean() && (newest || sb.checkpoint_slot == NO_CHECKPOINT);
+    report.clean = clean;
+
+    let mut fills: Vec<u32> = records.iter().map(|r| r.fill).collect();
+    let mut last_seq: Vec<u64> = records.iter().map(|r| r.last_seq).collect();
+    let mut next_seq = c_next;
+    let mut wipe = Vec::new();
+
+    if !clean {
+        // Step 3.
+        let mut found = Vec::new();
+        let mut invalid = Vec::new();
+        let mut head = AlignedBuf::new(BLOCK_BYTES);
+        let mut first_header_ok = vec![false; geo.segment_count as usize];
+        for seg in 0..geo.segment_count {
+            media.read_at(&mut head, geo.segment_offset(seg))?;
+            let h = ChunkHeader::decode(&head)
+                .ok()
+                .filter(|h| h.uuid == sb.uuid && h.segment == seg);
+            first_header_ok[seg as usize] = h.is_some();
+            let fill = records[seg as usize].fill;
+            let start = match h {
+                Some(h) if h.seq >= c_next => Some(0),
+                Some(_) if fill > 0 && fill < geo.segment_blocks => Some(fill),
+                _ => None,
+            };
+            if let Some(start) = start {
+                let before = found.len();
+                let end = walk_segment(
+                    media,
+                    &geo,
+                    &sb.uuid,
+                    seg,
+                    start,
+                    c_next,
+                    &mut found,
+                    &mut invalid,
+                )?;
+                if found.len() > before {
+                    fills[seg as usize] = end;
+                }
+            }
+        }
+        // Step 4.
+        let w = found
+            .iter()
+            .map(|f| f.header.durable_seq)
+            .chain([sb.durable_seq])
+            .max()
+            .unwrap_or(0);
+        if let Some(bad) = invalid.iter().find(|i| i.seq >= c_next && i.seq < w) {
+            return Err(Error::Corrupt(format!(
+                "chunk seq {} in segment {} at block {} fails verification ({}) although a flush had made it durable; refusing to mount rather than return stale data (run `sluice check` for the full list)",
+                bad.seq, bad.segment, bad.pos, bad.why
+            )));
+        }
+        found.sort_by_key(|f| f.seq);
+        let max_seen = found
+            .iter()
+            .map(|f| f.seq)
+            .chain(
+                invalid
+                    .iter()
+                    .map(|i| i.seq)
+                    .filter(|&s| s < c_next + (1 << 32)),
+            )
+            .max();
+        let mut expected = c_next;
+        let mut stopped = false;
+        for f in &found {
+            if stopped {
+                report.chunks_discarded += 1;
+                continue;
+            }
+            if f.seq < expected {
+                continue;
+            }
+            if f.seq > expected && f.seq > w {
+                report.notes.push(format!("log ends at seq {expected} (not found; the crash lost it); {} newer chunk(s) discarded", found.iter().filter(|g| g.seq > expected).count()));
+                stopped = true;
+                report.chunks_discarded += 1;
+                continue;
+            }
+            apply(&mut map, &geo, f)?;
+            last_seq[f.segment as usize] = last_seq[f.segment as usize].max(f.seq);
+            report.chunks_replayed += 1;
+            expected = f.seq + 1;
+        }
+        next_seq = next_seq.max(expected).max(max_seen.map_or(0, |s| s + 1));
+        // Segments whose first block looks like a chunk but end up free get wiped.
+        for (i, ok) in first_header_ok.iter().enumerate() {
+            if *ok {
+                wipe.push(i as u32);
+            }
+        }
+    }
+
+    // Step 5.
+    let mut infos: Vec<SegInfo> = (0..geo.segment_count as usize)
+        .map(|i| SegInfo {
+            state: SegState::Closed,
+            live: 0,
+            data_live: 0,
+            fill: fills[i],
+            last_seq: last_seq[i],
+        })
+        .collect();
+    for loc in map.iter() {
+        if let Some(s) = loc.segment(geo.segment_blocks) {
+            let info = infos.get_mut(s as usize).ok_or_else(|| {
+                Error::Corrupt(format!("map points into segment {s}, beyond the volume"))
+            })?;
+            info.live += 1;
+            if let Loc::Data(p) = loc {
+                info.data_live += 1;
+                if p % geo.segment_blocks >= info.fill.max(1) {
+                    return Err(Error::Corrupt(format!(
+                        "map points at block {} of segment {s}, past its fill {}",
+                        p % geo.segment_blocks,
+                        info.fill
+                    )));
+                }
+            }
+        }
+    }
+    if clean {
+        for (i, r) in records.iter().enumerate() {
+            if r.live != infos[i].live {
+                return Err(Error::Corrupt(format!(
+                    "checkpoint says segment {i} holds {} live entries but its map points {} there",
+                    r.live, infos[i].live
+                )));
+            }
+        }
+    }
+    let segs = SegmentTable::rebuild(infos, geo.segment_blocks);
+    wipe.retain(|&s| segs.segs[s as usize].state == SegState::Free);
+    Ok(Mounted {
+        sb,
+        geo,
+        map,
+        segs,
+        next_seq,
+        needs_checkpoint: !clean,
+        wipe,
+        report,
+    })
+}

@@ -1,0 +1,164 @@
+//! Segment table: per segment, how many live map entries point into it, how far it
+//! is filled, its age, and its state in the life cycle
+//! Free -> Open (one stream appends) -> Closed -> (live reaches 0) Pending -> Free.
+//!
+//! Invariant: a segment moves from Pending to Free only through a reuse barrier
+//! (every chunk that killed its contents is durable and the superblock records the
+//! durable watermark), so replay never needs a chunk that reuse overwrote.
+
+use crate::format::checkpoint::SegmentRecord;
+use crate::format::chunk::Stream;
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegState {
+    Free,
+    Open(Stream),
+    Closed,
+    /// Nothing live; waits for the reuse barrier before it may be overwritten.
+    Pending,
+    /// Holds a chunk that failed verification; never chosen by GC again.
+    Damaged,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SegInfo {
+    pub state: SegState,
+    /// Map entries (data and virtual) pointing here.
+    pub live: u32,
+    /// Of `live`, how many are data blocks.
+    pub data_live: u32,
+    pub fill: u32,
+    pub last_seq: u64,
+}
+
+pub struct SegmentTable {
+    pub segs: Vec<SegInfo>,
+    pub free: VecDeque<u32>,
+    pub pending: Vec<u32>,
+    pub segment_blocks: u32,
+}
+
+impl SegmentTable {
+    pub fn new(count: u32, segment_blocks: u32) -> SegmentTable {
+        SegmentTable {
+            segs: vec![
+                SegInfo {
+                    state: SegState::Free,
+                    live: 0,
+                    data_live: 0,
+                    fill: 0,
+                    last_seq: 0
+                };
+                count as usize
+            ],
+            free: (0..count).collect(),
+            pending: Vec::new(),
+            segment_blocks,
+        }
+    }
+
+    /// Table rebuilt by recovery: segments with live entries are Closed, the rest Free.
+    pub fn rebuild(mut segs: Vec<SegInfo>, segment_blocks: u32) -> SegmentTable {
+        let mut free = VecDeque::new();
+        for (i, s) in segs.iter_mut().enumerate() {
+            if s.live > 0 {
+                s.state = SegState::Closed;
+            } else {
+                *s = SegInfo {
+                    state: SegState::Free,
+                    live: 0,
+                    data_live: 0,
+                    fill: 0,
+                    last_seq: 0,
+                };
+                free.push_back(i as u32);
+            }
+        }
+        SegmentTable {
+            segs,
+            free,
+            pending: Vec::new(),
+            segment_blocks,
+        }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.segs.len() as u32
+    }
+
+    /// Account one more live entry in `seg`.
+    #[inline]
+    pub fn add_live(&mut self, seg: u32, data: bool) {
+        let s = &mut self.segs[seg as usize];
+        s.live += 1;
+        s.data_live += data as u32;
+        debug_assert!(s.data_live <= self.segment_blocks);
+    }
+
+    /// Account one less live entry in `seg`; a Closed segment that empties becomes Pending.
+    #[inline]
+    pub fn drop_live(&mut self, seg: u32, data: bool) {
+        let s = &mut self.segs[seg as usize];
+        debug_assert!(s.live > 0);
+        s.live -= 1;
+        s.data_live -= data as u32;
+        if s.live == 0 && s.state == SegState::Closed {
+            s.state = SegState::Pending;
+            self.pending.push(seg);
+        }
+    }
+
+    pub fn take_free(&mut self, stream: Stream) -> Option<u32> {
+        let seg = self.free.pop_front()?;
+        let s = &mut self.segs[seg as usize];
+        debug_assert_eq!(s.state, SegState::Free);
+        debug_assert_eq!(s.live, 0);
+        *s = SegInfo {
+            state: SegState::Open(stream),
+            live: 0,
+            data_live: 0,
+            fill: 0,
+            last_seq: 0,
+        };
+        Some(seg)
+    }
+
+    /// A stream is done appending to `seg`.
+    pub fn close(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        s.state = SegState::Closed;
+        if s.live == 0 {
+            s.state = SegState::Pending;
+            self.pending.push(seg);
+        }
+    }
+
+    /// After a reuse barrier: these pending segments may be overwritten.
+    pub fn release(&mut self, segs: &[u32]) {
+        for &seg in segs {
+            let s = &mut self.segs[seg as usize];
+            if s.state == SegState::Pending && s.live == 0 {
+                s.state = SegState::Free;
+                s.fill = 0;
+                self.free.push_back(seg);
+            }
+        }
+        self.pending.retain(|s| !segs.contains(s));
+    }
+
+    pub fn records(&self) -> Vec<SegmentRecord> {
+        self.segs
+            .iter()
+            .map(|s| SegmentRecord {
+                live: s.live,
+                fill: s.fill,
+                last_seq: s.last_seq,
+            })
+            .collect()
+    }
+
+    pub fn count_state(&self, f: impl Fn(SegState) -> bool) -> u32 {
+        self.segs.iter().filter(|s| f(s.state)).count() as u32
+    }
+}

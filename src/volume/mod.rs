@@ -1,0 +1,1114 @@
+//! Volume: the public block-device API (read / write / write_zeroes / trim / flush /
+//! block_status / stats / close). Owns the write path and schedules GC, reuse
+//! barriers and checkpoints; the background housekeeper seals idle chunks and
+//! cleans ahead.
+//!
+//! Write path, top to bottom: accept -> classify (data / all-zero / all-0xFF) ->
+//! append to the open user chunk (map points at the block's final place at once)
+//! -> seal when full / on flush / FUA / idle -> the sealing thread writes the chunk
+//! -> FLUSH waits for every chunk sealed before it and shares one media flush.
+//!
+//! Locks, always taken in this order: gc_lock -> ckpt_lock -> reuse -> core ->
+//! progress -> sb. Media IO is done without `core` held, except GC's read of its
+//! victim (see ARCHITECTURE.md for why that is safe and what it costs).
+
+pub(crate) mod core;
+
+use self::core::{Core, NeedSpace, What};
+use crate::checkpoint;
+use crate::error::{Error, Result};
+use crate::format::chunk::{Kind, Stream, NO_SRC};
+use crate::format::superblock::{Superblock, FLAG_CLEAN, NO_CHECKPOINT};
+use crate::format::{is_filled_with, BLOCK_BYTES};
+use crate::gc::{self, GcPolicy};
+use crate::geometry::{self, Geometry};
+use crate::log::Sealed;
+use crate::map::{Loc, Map, Virt};
+use crate::media::{AlignedBuf, Media};
+use crate::recovery;
+use crate::segments::SegState;
+use crate::stats::{Counters, Stats};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const BS: u64 = BLOCK_BYTES as u64;
+
+/// Options fixed at create time.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    /// Exported size; None = as large as the media allows.
+    pub logical_bytes: Option<u64>,
+    /// Fraction of the segment area kept free (0.10 = 10%).
+    pub overprovision: f64,
+    pub segment_bytes: u64,
+    pub gc_policy: GcPolicy,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            logical_bytes: None,
+            overprovision: geometry::DEFAULT_OVERPROVISION,
+            segment_bytes: geometry::DEFAULT_SEGMENT_BYTES,
+            gc_policy: GcPolicy::Greedy,
+        }
+    }
+}
+
+/// Options of one mount.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    pub read_only: bool,
+    /// Run the housekeeper thread (idle seal, clean-ahead GC, checkpoints). Tests
+    /// turn it off to make every media write deterministic.
+    pub background: bool,
+    /// Seal and write a partly filled user chunk after this long.
+    pub idle_seal_ms: u64,
+    /// Write a checkpoint after this many bytes of chunks; None = automatic.
+    pub checkpoint_interval_bytes: Option<u64>,
+    /// Override the GC policy recorded in the superblock.
+    pub gc_policy: Option<GcPolicy>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            read_only: false,
+            background: true,
+            idle_seal_ms: 200,
+            checkpoint_interval_bytes: None,
+            gc_policy: None,
+        }
+    }
+}
+
+/// One run of `block_status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Extent {
+    pub length: u64,
+    /// No data stored (never written or trimmed).
+    pub hole: bool,
+    /// Reads as zeros.
+    pub zero: bool,
+}
+
+/// What the last mount found (printed by `sluice info` and the server).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct MountReport {
+    pub clean: bool,
+    pub checkpoint_slot: Option<u32>,
+    pub chunks_replayed: u64,
+    pub chunks_discarded: u64,
+    pub notes: Vec<String>,
+    pub mount_ms: u64,
+}
+
+pub(crate) struct Progress {
+    /// Every chunk with seq < this has been written to the media.
+    pub written_through: u64,
+    completed: BTreeSet<u64>,
+    /// Every chunk with seq < this is durable.
+    pub durable: u64,
+    flushing: bool,
+    pub failed: Option<String>,
+}
+
+pub(crate) struct Shared {
+    pub media: Arc<dyn Media>,
+    pub geo: Geometry,
+    pub opts: OpenOptions,
+    pub policy: GcPolicy,
+    pub core: Mutex<Core>,
+    pub progress: Mutex<Progress>,
+    progress_cv: Condvar,
+    pub reuse: RwLock<()>,
+    rmw: Mutex<()>,
+    gc_lock: Mutex<()>,
+    pub ckpt_lock: Mutex<()>,
+    pub sb: Mutex<Superblock>,
+    pub counters: Counters,
+    closed: AtomicBool,
+    stop: Mutex<bool>,
+    stop_cv: Condvar,
+    checkpoint_interval: u64,
+    reserve: u32,
+}
+
+pub struct Volume {
+    sh: Arc<Shared>,
+    housekeeper: Mutex<Option<JoinHandle<()>>>,
+    report: MountReport,
+}
+
+fn random_uuid() -> [u8; 16] {
+    rand::random()
+}
+
+impl Volume {
+    /// Write a fresh, empty volume onto `media` (destroying what was there).
+    pub fn format(media: &dyn Media, opts: &CreateOptions) -> Result<Superblock> {
+        if !(0.0..=0.9).contains(&opts.overprovision) {
+            return Err(Error::InvalidArgument(format!(
+                "over-provisioning {} is outside 0..0.9",
+                opts.overprovision
+            )));
+        }
+        if opts.segment_bytes % BS != 0
+            || opts.segment_bytes < crate::format::chunk::MIN_SEGMENT_BLOCKS as u64 * BS
+            || opts.segment_bytes > (1 << 30)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "segment size {} must be a multiple of 4 KiB between 32 KiB and 1 GiB",
+                opts.segment_bytes
+            )));
+        }
+        let seg_blocks = (opts.segment_bytes / BS) as u32;
+        let geo = match opts.logical_bytes {
+            Some(l) => {
+                if l == 0 || l % BS != 0 {
+                    return Err(Error::InvalidArgument(format!(
+                        "volume size {l} must be a positive multiple of 4 KiB"
+                    )));
+                }
+                let g = Geometry::for_logical(l / BS, seg_blocks, opts.overprovision);
+                if g.media_bytes() > media.len() {
+                    return Err(Error::InvalidArgument(format!(
+                        "media holds {} bytes but a {} byte volume at {:.0}% over-provisioning needs {}",
+                        media.len(),
+                        l,
+                        opts.overprovision * 100.0,
+                        g.media_bytes()
+                    )));
+                }
+                g
+            }
+            None => Geometry::for_media(media.len(), seg_blocks, opts.overprovision).ok_or_else(
+                || {
+                    Error::InvalidArgument(format!(
+                        "media of {} bytes is too small for a volume",
+                        media.len()
+                    ))
+                },
+            )?,
+        };
+        if geo.logical_blocks > crate::map::MAX_LOGICAL_BLOCKS
+            || geo.segment_count as u64 * seg_blocks as u64 >= crate::map::MAX_PHYS_BLOCKS
+        {
+            return Err(Error::InvalidArgument(
+                "volume too large for format version 1 (8 TiB of segments)".into(),
+            ));
+        }
+        let sb = Superblock {
+            uuid: random_uuid(),
+            generation: 1,
+            logical_blocks: geo.logical_blocks,
+            segment_blocks: geo.segment_blocks,
+            segment_count: geo.segment_count,
+            data_offset: geo.data_offset,
+            checkpoint_offset: geo.checkpoint_offset,
+            checkpoint_slot_bytes: geo.checkpoint_slot_bytes,
+            overprovision_bp: (opts.overprovision * 10000.0).round() as u32,
+            flags: FLAG_CLEAN,
+            checkpoint_slot: NO_CHECKPOINT,
+            checkpoint_next_seq: 1,
+            durable_seq: 1,
+            created_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            gc_policy: opts.gc_policy.id(),
+        };
+        // Wipe the superblocks and the first block of every segment so no stale
+        // structure of an earlier volume on this media can be mistaken for ours.
+        let zero = AlignedBuf::new(BLOCK_BYTES);
+        for seg in 0..geo.segment_count {
+            media.write_at(&zero, geo.segment_offset(seg))?;
+        }
+        let mut second = sb.clone();
+        second.generation = 0;
+        write_block(media, &second.encode(), BS)?;
+        write_block(media, &sb.encode(), 0)?;
+        media.flush()?;
+        Ok(sb)
+    }
+
+    /// Format and mount.
+    pub fn create(
+        media: Arc<dyn Media>,
+        create: &CreateOptions,
+        open: &OpenOptions,
+    ) -> Result<Volume> {
+        Volume::format(&*media, create)?;
+        Volume::open(media, open)
+    }
+
+    /// Mount an existing volume: newest valid checkpoint + replay of newer chunks.
+    pub fn open(media: Arc<dyn Media>, opts: &OpenOptions) -> Result<Volume> {
+        let t0 = std::time::Instant::now();
+        let m = recovery::mount(&*media)?;
+        let geo = m.geo;
+        let policy = opts
+            .gc_policy
+            .or_else(|| GcPolicy::from_id(m.sb.gc_policy))
+            .unwrap_or(GcPolicy::Greedy);
+        let slot_bytes = geo.checkpoint_slot_bytes;
+        let checkpoint_interval = opts
+            .checkpoint_interval_bytes
+            .unwrap_or((64u64 << 20).max(32 * slot_bytes));
+        let next_seq = m.next_seq;
+        let needs_checkpoint = m.needs_checkpoint;
+        let mut report = m.report.clone();
+        let sh = Arc::new(Shared {
+            media,
+            geo,
+            opts: opts.clone(),
+            policy,
+            core: Mutex::new(Core::new(geo, m.sb.uuid, m.map, m.segs, next_seq)),
+            progress: Mutex::new(Progress {
+                written_through: next_seq,
+                completed: BTreeSet::new(),
+                durable: next_seq,
+                flushing: false,
+                failed: None,
+            }),
+            progress_cv: Condvar::new(),
+            reuse: RwLock::new(()),
+            rmw: Mutex::new(()),
+            gc_lock: Mutex::new(()),
+            ckpt_lock: Mutex::new(()),
+            sb: Mutex::new(m.sb),
+            counters: Counters::default(),
+            closed: AtomicBool::new(false),
+            stop: Mutex::new(false),
+            stop_cv: Condvar::new(),
+            checkpoint_interval,
+            reserve: geo.reserve(),
+        });
+        if !opts.read_only {
+            if !m.wipe.is_empty() {
+                let zero = AlignedBuf::new(BLOCK_BYTES);
+                for &s in &m.wipe {
+                    sh.media.write_at(&zero, geo.segment_offset(s))?;
+                }
+                sh.media.flush()?;
+            }
+            if needs_checkpoint {
+                // Everything replay found is now recorded, and the next sequence
+                // number starts above every chunk seen, torn or not.
+                checkpoint::write(&sh, false)?;
+            } else {
+                sh.update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
+            }
+        }
+        report.mount_ms = t0.elapsed().as_millis() as u64;
+        let vol = Volume {
+            sh: sh.clone(),
+            housekeeper: Mutex::new(None),
+            report,
+        };
+        if opts.background && !opts.read_only {
+            let hk = sh.clone();
+            *vol.housekeeper.lock() = Some(
+                std::thread::Builder::new()
+                    .name("sluice-housekeeper".into())
+                    .spawn(move || hk.housekeeper())
+                    .map_err(Error::Io)?,
+            );
+        }
+        Ok(vol)
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.sh.geo.logical_bytes()
+    }
+    pub fn geometry(&self) -> Geometry {
+        self.sh.geo
+    }
+    pub fn uuid(&self) -> [u8; 16] {
+        self.sh.sb.lock().uuid
+    }
+    pub fn gc_policy(&self) -> GcPolicy {
+        self.sh.policy
+    }
+    pub fn mount_report(&self) -> &MountReport {
+        &self.report
+    }
+    pub fn is_read_only(&self) -> bool {
+        self.sh.opts.read_only
+    }
+    pub fn superblock(&self) -> Superblock {
+        self.sh.sb.lock().clone()
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<()> {
+        let size = self.size_bytes();
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(Error::OutOfRange { offset, len, size }),
+        }
+    }
+
+    fn check_usable(&self, write: bool) -> Result<()> {
+        if self.sh.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if write && self.sh.opts.read_only {
+            return Err(Error::ReadOnly);
+        }
+        self.sh.check_failed()
+    }
+
+    /// Read `buf.len()` bytes at byte `offset` (any alignment).
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_usable(false)?;
+        self.check_range(offset, buf.len() as u64)?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let first = offset / BS;
+        let last = (offset + buf.len() as u64 - 1) / BS;
+        let n = (last - first + 1) as usize;
+        let mut tmp = AlignedBuf::new(n * BLOCK_BYTES);
+        self.sh.read_blocks(first, &mut tmp)?;
+        let skip = (offset % BS) as usize;
+        buf.copy_from_slice(&tmp[skip..skip + buf.len()]);
+        Counters::add(&self.sh.counters.host_read_bytes, buf.len() as u64);
+        Ok(())
+    }
+
+    /// Write `data` at byte `offset` (any alignment; sub-block writes read-modify-write).
+    /// With `fua`, returns only once the data is durable.
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<()> {
+        self.check_usable(true)?;
+        self.check_range(offset, data.len() as u64)?;
+        if !data.is_empty() {
+            if offset % BS == 0 && data.len() as u64 % BS == 0 {
+                self.sh.write_blocks(offset / BS, data)?;
+            } else {
+                let _g = self.sh.rmw.lock();
+                let first = offset / BS;
+                let last = (offset + data.len() as u64 - 1) / BS;
+                let mut tmp = AlignedBuf::new((last - first + 1) as usize * BLOCK_BYTES);
+                let head = (offset % BS) as usize;
+                let tail_end = head + data.len();
+                if head != 0 {
+                    self.sh.read_blocks(first, &mut tmp[..BLOCK_BYTES])?;
+                }
+                if tail_end % BLOCK_BYTES != 0 && (last > first || head == 0) {
+                    let t = tmp.len() - BLOCK_BYTES;
+                    self.sh.read_blocks(last, &mut tmp[t..])?;
+                }
+                tmp[head..tail_end].copy_from_slice(data);
+                self.sh.write_blocks(first, &tmp)?;
+            }
+            Counters::add(&self.sh.counters.host_write_bytes, data.len() as u64);
+        }
+        if fua {
+            self.sh.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Make `len` bytes at `offset` read as zeros. Whole blocks cost no data on the
+    /// media; with `may_trim` they become holes (as NBD WRITE_ZEROES without NO_HOLE).
+    pub fn write_zeroes(&self, offset: u64, len: u64, fua: bool, may_trim: bool) -> Result<()> {
+        self.check_usable(true)?;
+        self.check_range(offset, len)?;
+        let (first_full, end_full) = (offset.div_ceil(BS), (offset + len) / BS);
+        if first_full >= end_full {
+            if len > 0 {
+                self.write(offset, &vec![0u8; len as usize], false)?;
+            }
+        } else {
+            let head = first_full * BS - offset;
+            if head > 0 {
+                self.write(offset, &vec![0u8; head as usize], false)?;
+            }
+            let tail = offset + len - end_full * BS;
+            if tail > 0 {
+                self.write(end_full * BS, &vec![0u8; tail as usize], false)?;
+            }
+            let v = if may_trim { Virt::Trim } else { Virt::Zero };
+            self.sh
+                .write_virtual(first_full, end_full - first_full, v)?;
+        }
+        Counters::add(&self.sh.counters.host_zero_bytes, len);
+        if fua {
+            self.sh.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Discard whole blocks inside the range (partial blocks are left as they are:
+    /// TRIM is advisory). Trimmed blocks read as zeros and free their space.
+    pub fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<()> {
+        self.check_usable(true)?;
+        self.check_range(offset, len)?;
+        let (first, end) = (offset.div_ceil(BS), (offset + len) / BS);
+        if first < end {
+            self.sh.write_virtual(first, end - first, Virt::Trim)?;
+        }
+        Counters::add(&self.sh.counters.host_trim_bytes, len);
+        if fua {
+            self.sh.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Return once every write acknowledged before this call is durable.
+    pub fn flush(&self) -> Result<()> {
+        self.check_usable(false)?;
+        Counters::add(&self.sh.counters.host_flushes, 1);
+        if self.sh.opts.read_only {
+            return Ok(());
+        }
+        self.sh.flush()
+    }
+
+    /// Allocation status of `[offset, offset+len)`, as runs (at most 64 Ki blocks
+    /// are examined per call; the runs may cover less than asked).
+    pub fn block_status(&self, offset: u64, len: u64) -> Result<Vec<Extent>> {
+        self.check_usable(false)?;
+        self.check_range(offset, len)?;
+        let mut out: Vec<Extent> = Vec::new();
+        if len == 0 {
+            return Ok(out);
+        }
+        let first = offset / BS;
+        let last = ((offset + len - 1) / BS).min(first + 65535);
+        let c = self.sh.core.lock();
+        for b in first..=last {
+            let (hole, zero) = match c.map.get(b) {
+                Loc::Unmapped | Loc::Virtual(Virt::Trim, _) => (true, true),
+                Loc::Virtual(Virt::Zero, _) => (false, true),
+                _ => (false, false),
+            };
+            let start = (b * BS).max(offset);
+            let end = ((b + 1) * BS).min(offset + len);
+            match out.last_mut() {
+                Some(e) if e.hole == hole && e.zero == zero => e.length += end - start,
+                _ => out.push(Extent {
+                    length: end - start,
+                    hole,
+                    zero,
+                }),
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.sh.stats()
+    }
+
+    /// Run GC until at least `segments` are free beyond the reserve, or no victim
+    /// can be cleaned. Returns how many segments were cleaned.
+    pub fn gc_until_free(&self, segments: u32) -> Result<u64> {
+        self.check_usable(true)?;
+        self.sh.clean_ahead(segments)
+    }
+
+    /// Write a checkpoint now.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.check_usable(true)?;
+        checkpoint::write(&self.sh, false)
+    }
+
+    /// Stop the housekeeper, write a clean checkpoint. Further calls fail with Closed.
+    pub fn close(&self) -> Result<()> {
+        if self.sh.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.stop_housekeeper();
+        if self.sh.opts.read_only {
+            return Ok(());
+        }
+        self.sh.check_failed()?;
+        checkpoint::write(&self.sh, true)
+    }
+
+    fn stop_housekeeper(&self) {
+        *self.sh.stop.lock() = true;
+        self.sh.stop_cv.notify_all();
+        if let Some(h) = self.housekeeper.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Volume {
+    /// Dropping without `close` is a crash as far as the media is concerned: no
+    /// checkpoint is written and unflushed data may be lost (flushed data never is).
+    fn drop(&mut self) {
+        self.stop_housekeeper();
+    }
+}
+
+pub(crate) fn write_block(media: &dyn Media, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+    let mut b = AlignedBuf::new(bytes.len().div_ceil(BLOCK_BYTES) * BLOCK_BYTES);
+    b[..bytes.len()].copy_from_slice(bytes);
+    media.write_at(&b, offset)
+}
+
+impl Shared {
+    pub(crate) fn check_failed(&self) -> Result<()> {
+        match &self.progress.lock().failed {
+            Some(m) => Err(Error::Failed(m.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&self, why: String) -> Error {
+        tracing::error!("volume stopped: {why}");
+        let mut p = self.progress.lock();
+        if p.failed.is_none() {
+            p.failed = Some(why.clone());
+        }
+        self.progress_cv.notify_all();
+        Error::Failed(why)
+    }
+
+    pub(crate) fn durable_seq(&self) -> u64 {
+        self.progress.lock().durable
+    }
+
+    fn read_blocks(&self, first: u64, out: &mut [u8]) -> Result<()> {
+        let n = out.len() / BLOCK_BYTES;
+        let _r = self.reuse.read();
+        let mut runs: Vec<(u64, usize, usize)> = Vec::new();
+        {
+            let c = self.core.lock();
+            for i in 0..n {
+                let dst = &mut out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
+                match c.map.get(first + i as u64) {
+                    Loc::Unmapped | Loc::Virtual(Virt::Trim | Virt::Zero, _) => dst.fill(0),
+                    Loc::Virtual(Virt::Ones, _) => dst.fill(0xff),
+                    Loc::Data(p) => match c.buffered(p) {
+                        Some(b) => dst.copy_from_slice(b),
+                        None => match runs.last_mut() {
+                            Some((rp, ri, rn))
+                                if *rp + *rn as u64 == p as u64 && *ri + *rn == i =>
+                            {
+                                *rn += 1
+                            }
+                            _ => runs.push((p as u64, i, 1)),
+                        },
+                    },
+                }
+            }
+        }
+        for (p, i, k) in runs {
+            self.media.read_at(
+                &mut out[i * BLOCK_BYTES..(i + k) * BLOCK_BYTES],
+                self.geo.phys_offset(p),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn write_blocks(&self, lba0: u64, data: &[u8]) -> Result<()> {
+        let n = (data.len() / BLOCK_BYTES) as u64;
+        self.append_run(lba0, n, |_, i| {
+            let b = &data[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES];
+            Some(if is_filled_with(b, 0) {
+                What::Virtual(Virt::Zero)
+            } else if is_filled_with(b, 0xff) {
+                What::Virtual(Virt::Ones)
+            } else {
+                What::Data(b)
+            })
+        })
+    }
+
+    fn write_virtual(&self, lba0: u64, n: u64, v: Virt) -> Result<()> {
+        self.append_run(lba0, n, |map, i| {
+            let cur = map.get(lba0 + i);
+            let redundant = match (cur, v) {
+                // never written since create: nothing on the media to hide
+                (Loc::Unmapped, Virt::Trim) => true,
+                (Loc::Virtual(k, _), _) => k == v,
+                _ => false,
+            };
+            (!redundant).then_some(What::Virtual(v))
+        })
+    }
+
+    /// Append records for blocks lba0..lba0+n to the user stream; `what(map, i)`
+    /// says what to record for block i (None = nothing to record).
+    fn append_run<'a>(
+        &self,
+        lba0: u64,
+        n: u64,
+        what: impl Fn(&Map, u64) -> Option<What<'a>>,
+    ) -> Result<()> {
+        let mut i = 0;
+        while i < n {
+            let mut out = Vec::new();
+            let need_space = {
+                let mut c = self.core.lock();
+                self.check_failed()?;
+                let durable = self.durable_seq();
+                let written = self.progress.lock().written_through;
+                c.prune_inflight(written);
+                let mut need = false;
+                while i < n {
+                    let Some(w) = what(&c.map, i) else {
+                        i += 1;
+                        continue;
+                    };
+                    match c.append(
+                        Stream::User,
+                        lba0 + i,
+                        w,
+                        NO_SRC,
+                        self.reserve,
+                        durable,
+                        &mut out,
+                    ) {
+                        Ok(()) => i += 1,
+                        Err(NeedSpace) => {
+                            need = true;
+                            break;
+                        }
+                    }
+                }
+                need
+            };
+            self.write_sealed(out)?;
+            if need_space {
+                self.make_space()?;
+            }
+        }
+        self.maybe_checkpoint()
+    }
+
+    /// Write sealed chunks to the media and record them as written.
+    pub(crate) fn write_sealed(&self, out: Vec<Sealed>) -> Result<()> {
+        for s in out {
+            let phys = s.segment as u64 * self.geo.segment_blocks as u64 + s.start as u64;
+            if let Err(e) = self.media.write_at(s.bytes(), self.geo.phys_offset(phys)) {
+                return Err(self.fail(format!(
+                    "writing chunk {} at segment {} block {}: {e}",
+                    s.seq, s.segment, s.start
+                )));
+            }
+            let data = (s.blocks as u64 - 1) * BS;
+            Counters::add(&self.counters.media_chunk_header_bytes, BS);
+            Counters::add(
+                if s.stream == Stream::Gc {
+                    &self.counters.media_gc_data_bytes
+                } else {
+                    &self.counters.media_user_data_bytes
+                },
+                data,
+            );
+            Counters::add(&self.counters.chunks_sealed, 1);
+            let mut p = self.progress.lock();
+            p.completed.insert(s.seq);
+            while p.completed.first() == Some(&p.written_through) {
+                p.completed.pop_first();
+                p.written_through += 1;
+            }
+            self.progress_cv.notify_all();
+        }
+        Ok(())
+    }
+
+    /// Seal the open user chunk and return once everything before it is durable.
+    pub(crate) fn flush(&self) -> Result<()> {
+        let mut out = Vec::new();
+        let target = {
+            let mut c = self.core.lock();
+            let d = self.durable_seq();
+            c.seal(Stream::User, d, &mut out);
+            c.next_seq
+        };
+        self.write_sealed(out)?;
+        self.flush_covering(target)
+    }
+
+    /// Group commit: return once every chunk with seq < target is durable. One
+    /// media flush serves every caller whose chunks were written before it began.
+    pub(crate) fn flush_covering(&self, target: u64) -> Result<()> {
+        let mut p = self.progress.lock();
+        loop {
+            if let Some(m) = &p.failed {
+                return Err(Error::Failed(m.clone()));
+            }
+            if p.durable >= target {
+                return Ok(());
+            }
+            if p.written_through < target || p.flushing {
+                self.progress_cv.wait(&mut p);
+                continue;
+            }
+            p.flushing = true;
+            let upto = p.written_through;
+            drop(p);
+            let r = self.media.flush();
+            Counters::add(&self.counters.media_flushes, 1);
+            p = self.progress.lock();
+            p.flushing = false;
+            match r {
+                Ok(()) => p.durable = p.durable.max(upto),
+                Err(e) => {
+                    drop(p);
+                    return Err(self.fail(format!("media flush: {e}")));
+                }
+            }
+            self.progress_cv.notify_all();
+        }
+    }
+
+    /// Write the superblock (next generation, alternate copy) and flush it.
+    pub(crate) fn update_superblock(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
+        let mut sb = self.sb.lock();
+        let mut next = sb.clone();
+        next.generation += 1;
+        f(&mut next);
+        let offset = (next.generation % 2) * BS;
+        let r = write_block(&*self.media, &next.encode(), offset).and_then(|_| self.media.flush());
+        if let Err(e) = r {
+            return Err(self.fail(format!(
+                "writing superblock copy {}: {e}",
+                next.generation % 2
+            )));
+        }
+        Counters::add(&self.counters.media_superblock_bytes, BS);
+        Counters::add(&self.counters.media_flushes, 1);
+        *sb = next;
+        Ok(())
+    }
+
+    /// Reuse barrier: make every chunk so far durable, record that in the
+    /// superblock, wipe the first block of each emptied segment, then let those
+    /// segments be reused. After it, replay can skip any missing chunk below the
+    /// recorded watermark: such a chunk was dead and its segment reused.
+    pub(crate) fn barrier(&self) -> Result<()> {
+        let mut out = Vec::new();
+        let (target, segs) = {
+            let mut c = self.core.lock();
+            let d = self.durable_seq();
+            c.seal(Stream::User, d, &mut out);
+            c.seal(Stream::Gc, d, &mut out);
+            (c.next_seq, c.segs.pending.clone())
+        };
+        if segs.is_empty() {
+            return Ok(());
+        }
+        self.write_sealed(out)?;
+        self.flush_covering(target)?;
+        self.update_superblock(|sb| sb.durable_seq = sb.durable_seq.max(target))?;
+        let zero = AlignedBuf::new(BLOCK_BYTES);
+        for &s in &segs {
+            if let Err(e) = self.media.write_at(&zero, self.geo.segment_offset(s)) {
+                return Err(self.fail(format!("wiping segment {s}: {e}")));
+            }
+            Counters::add(&self.counters.media_superblock_bytes, BS);
+        }
+        if let Err(e) = self.media.flush() {
+            return Err(self.fail(format!("media flush: {e}")));
+        }
+        Counters::add(&self.counters.media_flushes, 1);
+        let _w = self.reuse.write();
+        self.core.lock().segs.release(&segs);
+        Counters::add(&self.counters.barriers, 1);
+        Ok(())
+    }
+
+    /// Called when a user append found no segment: clean until one is free beyond
+    /// the reserve, or fail with NoSpace when nothing can be reclaimed.
+    fn make_space(&self) -> Result<()> {
+        let _g = self.gc_lock.lock();
+        let batch = (self.reserve / 2).max(1) as usize;
+        for _ in 0..(self.geo.segment_count as usize * 2 + 8) {
+            let (free, pending) = {
+                let c = self.core.lock();
+                (c.segs.free.len(), c.segs.pending.len())
+            };
+            if free > self.reserve as usize {
+                return Ok(());
+            }
+            if pending > 0 && (free + pending > self.reserve as usize + batch || free <= 1) {
+                self.barrier()?;
+                continue;
+            }
+            if !self.gc_one()? {
+                if pending > 0 {
+                    self.barrier()?;
+                    continue;
+                }
+                return Err(Error::NoSpace);
+            }
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// Clean until `want` segments beyond the reserve are free (used by the
+    /// housekeeper ahead of need). Returns segments cleaned.
+    fn clean_ahead(&self, want: u32) -> Result<u64> {
+        let _g = self.gc_lock.lock();
+        let mut cleaned = 0;
+        for _ in 0..self.geo.segment_count * 2 {
+            let (free, pending) = {
+                let c = self.core.lock();
+                (c.segs.free.len() as u32, c.segs.pending.len() as u32)
+            };
+            if free + pending >= self.reserve + want || free <= 1 {
+                break;
+            }
+            if !self.gc_one()? {
+                break;
+            }
+            cleaned += 1;
+        }
+        let pending = !self.core.lock().segs.pending.is_empty();
+        if pending {
+            self.barrier()?;
+        }
+        Ok(cleaned)
+    }
+
+    /// Relocate the live entries of one victim segment into the GC stream.
+    /// Returns false when no segment can be cleaned with net gain.
+    fn gc_one(&self) -> Result<bool> {
+        let mut out = Vec::new();
+        let moved = {
+            let mut c = self.core.lock();
+            let written = self.progress.lock().written_through;
+            let Some(victim) = gc::pick_victim(&c.segs, self.policy, c.next_seq, written) else {
+                return Ok(false);
+            };
+            let fill = c.segs.segs[victim as usize].fill as usize;
+            let mut img = AlignedBuf::new(fill * BLOCK_BYTES);
+            // The victim is Closed and fully written; holding `core` keeps it from
+            // being freed and reused under this read.
+            self.media
+                .read_at(&mut img, self.geo.segment_offset(victim))?;
+            let durable = self.durable_seq();
+            match relocate(&mut c, victim, &img, self.reserve, durable, &mut out) {
+                Ok(m) => m,
+                Err(RelocateError::Damaged(why)) => {
+                    tracing::error!("segment {victim} is damaged, GC leaves it alone: {why}");
+                    c.segs.segs[victim as usize].state = SegState::Damaged;
+                    (0, 0)
+                }
+                Err(RelocateError::NoSpace) => {
+                    drop(c);
+                    self.write_sealed(out)?;
+                    return Err(Error::NoSpace);
+                }
+            }
+        };
+        self.write_sealed(out)?;
+        Counters::add(&self.counters.gc_runs, 1);
+        Counters::add(&self.counters.gc_blocks_moved, moved.0);
+        Counters::add(&self.counters.gc_virtual_moved, moved.1);
+        Ok(true)
+    }
+
+    fn maybe_checkpoint(&self) -> Result<()> {
+        let due = self.core.lock().bytes_since_checkpoint;
+        let limit = if self.opts.background {
+            2 * self.checkpoint_interval
+        } else {
+            self.checkpoint_interval
+        };
+        if due >= limit {
+            if let Some(_g) = self.gc_lock.try_lock() {
+                drop(_g);
+                checkpoint::write(self, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> Stats {
+        let c = self.core.lock();
+        let seg = |f: fn(SegState) -> bool| c.segs.count_state(f);
+        let live: u64 = c.segs.segs.iter().map(|s| s.data_live as u64).sum();
+        let base = Stats {
+            logical_bytes: self.geo.logical_bytes(),
+            host_write_bytes: 0,
+            host_read_bytes: 0,
+            host_zero_bytes: 0,
+            host_trim_bytes: 0,
+            host_flushes: 0,
+            media_user_data_bytes: 0,
+            media_gc_data_bytes: 0,
+            media_metadata_bytes: 0,
+            media_chunk_header_bytes: 0,
+            media_checkpoint_bytes: 0,
+            media_superblock_bytes: 0,
+            media_write_bytes: 0,
+            media_flushes: 0,
+            write_amplification: 0.0,
+            chunks_sealed: 0,
+            gc_runs: 0,
+            gc_blocks_moved: 0,
+            gc_virtual_moved: 0,
+            checkpoints: 0,
+            reuse_barriers: 0,
+            segments_total: c.segs.count(),
+            segments_free: seg(|s| s == SegState::Free),
+            segments_open: seg(|s| matches!(s, SegState::Open(_))),
+            segments_closed: seg(|s| s == SegState::Closed),
+            segments_pending: seg(|s| s == SegState::Pending),
+            segments_damaged: seg(|s| s == SegState::Damaged),
+            live_data_blocks: live,
+            map_bytes: c.map.memory_bytes(),
+            map_bytes_per_block: c.map.memory_bytes() as f64 / self.geo.logical_blocks as f64,
+            segment_table_bytes: c.segs.count() as u64
+                * std::mem::size_of::<crate::segments::SegInfo>() as u64,
+        };
+        drop(c);
+        self.counters.snapshot(base)
+    }
+
+    /// Background work: seal idle chunks, keep free segments ahead of need,
+    /// checkpoint on schedule. Runs until `stop`.
+    fn housekeeper(self: Arc<Self>) {
+        let tick = Duration::from_millis((self.opts.idle_seal_ms / 2).clamp(10, 100));
+        let ahead = (self.geo.segment_count / 32).max(2);
+        loop {
+            {
+                let mut stop = self.stop.lock();
+                if *stop {
+                    return;
+                }
+                self.stop_cv.wait_for(&mut stop, tick);
+                if *stop {
+                    return;
+                }
+            }
+            if self.check_failed().is_err() {
+                return;
+            }
+            let r = (|| -> Result<()> {
+                let idle = self
+                    .core
+                    .lock()
+                    .user_chunk_age()
+                    .is_some_and(|a| a >= Duration::from_millis(self.opts.idle_seal_ms));
+                if idle {
+                    self.flush()?;
+                }
+                let (free, pending) = {
+                    let c = self.core.lock();
+                    (c.segs.free.len() as u32, c.segs.pending.len() as u32)
+                };
+                if free + pending < self.reserve + ahead {
+                    match self.clean_ahead(ahead) {
+                        Ok(_) | Err(Error::NoSpace) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                if self.core.lock().bytes_since_checkpoint >= self.checkpoint_interval {
+                    checkpoint::write(&self, false)?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                tracing::error!("housekeeper: {e}");
+            }
+        }
+    }
+}
+
+pub(crate) enum RelocateError {
+    Damaged(String),
+    NoSpace,
+}
+
+/// Move every entry of `victim` that the map still points at into the GC stream.
+/// `img` holds the victim's blocks [0, fill). Returns (data blocks, virtual records) moved.
+pub(crate) fn relocate(
+    c: &mut Core,
+    victim: u32,
+    img: &[u8],
+    reserve: u32,
+    durable: u64,
+    out: &mut Vec<Sealed>,
+) -> std::result::Result<(u64, u64), RelocateError> {
+    use crate::format::chunk;
+    let seg_blocks = c.geo.segment_blocks;
+    let uuid = c.uuid;
+    let fill = img.len() / BLOCK_BYTES;
+    let base = victim * seg_blocks;
+    let (mut data_moved, mut virt_moved) = (0u64, 0u64);
+    let mut pos = 0usize;
+    while pos < fill {
+        let h = chunk::ChunkHeader::decode(&img[pos * BLOCK_BYTES..])
+            .map_err(|e| RelocateError::Damaged(format!("chunk header at block {pos}: {e}")))?;
+        let total = h.total_blocks() as usize;
+        if pos + total > fill {
+            return Err(RelocateError::Damaged(format!(
+                "chunk at block {pos} runs past the segment's fill"
+            )));
+        }
+        chunk::verify(&img[pos * BLOCK_BYTES..(pos + total) * BLOCK_BYTES], &uuid).map_err(
+            |e| RelocateError::Damaged(format!("chunk seq {} at block {pos}: {e}", h.seq)),
+        )?;
+        let mut di = 0u32;
+        for e in &h.entries {
+            if e.lba + e.count as u64 > c.map.len() {
+                return Err(RelocateError::Damaged(format!(
+                    "chunk seq {} names blocks beyond the volume",
+                    h.seq
+                )));
+            }
+            for k in 0..e.count as u64 {
+                let lba = e.lba + k;
+                match e.kind {
+                    Kind::Data => {
+                        let phys = base + pos as u32 + 1 + di;
+                        di += 1;
+                        if c.map.get(lba) == Loc::Data(phys) {
+                            let off = (pos + 1 + (di - 1) as usize) * BLOCK_BYTES;
+                            c.append(
+                                Stream::Gc,
+                                lba,
+                                What::Data(&img[off..off + BLOCK_BYTES]),
+                                phys,
+                                reserve,
+                                durable,
+                                out,
+                            )
+                            .map_err(|_| RelocateError::NoSpace)?;
+                            data_moved += 1;
+                        }
+                    }
+                    k2 => {
+                        let v = self::core::virt_of(k2).expect("virtual kind");
+                        if c.map.get(lba) == Loc::Virtual(v, victim) {
+                            c.append(
+                                Stream::Gc,
+                                lba,
+                                What::Virtual(v),
+                                victim,
+                                reserve,
+                                durable,
+                                out,
+                            )
+                            .map_err(|_| RelocateError::NoSpace)?;
+                            virt_moved += 1;
+                        }
+                    }
+                }
+            }
+        }
+        pos += total;
+    }
+    let s = &c.segs.segs[victim as usize];
+    if s.live != 0 {
+        return Err(RelocateError::Damaged(format!(
+            "{} live entries point at blocks no chunk in the segment describes",
+            s.live
+        )));
+    }
+    Ok((data_moved, virt_moved))
+}
