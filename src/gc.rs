@@ -85,3 +85,6 @@ pub fn pick_victim(
     }
     best.map(|(_, i)| i)
 }
+
+/// Policy used when none is given (chosen by measurement, see docs/gc.md).
+pub const DEFAULT_POLICY: GcPolicy = GcPolicy::Greedy;

@@ -16,7 +16,9 @@ pub mod media;
 pub mod recovery;
 pub mod segments;
 pub mod size;
+pub mod sim;
 pub mod stats;
+pub mod trace;
 pub mod volume;
 
 pub use error::{Error, Result};
