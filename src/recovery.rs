@@ -343,6 +343,8 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             data_live: 0,
             fill: fills[i],
             last_seq: last_seq[i],
+            gen: 0,
+            born: 0,
         })
         .collect();
     for loc in map.iter() {

@@ -30,6 +30,11 @@ pub struct SegInfo {
     pub data_live: u32,
     pub fill: u32,
     pub last_seq: u64,
+    /// GC generation of the data written here (0 = host writes, k = relocated k
+    /// times, capped). In memory only: a hint for generational GC, 0 after mount.
+    pub gen: u8,
+    /// Host-block clock when the segment was opened (in memory only; 0 = unknown).
+    pub born: u64,
 }
 
 pub struct SegmentTable {
@@ -48,7 +53,9 @@ impl SegmentTable {
                     live: 0,
                     data_live: 0,
                     fill: 0,
-                    last_seq: 0
+                    last_seq: 0,
+                    gen: 0,
+                    born: 0,
                 };
                 count as usize
             ],
@@ -71,6 +78,8 @@ impl SegmentTable {
                     data_live: 0,
                     fill: 0,
                     last_seq: 0,
+                    gen: 0,
+                    born: 0,
                 };
                 free.push_back(i as u32);
             }
@@ -120,6 +129,8 @@ impl SegmentTable {
             data_live: 0,
             fill: 0,
             last_seq: 0,
+            gen: 0,
+                    born: 0,
         };
         Some(seg)
     }

@@ -4,9 +4,18 @@
 //!
 //! Invariants kept here:
 //! - every map value points at a block of a chunk that is open, in flight or written;
-//! - a user record that supersedes a block held by the open GC chunk seals that GC
-//!   chunk first, so a relocation always has a lower sequence number than any user
-//!   record that overwrites it (replay then applies relocations unconditionally).
+//! - a user record that supersedes a block held by the open chunk of another slot
+//!   (a GC class or the other user class) seals that chunk first, so a relocation
+//!   always has a lower sequence number than any user record that overwrites it
+//!   (replay then applies relocations unconditionally), and of two user records
+//!   for one block the later always has the higher sequence number;
+//! - a block held by an open chunk is never relocated (victims are Closed), so two
+//!   GC classes never hold relocations of the same block at once.
+//!
+//! Open chunks live in slots: slot 0 is the user stream (slot 1 its short-lived
+//! class when the policy separates host writes), slots GC0.. are GC output
+//! classes. On the media they are just Stream::User / Stream::Gc; the slot only
+//! decides which segment a record joins (see gc.rs).
 
 use crate::format::chunk::{Kind, Stream, MAX_DATA_BLOCKS};
 use crate::format::BLOCK_BYTES;
@@ -17,6 +26,14 @@ use crate::media::AlignedBuf;
 use crate::segments::SegmentTable;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// Number of GC output classes (generations 1..=GC_CLASSES, the last one absorbing older).
+pub const GC_CLASSES: usize = 3;
+/// Slot of host writes predicted short-lived (lifetime-separating policies).
+pub const HOT: usize = 1;
+/// First GC slot.
+pub const GC0: usize = 2;
+pub const SLOTS: usize = GC0 + GC_CLASSES;
 
 /// What to store for one logical block.
 #[derive(Clone, Copy)]
@@ -40,8 +57,20 @@ pub struct Core {
     pub uuid: [u8; 16],
     pub map: Map,
     pub segs: SegmentTable,
-    pub open: [Option<OpenChunk>; 2],
-    pub open_seg: [Option<u32>; 2],
+    /// Open chunk and segment per slot (0 = user, HOT = short-lived user, GC0.. = GC classes).
+    pub open: [Option<OpenChunk>; SLOTS],
+    pub open_seg: [Option<u32>; SLOTS],
+    /// GC class slot the next relocations go to (set by `relocate`).
+    pub gc_slot: usize,
+    /// GC classes in use: 1 (one GC stream) or GC_CLASSES (generational policies).
+    pub gc_classes: usize,
+    /// Host writes predicted to die within this many host blocks go to HOT (0 = off).
+    pub hot_lifetime: u64,
+    /// Host data blocks appended so far (the clock for lifetimes).
+    pub user_clock: u64,
+    /// Per logical block, the (wrapping, 32-bit) user clock of its last host
+    /// write; allocated only when `hot_lifetime` > 0. In memory only.
+    pub last_write: Vec<u32>,
     pub next_seq: u64,
     /// Sealed chunks by first physical block; pruned once written.
     pub inflight: BTreeMap<u64, InFlight>,
@@ -79,8 +108,13 @@ impl Core {
             uuid,
             map,
             segs,
-            open: [None, None],
-            open_seg: [None, None],
+            open: Default::default(),
+            open_seg: [None; SLOTS],
+            gc_slot: GC0,
+            gc_classes: 1,
+            hot_lifetime: 0,
+            user_clock: 0,
+            last_write: Vec::new(),
             next_seq,
             inflight: BTreeMap::new(),
             bytes_since_checkpoint: 0,
@@ -91,10 +125,65 @@ impl Core {
         self.geo.segment_blocks
     }
 
-    /// Close the chunk of `stream` (if it holds anything) and queue it for writing.
+    /// Close the open chunk of `stream` (for Gc: of every GC class) if it holds
+    /// anything and queue it for writing.
     /// `durable_seq`: every chunk below it is known flushed (recorded in the header).
     pub fn seal(&mut self, stream: Stream, durable_seq: u64, out: &mut Vec<Sealed>) {
-        let Some(ch) = self.open[stream as usize].take() else {
+        match stream {
+            Stream::User => {
+                self.seal_slot(0, durable_seq, out);
+                self.seal_slot(HOT, durable_seq, out);
+            }
+            Stream::Gc => {
+                for slot in GC0..SLOTS {
+                    self.seal_slot(slot, durable_seq, out);
+                }
+            }
+        }
+    }
+
+    /// Slot for a record of `stream` for `lba`: GC goes to the class `relocate`
+    /// chose; host writes go to HOT when the block they overwrite lived shorter
+    /// than `hot_lifetime` host blocks (SepBIT's inference: a block that died
+    /// young is likely to die young again).
+    fn slot_of(&self, stream: Stream, lba: u64, old: Loc) -> usize {
+        match stream {
+            // Lifetime-separating policies sort GC output by the block's age
+            // (SepBIT's GC classes): < l, < 4 l, older.
+            Stream::Gc if self.hot_lifetime > 0 => match self.last_write.get(lba as usize) {
+                Some(&last) if last != 0 => {
+                    let age = (self.user_clock as u32).wrapping_sub(last) as u64;
+                    let class = if age < self.hot_lifetime {
+                        0
+                    } else if age < 4 * self.hot_lifetime {
+                        1
+                    } else {
+                        2
+                    };
+                    GC0 + class.min(GC_CLASSES - 1)
+                }
+                _ => SLOTS - 1,
+            },
+            Stream::Gc => self.gc_slot,
+            Stream::User => {
+                if self.hot_lifetime == 0 || old == Loc::Unmapped {
+                    return 0;
+                }
+                let Some(&last) = self.last_write.get(lba as usize) else {
+                    return 0;
+                };
+                let age = (self.user_clock as u32).wrapping_sub(last) as u64;
+                if last != 0 && age < self.hot_lifetime {
+                    HOT
+                } else {
+                    0
+                }
+            }
+        }
+    }
+
+    fn seal_slot(&mut self, slot: usize, durable_seq: u64, out: &mut Vec<Sealed>) {
+        let Some(ch) = self.open[slot].take() else {
             return;
         };
         if ch.is_empty() {
@@ -121,7 +210,7 @@ impl Core {
         );
         if full {
             self.segs.close(sealed.segment);
-            self.open_seg[stream as usize] = None;
+            self.open_seg[slot] = None;
         }
         out.push(sealed);
     }
@@ -133,14 +222,15 @@ impl Core {
         }
     }
 
-    fn open_chunk(&mut self, stream: Stream, reserve: u32) -> Result<(), NeedSpace> {
+    fn open_chunk(&mut self, slot: usize, reserve: u32) -> Result<(), NeedSpace> {
+        let stream = if slot < GC0 { Stream::User } else { Stream::Gc };
         let seg_blocks = self.seg_blocks();
-        let seg = match self.open_seg[stream as usize] {
+        let seg = match self.open_seg[slot] {
             Some(s) if seg_blocks - self.segs.segs[s as usize].fill >= 2 => s,
             other => {
                 if let Some(s) = other {
                     self.segs.close(s);
-                    self.open_seg[stream as usize] = None;
+                    self.open_seg[slot] = None;
                 }
                 let allowed = match stream {
                     Stream::User => self.segs.free.len() > reserve as usize,
@@ -150,33 +240,39 @@ impl Core {
                     return Err(NeedSpace);
                 }
                 let s = self.segs.take_free(stream).ok_or(NeedSpace)?;
-                self.open_seg[stream as usize] = Some(s);
+                let si = &mut self.segs.segs[s as usize];
+                si.gen = slot.saturating_sub(GC0 - 1) as u8;
+                si.born = self.user_clock.max(1);
+                self.open_seg[slot] = Some(s);
                 s
             }
         };
         let start = self.segs.segs[seg as usize].fill;
         let cap = MAX_DATA_BLOCKS.min(seg_blocks - start - 1);
-        self.open[stream as usize] = Some(OpenChunk::new(stream, seg, start, cap));
+        self.open[slot] = Some(OpenChunk::new(stream, seg, start, cap));
         Ok(())
     }
 
-    /// Is `loc` held by the open GC chunk (so a user record superseding it must
-    /// be sequenced after that chunk)?
-    fn held_by_open_gc(&self, loc: Loc) -> bool {
-        let Some(gc) = &self.open[Stream::Gc as usize] else {
-            return false;
-        };
-        if gc.is_empty() {
-            return false;
-        }
+    /// A slot other than `mine` whose open chunk holds `loc`, if any (a user
+    /// record superseding it must be sequenced after that chunk).
+    fn held_by_other_open(&self, loc: Loc, mine: usize) -> Option<usize> {
         let sb = self.seg_blocks() as u64;
-        match loc {
-            Loc::Data(p) => {
-                p as u64 / sb == gc.segment as u64 && gc.block_at((p as u64 % sb) as u32).is_some()
+        (0..SLOTS).filter(|&s| s != mine).find(|&slot| {
+            let Some(gc) = &self.open[slot] else {
+                return false;
+            };
+            if gc.is_empty() {
+                return false;
             }
-            Loc::Virtual(_, s) => s == gc.segment,
-            Loc::Unmapped => false,
-        }
+            match loc {
+                Loc::Data(p) => {
+                    p as u64 / sb == gc.segment as u64
+                        && gc.block_at((p as u64 % sb) as u32).is_some()
+                }
+                Loc::Virtual(_, s) => s == gc.segment,
+                Loc::Unmapped => false,
+            }
+        })
     }
 
     /// Append one block record to `stream` and point the map at it.
@@ -192,22 +288,32 @@ impl Core {
         out: &mut Vec<Sealed>,
     ) -> Result<(), NeedSpace> {
         debug_assert!(lba < self.map.len());
-        if stream == Stream::User && self.held_by_open_gc(self.map.get(lba)) {
-            self.seal(Stream::Gc, durable_seq, out);
+        let old = self.map.get(lba);
+        let slot = self.slot_of(stream, lba, old);
+        if stream == Stream::User {
+            if let Some(other) = self.held_by_other_open(old, slot) {
+                self.seal_slot(other, durable_seq, out);
+            }
+            if matches!(what, What::Data(_)) {
+                self.user_clock += 1;
+                if let Some(t) = self.last_write.get_mut(lba as usize) {
+                    *t = (self.user_clock as u32).max(1);
+                }
+            }
         }
         let kind = match what {
             What::Data(_) => Kind::Data,
             What::Virtual(v) => kind_of(v),
         };
         loop {
-            match &self.open[stream as usize] {
+            match &self.open[slot] {
                 Some(ch) if ch.has_room(lba, kind, src) => break,
-                Some(_) => self.seal(stream, durable_seq, out),
-                None => self.open_chunk(stream, reserve)?,
+                Some(_) => self.seal_slot(slot, durable_seq, out),
+                None => self.open_chunk(slot, reserve)?,
             }
         }
         let seg_blocks = self.seg_blocks();
-        let ch = self.open[stream as usize].as_mut().expect("open chunk");
+        let ch = self.open[slot].as_mut().expect("open chunk");
         let new = match what {
             What::Data(b) => {
                 let off = ch.push_data(lba, b, src);
@@ -252,9 +358,11 @@ impl Core {
     }
 
     pub fn user_chunk_age(&self) -> Option<std::time::Duration> {
-        self.open[Stream::User as usize]
-            .as_ref()
+        self.open[..GC0]
+            .iter()
+            .flatten()
             .filter(|c| !c.is_empty())
             .map(|c| c.opened.elapsed())
+            .max()
     }
 }
