@@ -56,7 +56,7 @@ impl Default for CreateOptions {
             logical_bytes: None,
             overprovision: geometry::DEFAULT_OVERPROVISION,
             segment_bytes: geometry::DEFAULT_SEGMENT_BYTES,
-            gc_policy: GcPolicy::Greedy,
+            gc_policy: gc::DEFAULT_POLICY,
         }
     }
 }
