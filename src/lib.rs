@@ -15,12 +15,13 @@ pub mod map;
 pub mod media;
 pub mod recovery;
 pub mod segments;
-pub mod size;
 pub mod sim;
+pub mod size;
 pub mod stats;
 pub mod trace;
 pub mod volume;
 
 pub use error::{Error, Result};
 pub use gc::GcPolicy;
-pub use volume::{CreateOptions, Extent, OpenOptions, Volume};
+pub use stats::Stats;
+pub use volume::{CreateOptions, Extent, MountReport, OpenOptions, Volume};

@@ -130,7 +130,7 @@ impl SegmentTable {
             fill: 0,
             last_seq: 0,
             gen: 0,
-                    born: 0,
+            born: 0,
         };
         Some(seg)
     }

@@ -100,7 +100,10 @@ struct FlashReport {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     if !(3.0..=80.0).contains(&a.overprovision) {
-        bail!("--overprovision {} is outside 3..80 percent", a.overprovision);
+        bail!(
+            "--overprovision {} is outside 3..80 percent",
+            a.overprovision
+        );
     }
     if a.segment_size % 4096 != 0 || a.segment_size < 64 << 10 {
         bail!("--segment-size must be a multiple of 4K, at least 64K");
@@ -113,8 +116,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let fmt = match a.format {
         Some(f) => f,
-        None => trace::guess_format(&a.trace)
-            .with_context(|| format!("cannot tell the format of {}: give --format", a.trace.display()))?,
+        None => trace::guess_format(&a.trace).with_context(|| {
+            format!(
+                "cannot tell the format of {}: give --format",
+                a.trace.display()
+            )
+        })?,
     };
     let t = trace::parse_file(fmt, &a.trace, a.lenient)
         .with_context(|| format!("reading {}", a.trace.display()))?;
@@ -139,7 +146,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let (vol, flash) = drive::build(&setup)?;
     let geo = vol.geometry();
     let total = bt.ops.len() as u64 * a.passes as u64 + if a.fill { geo.logical_blocks } else { 0 };
-    let pb = if a.json { ProgressBar::hidden() } else { ProgressBar::new(total) };
+    let pb = if a.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
     pb.set_style(
         ProgressStyle::with_template("{msg:8} [{bar:40}] {pos}/{len} ops {per_sec} eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -199,7 +210,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         _ => None,
     };
     let bare = if a.bare {
-        Some(bare_flash(&bt, a.fill, a.passes, a.flash_pages_per_block, a.flash_op / 100.0)?)
+        Some(bare_flash(
+            &bt,
+            a.fill,
+            a.passes,
+            a.flash_pages_per_block,
+            a.flash_op / 100.0,
+        )?)
     } else {
         None
     };
@@ -238,7 +255,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 }
 
 /// The same block trace straight on a flash-sim the size of the logical space.
-fn bare_flash(bt: &BlockTrace, fill: bool, passes: u32, ppb: u32, op: f64) -> anyhow::Result<FlashReport> {
+fn bare_flash(
+    bt: &BlockTrace,
+    fill: bool,
+    passes: u32,
+    ppb: u32,
+    op: f64,
+) -> anyhow::Result<FlashReport> {
     let mut f = Ftl::new(bt.blocks.max(1), ppb, op)?;
     if fill {
         f.write_pages(0, bt.blocks);
@@ -270,7 +293,10 @@ fn bare_flash(bt: &BlockTrace, fill: bool, passes: u32, ppb: u32, op: f64) -> an
 }
 
 fn print_report(r: &Report) {
-    println!("trace        {} ({}, {} lines, {} skipped, {} reads dropped)", r.trace, r.format, r.lines, r.skipped_lines, r.reads_dropped);
+    println!(
+        "trace        {} ({}, {} lines, {} skipped, {} reads dropped)",
+        r.trace, r.format, r.lines, r.skipped_lines, r.reads_dropped
+    );
     println!(
         "volume       {} logical, {:.1}% OP (effective spare {:.2}%), {} segments, gc {}, media {}",
         human(r.logical_bytes),
@@ -282,7 +308,11 @@ fn print_report(r: &Report) {
     );
     println!(
         "playback     fill {}, trims {}, passes {}: {} written, {} trimmed",
-        r.fill, r.trims, r.passes, human(r.trace_write_bytes), human(r.trace_trim_bytes)
+        r.fill,
+        r.trims,
+        r.passes,
+        human(r.trace_write_bytes),
+        human(r.trace_trim_bytes)
     );
     let m = &r.playback;
     println!("host         {} ({} B)", human(m.host_bytes), m.host_bytes);
@@ -296,8 +326,14 @@ fn print_report(r: &Report) {
         human(m.superblock_bytes)
     );
     println!("WA           {:.4} (data only {:.4})", m.wa, m.wa_data);
-    println!("GC           {} runs, {} blocks moved", m.gc_runs, m.gc_blocks_moved);
-    println!("speed        {:.2} s, {:.0} 4K writes/s", r.seconds, r.writes_4k_per_sec);
+    println!(
+        "GC           {} runs, {} blocks moved",
+        m.gc_runs, m.gc_blocks_moved
+    );
+    println!(
+        "speed        {:.2} s, {:.0} 4K writes/s",
+        r.seconds, r.writes_4k_per_sec
+    );
     if let Some(f) = &r.flash {
         println!(
             "flash-sim    device WA {:.4}, end-to-end WA {:.4} ({} programs, {} erases, {} pages/block, {:.0}% OP)",

@@ -79,7 +79,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if !(a.warmup >= 0.0 && a.measure > 0.0 && a.warmup + a.measure <= 50.0) {
         bail!("--warmup >= 0, --measure > 0, and together at most 50");
     }
-    let policies = if a.gc.is_empty() { vec![sluice::gc::DEFAULT_POLICY] } else { a.gc.clone() };
+    let policies = if a.gc.is_empty() {
+        vec![sluice::gc::DEFAULT_POLICY]
+    } else {
+        a.gc.clone()
+    };
     let blocks = a.size / 4096;
     let mut points = Vec::new();
     for &policy in &policies {
@@ -97,7 +101,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             let geo = vol.geometry();
             let spare = drive::effective_spare(&geo);
             let mut d = drive::Driver::new(&vol);
-            let pb = if a.json { ProgressBar::hidden() } else { ProgressBar::new(blocks) };
+            let pb = if a.json {
+                ProgressBar::hidden()
+            } else {
+                ProgressBar::new(blocks)
+            };
             pb.set_message(format!("{} {} {op}%", a.workload.name(), policy.name()));
             d.fill(|_| {})?;
             let mut g = Gen::new(&a.workload, blocks, a.trim, a.seed);
@@ -108,26 +116,27 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             // (closed + open) hold all data; sampled during the measured window.
             let mut seen = (0.0f64, 0u64, false);
             let seg_data = geo.segment_blocks as f64 * 255.0 / 256.0;
-            let mut step = |d: &mut drive::Driver, target: u64, sample: bool| -> anyhow::Result<()> {
-                let start = d.host_write_bytes / 4096;
-                while d.host_write_bytes / 4096 - start < target {
-                    match g.next_op() {
-                        SimOp::Write(l, n) => d.write_blocks(l, n)?,
-                        SimOp::Trim(l, n) => d.trim_blocks(l, n)?,
+            let mut step =
+                |d: &mut drive::Driver, target: u64, sample: bool| -> anyhow::Result<()> {
+                    let start = d.host_write_bytes / 4096;
+                    while d.host_write_bytes / 4096 - start < target {
+                        match g.next_op() {
+                            SimOp::Write(l, n) => d.write_blocks(l, n)?,
+                            SimOp::Trim(l, n) => d.trim_blocks(l, n)?,
+                        }
+                        let w = d.host_write_bytes / 4096;
+                        if w % 65536 == 0 {
+                            pb.set_position(w - blocks);
+                        }
+                        if sample && w % 1024 == 0 {
+                            let st = d.vol.stats();
+                            let used = (st.segments_closed + st.segments_open) as f64 * seg_data;
+                            seen.0 += 1.0 - st.live_data_blocks as f64 / used;
+                            seen.1 += 1;
+                        }
                     }
-                    let w = d.host_write_bytes / 4096;
-                    if w % 65536 == 0 {
-                        pb.set_position(w - blocks);
-                    }
-                    if sample && w % 1024 == 0 {
-                        let st = d.vol.stats();
-                        let used = (st.segments_closed + st.segments_open) as f64 * seg_data;
-                        seen.0 += 1.0 - st.live_data_blocks as f64 / used;
-                        seen.1 += 1;
-                    }
-                }
-                Ok(())
-            };
+                    Ok(())
+                };
             step(&mut d, warm, false)?;
             let s0 = vol.stats();
             let f0 = flash.as_ref().map(|f| f.counters());
@@ -142,7 +151,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             let fwa = match (&flash, f0) {
                 (Some(f), Some(f0)) => {
                     let c = f.counters();
-                    Some((c.nand_programs - f0.nand_programs) as f64 / (c.host_pages - f0.host_pages).max(1) as f64)
+                    Some(
+                        (c.nand_programs - f0.nand_programs) as f64
+                            / (c.host_pages - f0.host_pages).max(1) as f64,
+                    )
                 }
                 _ => None,
             };
@@ -194,7 +206,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 fn plot(path: &std::path::Path, pts: &[Point]) -> anyhow::Result<()> {
     use plotters::prelude::*;
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+    root.fill(&WHITE)
+        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
     let xmax = pts.iter().map(|p| p.overprovision_pct).fold(10.0, f64::max) * 1.05;
     let ymax = pts
         .iter()
@@ -203,7 +216,10 @@ fn plot(path: &std::path::Path, pts: &[Point]) -> anyhow::Result<()> {
         .min(30.0)
         * 1.1;
     let mut ch = ChartBuilder::on(&root)
-        .caption("Write amplification vs over-provisioning", ("sans-serif", 20))
+        .caption(
+            "Write amplification vs over-provisioning",
+            ("sans-serif", 20),
+        )
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(50)
@@ -225,7 +241,10 @@ fn plot(path: &std::path::Path, pts: &[Point]) -> anyhow::Result<()> {
         .label("analytic greedy, uniform (Desnoyers)")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
     let colors = [RED, BLUE, GREEN, MAGENTA, CYAN];
-    let mut keys: Vec<(String, &str)> = pts.iter().map(|p| (p.workload.clone(), p.gc_policy)).collect();
+    let mut keys: Vec<(String, &str)> = pts
+        .iter()
+        .map(|p| (p.workload.clone(), p.gc_policy))
+        .collect();
     keys.dedup();
     for (i, k) in keys.iter().enumerate() {
         let c = colors[i % colors.len()];

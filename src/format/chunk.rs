@@ -1,7 +1,8 @@
 //! Chunk: the unit of atomicity of the log. One 4 KiB header block (fixed header,
 //! up to MAX_ENTRIES entries, one CRC32C per data block), followed by the data
-//! blocks of its data entries, in entry order. A CRC32C covers the whole chunk
-//! (header block with that CRC field zeroed, and all data).
+//! blocks of its data entries, in entry order. One CRC32C covers the header block
+//! alone (so a header can be trusted without reading the data, as replay of durable
+//! chunks does) and one covers the whole chunk (header block and all data).
 //!
 //! Invariant: `decode_header` accepts only headers whose entries are well formed and
 //! whose data-entry counts add up to `data_blocks`; `verify` then proves the data.
@@ -17,7 +18,16 @@ pub const MAX_DATA_BLOCKS: u32 = MAX_CHUNK_BLOCKS - 1;
 /// Where the per-data-block CRC32C array starts in the header block.
 pub const BLOCK_CRC_OFFSET: usize = BLOCK_BYTES - 12 - 4 * MAX_DATA_BLOCKS as usize; // 3064
 pub const MAX_ENTRIES: usize = (BLOCK_CRC_OFFSET - HEADER_BYTES) / ENTRY_BYTES; // 187
+/// Whole-chunk CRC32C (header block + data), computed with this field zeroed.
 const CRC_FIELD: usize = 64;
+/// Header-block CRC32C, computed with bytes 64..72 (both CRC fields) zeroed.
+const HEADER_CRC_FIELD: usize = 68;
+
+fn header_crc(block: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&block[..CRC_FIELD]);
+    let crc = crc32c::crc32c_append(crc, &[0u8; 8]);
+    crc32c::crc32c_append(crc, &block[HEADER_BYTES..BLOCK_BYTES])
+}
 /// Smallest segment the format allows (32 KiB); tests use tiny segments.
 pub const MIN_SEGMENT_BLOCKS: u32 = 8;
 /// Largest logical block address an entry can carry (56 bits).
@@ -185,6 +195,9 @@ impl ChunkHeader {
         if block[0..8] != CHUNK_MAGIC {
             return Err(FormatError::BadMagic);
         }
+        if header_crc(block) != get_u32(block, HEADER_CRC_FIELD) {
+            return Err(FormatError::Checksum);
+        }
         let version = get_u16(block, 8);
         if version != FORMAT_VERSION {
             return Err(FormatError::Version(version));
@@ -241,8 +254,12 @@ pub fn chunk_crc(image: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, &image[CRC_FIELD + 4..])
 }
 
-/// Write the CRC into a complete chunk image.
+/// Write both CRCs into a complete chunk image (header CRC first: the chunk CRC
+/// covers it).
 pub fn seal_crc(image: &mut [u8]) {
+    put_u32(image, CRC_FIELD, 0);
+    let h = header_crc(&image[..BLOCK_BYTES]);
+    put_u32(image, HEADER_CRC_FIELD, h);
     let crc = chunk_crc(image);
     put_u32(image, CRC_FIELD, crc);
 }

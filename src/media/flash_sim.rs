@@ -65,7 +65,9 @@ impl Ftl {
         }
         let ppb = pages_per_block as u64;
         let phys_pages = (logical_pages as f64 * (1.0 + op)).ceil() as u64;
-        let blocks = phys_pages.div_ceil(ppb).max(logical_pages.div_ceil(ppb) + 3);
+        let blocks = phys_pages
+            .div_ceil(ppb)
+            .max(logical_pages.div_ceil(ppb) + 3);
         if blocks * ppb >= NONE as u64 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -107,7 +109,10 @@ impl Ftl {
                 if let Some((b, _)) = other {
                     self.busy[b as usize] = false;
                 }
-                let b = self.free.pop_front().expect("flash-sim: GC keeps a free block");
+                let b = self
+                    .free
+                    .pop_front()
+                    .expect("flash-sim: GC keeps a free block");
                 (b, 0)
             }
         };
@@ -262,7 +267,9 @@ mod tests {
         // Random overwrites keep the invariants.
         let mut x = 12345u64;
         for _ in 0..2000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             f.write_pages((x >> 33) % 8, 1);
         }
         assert_eq!(f.c.nand_programs, f.c.host_pages + f.c.gc_pages);

@@ -46,7 +46,13 @@ impl Measure {
         let media = b.media_write_bytes - a.media_write_bytes;
         let ud = b.media_user_data_bytes - a.media_user_data_bytes;
         let gd = b.media_gc_data_bytes - a.media_gc_data_bytes;
-        let r = |x: u64| if host == 0 { 0.0 } else { x as f64 / host as f64 };
+        let r = |x: u64| {
+            if host == 0 {
+                0.0
+            } else {
+                x as f64 / host as f64
+            }
+        };
         Measure {
             host_bytes: host,
             trim_bytes: b.host_trim_bytes - a.host_trim_bytes,
@@ -276,9 +282,7 @@ pub struct Setup {
 }
 
 /// A fresh volume on fresh media (background off: every media write is deterministic).
-pub fn build(
-    s: &Setup,
-) -> Result<(Volume, Option<std::sync::Arc<crate::media::FlashSim>>)> {
+pub fn build(s: &Setup) -> Result<(Volume, Option<std::sync::Arc<crate::media::FlashSim>>)> {
     use crate::geometry::Geometry;
     use crate::media::{FlashSim, Media, ReplayMedia};
     use std::sync::Arc;

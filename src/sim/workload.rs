@@ -12,7 +12,10 @@ pub enum Workload {
     /// Zipf with exponent theta over blocks (ranks scattered over the space).
     Zipf(f64),
     /// `ops` fraction of writes go to the first `space` fraction of blocks (scattered).
-    HotCold { ops: f64, space: f64 },
+    HotCold {
+        ops: f64,
+        space: f64,
+    },
     Sequential,
     /// Weighted mixture.
     Mix(Vec<(Workload, f64)>),
@@ -43,8 +46,11 @@ impl Workload {
             "uniform" | "random" => Workload::Uniform,
             "seq" | "sequential" => Workload::Sequential,
             "zipf" => {
-                let t: f64 = if arg.is_empty() { 0.99 } else {
-                    arg.parse().map_err(|_| format!("zipf theta {arg:?} is not a number"))?
+                let t: f64 = if arg.is_empty() {
+                    0.99
+                } else {
+                    arg.parse()
+                        .map_err(|_| format!("zipf theta {arg:?} is not a number"))?
                 };
                 if !(0.0..=3.0).contains(&t) {
                     return Err(format!("zipf theta {t} outside 0..3"));
@@ -52,17 +58,27 @@ impl Workload {
                 Workload::Zipf(t)
             }
             "hotcold" => {
-                let (a, b) = if arg.is_empty() { ("80", "20") } else {
-                    arg.split_once('/').ok_or("hotcold needs OPS/SPACE, e.g. hotcold:80/20")?
+                let (a, b) = if arg.is_empty() {
+                    ("80", "20")
+                } else {
+                    arg.split_once('/')
+                        .ok_or("hotcold needs OPS/SPACE, e.g. hotcold:80/20")?
                 };
                 let ops: f64 = a.parse().map_err(|_| format!("{a:?} is not a number"))?;
                 let space: f64 = b.parse().map_err(|_| format!("{b:?} is not a number"))?;
                 if !(0.0 < ops && ops < 100.0 && 0.0 < space && space < 100.0) {
                     return Err("hotcold percentages must be in (0, 100)".into());
                 }
-                Workload::HotCold { ops: ops / 100.0, space: space / 100.0 }
+                Workload::HotCold {
+                    ops: ops / 100.0,
+                    space: space / 100.0,
+                }
             }
-            _ => return Err(format!("unknown workload {s:?} (uniform, zipf:T, hotcold:A/B, seq, mix:...)")),
+            _ => {
+                return Err(format!(
+                    "unknown workload {s:?} (uniform, zipf:T, hotcold:A/B, seq, mix:...)"
+                ))
+            }
         })
     }
 
@@ -71,10 +87,15 @@ impl Workload {
             Workload::Uniform => "uniform".into(),
             Workload::Sequential => "seq".into(),
             Workload::Zipf(t) => format!("zipf:{t}"),
-            Workload::HotCold { ops, space } => format!("hotcold:{:.0}/{:.0}", ops * 100.0, space * 100.0),
+            Workload::HotCold { ops, space } => {
+                format!("hotcold:{:.0}/{:.0}", ops * 100.0, space * 100.0)
+            }
             Workload::Mix(p) => format!(
                 "mix:{}",
-                p.iter().map(|(w, x)| format!("{}@{x}", w.name())).collect::<Vec<_>>().join(",")
+                p.iter()
+                    .map(|(w, x)| format!("{}@{x}", w.name()))
+                    .collect::<Vec<_>>()
+                    .join(",")
             ),
         }
     }
@@ -162,7 +183,10 @@ impl Gen {
         let m = self.blocks.next_power_of_two();
         let mut x = r;
         loop {
-            x = (x.wrapping_mul(0x9E37_79B9_7F4A_7C15 | 1).wrapping_add(0x632B_E59B)) & (m - 1);
+            x = (x
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15 | 1)
+                .wrapping_add(0x632B_E59B))
+                & (m - 1);
             if x < self.blocks {
                 return x;
             }
@@ -225,7 +249,13 @@ mod tests {
 
     #[test]
     fn generators_stay_in_range_and_skew() {
-        for w in ["uniform", "zipf:0.99", "hotcold:80/20", "seq", "mix:zipf:1.2@0.7,seq@0.3"] {
+        for w in [
+            "uniform",
+            "zipf:0.99",
+            "hotcold:80/20",
+            "seq",
+            "mix:zipf:1.2@0.7,seq@0.3",
+        ] {
             let wl = Workload::parse(w).unwrap();
             let mut g = Gen::new(&wl, 1000, 0.1, 7);
             for _ in 0..5000 {

@@ -54,7 +54,10 @@ pub fn parse_line(fmt: Format, st: &mut ParseState, line: &str) -> Result<Option
 fn msr(t: &str) -> Result<Option<Req>, String> {
     let f: Vec<&str> = t.split(',').collect();
     if f.len() < 6 {
-        return Err(format!("expected 7 comma-separated fields, found {}", f.len()));
+        return Err(format!(
+            "expected 7 comma-separated fields, found {}",
+            f.len()
+        ));
     }
     if f[0].trim().eq_ignore_ascii_case("timestamp") {
         return Ok(None);
@@ -74,7 +77,10 @@ fn msr(t: &str) -> Result<Option<Req>, String> {
 fn spc(t: &str) -> Result<Option<Req>, String> {
     let f: Vec<&str> = t.split(',').collect();
     if f.len() < 4 {
-        return Err(format!("expected 5 comma-separated fields, found {}", f.len()));
+        return Err(format!(
+            "expected 5 comma-separated fields, found {}",
+            f.len()
+        ));
     }
     let asu: u32 = num(Some(f[0]), "ASU")?;
     let lba: u64 = num(Some(f[1]), "LBA")?;
@@ -107,7 +113,10 @@ fn disksim(t: &str) -> Result<Option<Req>, String> {
 fn cloudphysics(t: &str) -> Result<Option<Req>, String> {
     let f: Vec<&str> = t.split(',').collect();
     if f.len() != 5 {
-        return Err(format!("expected 5 comma-separated fields, found {}", f.len()));
+        return Err(format!(
+            "expected 5 comma-separated fields, found {}",
+            f.len()
+        ));
     }
     if f[0].trim() == "version" {
         return Ok(None);
@@ -185,7 +194,9 @@ fn blkparse(st: &mut ParseState, t: &str) -> Result<Option<Req>, String> {
 fn fio(st: &mut ParseState, t: &str) -> Result<Option<Req>, String> {
     if let Some(v) = t.strip_prefix("fio version ") {
         let v = v.trim_end_matches("iolog").trim();
-        let v: u32 = v.parse().map_err(|_| format!("bad fio iolog header {t:?}"))?;
+        let v: u32 = v
+            .parse()
+            .map_err(|_| format!("bad fio iolog header {t:?}"))?;
         if v != 2 && v != 3 {
             return Err(format!("fio iolog version {v} is not supported (2 or 3)"));
         }
@@ -204,7 +215,10 @@ fn fio(st: &mut ParseState, t: &str) -> Result<Option<Req>, String> {
         f.remove(0);
     }
     if f.len() < 2 {
-        return Err(format!("expected `file action ...`, found {} fields", f.len()));
+        return Err(format!(
+            "expected `file action ...`, found {} fields",
+            f.len()
+        ));
     }
     let op = match f[1] {
         "add" | "open" | "close" | "wait" => return Ok(None),
@@ -290,7 +304,13 @@ mod tests {
         assert_eq!(t.reqs[0].len, 512);
         assert_eq!(t.reqs[1].op, Op::Read);
         assert_eq!(t.reqs[2].op, Op::Trim);
-        assert_eq!(err_line(Format::CloudPhysics, "version,time,op,size,lbn\n1,2,zz,512,1\n"), 2);
+        assert_eq!(
+            err_line(
+                Format::CloudPhysics,
+                "version,time,op,size,lbn\n1,2,zz,512,1\n"
+            ),
+            2
+        );
     }
 
     #[test]
@@ -307,7 +327,10 @@ mod tests {
         assert_eq!(t.reqs[0].len, 4096);
         assert_eq!(t.reqs[1].op, Op::Trim);
         assert_eq!(t.reqs[2].op, Op::Read);
-        assert_eq!(err_line(Format::Blkparse, "  8,0 3 1 0.0 697 Q W 223490 + x [k]\n"), 1);
+        assert_eq!(
+            err_line(Format::Blkparse, "  8,0 3 1 0.0 697 Q W 223490 + x [k]\n"),
+            1
+        );
     }
 
     #[test]
@@ -315,16 +338,26 @@ mod tests {
         let v2 = "fio version 2 iolog\n/dev/sdb add\n/dev/sdb open\n/dev/sdb write 4096 8192\n/dev/sdb trim 0 4096\n/dev/sdb close\n";
         let t = parse_str(Format::Fio, v2, false).unwrap();
         assert_eq!(t.reqs.len(), 2);
-        assert_eq!((t.reqs[0].op, t.reqs[0].offset, t.reqs[0].len), (Op::Write, 4096, 8192));
+        assert_eq!(
+            (t.reqs[0].op, t.reqs[0].offset, t.reqs[0].len),
+            (Op::Write, 4096, 8192)
+        );
         assert_eq!(t.reqs[1].op, Op::Trim);
         let v3 = "fio version 3 iolog\n0 /dev/sdb add\n10 /dev/sdb open\n15 /dev/sdb read 0 4096\n20 /dev/sdb write 8192 4096\n";
         let t = parse_str(Format::Fio, v3, false).unwrap();
         assert_eq!(t.reqs.len(), 2);
         assert_eq!(t.reqs[1].offset, 8192);
-        assert_eq!(err_line(Format::Fio, "fio version 2 iolog\n/dev/sdb write 4096\n"), 2);
+        assert_eq!(
+            err_line(Format::Fio, "fio version 2 iolog\n/dev/sdb write 4096\n"),
+            2
+        );
         assert_eq!(err_line(Format::Fio, "/dev/sdb write 0 4096\n"), 1);
-        let l = parse_str(Format::Fio, "fio version 2 iolog\n/dev/sdb frob 1 2\n/dev/sdb write 0 4096\n", true)
-            .unwrap();
+        let l = parse_str(
+            Format::Fio,
+            "fio version 2 iolog\n/dev/sdb frob 1 2\n/dev/sdb write 0 4096\n",
+            true,
+        )
+        .unwrap();
         assert_eq!((l.reqs.len(), l.skipped), (1, 1));
     }
 }

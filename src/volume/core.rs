@@ -75,6 +75,9 @@ pub struct Core {
     /// Sealed chunks by first physical block; pruned once written.
     pub inflight: BTreeMap<u64, InFlight>,
     pub bytes_since_checkpoint: u64,
+    /// The open chunk of this stream holds a record that emptied a segment now
+    /// Pending: a reuse barrier must seal it (and only then) to free that segment.
+    pub killed_pending: [bool; SLOTS],
 }
 
 pub fn kind_of(v: Virt) -> Kind {
@@ -118,6 +121,7 @@ impl Core {
             next_seq,
             inflight: BTreeMap::new(),
             bytes_since_checkpoint: 0,
+            killed_pending: [false; SLOTS],
         }
     }
 
@@ -183,6 +187,7 @@ impl Core {
     }
 
     fn seal_slot(&mut self, slot: usize, durable_seq: u64, out: &mut Vec<Sealed>) {
+        self.killed_pending[slot] = false;
         let Some(ch) = self.open[slot].take() else {
             return;
         };
@@ -209,10 +214,28 @@ impl Core {
             },
         );
         if full {
-            self.segs.close(sealed.segment);
+            self.close_segment(sealed.segment);
             self.open_seg[slot] = None;
         }
         out.push(sealed);
+    }
+
+    fn close_segment(&mut self, seg: u32) {
+        let before = self.segs.pending.len();
+        self.segs.close(seg);
+        if self.segs.pending.len() > before {
+            // whatever emptied it may sit in any slot's open chunk
+            self.killed_pending = [true; SLOTS];
+        }
+    }
+
+    /// Seal the open chunks that a reuse barrier needs durable.
+    pub fn seal_for_barrier(&mut self, durable_seq: u64, out: &mut Vec<Sealed>) {
+        for slot in 0..SLOTS {
+            if self.killed_pending[slot] {
+                self.seal_slot(slot, durable_seq, out);
+            }
+        }
     }
 
     /// Forget in-flight images of chunks known to be on the media.
@@ -229,7 +252,7 @@ impl Core {
             Some(s) if seg_blocks - self.segs.segs[s as usize].fill >= 2 => s,
             other => {
                 if let Some(s) = other {
-                    self.segs.close(s);
+                    self.close_segment(s);
                     self.open_seg[slot] = None;
                 }
                 let allowed = match stream {
@@ -301,6 +324,12 @@ impl Core {
                 }
             }
         }
+        // Trim and zero records free space: they may dip into the GC reserve
+        // (all but its last segment) so a full volume can always be trimmed.
+        let reserve_for = match what {
+            What::Data(_) => reserve,
+            What::Virtual(_) => reserve.min(1),
+        };
         let kind = match what {
             What::Data(_) => Kind::Data,
             What::Virtual(v) => kind_of(v),
@@ -309,7 +338,7 @@ impl Core {
             match &self.open[slot] {
                 Some(ch) if ch.has_room(lba, kind, src) => break,
                 Some(_) => self.seal_slot(slot, durable_seq, out),
-                None => self.open_chunk(slot, reserve)?,
+                None => self.open_chunk(slot, reserve_for)?,
             }
         }
         let seg_blocks = self.seg_blocks();
@@ -324,7 +353,11 @@ impl Core {
                 Loc::Virtual(v, ch.segment)
             }
         };
+        let pending_before = self.segs.pending.len();
         self.remap(lba, new);
+        if self.segs.pending.len() > pending_before {
+            self.killed_pending[slot] = true;
+        }
         Ok(())
     }
 
