@@ -5,16 +5,14 @@
 //! Invariants kept here:
 //! - every map value points at a block of a chunk that is open, in flight or written;
 //! - a user record that supersedes a block held by the open chunk of another slot
-//!   (a GC class or the other user class) seals that chunk first, so a relocation
+//!   (any GC class) seals that chunk first, so a relocation
 //!   always has a lower sequence number than any user record that overwrites it
-//!   (replay then applies relocations unconditionally), and of two user records
-//!   for one block the later always has the higher sequence number;
+//!   (replay then applies relocations unconditionally);
 //! - a block held by an open chunk is never relocated (victims are Closed), so two
 //!   GC classes never hold relocations of the same block at once.
 //!
-//! Open chunks live in slots: slot 0 is the user stream (slot 1 its short-lived
-//! class when the policy separates host writes), slots GC0.. are GC output
-//! classes. On the media they are just Stream::User / Stream::Gc; the slot only
+//! Open chunks live in slots: slot 0 is the user stream, slots GC0.. are GC
+//! output classes. On the media they are just Stream::User / Stream::Gc; the slot only
 //! decides which segment a record joins (see gc.rs).
 
 use crate::format::chunk::{Kind, Stream, MAX_DATA_BLOCKS};
@@ -29,10 +27,11 @@ use std::sync::Arc;
 
 /// Number of GC output classes (generations 1..=GC_CLASSES, the last one absorbing older).
 pub const GC_CLASSES: usize = 3;
-/// Slot of host writes predicted short-lived (lifetime-separating policies).
-pub const HOT: usize = 1;
-/// First GC slot.
-pub const GC0: usize = 2;
+/// First GC slot. Host writes have exactly one slot (0): splitting them between
+/// two open chunks would let a crash keep a later write and lose an earlier one
+/// (the crash sweep demands a prefix of the accepted writes), so only GC output,
+/// which never changes what a block reads, is separated.
+pub const GC0: usize = 1;
 pub const SLOTS: usize = GC0 + GC_CLASSES;
 
 /// What to store for one logical block.
@@ -57,14 +56,14 @@ pub struct Core {
     pub uuid: [u8; 16],
     pub map: Map,
     pub segs: SegmentTable,
-    /// Open chunk and segment per slot (0 = user, HOT = short-lived user, GC0.. = GC classes).
+    /// Open chunk and segment per slot (0 = user, GC0.. = GC classes).
     pub open: [Option<OpenChunk>; SLOTS],
     pub open_seg: [Option<u32>; SLOTS],
     /// GC class slot the next relocations go to (set by `relocate`).
     pub gc_slot: usize,
     /// GC classes in use: 1 (one GC stream) or GC_CLASSES (generational policies).
     pub gc_classes: usize,
-    /// Host writes predicted to die within this many host blocks go to HOT (0 = off).
+    /// Lifetime unit l of the age classes for GC output (0 = classes by generation).
     pub hot_lifetime: u64,
     /// Host data blocks appended so far (the clock for lifetimes).
     pub user_clock: u64,
@@ -136,7 +135,6 @@ impl Core {
         match stream {
             Stream::User => {
                 self.seal_slot(0, durable_seq, out);
-                self.seal_slot(HOT, durable_seq, out);
             }
             Stream::Gc => {
                 for slot in GC0..SLOTS {
@@ -146,11 +144,10 @@ impl Core {
         }
     }
 
-    /// Slot for a record of `stream` for `lba`: GC goes to the class `relocate`
-    /// chose; host writes go to HOT when the block they overwrite lived shorter
-    /// than `hot_lifetime` host blocks (SepBIT's inference: a block that died
-    /// young is likely to die young again).
-    fn slot_of(&self, stream: Stream, lba: u64, old: Loc) -> usize {
+    /// Slot for a record of `stream` for `lba`: host writes use slot 0; GC output
+    /// goes to the class `relocate` chose, or with a lifetime policy to the class
+    /// of the block's age since its last host write (SepBIT's GC classes).
+    fn slot_of(&self, stream: Stream, lba: u64) -> usize {
         match stream {
             // Lifetime-separating policies sort GC output by the block's age
             // (SepBIT's GC classes): < l, < 4 l, older.
@@ -169,20 +166,7 @@ impl Core {
                 _ => SLOTS - 1,
             },
             Stream::Gc => self.gc_slot,
-            Stream::User => {
-                if self.hot_lifetime == 0 || old == Loc::Unmapped {
-                    return 0;
-                }
-                let Some(&last) = self.last_write.get(lba as usize) else {
-                    return 0;
-                };
-                let age = (self.user_clock as u32).wrapping_sub(last) as u64;
-                if last != 0 && age < self.hot_lifetime {
-                    HOT
-                } else {
-                    0
-                }
-            }
+            Stream::User => 0,
         }
     }
 
@@ -312,7 +296,7 @@ impl Core {
     ) -> Result<(), NeedSpace> {
         debug_assert!(lba < self.map.len());
         let old = self.map.get(lba);
-        let slot = self.slot_of(stream, lba, old);
+        let slot = self.slot_of(stream, lba);
         if stream == Stream::User {
             if let Some(other) = self.held_by_other_open(old, slot) {
                 self.seal_slot(other, durable_seq, out);
