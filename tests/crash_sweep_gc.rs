@@ -25,7 +25,10 @@ fn workload(seed: u64, n: usize) -> Vec<(Op, bool)> {
 /// Returns the media, the reference, and whether the cut was reached.
 fn run(ops: &[(Op, bool)], cut: Option<u64>) -> (Arc<FaultMedia>, Reference, u64, sluice::Stats) {
     let (mut create, media_bytes) = small_create(BLOCKS, 0.10);
-    create.gc_policy = sluice::GcPolicy::SepbitCb;
+    create.gc_policy = std::env::var("SLUICE_TEST_POLICY")
+        .ok()
+        .and_then(|p| sluice::GcPolicy::parse(&p).ok())
+        .unwrap_or(sluice::GcPolicy::SepbitCb);
     let opts = det_open(96 << 10);
     let media = Arc::new(FaultMedia::new(media_bytes));
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &opts).unwrap();
@@ -67,7 +70,11 @@ fn sweep(seed: u64, ops: usize, policies: &[(f64, bool)]) -> (u64, u64) {
     );
     assert!(stats.checkpoints > 0, "the workload must write checkpoints");
     let mut points = 0;
+    let only: Option<u64> = std::env::var("SLUICE_TEST_CUT").ok().and_then(|c| c.parse().ok());
     for cut in 0..total_writes {
+        if only.is_some_and(|o| o != cut) {
+            continue;
+        }
         let (media, r, _, _) = run(&w, Some(cut));
         assert!(media.is_power_cut(), "cut {cut} was not reached");
         for (pi, &(drop_probability, tear)) in policies.iter().enumerate() {

@@ -340,7 +340,10 @@ impl Core {
         let pending_before = self.segs.pending.len();
         self.remap(lba, new);
         if self.segs.pending.len() > pending_before {
-            self.killed_pending[slot] = true;
+            // The records that moved or superseded the rest of that segment may sit
+            // in any slot's open chunk (a victim's relocations spread over the GC
+            // classes), so the barrier must seal them all before the wipe.
+            self.killed_pending = [true; SLOTS];
         }
         Ok(())
     }
