@@ -70,7 +70,9 @@ fn sweep(seed: u64, ops: usize, policies: &[(f64, bool)]) -> (u64, u64) {
     );
     assert!(stats.checkpoints > 0, "the workload must write checkpoints");
     let mut points = 0;
-    let only: Option<u64> = std::env::var("SLUICE_TEST_CUT").ok().and_then(|c| c.parse().ok());
+    let only: Option<u64> = std::env::var("SLUICE_TEST_CUT")
+        .ok()
+        .and_then(|c| c.parse().ok());
     for cut in 0..total_writes {
         if only.is_some_and(|o| o != cut) {
             continue;

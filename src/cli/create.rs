@@ -21,8 +21,8 @@ pub struct Args {
     /// Segment (write block) size, e.g. 4M.
     #[arg(long, value_parser = super::parse_size, default_value = "4M")]
     pub segment_size: u64,
-    /// GC policy: sepbit-cb (default), sepbit, generational, generational-cb, cost-benefit, greedy.
-    #[arg(long, default_value = "sepbit-cb", value_parser = GcPolicy::parse)]
+    /// GC policy: sepbit (default), sepbit-cb, generational, generational-cb, cost-benefit, greedy.
+    #[arg(long, default_value = "sepbit", value_parser = GcPolicy::parse)]
     pub gc: GcPolicy,
     /// Overwrite an existing file or device that is not empty.
     #[arg(long)]

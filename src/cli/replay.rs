@@ -105,7 +105,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             a.overprovision
         );
     }
-    if a.segment_size % 4096 != 0 || a.segment_size < 64 << 10 {
+    if !a.segment_size.is_multiple_of(4096) || a.segment_size < 64 << 10 {
         bail!("--segment-size must be a multiple of 4K, at least 64K");
     }
     if !(0.0..=400.0).contains(&a.flash_op) || a.flash_pages_per_block == 0 {
@@ -179,7 +179,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 d.write_blocks(l, n as u64)?;
             }
             done += 1;
-            if done % 65536 == 0 {
+            if done.is_multiple_of(65536) {
                 pb.inc(65536);
             }
         }

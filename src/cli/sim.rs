@@ -67,7 +67,7 @@ struct Point {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    if a.size < 64 << 20 || a.size % 4096 != 0 {
+    if a.size < 64 << 20 || !a.size.is_multiple_of(4096) {
         bail!("--size must be a multiple of 4K, at least 64M");
     }
     if a.sweep.iter().any(|&p| !(3.0..=80.0).contains(&p)) {
@@ -125,10 +125,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                             SimOp::Trim(l, n) => d.trim_blocks(l, n)?,
                         }
                         let w = d.host_write_bytes / 4096;
-                        if w % 65536 == 0 {
+                        if w.is_multiple_of(65536) {
                             pb.set_position(w - blocks);
                         }
-                        if sample && w % 1024 == 0 {
+                        if sample && w.is_multiple_of(1024) {
                             let st = d.vol.stats();
                             let used = (st.segments_closed + st.segments_open) as f64 * seg_data;
                             seen.0 += 1.0 - st.live_data_blocks as f64 / used;

@@ -15,7 +15,7 @@ pub use workload::{Gen, Workload};
 /// Principal branch of the Lambert W function (w e^w = x, w >= -1) for x >= -1/e.
 pub fn lambert_w0(x: f64) -> Option<f64> {
     let e_inv = -(-1.0f64).exp();
-    if !(x >= e_inv) || !x.is_finite() {
+    if x.is_nan() || x < e_inv || !x.is_finite() {
         return None;
     }
     if x == 0.0 {

@@ -34,7 +34,7 @@ impl Workload {
                 let wt: f64 = wt
                     .parse()
                     .map_err(|_| format!("mix weight {wt:?} is not a number"))?;
-                if !(wt > 0.0) {
+                if wt.is_nan() || wt <= 0.0 {
                     return Err(format!("mix weight {wt} must be positive"));
                 }
                 parts.push((Workload::parse(w)?, wt));
