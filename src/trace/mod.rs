@@ -101,7 +101,13 @@ pub enum TraceError {
     #[error("line {line}: {msg}")]
     Malformed { line: u64, msg: String },
     #[error("reading trace: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for TraceError {
+    fn from(e: std::io::Error) -> Self {
+        TraceError::Io(e)
+    }
 }
 
 /// A parsed trace.
