@@ -148,6 +148,17 @@ impl Core {
         }
     }
 
+    /// GC is done with `victim`. If it is now empty it becomes Pending, and the
+    /// records that emptied it (relocations in the open GC chunk, overwrites in
+    /// the user chunk) must be sealed by the barrier that frees it.
+    pub fn end_victim(&mut self, victim: u32) {
+        let before = self.segs.pending.len();
+        self.segs.end_victim(victim);
+        if self.segs.pending.len() > before {
+            self.killed_pending = [true, true];
+        }
+    }
+
     /// Seal the open chunks that a reuse barrier needs durable.
     pub fn seal_for_barrier(&mut self, durable_seq: u64, out: &mut Vec<Sealed>) {
         for stream in [Stream::User, Stream::Gc] {
