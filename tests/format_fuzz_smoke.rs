@@ -195,7 +195,10 @@ fn committed_corpus_passes() {
             }
         }
     }
-    assert!(replayed >= checks::seeds().len(), "fuzz/seeds/ is missing files");
+    assert!(
+        replayed >= checks::seeds().len(),
+        "fuzz/seeds/ is missing files"
+    );
 }
 
 fn files(dir: &Path) -> Vec<PathBuf> {
@@ -204,4 +207,51 @@ fn files(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// CRC-valid superblocks whose layout arithmetic overflows: data_offset near
+/// u64::MAX made media_bytes() wrap to a small value, so the media-size check in
+/// read_superblocks passed. Before the fix a debug build panicked ("attempt to add
+/// with overflow" in Superblock::media_bytes); a release build refused to mount
+/// although copy 1 was good, and with a 1 PiB checkpoint slot aborted on a 1 PiB
+/// allocation in checkpoint::load. Validation now refuses both, so mount falls
+/// back to the other copy.
+#[test]
+fn superblock_with_overflowing_data_offset_is_refused() {
+    let base = &checks::base_images()[1];
+    let good = Superblock::decode(&base[..BLOCK_BYTES]).unwrap();
+    let mut wrap = good.clone();
+    wrap.data_offset = u64::MAX - (BLOCK_BYTES as u64 - 1);
+    wrap.generation += 10;
+    let mut alloc = wrap.clone();
+    alloc.checkpoint_slot_bytes = 1 << 50;
+    alloc.checkpoint_offset = [2 * BLOCK_BYTES as u64, 2 * BLOCK_BYTES as u64 + (1 << 50)];
+    for sb in [wrap, alloc] {
+        let enc = sb.encode();
+        assert!(Superblock::decode(&enc).is_err());
+        run_guarded("mount", &[&[3u8][..], &enc].concat());
+        let mut img = base.clone();
+        img[..BLOCK_BYTES].copy_from_slice(&enc);
+        let media = sluice::media::MemMedia::from_image(img);
+        // Copy 1 is still good, so the volume mounts from it.
+        assert!(sluice::recovery::mount(&media).is_ok());
+    }
+}
+
+/// Superblock geometries that decode but would let one checkpoint slot overwrite
+/// the other, or make mount allocate far more than the checkpoint needs.
+#[test]
+fn superblock_with_bad_checkpoint_slots_is_refused() {
+    let good = Superblock::decode(&checks::base_images()[1][..BLOCK_BYTES]).unwrap();
+    let mut overlap = good.clone();
+    overlap.checkpoint_offset[1] = overlap.checkpoint_offset[0] + BLOCK_BYTES as u64;
+    let mut huge = good.clone();
+    huge.checkpoint_slot_bytes = 1 << 40;
+    huge.checkpoint_offset[1] = huge.checkpoint_offset[0] + (1 << 40);
+    huge.data_offset = 1 << 42;
+    let mut unaligned = good.clone();
+    unaligned.checkpoint_slot_bytes += 1;
+    for sb in [overlap, huge, unaligned] {
+        assert!(Superblock::decode(&sb.encode()).is_err(), "{sb:?}");
+    }
 }

@@ -91,7 +91,11 @@ pub fn check_superblock(data: &[u8]) {
     };
     let enc = sb.encode();
     assert_eq!(enc.len(), BLOCK_BYTES);
-    assert_eq!(Superblock::decode(&enc).as_ref(), Ok(&sb), "superblock round-trip");
+    assert_eq!(
+        Superblock::decode(&enc).as_ref(),
+        Ok(&sb),
+        "superblock round-trip"
+    );
     // What validation promises to everything downstream (recovery, check, info):
     // no overflow in the layout arithmetic, slots inside the metadata area and
     // disjoint, and a checkpoint read no larger than the checkpoint needs + 1 MiB.
@@ -126,7 +130,10 @@ pub fn check_chunk_header(data: &[u8]) {
     assert!(h.entries.len() <= chunk::MAX_ENTRIES);
     assert!(h.data_blocks <= chunk::MAX_DATA_BLOCKS);
     assert_eq!(
-        h.entries.iter().map(|e| e.data_blocks() as u64).sum::<u64>(),
+        h.entries
+            .iter()
+            .map(|e| e.data_blocks() as u64)
+            .sum::<u64>(),
         h.data_blocks as u64
     );
     assert_eq!(h.block_crcs.len(), h.data_blocks as usize);
@@ -135,7 +142,11 @@ pub fn check_chunk_header(data: &[u8]) {
     }
     let mut enc = vec![0u8; BLOCK_BYTES];
     h.encode_into(&mut enc);
-    assert_eq!(ChunkHeader::decode(&enc).as_ref(), Ok(&h), "chunk header round-trip");
+    assert_eq!(
+        ChunkHeader::decode(&enc).as_ref(),
+        Ok(&h),
+        "chunk header round-trip"
+    );
 }
 
 /// Input: [control][chunk image]. Control bit 0: seal the whole-chunk CRC; bit 1:
@@ -166,7 +177,11 @@ pub fn check_chunk_verify(data: &[u8]) {
     let mut again = img.clone();
     h.encode_into(&mut again[..BLOCK_BYTES]);
     chunk::seal_crc(&mut again);
-    assert_eq!(chunk::verify(&again, &uuid).as_ref(), Ok(&h), "chunk round-trip");
+    assert_eq!(
+        chunk::verify(&again, &uuid).as_ref(),
+        Ok(&h),
+        "chunk round-trip"
+    );
 }
 
 /// Input: [control][4 KiB header block]. Control bit 0: re-seal the header CRC.
@@ -214,7 +229,11 @@ pub fn check_checkpoint_segments(data: &[u8]) {
         let mut enc = [0u8; SEGMENT_RECORD_BYTES];
         r.encode(&mut enc);
         let off = start + i * SEGMENT_RECORD_BYTES;
-        assert_eq!(&enc[..], &body[off..off + SEGMENT_RECORD_BYTES], "record {i} round-trip");
+        assert_eq!(
+            &enc[..],
+            &body[off..off + SEGMENT_RECORD_BYTES],
+            "record {i} round-trip"
+        );
     }
 }
 
@@ -341,7 +360,9 @@ fn build_base_images() -> [Vec<u8>; 2] {
             0 => vol.trim(off, len, false).unwrap(),
             1 => vol.write_zeroes(off, len, false, false).unwrap(),
             2 => vol.write(off, &vec![0xff; len as usize], false).unwrap(),
-            3 => vol.write(off + 100, &[(r >> 3) as u8; 1000], false).unwrap(),
+            3 => vol
+                .write(off + 100, &[(r >> 3) as u8; 1000], false)
+                .unwrap(),
             _ => {
                 let data: Vec<u8> = (0..len).map(|k| (k as u64 ^ r ^ (k >> 9)) as u8).collect();
                 vol.write(off, &data, (r >> 40) % 8 == 0).unwrap();
@@ -364,7 +385,11 @@ fn build_base_images() -> [Vec<u8>; 2] {
         let m = MemMedia::from_image(img.clone());
         recovery::mount(&m).expect("base image mounts");
         let report = check::check(&m);
-        assert!(report.is_clean(), "base image checks clean: {:?}", report.damage);
+        assert!(
+            report.is_clean(),
+            "base image checks clean: {:?}",
+            report.damage
+        );
     }
     [crashed, clean]
 }
@@ -465,7 +490,11 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         out.push(("superblock", name.to_string(), with(1, &sb.encode())));
         sb.checkpoint_slot = u32::MAX;
         sb.flags = 0;
-        out.push(("superblock", format!("{name}-nockpt"), with(0, &sb.encode())));
+        out.push((
+            "superblock",
+            format!("{name}-nockpt"),
+            with(0, &sb.encode()),
+        ));
     }
 
     // Chunks: every kind, relocations, a full-size header, a header-only chunk.
@@ -521,14 +550,29 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         0x22,
     );
     let many: Vec<Entry> = (0..chunk::MAX_ENTRIES as u64)
-        .map(|i| e(i * 3, 1, if i % 2 == 0 { Kind::Trim } else { Kind::Zero }, NO_SRC))
+        .map(|i| {
+            e(
+                i * 3,
+                1,
+                if i % 2 == 0 { Kind::Trim } else { Kind::Zero },
+                NO_SRC,
+            )
+        })
         .collect();
     let header_only = chunk(many, Stream::User, 0);
     for (name, img) in [("user", &user), ("gc", &gc), ("header-only", &header_only)] {
-        out.push(("chunk_header", name.to_string(), with(0, &img[..BLOCK_BYTES])));
+        out.push((
+            "chunk_header",
+            name.to_string(),
+            with(0, &img[..BLOCK_BYTES]),
+        ));
         out.push(("chunk_verify", name.to_string(), with(4, img)));
     }
-    out.push(("chunk_verify", "user-truncated".into(), with(7, &user[..BLOCK_BYTES + 10])));
+    out.push((
+        "chunk_verify",
+        "user-truncated".into(),
+        with(7, &user[..BLOCK_BYTES + 10]),
+    ));
 
     // Checkpoint header.
     let h = CheckpointHeader {
@@ -572,7 +616,11 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     params.extend_from_slice(&sbk.to_le_bytes());
     for target in ["checkpoint_segments", "map_decode"] {
         // Control bit 0 = raw numbers, so the geometry is taken exactly.
-        out.push((target, "basic".into(), with(1, &[&params[..], &body[..]].concat())));
+        out.push((
+            target,
+            "basic".into(),
+            with(1, &[&params[..], &body[..]].concat()),
+        ));
     }
 
     // Mount: the two base images untouched, a patched superblock field with the CRC
@@ -586,7 +634,11 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     out.push(("mount", "crashed".into(), vec![0]));
     out.push(("mount", "clean".into(), vec![1]));
     out.push(("mount", "crashed-resealed".into(), vec![4 | 8 | 16]));
-    out.push(("mount", "sb-durable-seq".into(), [&[4u8][..], &patch(112, &[0xff; 8])].concat()));
+    out.push((
+        "mount",
+        "sb-durable-seq".into(),
+        [&[4u8][..], &patch(112, &[0xff; 8])].concat(),
+    ));
     out.push((
         "mount",
         "sb1-generation".into(),
