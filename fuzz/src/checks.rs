@@ -364,7 +364,7 @@ fn build_base_images() -> [Vec<u8>; 2] {
                 .write(off + 100, &[(r >> 3) as u8; 1000], false)
                 .unwrap(),
             _ => {
-                let data: Vec<u8> = (0..len).map(|k| (k as u64 ^ r ^ (k >> 9)) as u8).collect();
+                let data: Vec<u8> = (0..len).map(|k| (k ^ r ^ (k >> 9)) as u8).collect();
                 vol.write(off, &data, (r >> 40) % 8 == 0).unwrap();
             }
         }

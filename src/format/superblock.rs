@@ -145,7 +145,9 @@ impl Superblock {
         // Mount allocates one slot: bound it by what the checkpoint needs (slack of
         // SLOT_SLACK_BYTES for writers that pad slots), and keep it block aligned.
         if self.checkpoint_slot_bytes > need + SLOT_SLACK_BYTES
-            || self.checkpoint_slot_bytes % BLOCK_BYTES as u64 != 0
+            || !self
+                .checkpoint_slot_bytes
+                .is_multiple_of(BLOCK_BYTES as u64)
         {
             return Err(invalid(
                 "checkpoint_slot_bytes",
@@ -153,7 +155,7 @@ impl Superblock {
             ));
         }
         for &o in &self.checkpoint_offset {
-            if o % BLOCK_BYTES as u64 != 0
+            if !o.is_multiple_of(BLOCK_BYTES as u64)
                 || o < 2 * BLOCK_BYTES as u64
                 || o.checked_add(self.checkpoint_slot_bytes)
                     .is_none_or(|e| e > self.data_offset)
@@ -168,7 +170,7 @@ impl Superblock {
         }
         // media_bytes() and every segment offset must not overflow (found by fuzzing:
         // a data_offset near u64::MAX wrapped media_bytes() to a small value).
-        if self.data_offset % BLOCK_BYTES as u64 != 0
+        if !self.data_offset.is_multiple_of(BLOCK_BYTES as u64)
             || self
                 .data_offset
                 .checked_add(data_blocks * BLOCK_BYTES as u64)
