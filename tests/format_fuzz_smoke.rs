@@ -170,7 +170,7 @@ fn fuzz_map_decode() {
 }
 #[test]
 fn fuzz_mount() {
-    fuzz_target("mount", 1_500);
+    fuzz_target("mount", 3_000);
 }
 
 /// Replay the committed corpus (seeds and crash regressions); with
