@@ -255,3 +255,31 @@ fn superblock_with_bad_checkpoint_slots_is_refused() {
         assert!(Superblock::decode(&sb.encode()).is_err(), "{sb:?}");
     }
 }
+
+/// Every geometry `create` can produce still passes the (stricter) superblock
+/// validation.
+#[test]
+fn created_geometries_pass_validation() {
+    let good = Superblock::decode(&checks::base_images()[1][..BLOCK_BYTES]).unwrap();
+    for seg_blocks in [8u32, 16, 256, 1024, 262_144] {
+        for logical in [1u64, 1000, 1 << 20, 1 << 28, 1_900_000_000] {
+            for op in [0.03, 0.1, 0.5] {
+                let g = sluice::geometry::Geometry::for_logical(logical, seg_blocks, op);
+                if g.segment_count as u64 * seg_blocks as u64 >= 1 << 31 {
+                    continue; // create refuses these
+                }
+                let sb = Superblock {
+                    logical_blocks: g.logical_blocks,
+                    segment_blocks: g.segment_blocks,
+                    segment_count: g.segment_count,
+                    data_offset: g.data_offset,
+                    checkpoint_offset: g.checkpoint_offset,
+                    checkpoint_slot_bytes: g.checkpoint_slot_bytes,
+                    ..good.clone()
+                };
+                let back = Superblock::decode(&sb.encode());
+                assert_eq!(back.as_ref(), Ok(&sb), "{g:?}");
+            }
+        }
+    }
+}
