@@ -121,10 +121,14 @@ pub fn check_superblock(data: &[u8]) {
     let _ = sb.media_bytes();
 }
 
-/// Input: [control][4 KiB header block]. Chunk headers carry no CRC of their own.
+/// Input: [control][4 KiB header block]. Control bit 0: re-seal the header CRC.
 pub fn check_chunk_header(data: &[u8]) {
-    let (_, b) = split_control(data);
-    let Ok(h) = ChunkHeader::decode(b) else {
+    let (ctl, rest) = split_control(data);
+    let mut b = rest.to_vec();
+    if ctl & FLAG_RESEAL != 0 && b.len() >= BLOCK_BYTES {
+        chunk::seal_crc(&mut b[..BLOCK_BYTES]);
+    }
+    let Ok(h) = ChunkHeader::decode(&b) else {
         return;
     };
     assert!(h.entries.len() <= chunk::MAX_ENTRIES);
@@ -142,6 +146,7 @@ pub fn check_chunk_header(data: &[u8]) {
     }
     let mut enc = vec![0u8; BLOCK_BYTES];
     h.encode_into(&mut enc);
+    chunk::seal_crc(&mut enc);
     assert_eq!(
         ChunkHeader::decode(&enc).as_ref(),
         Ok(&h),
@@ -149,19 +154,32 @@ pub fn check_chunk_header(data: &[u8]) {
     );
 }
 
-/// Input: [control][chunk image]. Control bit 0: seal the whole-chunk CRC; bit 1:
-/// cut or zero-extend the image to the length its header declares; bit 2: expect the
-/// UUID the header carries (else a fixed one, which the header rarely matches).
+/// Input: [control][chunk image]. Control bit 0: seal the header CRC; bit 1: cut or
+/// zero-extend the image to the length its header declares; bit 2: expect the UUID
+/// the header carries (else a fixed one, which the header rarely matches); bit 3:
+/// recompute the block CRCs from the data present.
 pub fn check_chunk_verify(data: &[u8]) {
     let (ctl, rest) = split_control(data);
     let mut img = rest.to_vec();
+    if ctl & FLAG_RESEAL != 0 && img.len() >= BLOCK_BYTES {
+        chunk::seal_crc(&mut img[..BLOCK_BYTES]);
+    }
     if ctl & 2 != 0 {
         if let Ok(h) = ChunkHeader::decode(&img) {
             img.resize(h.total_blocks() as usize * BLOCK_BYTES, 0);
         }
     }
-    if ctl & FLAG_RESEAL != 0 && img.len() >= 68 {
-        chunk::seal_crc(&mut img);
+    if ctl & 8 != 0 {
+        if let Ok(h) = ChunkHeader::decode(&img) {
+            let n = (h.data_blocks as usize).min(img.len() / BLOCK_BYTES - 1);
+            for i in 0..n {
+                let d = (1 + i) * BLOCK_BYTES;
+                let crc = chunk::block_crc(&img[d..d + BLOCK_BYTES]);
+                let c = BLOCK_CRC_OFFSET + 4 * i;
+                img[c..c + 4].copy_from_slice(&crc.to_le_bytes());
+            }
+            chunk::seal_crc(&mut img[..BLOCK_BYTES]);
+        }
     }
     let uuid: [u8; 16] = if ctl & 4 != 0 && img.len() >= 32 {
         img[16..32].try_into().unwrap()
@@ -176,7 +194,7 @@ pub fn check_chunk_verify(data: &[u8]) {
     // Re-encode the header in front of the same data: it must verify to the same value.
     let mut again = img.clone();
     h.encode_into(&mut again[..BLOCK_BYTES]);
-    chunk::seal_crc(&mut again);
+    chunk::seal_crc(&mut again[..BLOCK_BYTES]);
     assert_eq!(
         chunk::verify(&again, &uuid).as_ref(),
         Ok(&h),
@@ -264,8 +282,8 @@ const BASE_UUID: [u8; 16] = *b"sluice-fuzz-uuid";
 
 /// Re-seal the CRCs the fuzzer cannot forge, on a whole media image: bit 2 = both
 /// superblock copies; bit 3 = both checkpoint slots (body CRC, then header CRC);
-/// bit 4 = every chunk that decodes, walking each segment from block 0 (block CRCs,
-/// then whole-chunk CRC). Geometry comes from the best superblock, if any.
+/// bit 4 = every chunk, walking each segment from block 0 (header CRC so it
+/// decodes, then block CRCs from the data, then the header CRC again). Geometry comes from the best superblock, if any.
 pub fn reseal_image(img: &mut [u8], what: u8) {
     if what & 4 != 0 {
         reseal_block(&mut img[..BLOCK_BYTES]);
@@ -297,6 +315,9 @@ pub fn reseal_image(img: &mut [u8], what: u8) {
             let mut pos = 0u32;
             while pos < sbk {
                 let at = base + pos as usize * BLOCK_BYTES;
+                if img[at..at + 8] == CHUNK_MAGIC {
+                    chunk::seal_crc(&mut img[at..at + BLOCK_BYTES]);
+                }
                 let Ok(h) = ChunkHeader::decode(&img[at..at + BLOCK_BYTES]) else {
                     break;
                 };
@@ -310,7 +331,7 @@ pub fn reseal_image(img: &mut [u8], what: u8) {
                     let c = at + BLOCK_CRC_OFFSET + 4 * i;
                     img[c..c + 4].copy_from_slice(&crc.to_le_bytes());
                 }
-                chunk::seal_crc(&mut img[at..at + total as usize * BLOCK_BYTES]);
+                chunk::seal_crc(&mut img[at..at + BLOCK_BYTES]);
                 pos += total;
             }
         }
@@ -576,9 +597,9 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         out.push((
             "chunk_header",
             name.to_string(),
-            with(0, &img[..BLOCK_BYTES]),
+            with(1, &img[..BLOCK_BYTES]),
         ));
-        out.push(("chunk_verify", name.to_string(), with(4, img)));
+        out.push(("chunk_verify", name.to_string(), with(1 | 4 | 8, img)));
     }
     out.push((
         "chunk_verify",
