@@ -386,7 +386,6 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             fill: fills[i],
             last_seq: last_seq[i],
             gen: 0,
-            born: 0,
         })
         .collect();
     for loc in map.iter() {

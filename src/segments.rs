@@ -36,8 +36,6 @@ pub struct SegInfo {
     /// GC generation of the data written here (0 = host writes, k = relocated k
     /// times, capped). In memory only: a hint for generational GC, 0 after mount.
     pub gen: u8,
-    /// Host-block clock when the segment was opened (in memory only; 0 = unknown).
-    pub born: u64,
 }
 
 pub struct SegmentTable {
@@ -58,7 +56,6 @@ impl SegmentTable {
                     fill: 0,
                     last_seq: 0,
                     gen: 0,
-                    born: 0,
                 };
                 count as usize
             ],
@@ -82,7 +79,6 @@ impl SegmentTable {
                     fill: 0,
                     last_seq: 0,
                     gen: 0,
-                    born: 0,
                 };
                 free.push_back(i as u32);
             }
@@ -133,7 +129,6 @@ impl SegmentTable {
             fill: 0,
             last_seq: 0,
             gen: 0,
-            born: 0,
         };
         Some(seg)
     }

@@ -287,7 +287,6 @@ impl Core {
                 let s = self.segs.take_free(stream).ok_or(NeedSpace)?;
                 let si = &mut self.segs.segs[s as usize];
                 si.gen = slot.saturating_sub(GC0 - 1) as u8;
-                si.born = self.user_clock.max(1);
                 self.open_seg[slot] = Some(s);
                 s
             }
