@@ -155,4 +155,4 @@ pub fn pick_victim(
 }
 
 /// Policy used when none is given (chosen by measurement, see docs/gc.md).
-pub const DEFAULT_POLICY: GcPolicy = GcPolicy::Sepbit;
+pub const DEFAULT_POLICY: GcPolicy = GcPolicy::Greedy;

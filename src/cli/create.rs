@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long, value_parser = super::parse_size, default_value = "4M")]
     pub segment_size: u64,
     /// GC policy: sepbit (default), sepbit-cb, generational, generational-cb, cost-benefit, greedy.
-    #[arg(long, default_value = "sepbit", value_parser = GcPolicy::parse)]
+    #[arg(long, default_value = "greedy", value_parser = GcPolicy::parse)]
     pub gc: GcPolicy,
     /// Overwrite an existing file or device that is not empty.
     #[arg(long)]
