@@ -2,6 +2,7 @@
 
 mod create;
 mod info;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +31,11 @@ pub enum Cmd {
     /// Verify superblocks, checkpoints, every chunk's checksum and the map (exit 0 clean, 1 damaged, 2 usage).
     #[command(after_help = "Examples:\n  sluice check vol.img\n  sluice check vol.img --json")]
     Check(info::CheckArgs),
+    /// Export a volume over NBD (Unix socket or TCP) until SIGINT/SIGTERM.
+    #[command(
+        after_help = "Prints the NBD URI to connect to on stdout.\n\nExamples:\n  sluice serve vol.img --socket /tmp/vol.sock\n  sluice serve vol.img --port 10809 --export-name vol\n  sluice serve --create vol.img --size 10G --socket /tmp/vol.sock\n  sluice serve vol.img --socket /tmp/vol.sock --read-only --pid-file /run/sluice.pid\n\nThen, for example:\n  nbdinfo 'nbd+unix:///?socket=/tmp/vol.sock'\n  qemu-img convert -n -O raw disk.img 'nbd+unix:///?socket=/tmp/vol.sock'\n  nbdfuse /mnt/vol 'nbd+unix:///?socket=/tmp/vol.sock'"
+    )]
+    Serve(serve::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -37,6 +43,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Create(a) => create::run(a),
         Cmd::Info(a) => info::run_info(a),
         Cmd::Check(a) => info::run_check(a),
+        Cmd::Serve(a) => serve::run(a),
     }
 }
 
