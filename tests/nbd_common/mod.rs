@@ -151,3 +151,33 @@ pub fn fill_random(buf: &mut [u8], seed: u64) {
         c.copy_from_slice(&b[..c.len()]);
     }
 }
+
+/// Full path of `tool` on PATH.
+pub fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(tool))
+            .find(|f| f.is_file())
+    })
+}
+
+/// A Command running nbdsh under a python3 that has libnbd's bindings (a pyenv or
+/// venv python3 first on PATH usually does not), or None after a loud SKIP.
+pub fn nbdsh(test: &str) -> Option<Command> {
+    which("nbdsh")?;
+    for py in ["python3", "/usr/bin/python3"] {
+        let ok = Command::new(py)
+            .args(["-c", "import nbd"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            let mut c = Command::new(py);
+            c.args(["-m", "nbd"]); // what the nbdsh wrapper script runs
+            return Some(c);
+        }
+    }
+    eprintln!("\n*** SKIP: {test}: no python3 can import libnbd's `nbd` module (apt: python3-libnbd) ***\n");
+    None
+}
