@@ -190,9 +190,12 @@ fn write_all_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
     Ok(())
 }
 
+type Job = Box<dyn FnOnce() + Send>;
+
 /// A fixed set of threads running boxed jobs from one queue.
 struct Pool {
-    q: Mutex<(VecDeque<Box<dyn FnOnce() + Send>>, bool)>,
+    /// Queued jobs, and whether the pool is stopping.
+    q: Mutex<(VecDeque<Job>, bool)>,
     cv: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -214,7 +217,7 @@ impl Pool {
         Ok(p)
     }
 
-    fn submit(&self, job: Box<dyn FnOnce() + Send>) {
+    fn submit(&self, job: Job) {
         self.q.lock().0.push_back(job);
         self.cv.notify_one();
     }
