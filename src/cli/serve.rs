@@ -106,7 +106,21 @@ fn bind_unix(path: &Path) -> anyhow::Result<Listener> {
     Ok(Listener::Unix(l))
 }
 
+/// Keep the engine's 1 MiB chunk images (and our up-to-32 MiB request buffers) on
+/// the heap instead of fresh mmaps: glibc otherwise maps and unmaps every one, and
+/// zero-filling those new pages (page faults + clear_page) cost ~20% of the
+/// server's CPU under 4 KiB random writes. Freed memory is reused instead.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only adjusts glibc malloc parameters; called before any threads start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+}
+
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    tune_allocator();
     if a.create && a.read_only {
         bail!("--create and --read-only do not go together: create the volume first");
     }

@@ -643,4 +643,30 @@ mod tests {
         assert_eq!(e.len(), 20 + 6 + 4);
         assert_eq!(u32::from_be_bytes(e[16..20].try_into().unwrap()), 10);
     }
+
+    proptest::proptest! {
+        /// Arbitrary bytes never panic a decoder, and a request accepted by
+        /// check_request always lies inside the export and within MAX_PAYLOAD.
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let _ = parse_info_request(&bytes);
+            let _ = parse_meta_request(&bytes);
+            if bytes.len() >= REQUEST_BYTES {
+                let mut h = [0u8; REQUEST_BYTES];
+                h.copy_from_slice(&bytes[..REQUEST_BYTES]);
+                h[..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
+                let r = Request::decode(&h).unwrap();
+                let n = Negotiated { size: 1 << 30, read_only: bytes[0] & 1 == 1, structured: bytes[1] & 1 == 1, base_allocation: bytes[2] & 1 == 1 };
+                if check_request(&r, &n).is_ok() {
+                    proptest::prop_assert!(r.offset + r.length as u64 <= n.size);
+                    proptest::prop_assert!(r.payload_len() <= MAX_PAYLOAD);
+                }
+            }
+            if bytes.len() >= OPTION_HEADER_BYTES {
+                let mut h = [0u8; OPTION_HEADER_BYTES];
+                h.copy_from_slice(&bytes[..OPTION_HEADER_BYTES]);
+                let _ = parse_option_header(&h);
+            }
+        }
+    }
 }

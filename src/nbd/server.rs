@@ -847,14 +847,20 @@ impl Server {
                 if rd.buffer().len() < r.length as usize {
                     conn.writer.lock().flush_pending();
                 }
-                payload = vec![0u8; r.length as usize];
-                if let Err(e) = rd.read_exact(&mut payload) {
-                    conn.release(bytes);
-                    return if e.kind() == io::ErrorKind::UnexpectedEof {
-                        Ok(()) // a half-sent write was never acknowledged
-                    } else {
-                        Err(e)
-                    };
+                // Read into reserved, unzeroed capacity (no memset per write).
+                payload = Vec::with_capacity(r.length as usize);
+                let got = (&mut *rd).take(r.length as u64).read_to_end(&mut payload);
+                match got {
+                    Ok(n) if n == r.length as usize => {}
+                    // EOF: a half-sent write was never acknowledged.
+                    Ok(_) => {
+                        conn.release(bytes);
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        conn.release(bytes);
+                        return Err(e);
+                    }
                 }
             }
             let fua = r.flags & proto::CMD_FLAG_FUA != 0;
