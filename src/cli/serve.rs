@@ -52,6 +52,10 @@ pub struct Args {
     /// Worker threads running reads, flushes and FUA writes.
     #[arg(long, default_value_t = 16)]
     pub workers: usize,
+    /// Send every request to the worker pool, also writes without FUA (for
+    /// benchmarking the dispatch choice; see docs/nbd.md).
+    #[arg(long, hide = true)]
+    pub no_inline_writes: bool,
 }
 
 fn uri(a: &Args, port: Option<u16>) -> String {
@@ -230,6 +234,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             read_only: a.read_only,
             max_connections: a.shared,
             workers: a.workers,
+            inline_writes: !a.no_inline_writes,
             ..ServerConfig::default()
         },
     )?;
