@@ -39,6 +39,9 @@ pub const MAX_INFLIGHT_REQUESTS: usize = 128;
 pub const MAX_INFLIGHT_BYTES: u64 = 64 << 20;
 /// A client must finish the handshake within this long.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A reply that cannot be sent for this long (the client stopped reading) ends
+/// the connection, so such a client cannot hold pool workers indefinitely.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most options one handshake may send before we hang up.
 const MAX_OPTIONS: u32 = 4096;
 /// Queued (batched) replies are sent once they reach this size.
@@ -117,6 +120,12 @@ impl Stream {
         match self {
             Stream::Unix(s) => s.set_read_timeout(t),
             Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Tcp(s) => s.set_write_timeout(t),
         }
     }
     fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
@@ -602,6 +611,7 @@ impl Server {
             return Ok(());
         };
         rd.get_ref().set_read_timeout(None)?;
+        wr.set_write_timeout(Some(REPLY_TIMEOUT))?;
         let conn = Arc::new(Conn {
             vol: self.vol.clone(),
             neg,
