@@ -337,3 +337,75 @@ fn sigterm_drains_and_closes_cleanly_then_data_is_there() {
     drop(c);
     s.stop();
 }
+
+#[test]
+fn cli_requires_exactly_one_listener_and_serves_tcp_with_export_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("v.img");
+    let sock = dir.path().join("s.sock");
+    let run = |args: &[&str]| {
+        std::process::Command::new(nbd_common::BIN)
+            .arg("serve")
+            .arg(&img)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let both = run(&["--socket", sock.to_str().unwrap(), "--port", "0"]);
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"));
+    let neither = run(&["--create", "--size", "64M"]);
+    assert!(!neither.status.success());
+    assert!(String::from_utf8_lossy(&neither.stderr).contains("--socket"));
+    let missing = run(&["--socket", sock.to_str().unwrap()]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
+    assert!(!img.exists(), "a failed serve must not create the volume");
+
+    // TCP on a free port, loopback by default, with an export name.
+    let mut child = std::process::Command::new(nbd_common::BIN)
+        .arg("serve")
+        .arg(&img)
+        .args(["--create", "--size", "64M", "--port", "0", "-x", "disk"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let uri = line.trim().to_string();
+    let rest = uri
+        .strip_prefix("nbd://127.0.0.1:")
+        .unwrap_or_else(|| panic!("unexpected URI {uri}"));
+    let (port, name) = rest.split_once('/').unwrap();
+    assert_eq!(name, "disk");
+    let s = std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut s = s;
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    assert_eq!(g, greeting());
+    s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())
+        .unwrap();
+    // EXPORT_NAME "disk": size (8) + flags (2), no zeroes.
+    let mut opt = IHAVEOPT.to_be_bytes().to_vec();
+    opt.extend_from_slice(&OPT_EXPORT_NAME.to_be_bytes());
+    opt.extend_from_slice(&4u32.to_be_bytes());
+    opt.extend_from_slice(b"disk");
+    s.write_all(&opt).unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(u64::from_be_bytes(r[..8].try_into().unwrap()), 64 << 20);
+    let tflags = u16::from_be_bytes(r[8..10].try_into().unwrap());
+    assert_ne!(tflags & TFLAG_CAN_MULTI_CONN, 0);
+    assert_eq!(tflags & TFLAG_READ_ONLY, 0);
+    drop(s);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = nbd_common::wait_timeout(&mut child, Duration::from_secs(60)).unwrap();
+    assert_eq!(st.code(), Some(0));
+}
