@@ -7,6 +7,7 @@
 # Usage: scripts/bench-nbd.sh [CASE...]      CASE: randwrite randread fsync (default: all)
 # Env:   RUNTIME=20 (s per case and server)  SIZE_MB=2048  DIR=/var/tmp/sluice-bench
 #        SERVERS="sluice qemu-nbd nbdkit"    SLUICE=target/release/sluice
+#        (server "sluice-pool" = sluice with every request on the worker pool)
 set -euo pipefail
 
 RUNTIME=${RUNTIME:-20}
@@ -53,10 +54,13 @@ start_server() {
     stop_server
     fresh_file "$img"
     case $srv in
-    sluice)
+    sluice|sluice-pool)
         # sluice keeps ~10% of its file for GC and metadata: same file, smaller export.
+        # sluice-pool: every request through the worker pool (no inline writes).
+        local extra=()
+        [ "$srv" = sluice-pool ] && extra=(--no-inline-writes)
         "$SLUICE" create "$img" >/dev/null
-        "$SLUICE" serve "$img" --socket "$SOCK" >/dev/null 2>"$DIR/sluice.log" &
+        "$SLUICE" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
         SERVER_PID=$! ;;
     qemu-nbd)
         qemu-nbd -f raw --cache=none --aio=native --shared=16 --persistent -k "$SOCK" "$img" &
@@ -110,7 +114,7 @@ for c in "${CASES[@]}"; do
     for s in $SERVERS; do
         [ "$s" = sluice ] && continue
         if [ -n "${IOPS[$c,sluice]:-}" ] && [ "${IOPS[$c,$s]}" -gt 0 ]; then
-            printf '%16s' "$(python3 -c "print(f'{${IOPS[$c,sluice]}/${IOPS[$c,$s]}:.2f}x')")"
+            printf '%20s' "$(python3 -c "print(f'{${IOPS[$c,sluice]}/${IOPS[$c,$s]}:.2f}x')")"
         fi
     done
     echo
