@@ -82,6 +82,10 @@ fn ext4_on_nbdfuse_loop_device_fsck_clean_and_data_intact() {
     td.fuse = Some((fusedir.clone(), child));
     let t0 = std::time::Instant::now();
     while !pidfile.exists() && t0.elapsed() < Duration::from_secs(20) {
+        let exited = td.fuse.as_mut().unwrap().1.try_wait().unwrap().is_some();
+        if exited {
+            break; // nbdfuse gave up (e.g. FUSE not permitted here)
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     if !pidfile.exists() {
