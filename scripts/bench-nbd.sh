@@ -7,7 +7,8 @@
 # Usage: scripts/bench-nbd.sh [CASE...]      CASE: randwrite randread fsync (default: all)
 # Env:   RUNTIME=20 (s per case and server)  SIZE_MB=2048  DIR=/var/tmp/sluice-bench
 #        SERVERS="sluice qemu-nbd nbdkit"    SLUICE=target/release/sluice
-#        (server "sluice-pool" = sluice with every request on the worker pool)
+#        (server "sluice-pool" = sluice with every request on the worker pool;
+#         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate)
 set -euo pipefail
 
 RUNTIME=${RUNTIME:-20}
@@ -68,6 +69,9 @@ start_server() {
     nbdkit)
         nbdkit --foreground -U "$SOCK" file "file=$img" &
         SERVER_PID=$! ;;
+    raw)
+        RAW_FILE=$img
+        return ;;
     esac
     wait_socket
 }
@@ -75,22 +79,33 @@ start_server() {
 # Export size as the server reports it (fio needs --size).
 export_size() { nbdinfo --size "nbd+unix:///?socket=$SOCK"; }
 
+# fio's target: the NBD export, or the file itself for "raw".
+target() {
+    if [ "$CUR" = raw ]; then
+        echo "--ioengine=libaio --direct=1 --filename=$RAW_FILE --size=${SIZE_MB}M"
+    else
+        echo "--ioengine=nbd --uri=nbd+unix:///?socket=$SOCK --size=$(export_size)"
+    fi
+}
+
 run_fio() {  # name, extra fio args...
     local name=$1; shift
-    fio --name="$name" --ioengine=nbd --uri="nbd+unix:///?socket=$SOCK" \
-        --bs=4k --size="$(export_size)" --runtime="$RUNTIME" --time_based \
+    # shellcheck disable=SC2046
+    fio --name="$name" $(target) \
+        --bs=4k --runtime="$RUNTIME" --time_based \
         --group_reporting --output-format=json --output="$DIR/fio-$name.json" "$@" >/dev/null 2>&1
     python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))' "$DIR/fio-$name.json"
 }
 
 prefill() {  # sequential random-data fill so reads hit real data everywhere
-    fio --name=fill --ioengine=nbd --uri="nbd+unix:///?socket=$SOCK" --rw=write --bs=1M \
-        --iodepth=8 --size="$(export_size)" --refill_buffers >/dev/null 2>&1
+    # shellcheck disable=SC2046
+    fio --name=fill $(target) --rw=write --bs=1M --iodepth=8 --refill_buffers >/dev/null 2>&1
 }
 
 declare -A IOPS
 for c in "${CASES[@]}"; do
     for s in $SERVERS; do
+        CUR=$s
         start_server "$s"
         case $c in
         randwrite) IOPS[$c,$s]=$(run_fio rw --rw=randwrite --iodepth=32 --refill_buffers) ;;
