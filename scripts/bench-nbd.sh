@@ -102,20 +102,34 @@ prefill() {  # sequential random-data fill so reads hit real data everywhere
     fio --name=fill $(target) --rw=write --bs=1M --iodepth=8 --refill_buffers >/dev/null 2>&1
 }
 
-declare -A IOPS
+# utime+stime of the server process (all threads), in clock ticks.
+cpu_ticks() {
+    if [ -n "$SERVER_PID" ] && [ -r "/proc/$SERVER_PID/stat" ]; then
+        awk '{print $14+$15}' "/proc/$SERVER_PID/stat"
+    else
+        echo 0
+    fi
+}
+
+declare -A IOPS CPU
 for c in "${CASES[@]}"; do
     for s in $SERVERS; do
         CUR=$s
         start_server "$s"
+        [ "$c" = randread ] && prefill
+        t0=$(cpu_ticks)
         case $c in
         randwrite) IOPS[$c,$s]=$(run_fio rw --rw=randwrite --iodepth=32 --refill_buffers) ;;
-        randread) prefill; IOPS[$c,$s]=$(run_fio rr --rw=randread --iodepth=32) ;;
+        randread) IOPS[$c,$s]=$(run_fio rr --rw=randread --iodepth=32) ;;
         fsync) IOPS[$c,$s]=$(run_fio fs --rw=randwrite --iodepth=1 --numjobs=8 --fsync=1 --refill_buffers) ;;
         *) echo "unknown case $c" >&2; exit 2 ;;
         esac
+        t1=$(cpu_ticks)
+        # Server CPU per request: a figure the machine's other load barely moves.
+        CPU[$c,$s]=$(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,${IOPS[$c,$s]}*$RUNTIME):.1f}')")
         stop_server
         rm -f "$DIR/$s.img"
-        echo "  $c $s: ${IOPS[$c,$s]} IOPS" >&2
+        echo "  $c $s: ${IOPS[$c,$s]} IOPS, server CPU ${CPU[$c,$s]} us/request" >&2
     done
 done
 
@@ -132,6 +146,15 @@ for c in "${CASES[@]}"; do
             printf '%20s' "$(python3 -c "print(f'{${IOPS[$c,sluice]}/${IOPS[$c,$s]}:.2f}x')")"
         fi
     done
+    echo
+done
+echo
+printf '%-10s' "us CPU/req"
+for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%12s' "$s"; done
+echo
+for c in "${CASES[@]}"; do
+    printf '%-10s' "$c"
+    for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%12s' "${CPU[$c,$s]}"; done
     echo
 done
 echo "(fio --ioengine=nbd over a Unix socket, 4 KiB, ${RUNTIME}s per run, ${SIZE_MB} MiB backing files in $DIR)"
