@@ -887,24 +887,41 @@ impl Shared {
     /// Returns false when no segment can be cleaned with net gain.
     fn gc_one(&self) -> Result<bool> {
         let mut out = Vec::new();
-        let moved = {
+        // 1. Choose the victim and take it out of circulation (no IO under the lock).
+        let (victim, fill) = {
             let mut c = self.core.lock();
             let written = self.progress.lock().written_through;
             let Some(victim) = gc::pick_victim(&c.segs, self.policy, c.next_seq, written) else {
                 return Ok(false);
             };
-            let fill = c.segs.segs[victim as usize].fill as usize;
-            let mut img = AlignedBuf::new(fill * BLOCK_BYTES);
-            // The victim is Closed and fully written; holding `core` keeps it from
-            // being freed and reused under this read.
-            self.media
-                .read_at(&mut img, self.geo.segment_offset(victim))?;
+            c.segs.segs[victim as usize].state = SegState::Victim;
+            (victim, c.segs.segs[victim as usize].fill as usize)
+        };
+        // 2. Read it without the lock: a Victim is never reused, and its blocks
+        //    never change while anything may point at them.
+        let mut img = AlignedBuf::new(fill * BLOCK_BYTES);
+        if let Err(e) = self
+            .media
+            .read_at(&mut img, self.geo.segment_offset(victim))
+        {
+            self.core.lock().end_victim(victim);
+            return Err(e.into());
+        }
+        // 3. Relocate what the map still points at (blocks overwritten meanwhile
+        //    no longer match and are skipped).
+        let moved = {
+            let mut c = self.core.lock();
             let durable = self.durable_seq();
-            match relocate(&mut c, victim, &img, self.reserve, durable, &mut out) {
+            let r = relocate(&mut c, victim, &img, self.reserve, durable, &mut out);
+            c.end_victim(victim);
+            match r {
                 Ok(m) => m,
                 Err(RelocateError::Damaged(why)) => {
                     tracing::error!("segment {victim} is damaged, GC leaves it alone: {why}");
-                    c.segs.segs[victim as usize].state = SegState::Damaged;
+                    // (if nothing live is left in it, it was made Pending: reusable)
+                    if c.segs.segs[victim as usize].live > 0 {
+                        c.segs.segs[victim as usize].state = SegState::Damaged;
+                    }
                     (0, 0)
                 }
                 Err(RelocateError::NoSpace) => {
