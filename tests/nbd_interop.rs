@@ -161,6 +161,8 @@ fn fio_randwrite_verify_survives_clean_restart() {
     let s = Server::start(dir.path(), &img, "512M", &[]);
     let job = |uri: &str, verify_only: bool| {
         let mut c = Command::new("fio");
+        // fio leaves its verify state file in the working directory.
+        c.current_dir(dir.path());
         c.args([
             "--name=v",
             "--ioengine=nbd",
