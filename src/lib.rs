@@ -13,6 +13,7 @@ pub mod geometry;
 pub mod log;
 pub mod map;
 pub mod media;
+pub mod nbd;
 pub mod recovery;
 pub mod segments;
 pub mod sim;
