@@ -52,7 +52,7 @@ fn write_locked(sh: &Shared, clean: bool, _g: parking_lot::MutexGuard<'_, ()>) -
         c.bytes_since_checkpoint = 0;
         (c.next_seq, c.uuid)
     };
-    sh.write_sealed(out)?;
+    sh.submit(out)?;
     sh.flush_covering(next_seq)?;
     let header = CheckpointHeader {
         uuid,

@@ -135,6 +135,10 @@ pub(crate) struct Shared {
     pub counters: Counters,
     closed: AtomicBool,
     stop: Mutex<bool>,
+    /// Sealed chunks waiting for a writer thread (background mode only).
+    writeq: Mutex<WriteQueue>,
+    writeq_cv: Condvar,
+    async_writes: bool,
     stop_cv: Condvar,
     checkpoint_interval: u64,
     reserve: u32,
@@ -143,9 +147,25 @@ pub(crate) struct Shared {
     started: std::time::Instant,
 }
 
+/// Chunks handed to the writer threads; bounded by WRITE_QUEUE_BYTES.
+#[derive(Default)]
+pub(crate) struct WriteQueue {
+    chunks: std::collections::VecDeque<Sealed>,
+    bytes: u64,
+    stop: bool,
+    failed: bool,
+}
+
+/// Bytes of sealed chunks that may wait for a writer before appends block.
+const WRITE_QUEUE_BYTES: u64 = 32 << 20;
+/// Writer threads in background mode: enough to keep the device busy while the
+/// threads that fill chunks go on (one writes while another chunk fills).
+const WRITER_THREADS: usize = 2;
+
 pub struct Volume {
     sh: Arc<Shared>,
     housekeeper: Mutex<Option<JoinHandle<()>>>,
+    writers: Mutex<Vec<JoinHandle<()>>>,
     report: MountReport,
 }
 
@@ -299,31 +319,40 @@ impl Volume {
             closed: AtomicBool::new(false),
             stop: Mutex::new(false),
             stop_cv: Condvar::new(),
+            writeq: Mutex::new(WriteQueue::default()),
+            writeq_cv: Condvar::new(),
+            async_writes: opts.background && !opts.read_only,
             checkpoint_interval,
             reserve: geo.reserve(),
             last_write_ms: std::sync::atomic::AtomicU64::new(0),
             started: std::time::Instant::now(),
         });
-        if !opts.read_only {
-            if !m.wipe.is_empty() {
-                let zero = AlignedBuf::new(BLOCK_BYTES);
-                for &s in &m.wipe {
-                    sh.media.write_at(&zero, geo.segment_offset(s))?;
+        // Writers first: the mount's own checkpoint may queue chunks for them.
+        let mut writers = Vec::new();
+        if sh.async_writes {
+            for i in 0..WRITER_THREADS {
+                let w = sh.clone();
+                match std::thread::Builder::new()
+                    .name(format!("sluice-writer-{i}"))
+                    .spawn(move || w.writer())
+                {
+                    Ok(h) => writers.push(h),
+                    Err(e) => {
+                        sh.stop_writer_threads(writers);
+                        return Err(Error::Io(e));
+                    }
                 }
-                sh.media.flush()?;
             }
-            if needs_checkpoint {
-                // Everything replay found is now recorded, and the next sequence
-                // number starts above every chunk seen, torn or not.
-                checkpoint::write(&sh, false)?;
-            } else {
-                sh.update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
-            }
+        }
+        if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint) {
+            sh.stop_writer_threads(writers);
+            return Err(e);
         }
         report.mount_ms = t0.elapsed().as_millis() as u64;
         let vol = Volume {
             sh: sh.clone(),
             housekeeper: Mutex::new(None),
+            writers: Mutex::new(writers),
             report,
         };
         if opts.background && !opts.read_only {
@@ -545,7 +574,15 @@ impl Volume {
             return Ok(());
         }
         self.sh.check_failed()?;
-        checkpoint::write(&self.sh, true)
+        let r = checkpoint::write(&self.sh, true);
+        self.stop_writers();
+        r
+    }
+
+    /// Writer threads finish what is queued, then exit.
+    fn stop_writers(&self) {
+        let writers: Vec<_> = self.writers.lock().drain(..).collect();
+        self.sh.stop_writer_threads(writers);
     }
 
     fn stop_housekeeper(&self) {
@@ -562,6 +599,7 @@ impl Drop for Volume {
     /// checkpoint is written and unflushed data may be lost (flushed data never is).
     fn drop(&mut self) {
         self.stop_housekeeper();
+        self.stop_writers();
     }
 }
 
@@ -572,6 +610,37 @@ pub(crate) fn write_block(media: &dyn Media, bytes: &[u8], offset: u64) -> std::
 }
 
 impl Shared {
+    /// Last step of a read-write mount: wipe the first block of segments that were
+    /// found free, then checkpoint what replay found (or just mark the volume open).
+    fn finish_mount(&self, wipe: &[u32], needs_checkpoint: bool) -> Result<()> {
+        if self.opts.read_only {
+            return Ok(());
+        }
+        if !wipe.is_empty() {
+            let zero = AlignedBuf::new(BLOCK_BYTES);
+            for &s in wipe {
+                self.media.write_at(&zero, self.geo.segment_offset(s))?;
+            }
+            self.media.flush()?;
+        }
+        if needs_checkpoint {
+            // Everything replay found is now recorded, and the next sequence
+            // number starts above every chunk seen, torn or not.
+            checkpoint::write(self, false)?;
+        } else {
+            self.update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
+        }
+        Ok(())
+    }
+
+    fn stop_writer_threads(&self, writers: Vec<JoinHandle<()>>) {
+        self.writeq.lock().stop = true;
+        self.writeq_cv.notify_all();
+        for h in writers {
+            let _ = h.join();
+        }
+    }
+
     pub(crate) fn check_failed(&self) -> Result<()> {
         match &self.progress.lock().failed {
             Some(m) => Err(Error::Failed(m.clone())),
@@ -697,12 +766,67 @@ impl Shared {
                 }
                 need
             };
-            self.write_sealed(out)?;
+            self.submit(out)?;
             if need_space {
                 self.make_space()?;
             }
         }
         self.maybe_checkpoint()
+    }
+
+    /// Hand sealed chunks to the writer threads (background mode), or write them
+    /// now. Either way every caller that needs them durable waits in
+    /// `flush_covering`, and reads find them in `Core::inflight` meanwhile.
+    pub(crate) fn submit(&self, out: Vec<Sealed>) -> Result<()> {
+        if !self.async_writes || out.is_empty() {
+            return self.write_sealed(out);
+        }
+        let mut q = self.writeq.lock();
+        for s in out {
+            while q.bytes >= WRITE_QUEUE_BYTES && !q.failed && !q.stop {
+                self.writeq_cv.wait(&mut q);
+            }
+            if q.failed || q.stop {
+                drop(q);
+                self.check_failed()?;
+                return Err(Error::Closed);
+            }
+            q.bytes += s.bytes().len() as u64;
+            q.chunks.push_back(s);
+        }
+        drop(q);
+        self.writeq_cv.notify_all();
+        Ok(())
+    }
+
+    /// A writer thread: write queued chunks until told to stop and the queue is empty.
+    fn writer(self: Arc<Self>) {
+        loop {
+            let s = {
+                let mut q = self.writeq.lock();
+                loop {
+                    if let Some(s) = q.chunks.pop_front() {
+                        q.bytes -= s.bytes().len() as u64;
+                        break s;
+                    }
+                    if q.stop || q.failed {
+                        return;
+                    }
+                    self.writeq_cv.wait(&mut q);
+                }
+            };
+            self.writeq_cv.notify_all();
+            if self.write_sealed(vec![s]).is_err() {
+                // the volume has failed (write_sealed said why); wake everyone
+                let mut q = self.writeq.lock();
+                q.failed = true;
+                q.chunks.clear();
+                q.bytes = 0;
+                drop(q);
+                self.writeq_cv.notify_all();
+                return;
+            }
+        }
     }
 
     /// Write sealed chunks to the media and record them as written.
@@ -746,7 +870,7 @@ impl Shared {
             c.seal(Stream::User, d, &mut out);
             c.next_seq
         };
-        self.write_sealed(out)?;
+        self.submit(out)?;
         self.flush_covering(target)
     }
 
@@ -818,7 +942,7 @@ impl Shared {
         if segs.is_empty() {
             return Ok(());
         }
-        self.write_sealed(out)?;
+        self.submit(out)?;
         self.flush_covering(target)?;
         self.update_superblock(|sb| sb.durable_seq = sb.durable_seq.max(target))?;
         let zero = AlignedBuf::new(BLOCK_BYTES);
@@ -934,12 +1058,12 @@ impl Shared {
                 }
                 Err(RelocateError::NoSpace) => {
                     drop(c);
-                    self.write_sealed(out)?;
+                    self.submit(out)?;
                     return Err(Error::NoSpace);
                 }
             }
         };
-        self.write_sealed(out)?;
+        self.submit(out)?;
         Counters::add(&self.counters.gc_runs, 1);
         Counters::add(&self.counters.gc_blocks_moved, moved.0);
         Counters::add(&self.counters.gc_virtual_moved, moved.1);
