@@ -194,3 +194,60 @@ fn fio_randwrite_verify_survives_clean_restart() {
     assert!(out.contains("total=32768,"), "{out}");
     s.stop();
 }
+
+#[test]
+fn serve_record_captures_requests_that_replay_reads() {
+    require_tools!("qemu-io", "qemu-io");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("cap.trace");
+    let t = trace.to_str().unwrap().to_string();
+    let s = Server::start(
+        dir.path(),
+        &dir.path().join("v.img"),
+        "64M",
+        &["--record", &t],
+    );
+    let out = stdout(Command::new("qemu-io").args([
+        "-f",
+        "raw",
+        "-c",
+        "write -P 0x11 0 64k",
+        "-c",
+        "write -P 0x22 1M 8k",
+        "-c",
+        "discard 2M 1M",
+        "-c",
+        "flush",
+        "-c",
+        "read -P 0x11 0 4k",
+        &s.uri,
+    ]));
+    assert!(!out.contains("error"), "{out}");
+    let (code, err) = s.stop();
+    assert_eq!(code, Some(0), "{err}");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "# sluice-trace v1");
+    for want in [
+        " W 0 65536",
+        " W 1048576 8192",
+        " T 2097152 1048576",
+        " F 0 0",
+        " R 0 4096",
+    ] {
+        assert!(text.contains(want), "trace lacks {want:?}:\n{text}");
+    }
+    // and sluice's own replay reads it back
+    let rep = stdout(
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["replay", "--trace", &t, "--format", "sluice", "--json"]),
+    );
+    let v: serde_json::Value = serde_json::from_str(&rep).unwrap_or_else(|e| panic!("{e}: {rep}"));
+    assert_eq!(v["trace_write_bytes"].as_u64(), Some(65536 + 8192), "{rep}");
+    assert_eq!(v["trace_trim_bytes"].as_u64(), Some(1 << 20), "{rep}");
+    assert_eq!(
+        v["playback"]["host_bytes"].as_u64(),
+        Some(65536 + 8192),
+        "{rep}"
+    );
+}

@@ -56,6 +56,10 @@ pub struct Args {
     /// benchmarking the dispatch choice; see docs/nbd.md).
     #[arg(long, hide = true)]
     pub no_inline_writes: bool,
+    /// Capture every request (time, op, offset, length) to FILE in sluice's trace
+    /// format, replayable with `sluice replay --format sluice`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
 }
 
 fn uri(a: &Args, port: Option<u16>) -> String {
@@ -214,6 +218,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         uri(&a, port)
     );
 
+    let recorder = match &a.record {
+        Some(p) => Some(Arc::new(
+            sluice::trace::Recorder::create(p)
+                .with_context(|| format!("creating trace file {}", p.display()))?,
+        )),
+        None => None,
+    };
     let server = Server::new(
         vol.clone(),
         ServerConfig {
@@ -222,11 +233,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             max_connections: a.shared,
             workers: a.workers,
             inline_writes: !a.no_inline_writes,
+            recorder: recorder.clone(),
             ..ServerConfig::default()
         },
     )?;
     let served = server.run(listener, &stop);
     drop(server);
+    if let (Some(r), Some(p)) = (&recorder, &a.record) {
+        r.finish()
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
     let closed = vol.flush().and_then(|_| vol.close());
     if let Some(s) = &a.socket {
         let _ = std::fs::remove_file(s);

@@ -58,6 +58,8 @@ pub struct ServerConfig {
     pub workers: usize,
     /// Run non-FUA writes / trims / zeroes on the connection's reader thread.
     pub inline_writes: bool,
+    /// Capture every request in sluice's trace format (`serve --record`).
+    pub recorder: Option<Arc<crate::trace::Recorder>>,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +71,7 @@ impl Default for ServerConfig {
             max_connections: 128,
             workers: 16,
             inline_writes: true,
+            recorder: None,
         }
     }
 }
@@ -312,6 +315,7 @@ struct Budget {
 
 struct Conn {
     vol: Arc<Volume>,
+    recorder: Option<Arc<crate::trace::Recorder>>,
     neg: Negotiated,
     writer: Mutex<Writer>,
     budget: Mutex<Budget>,
@@ -368,6 +372,22 @@ impl Conn {
     fn execute(&self, r: Request, payload: Vec<u8>, queue: bool) {
         let fua = r.flags & proto::CMD_FLAG_FUA != 0;
         let (off, len) = (r.offset, r.length as u64);
+        if let Some(rec) = &self.recorder {
+            use crate::trace::Op;
+            let op = match r.cmd {
+                proto::CMD_READ => Some(Op::Read),
+                proto::CMD_WRITE => Some(Op::Write),
+                proto::CMD_TRIM => Some(Op::Trim),
+                proto::CMD_WRITE_ZEROES => Some(Op::Zero),
+                proto::CMD_FLUSH => Some(Op::Flush),
+                _ => None,
+            };
+            if let Some(op) = op {
+                if let Err(e) = rec.record(op, off, if op == Op::Flush { 0 } else { len }) {
+                    tracing::warn!("--record: {e}");
+                }
+            }
+        }
         let res = match r.cmd {
             proto::CMD_READ => {
                 let mut buf = vec![0u8; r.length as usize];
@@ -614,6 +634,7 @@ impl Server {
         wr.set_write_timeout(Some(REPLY_TIMEOUT))?;
         let conn = Arc::new(Conn {
             vol: self.vol.clone(),
+            recorder: self.cfg.recorder.clone(),
             neg,
             writer: Mutex::new(Writer {
                 stream: wr,

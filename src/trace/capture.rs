@@ -66,6 +66,12 @@ impl Recorder {
     }
 }
 
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Recorder")
+    }
+}
+
 impl Drop for Recorder {
     fn drop(&mut self) {
         let _ = self.finish();
