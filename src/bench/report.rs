@@ -272,11 +272,13 @@ fn steady_table(r: &Report) -> String {
         }
         let _ = writeln!(
             o,
-            "whole run: {} IOPS, {} MB/sec, latency mean {:.0} us p99 {:.0} us{}",
+            "whole run: {} IOPS, {} MB/sec, latency mean {:.0} us, p99 {:.0} us, p99.9 {:.0} us, max {:.0} us{}",
             thousands(p.iops),
             mbs(p.mib_s),
             p.latency.mean_us,
             p.latency.p99_us,
+            p.latency.p999_us,
+            p.latency.max_us,
             p.write_amplification
                 .map(|w| format!(", write amplification {w:.2}"))
                 .unwrap_or_default()

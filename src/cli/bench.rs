@@ -269,6 +269,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     bar.finish_and_clear();
     report.interrupted = stop.load(Ordering::Relaxed);
     print!("{}", b::report::render(&report));
+    std::io::Write::flush(&mut std::io::stdout())?;
     if let Some(p) = &a.json {
         let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
         serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
