@@ -47,10 +47,14 @@ impl GcPolicy {
     }
 }
 
-/// Blocks that relocating a segment's live entries would consume (data + headers).
-pub fn relocation_cost_blocks(data_live: u32, live: u32) -> u32 {
+/// Does cleaning a segment with these live counts free more than relocating its
+/// live entries consumes? Relocation packs data into chunks of up to
+/// MAX_DATA_BLOCKS and virtual records into header blocks of MAX_ENTRIES.
+pub fn cleaning_gains(data_live: u32, live: u32, segment_blocks: u32) -> bool {
     let virtual_live = live - data_live;
-    data_live + data_live.div_ceil(MAX_DATA_BLOCKS) + virtual_live.div_ceil(MAX_ENTRIES as u32) + 1
+    let data_cap = segment_blocks - segment_blocks.div_ceil(MAX_DATA_BLOCKS + 1);
+    let virt_blocks = virtual_live.div_ceil(MAX_ENTRIES as u32);
+    data_live + virt_blocks < data_cap
 }
 
 /// Choose a victim, or None when no segment can be cleaned with net gain.
@@ -67,7 +71,7 @@ pub fn pick_victim(
         if s.state != SegState::Closed || s.last_seq >= written_through || s.live == 0 {
             continue;
         }
-        if relocation_cost_blocks(s.data_live, s.live) >= seg_blocks {
+        if !cleaning_gains(s.data_live, s.live, seg_blocks) {
             continue;
         }
         let u = s.data_live as f64 / seg_blocks as f64;

@@ -2,8 +2,8 @@
 //! recorded in the superblock. Layout: superblock copies at 0 and 4 KiB, two
 //! checkpoint slots, then (aligned to 1 MiB) the segment area.
 //!
-//! Invariant: logical_blocks <= (segment_count - reserve) * segment_blocks * (1 - op),
-//! so GC can always make progress when op > 0.
+//! Invariant: logical_blocks <= (segment_count - reserve) * data capacity of a
+//! segment * (1 - op), so GC can always make progress when op > 0.
 
 use crate::format::{checkpoint, superblock::Superblock, BLOCK_BYTES};
 
@@ -19,6 +19,13 @@ pub struct Geometry {
     pub data_offset: u64,
     pub checkpoint_offset: [u64; 2],
     pub checkpoint_slot_bytes: u64,
+}
+
+/// Data blocks a segment holds at worst (random single-block writes: one header
+/// block per MAX_ENTRIES data blocks).
+pub fn segment_data_capacity(segment_blocks: u32) -> u32 {
+    let per_chunk = crate::format::chunk::MAX_ENTRIES as u32 + 1;
+    segment_blocks - segment_blocks.div_ceil(per_chunk)
 }
 
 /// Segments kept back for GC: user writes never take the last `reserve` free ones.
@@ -39,9 +46,11 @@ impl Geometry {
     }
 
     /// Layout for `logical_blocks` at over-provisioning `op` (fraction of the
-    /// user segment area kept free).
+    /// user segments' data capacity kept free). A negative `op` makes a thin
+    /// volume (library only): more logical blocks than the media can hold, so
+    /// writes fail with ENOSPC once live data fills it.
     pub fn for_logical(logical_blocks: u64, segment_blocks: u32, op: f64) -> Geometry {
-        let usable = (segment_blocks as f64 * (1.0 - op)).max(1.0);
+        let usable = (segment_data_capacity(segment_blocks) as f64 * (1.0 - op)).max(1.0);
         let user_segments = ((logical_blocks as f64 / usable).ceil() as u64).max(2);
         let mut segment_count = user_segments as u32 + 2;
         // reserve depends on the count; iterate to a fixed point (two rounds suffice).

@@ -22,4 +22,5 @@ pub mod volume;
 
 pub use error::{Error, Result};
 pub use gc::GcPolicy;
-pub use volume::{CreateOptions, Extent, OpenOptions, Volume};
+pub use stats::Stats;
+pub use volume::{CreateOptions, Extent, MountReport, OpenOptions, Volume};

@@ -1,16 +1,16 @@
-//! Recovery: mount as a sequence of named steps, each testable:
-//! 1. read_superblocks  - newest valid of the two copies;
-//! 2. load_checkpoint   - newest valid slot, else the older one, else an empty map;
-//! 3. scan_segments     - (skipped after a clean close) find chunks with seq >= the
-//!                        checkpoint's next_seq: from block 0 of any segment whose
-//!                        first chunk is that new, or from the recorded fill of a
-//!                        segment that was open at the checkpoint;
-//! 4. replay            - apply chunks in sequence order; a missing sequence number
-//!                        below the durable watermark W is a dead chunk whose segment
-//!                        was reused (skip it); the first one at or above W ends the log;
-//!                        a chunk that fails verification below W is damage: refuse;
-//! 5. rebuild_segments  - live counts from the map; segments with nothing live are free
-//!                        (their first block is wiped so no stale chunk looks current).
+//! Recovery: mount as a sequence of named steps, each testable.
+//!
+//! 1. `read_superblocks`: newest valid of the two copies.
+//! 2. `load_checkpoint`: newest valid slot, else the older one, else an empty map.
+//! 3. `scan_segments` (skipped after a clean close): find chunks with seq >= the
+//!    checkpoint's next_seq, from block 0 of any segment whose first chunk is that
+//!    new, or from the recorded fill of a segment that was open at the checkpoint.
+//! 4. `replay`: apply chunks in sequence order. A missing sequence number below the
+//!    durable watermark W is a dead chunk whose segment was reused (skip it); the
+//!    first one at or above W ends the log; a chunk that fails verification below W
+//!    is damage: refuse to mount.
+//! 5. `rebuild_segments`: live counts from the map; segments with nothing live are
+//!    free (their first block is wiped so no stale chunk looks current).
 //!
 //! Invariant: the mounted map equals the state after a prefix of the chunk sequence
 //! that contains every chunk durable at the crash.
@@ -94,8 +94,9 @@ pub struct Invalid {
 }
 
 /// Walk the chunks of `seg` from block `pos`: each must belong to this volume and
-/// segment, have seq >= min_seq and above its predecessor, and verify. Returns the
-/// block after the last valid chunk.
+/// segment and have seq >= min_seq and above its predecessor. Chunks that fail
+/// verification are recorded in `invalid` and stepped over. Returns the block
+/// after the last valid chunk.
 pub fn walk_segment(
     media: &dyn Media,
     geo: &Geometry,
@@ -117,6 +118,9 @@ pub fn walk_segment(
     )?;
     let mut pos = start;
     let mut prev: Option<u64> = None;
+    // end of the verified prefix: replay never applies a chunk past a bad one
+    // (the bad one is either a torn tail or damage that refuses the mount)
+    let mut valid_end: Option<u32> = None;
     while pos < sbk {
         let at = (pos - start) as usize * BLOCK_BYTES;
         let Ok(h) = ChunkHeader::decode(&img[at..at + BLOCK_BYTES]) else {
@@ -139,16 +143,20 @@ pub fn walk_segment(
             });
             break;
         }
+        prev = Some(h.seq);
         if let Err(e) = chunk::verify(&img[at..at + total as usize * BLOCK_BYTES], uuid) {
+            // Step over it: a later chunk in this segment may prove it was durable
+            // (damage, not a torn tail). Replay treats it as a gap either way.
             invalid.push(Invalid {
                 seq: h.seq,
                 segment: seg,
                 pos,
                 why: e.to_string(),
             });
-            break;
+            valid_end.get_or_insert(pos);
+            pos += total;
+            continue;
         }
-        prev = Some(h.seq);
         found.push(Found {
             seq: h.seq,
             segment: seg,
@@ -157,7 +165,7 @@ pub fn walk_segment(
         });
         pos += total;
     }
-    Ok(pos)
+    Ok(valid_end.unwrap_or(pos))
 }
 
 /// Apply one chunk's entries to the map (replay). Relocations are applied like any

@@ -39,7 +39,7 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
     }
     let op = a.overprovision / 100.0;
     let seg_blocks = a.segment_size / 4096;
-    if a.segment_size % (64 << 10) != 0 || !(64 << 10..=1 << 30).contains(&a.segment_size) {
+    if !a.segment_size.is_multiple_of(64 << 10) || !(64 << 10..=1 << 30).contains(&a.segment_size) {
         bail!(
             "--segment-size {} must be a multiple of 64K between 64K and 1G",
             a.segment_size

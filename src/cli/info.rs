@@ -56,7 +56,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             "reserve_segments": g.reserve(),
             "data_offset": g.data_offset,
             "media_bytes": g.media_bytes(),
-            "overprovision_percent": sb.overprovision_bp as f64 / 100.0,
+            "overprovision_percent": sb.overprovision_bp as i32 as f64 / 100.0,
             "gc_policy": vol.gc_policy().name(),
             "generation": sb.generation,
             "clean": sb.is_clean(),
@@ -85,7 +85,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         );
         println!(
             "options       over-provisioning {:.1}%, GC {}",
-            sb.overprovision_bp as f64 / 100.0,
+            sb.overprovision_bp as i32 as f64 / 100.0,
             vol.gc_policy().name()
         );
         println!(

@@ -149,7 +149,7 @@ impl Superblock {
                 return Err(invalid("checkpoint_offset", o.to_string()));
             }
         }
-        if self.data_offset % BLOCK_BYTES as u64 != 0 {
+        if !self.data_offset.is_multiple_of(BLOCK_BYTES as u64) {
             return Err(invalid("data_offset", self.data_offset.to_string()));
         }
         Ok(())

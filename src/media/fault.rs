@@ -121,10 +121,9 @@ impl Media for FaultMedia {
         let index = s.writes;
         s.writes += 1;
         if s.cut_after.is_some_and(|n| index >= n) || s.fail_write == Some(index) {
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
-                format!("injected failure of write {index}"),
-            ));
+            return Err(io::Error::other(format!(
+                "injected failure of write {index}"
+            )));
         }
         s.current[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
         s.unflushed.push((offset, buf.to_vec()));
@@ -133,10 +132,7 @@ impl Media for FaultMedia {
     fn flush(&self) -> io::Result<()> {
         let mut s = self.state.lock();
         if s.cut_after.is_some_and(|n| s.writes >= n) {
-            return Err(io::Error::new(
-                io::ErrorKind::Other,
-                "injected power loss: flush failed",
-            ));
+            return Err(io::Error::other("injected power loss: flush failed"));
         }
         let pending = std::mem::take(&mut s.unflushed);
         for (off, data) in pending {

@@ -46,6 +46,9 @@ pub struct Core {
     /// Sealed chunks by first physical block; pruned once written.
     pub inflight: BTreeMap<u64, InFlight>,
     pub bytes_since_checkpoint: u64,
+    /// The open chunk of this stream holds a record that emptied a segment now
+    /// Pending: a reuse barrier must seal it (and only then) to free that segment.
+    pub killed_pending: [bool; 2],
 }
 
 pub fn kind_of(v: Virt) -> Kind {
@@ -84,6 +87,7 @@ impl Core {
             next_seq,
             inflight: BTreeMap::new(),
             bytes_since_checkpoint: 0,
+            killed_pending: [false; 2],
         }
     }
 
@@ -94,6 +98,7 @@ impl Core {
     /// Close the chunk of `stream` (if it holds anything) and queue it for writing.
     /// `durable_seq`: every chunk below it is known flushed (recorded in the header).
     pub fn seal(&mut self, stream: Stream, durable_seq: u64, out: &mut Vec<Sealed>) {
+        self.killed_pending[stream as usize] = false;
         let Some(ch) = self.open[stream as usize].take() else {
             return;
         };
@@ -120,10 +125,28 @@ impl Core {
             },
         );
         if full {
-            self.segs.close(sealed.segment);
+            self.close_segment(sealed.segment);
             self.open_seg[stream as usize] = None;
         }
         out.push(sealed);
+    }
+
+    fn close_segment(&mut self, seg: u32) {
+        let before = self.segs.pending.len();
+        self.segs.close(seg);
+        if self.segs.pending.len() > before {
+            // whatever emptied it may sit in either stream's open chunk
+            self.killed_pending = [true, true];
+        }
+    }
+
+    /// Seal the open chunks that a reuse barrier needs durable.
+    pub fn seal_for_barrier(&mut self, durable_seq: u64, out: &mut Vec<Sealed>) {
+        for stream in [Stream::User, Stream::Gc] {
+            if self.killed_pending[stream as usize] {
+                self.seal(stream, durable_seq, out);
+            }
+        }
     }
 
     /// Forget in-flight images of chunks known to be on the media.
@@ -139,7 +162,7 @@ impl Core {
             Some(s) if seg_blocks - self.segs.segs[s as usize].fill >= 2 => s,
             other => {
                 if let Some(s) = other {
-                    self.segs.close(s);
+                    self.close_segment(s);
                     self.open_seg[stream as usize] = None;
                 }
                 let allowed = match stream {
@@ -195,6 +218,12 @@ impl Core {
         if stream == Stream::User && self.held_by_open_gc(self.map.get(lba)) {
             self.seal(Stream::Gc, durable_seq, out);
         }
+        // Trim and zero records free space: they may dip into the GC reserve
+        // (all but its last segment) so a full volume can always be trimmed.
+        let reserve_for = match what {
+            What::Data(_) => reserve,
+            What::Virtual(_) => reserve.min(1),
+        };
         let kind = match what {
             What::Data(_) => Kind::Data,
             What::Virtual(v) => kind_of(v),
@@ -203,7 +232,7 @@ impl Core {
             match &self.open[stream as usize] {
                 Some(ch) if ch.has_room(lba, kind, src) => break,
                 Some(_) => self.seal(stream, durable_seq, out),
-                None => self.open_chunk(stream, reserve)?,
+                None => self.open_chunk(stream, reserve_for)?,
             }
         }
         let seg_blocks = self.seg_blocks();
@@ -218,7 +247,11 @@ impl Core {
                 Loc::Virtual(v, ch.segment)
             }
         };
+        let pending_before = self.segs.pending.len();
         self.remap(lba, new);
+        if self.segs.pending.len() > pending_before {
+            self.killed_pending[stream as usize] = true;
+        }
         Ok(())
     }
 

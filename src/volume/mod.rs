@@ -151,13 +151,13 @@ fn random_uuid() -> [u8; 16] {
 impl Volume {
     /// Write a fresh, empty volume onto `media` (destroying what was there).
     pub fn format(media: &dyn Media, opts: &CreateOptions) -> Result<Superblock> {
-        if !(0.0..=0.9).contains(&opts.overprovision) {
+        if !(-4.0..=0.9).contains(&opts.overprovision) {
             return Err(Error::InvalidArgument(format!(
-                "over-provisioning {} is outside 0..0.9",
+                "over-provisioning {} is outside -4..0.9",
                 opts.overprovision
             )));
         }
-        if opts.segment_bytes % BS != 0
+        if !opts.segment_bytes.is_multiple_of(BS)
             || opts.segment_bytes < crate::format::chunk::MIN_SEGMENT_BLOCKS as u64 * BS
             || opts.segment_bytes > (1 << 30)
         {
@@ -211,7 +211,7 @@ impl Volume {
             data_offset: geo.data_offset,
             checkpoint_offset: geo.checkpoint_offset,
             checkpoint_slot_bytes: geo.checkpoint_slot_bytes,
-            overprovision_bp: (opts.overprovision * 10000.0).round() as u32,
+            overprovision_bp: (opts.overprovision * 10000.0).round() as i32 as u32,
             flags: FLAG_CLEAN,
             checkpoint_slot: NO_CHECKPOINT,
             checkpoint_next_seq: 1,
@@ -256,9 +256,12 @@ impl Volume {
             .or_else(|| GcPolicy::from_id(m.sb.gc_policy))
             .unwrap_or(GcPolicy::Greedy);
         let slot_bytes = geo.checkpoint_slot_bytes;
+        // Never more often than every two segments: each checkpoint seals the open
+        // chunks, and sealing more often than that wastes space in headers.
         let checkpoint_interval = opts
             .checkpoint_interval_bytes
-            .unwrap_or((64u64 << 20).max(32 * slot_bytes));
+            .unwrap_or((64u64 << 20).max(32 * slot_bytes))
+            .max(2 * geo.segment_bytes());
         let next_seq = m.next_seq;
         let needs_checkpoint = m.needs_checkpoint;
         let mut report = m.report.clone();
@@ -386,7 +389,7 @@ impl Volume {
         self.check_usable(true)?;
         self.check_range(offset, data.len() as u64)?;
         if !data.is_empty() {
-            if offset % BS == 0 && data.len() as u64 % BS == 0 {
+            if offset.is_multiple_of(BS) && (data.len() as u64).is_multiple_of(BS) {
                 self.sh.write_blocks(offset / BS, data)?;
             } else {
                 let _g = self.sh.rmw.lock();
@@ -398,7 +401,7 @@ impl Volume {
                 if head != 0 {
                     self.sh.read_blocks(first, &mut tmp[..BLOCK_BYTES])?;
                 }
-                if tail_end % BLOCK_BYTES != 0 && (last > first || head == 0) {
+                if !tail_end.is_multiple_of(BLOCK_BYTES) && (last > first || head == 0) {
                     let t = tmp.len() - BLOCK_BYTES;
                     self.sh.read_blocks(last, &mut tmp[t..])?;
                 }
@@ -428,13 +431,14 @@ impl Volume {
             if head > 0 {
                 self.write(offset, &vec![0u8; head as usize], false)?;
             }
+            // in ascending block order, like every other request
+            let v = if may_trim { Virt::Trim } else { Virt::Zero };
+            self.sh
+                .write_virtual(first_full, end_full - first_full, v)?;
             let tail = offset + len - end_full * BS;
             if tail > 0 {
                 self.write(end_full * BS, &vec![0u8; tail as usize], false)?;
             }
-            let v = if may_trim { Virt::Trim } else { Virt::Zero };
-            self.sh
-                .write_virtual(first_full, end_full - first_full, v)?;
         }
         Counters::add(&self.sh.counters.host_zero_bytes, len);
         if fua {
@@ -793,8 +797,7 @@ impl Shared {
         let (target, segs) = {
             let mut c = self.core.lock();
             let d = self.durable_seq();
-            c.seal(Stream::User, d, &mut out);
-            c.seal(Stream::Gc, d, &mut out);
+            c.seal_for_barrier(d, &mut out);
             (c.next_seq, c.segs.pending.clone())
         };
         if segs.is_empty() {
@@ -825,7 +828,7 @@ impl Shared {
     fn make_space(&self) -> Result<()> {
         let _g = self.gc_lock.lock();
         let batch = (self.reserve / 2).max(1) as usize;
-        for _ in 0..(self.geo.segment_count as usize * 2 + 8) {
+        for _ in 0..(self.geo.segment_count as usize * 4 + 64) {
             let (free, pending) = {
                 let c = self.core.lock();
                 (c.segs.free.len(), c.segs.pending.len())

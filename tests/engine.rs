@@ -1,0 +1,245 @@
+//! Engine behaviour that a storage engineer relies on, one property per test.
+
+mod common;
+
+use common::*;
+use sluice::media::{FaultMedia, FileMedia, Media, MemMedia};
+use sluice::{Error, OpenOptions, Volume};
+use std::sync::Arc;
+
+fn mem_volume(blocks: u64, op: f64) -> (Arc<MemMedia>, Volume) {
+    let (create, media_bytes) = small_create(blocks, op);
+    let media = Arc::new(MemMedia::new(media_bytes));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    (media, vol)
+}
+
+#[test]
+fn trim_frees_space_without_writing_data() {
+    let (_, vol) = mem_volume(256, 0.1);
+    vol.write(0, &payload(64 * BS, 3, Fill::Random), true)
+        .unwrap();
+    let before = vol.stats();
+    assert_eq!(before.live_data_blocks, 64);
+    vol.trim(0, 64 * BS as u64, true).unwrap();
+    let after = vol.stats();
+    assert_eq!(after.live_data_blocks, 0);
+    assert_eq!(
+        after.media_user_data_bytes, before.media_user_data_bytes,
+        "trim must not write data blocks"
+    );
+    let mut buf = vec![1u8; 64 * BS];
+    vol.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn zero_and_ones_blocks_cost_no_data_bytes_and_read_back() {
+    let (_, vol) = mem_volume(256, 0.1);
+    vol.write(0, &vec![0u8; 16 * BS], false).unwrap();
+    vol.write(16 * BS as u64, &vec![0xffu8; 16 * BS], false)
+        .unwrap();
+    vol.write_zeroes(32 * BS as u64, 16 * BS as u64, false, false)
+        .unwrap();
+    vol.flush().unwrap();
+    let st = vol.stats();
+    assert_eq!(st.media_user_data_bytes, 0);
+    assert_eq!(st.live_data_blocks, 0);
+    let mut buf = vec![7u8; 48 * BS];
+    vol.read(0, &mut buf).unwrap();
+    assert!(buf[..16 * BS].iter().all(|&b| b == 0));
+    assert!(buf[16 * BS..32 * BS].iter().all(|&b| b == 0xff));
+    assert!(buf[32 * BS..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn block_status_reports_holes_zeros_and_data() {
+    let (_, vol) = mem_volume(256, 0.1);
+    vol.write(4 * BS as u64, &payload(2 * BS, 1, Fill::Random), false)
+        .unwrap();
+    vol.write_zeroes(8 * BS as u64, 2 * BS as u64, false, false)
+        .unwrap();
+    let ext = vol.block_status(0, 12 * BS as u64).unwrap();
+    let b = BS as u64;
+    assert_eq!(
+        ext,
+        vec![
+            sluice::Extent {
+                length: 4 * b,
+                hole: true,
+                zero: true
+            },
+            sluice::Extent {
+                length: 2 * b,
+                hole: false,
+                zero: false
+            },
+            sluice::Extent {
+                length: 2 * b,
+                hole: true,
+                zero: true
+            },
+            sluice::Extent {
+                length: 2 * b,
+                hole: false,
+                zero: true
+            },
+            sluice::Extent {
+                length: 2 * b,
+                hole: true,
+                zero: true
+            },
+        ]
+    );
+}
+
+#[test]
+fn requests_beyond_the_end_are_rejected_without_side_effects() {
+    let (_, vol) = mem_volume(64, 0.1);
+    let size = vol.size_bytes();
+    assert!(matches!(
+        vol.write(size - 10, &[1u8; 20], false),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        vol.read(size, &mut [0u8; 1]),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        vol.trim(u64::MAX - 5, 10, false),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert_eq!(vol.stats().host_write_bytes, 0);
+}
+
+#[test]
+fn clean_close_means_the_next_mount_replays_nothing() {
+    let (media, vol) = mem_volume(256, 0.1);
+    vol.write(0, &payload(100 * BS, 9, Fill::Random), false)
+        .unwrap();
+    vol.close().unwrap();
+    assert!(matches!(
+        vol.write(0, &[0u8; 4096], false),
+        Err(Error::Closed)
+    ));
+    drop(vol);
+    let vol = Volume::open(media as Arc<dyn Media>, &det_open(1 << 40)).unwrap();
+    assert!(vol.mount_report().clean);
+    assert_eq!(vol.mount_report().chunks_replayed, 0);
+    let mut buf = vec![0u8; 100 * BS];
+    vol.read(0, &mut buf).unwrap();
+    assert_eq!(buf, payload(100 * BS, 9, Fill::Random));
+}
+
+#[test]
+fn overwrites_trigger_gc_and_write_amplification_stays_bounded() {
+    let (_, vol) = mem_volume(512, 0.2);
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
+    for i in 0..6000u64 {
+        let b = rand::Rng::gen_range(&mut rng, 0..512u64);
+        vol.write(b * BS as u64, &payload(BS, i, Fill::Random), false)
+            .unwrap();
+    }
+    let st = vol.stats();
+    assert!(st.gc_runs > 0 && st.gc_blocks_moved > 0, "{st:?}");
+    assert!(
+        st.write_amplification > 1.0 && st.write_amplification < 6.0,
+        "WA {}",
+        st.write_amplification
+    );
+    assert!(st.map_bytes_per_block <= 4.0);
+}
+
+#[test]
+fn media_write_failure_stops_the_volume_with_errors_not_panics() {
+    let (create, media_bytes) = small_create(128, 0.1);
+    let media = Arc::new(FaultMedia::new(media_bytes));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    vol.write(0, &payload(BS, 1, Fill::Random), true).unwrap();
+    media.fail_write(media.writes_issued());
+    let e = vol
+        .write(BS as u64, &payload(BS, 2, Fill::Random), true)
+        .unwrap_err();
+    assert!(matches!(e, Error::Failed(_)), "{e}");
+    assert!(matches!(vol.read(0, &mut [0u8; 16]), Err(Error::Failed(_))));
+    drop(vol);
+    let vol = Volume::open(media as Arc<dyn Media>, &det_open(1 << 40)).unwrap();
+    let mut buf = vec![0u8; BS];
+    vol.read(0, &mut buf).unwrap();
+    assert_eq!(
+        buf,
+        payload(BS, 1, Fill::Random),
+        "data flushed before the failure survives"
+    );
+}
+
+#[test]
+fn read_only_mount_refuses_writes_with_eperm() {
+    let (media, vol) = mem_volume(64, 0.1);
+    vol.close().unwrap();
+    let ro = Volume::open(
+        media as Arc<dyn Media>,
+        &OpenOptions {
+            read_only: true,
+            background: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let e = ro.write(0, &[1u8; 4096], false).unwrap_err();
+    assert_eq!(e.errno(), libc::EPERM);
+}
+
+#[test]
+fn concurrent_writers_with_background_housekeeper_keep_their_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vol.img");
+    let (create, media_bytes) = small_create(4096, 0.1);
+    let media = Arc::new(FileMedia::create(&path, media_bytes).unwrap());
+    let opts = OpenOptions {
+        idle_seal_ms: 20,
+        checkpoint_interval_bytes: Some(4 << 20),
+        ..Default::default()
+    };
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &create, &opts).unwrap());
+    let threads = 8u64;
+    let per = 4096 / threads;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let vol = vol.clone();
+            s.spawn(move || {
+                for round in 0..6u64 {
+                    for i in 0..per {
+                        let b = t * per + (i * 7 + round) % per;
+                        vol.write(
+                            b * BS as u64,
+                            &payload(BS, b * 100 + round, Fill::Random),
+                            false,
+                        )
+                        .unwrap();
+                        if i % 50 == 0 {
+                            let mut r = vec![0u8; BS];
+                            vol.read(b * BS as u64, &mut r).unwrap();
+                            assert_eq!(r, payload(BS, b * 100 + round, Fill::Random));
+                        }
+                    }
+                    vol.flush().unwrap();
+                }
+            });
+        }
+    });
+    let st = vol.stats();
+    assert!(st.gc_runs > 0, "{st:?}");
+    vol.close().unwrap();
+    drop(vol);
+    let vol = Volume::open(media as Arc<dyn Media>, &det_open(1 << 40)).unwrap();
+    let all = read_all(&vol);
+    for b in 0..4096u64 {
+        assert_eq!(
+            &all[b as usize * BS..(b as usize + 1) * BS],
+            &payload(BS, b * 100 + 5, Fill::Random)[..],
+            "block {b}"
+        );
+    }
+    assert!(sluice::check::check(&FileMedia::open(&path, true).unwrap()).is_clean());
+}
