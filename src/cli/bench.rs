@@ -16,7 +16,8 @@ pub struct Args {
     /// grid | slog | steady | mix | ceiling | fill
     #[arg(value_parser = Workload::parse)]
     pub workload: Workload,
-    /// Target to measure; repeat to compare (ratios are to the first):
+    /// Target to measure, optionally named (LABEL=KIND:WHERE); repeat to compare
+    /// (ratios are to the first):
     /// sluice:PATH (in-process engine), nbd:URI (nbd+unix:///NAME?socket=PATH or
     /// nbd://HOST:PORT/NAME), file:PATH, dev:PATH (raw, O_DIRECT).
     #[arg(long = "target", required = true, value_name = "KIND:WHERE")]
@@ -193,10 +194,20 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             a.overprovision
         );
     }
-    let specs: Vec<TargetSpec> = a
+    // [LABEL=]KIND:WHERE
+    let specs: Vec<(String, TargetSpec)> = a
         .targets
         .iter()
-        .map(|s| TargetSpec::parse(s))
+        .map(|s| {
+            let (label, spec) = match s.split_once('=') {
+                Some((l, rest)) if !l.contains(':') && !l.is_empty() && rest.contains(':') => {
+                    (Some(l.to_string()), rest)
+                }
+                _ => (None, s.as_str()),
+            };
+            let t = TargetSpec::parse(spec)?;
+            Ok((label.unwrap_or_else(|| t.to_string()), t))
+        })
         .collect::<anyhow::Result<_>>()?;
     if let Some(p) = &a.plot {
         if !p
@@ -215,9 +226,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     // Open (and safety-check) every target before measuring anything.
     let mut targets = Vec::new();
-    for s in &specs {
+    for (label, s) in &specs {
         let t = target::open(s, &open_spec).with_context(|| format!("target {s}"))?;
-        targets.push((s.to_string(), t));
+        targets.push((label.clone(), t));
     }
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register_conditional_shutdown(
