@@ -220,12 +220,10 @@ fn handshake(c: &mut Conn, name: &str) -> Result<(u64, u16)> {
         let mut data = vec![0u8; len];
         c.read_exact(&mut data)?;
         match typ {
-            REP_INFO => {
-                if len >= 12 && u16::from_be_bytes([data[0], data[1]]) == INFO_EXPORT {
-                    let size = u64::from_be_bytes(data[2..10].try_into().unwrap());
-                    let flags = u16::from_be_bytes([data[10], data[11]]);
-                    export = Some((size, flags));
-                }
+            REP_INFO if len >= 12 && u16::from_be_bytes([data[0], data[1]]) == INFO_EXPORT => {
+                let size = u64::from_be_bytes(data[2..10].try_into().unwrap());
+                let flags = u16::from_be_bytes([data[10], data[11]]);
+                export = Some((size, flags));
             }
             REP_ACK => {
                 return export.ok_or_else(|| {

@@ -169,7 +169,7 @@ pub fn wa_between(a: &Option<Stats>, b: &Option<Stats>) -> Option<f64> {
 
 /// Can `t` run an IO of `block` bytes at all?
 pub fn unsupported(t: &dyn Target, block: u64, region: (u64, u64)) -> Option<String> {
-    if block < t.min_io() || block % t.min_io() != 0 {
+    if block < t.min_io() || !block.is_multiple_of(t.min_io()) {
         return Some(format!(
             "target needs IO in multiples of {} bytes",
             t.min_io()

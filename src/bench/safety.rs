@@ -38,7 +38,7 @@ pub fn signature(b: &[u8]) -> Option<String> {
     if at(b, 0, b"LUKS\xba\xbe") {
         return sig("a LUKS container");
     }
-    if at(b, 512 + 0, b"LABELONE") || at(b, 0, b"LABELONE") {
+    if at(b, 512, b"LABELONE") || at(b, 0, b"LABELONE") {
         return sig("an LVM physical volume");
     }
     if at(b, 4096 - 10, b"SWAPSPACE2") || at(b, 4096 - 10, b"SWAP-SPACE") {

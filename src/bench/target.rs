@@ -143,7 +143,7 @@ impl SluiceTarget {
                     );
                 }
             }
-            if o.create_size == 0 || o.create_size % 4096 != 0 {
+            if o.create_size == 0 || !o.create_size.is_multiple_of(4096) {
                 bail!(
                     "--size {} must be a positive multiple of 4K to create {}",
                     o.create_size,

@@ -80,7 +80,7 @@ pub struct OpChooser {
 impl OpChooser {
     pub fn new(seed: u64, read_pct: u32) -> OpChooser {
         OpChooser {
-            rng: SmallRng::seed_from_u64(seed ^ 0x5eed_0f_0b5),
+            rng: SmallRng::seed_from_u64(seed ^ 0x0005_eed0_f0b5),
             read_pct: read_pct.min(100),
         }
     }

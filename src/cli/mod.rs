@@ -35,7 +35,7 @@ pub enum Cmd {
     #[command(
         after_help = "Examples:\n  sluice bench grid --target sluice:vol.img --target file:raw.img --size 8G --sizes 4K,128K\n  sluice bench slog --target nbd:nbd+unix:///vol?socket=/tmp/s.sock\n  sluice bench steady --target sluice:vol.img --duration 10m --interval 30s --plot steady.svg\n  sluice bench mix --target sluice:vol.img --target file:raw.img --json mix.json\n  sluice bench ceiling --target file:raw.img --target sluice:vol.img"
     )]
-    Bench(bench::Args),
+    Bench(Box<bench::Args>),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -43,7 +43,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Create(a) => create::run(a),
         Cmd::Info(a) => info::run_info(a),
         Cmd::Check(a) => info::run_check(a),
-        Cmd::Bench(a) => bench::run(a),
+        Cmd::Bench(a) => bench::run(*a),
     }
 }
 
