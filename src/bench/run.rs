@@ -324,6 +324,7 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
                 let secs = (now - last_t).as_secs_f64();
                 if secs > 0.0 && (o > last_ops || !finished) {
                     let st = t.engine_stats();
+                    let partial = secs < spec.sample_every.as_secs_f64() * 0.95;
                     samples.push(Sample {
                         t_s: (now - start).as_secs_f64(),
                         seconds: secs,
@@ -331,8 +332,13 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
                         bytes: b - last_bytes,
                         iops: (o - last_ops) as f64 / secs,
                         mib_s: (b - last_bytes) as f64 / secs / (1 << 20) as f64,
-                        write_amplification: wa_between(&last_stats, &st),
-                        partial: secs < spec.sample_every.as_secs_f64() * 0.95,
+                        // a sliver at the end mostly holds the final seal: no WA
+                        write_amplification: if partial {
+                            None
+                        } else {
+                            wa_between(&last_stats, &st)
+                        },
+                        partial,
                     });
                     last_stats = st;
                 }
