@@ -17,7 +17,21 @@ use crate::volume::Shared;
 
 /// Write a checkpoint of the volume's current state; `clean` marks a clean close.
 pub(crate) fn write(sh: &Shared, clean: bool) -> Result<()> {
-    let _g = sh.ckpt_lock.lock();
+    let g = sh.ckpt_lock.lock();
+    write_locked(sh, clean, g)
+}
+
+/// Write a checkpoint unless one written meanwhile (by another thread) brought the
+/// log written since the last one under `limit` bytes.
+pub(crate) fn write_if_due(sh: &Shared, limit: u64) -> Result<()> {
+    let g = sh.ckpt_lock.lock();
+    if sh.core.lock().bytes_since_checkpoint < limit {
+        return Ok(());
+    }
+    write_locked(sh, false, g)
+}
+
+fn write_locked(sh: &Shared, clean: bool, _g: parking_lot::MutexGuard<'_, ()>) -> Result<()> {
     let geo = sh.geo;
     let mut img = AlignedBuf::new(geo.checkpoint_slot_bytes as usize);
     let body_len = body_bytes(geo.logical_blocks, geo.segment_count) as usize;

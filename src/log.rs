@@ -41,7 +41,16 @@ impl Sealed {
 }
 
 impl OpenChunk {
-    pub fn new(stream: Stream, segment: u32, start: u32, cap_data: u32) -> OpenChunk {
+    /// `image` must hold at least 1 + cap_data blocks; its content is irrelevant
+    /// (every byte written out is set first).
+    pub fn new(
+        stream: Stream,
+        segment: u32,
+        start: u32,
+        cap_data: u32,
+        image: AlignedBuf,
+    ) -> OpenChunk {
+        debug_assert!(image.len() >= (1 + cap_data as usize) * BLOCK_BYTES);
         OpenChunk {
             stream,
             segment,
@@ -49,7 +58,7 @@ impl OpenChunk {
             cap_data,
             entries: Vec::new(),
             crcs: Vec::new(),
-            image: AlignedBuf::new((1 + cap_data as usize) * BLOCK_BYTES),
+            image,
             opened: Instant::now(),
         }
     }
@@ -141,7 +150,8 @@ impl OpenChunk {
         };
         header.encode_into(&mut self.image[..BLOCK_BYTES]);
         let blocks = 1 + data_blocks;
-        chunk::seal_crc(&mut self.image[..blocks as usize * BLOCK_BYTES]);
+        // Block CRCs were computed at append; only the header CRC remains.
+        chunk::seal_crc(&mut self.image[..BLOCK_BYTES]);
         debug_assert!(chunk::verify(&self.image[..blocks as usize * BLOCK_BYTES], &uuid).is_ok());
         Sealed {
             seq,

@@ -123,8 +123,39 @@ pub fn walk_segment(
     let mut valid_end: Option<u32> = None;
     while pos < sbk {
         let at = (pos - start) as usize * BLOCK_BYTES;
-        let Ok(h) = ChunkHeader::decode(&img[at..at + BLOCK_BYTES]) else {
-            break;
+        let h = match ChunkHeader::decode(&img[at..at + BLOCK_BYTES]) {
+            Ok(h) => h,
+            Err(e) => {
+                // A header with our magic, uuid and segment whose checksum fails,
+                // carrying a sequence number that would continue this walk, is a
+                // damaged (or torn) chunk: record it so replay can tell which.
+                let b = &img[at..at + BLOCK_BYTES];
+                let raw_seq = u64::from_le_bytes(b[32..40].try_into().unwrap());
+                let raw_seg = u32::from_le_bytes(b[40..44].try_into().unwrap());
+                if b[..8] == chunk::CHUNK_MAGIC
+                    && &b[16..32] == uuid
+                    && raw_seg == seg
+                    && raw_seq >= min_seq
+                    && prev.is_none_or(|p| raw_seq > p)
+                {
+                    invalid.push(Invalid {
+                        seq: raw_seq,
+                        segment: seg,
+                        pos,
+                        why: format!("chunk header: {e}"),
+                    });
+                    valid_end.get_or_insert(pos);
+                    // Step over it by its (unverified) length: a later chunk may
+                    // prove it was durable. Garbage here just ends the walk.
+                    let raw_data = u32::from_le_bytes(b[12..16].try_into().unwrap());
+                    if raw_data <= chunk::MAX_DATA_BLOCKS && pos + 1 + raw_data <= sbk {
+                        prev = Some(raw_seq);
+                        pos += 1 + raw_data;
+                        continue;
+                    }
+                }
+                break;
+            }
         };
         if &h.uuid != uuid
             || h.segment != seg
@@ -262,14 +293,17 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
         let mut first_header_ok = vec![false; geo.segment_count as usize];
         for seg in 0..geo.segment_count {
             media.read_at(&mut head, geo.segment_offset(seg))?;
-            let h = ChunkHeader::decode(&head)
-                .ok()
-                .filter(|h| h.uuid == sb.uuid && h.segment == seg);
-            first_header_ok[seg as usize] = h.is_some();
+            // Identity from the raw header fields: a damaged first header must
+            // still lead to a walk (which records it as invalid).
+            let ours = head[..8] == chunk::CHUNK_MAGIC
+                && head[16..32] == sb.uuid
+                && u32::from_le_bytes(head[40..44].try_into().unwrap()) == seg;
+            let raw_seq = u64::from_le_bytes(head[32..40].try_into().unwrap());
+            first_header_ok[seg as usize] = ours;
             let fill = records[seg as usize].fill;
-            let start = match h {
-                Some(h) if h.seq >= c_next => Some(0),
-                Some(_) if fill > 0 && fill < geo.segment_blocks => Some(fill),
+            let start = match ours {
+                true if raw_seq >= c_next => Some(0),
+                true if fill > 0 && fill < geo.segment_blocks => Some(fill),
                 _ => None,
             };
             if let Some(start) = start {

@@ -15,6 +15,9 @@ pub enum SegState {
     Free,
     Open(Stream),
     Closed,
+    /// Being cleaned: GC reads it without the engine lock. It cannot become
+    /// Pending (so it cannot be reused) until GC has finished with it.
+    Victim,
     /// Nothing live; waits for the reuse barrier before it may be overwritten.
     Pending,
     /// Holds a chunk that failed verification; never chosen by GC again.
@@ -135,6 +138,18 @@ impl SegmentTable {
     }
 
     /// After a reuse barrier: these pending segments may be overwritten.
+    /// GC is done with a Victim: Pending if emptied, else Closed again.
+    pub fn end_victim(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        debug_assert_eq!(s.state, SegState::Victim);
+        if s.live == 0 {
+            s.state = SegState::Pending;
+            self.pending.push(seg);
+        } else {
+            s.state = SegState::Closed;
+        }
+    }
+
     pub fn release(&mut self, segs: &[u32]) {
         for &seg in segs {
             let s = &mut self.segs[seg as usize];

@@ -194,3 +194,33 @@ fn damaged_chunk_behind_a_checkpoint_is_reported_by_check() {
         rep.damage
     );
 }
+
+#[test]
+fn damaged_durable_chunk_header_refuses_mount_naming_it() {
+    let (create, media_bytes) = small_create(BLOCKS, 0.10);
+    let media = Arc::new(MemMedia::new(media_bytes));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    vol.write(0, &payload(BS * 8, 1, Fill::Random), false)
+        .unwrap();
+    vol.flush().unwrap();
+    vol.write(BS as u64 * 20, &payload(BS * 8, 2, Fill::Random), false)
+        .unwrap();
+    vol.flush().unwrap();
+    drop(vol);
+    let seg = (0..20)
+        .find(|&s| {
+            let mut b = [0u8; 8];
+            media
+                .read_at(&mut b, chunk_start_of_segment(&media, s))
+                .unwrap();
+            &b == b"SLUICECK"
+        })
+        .unwrap();
+    // an entry byte in the header of the first (durable) chunk
+    flip(&media, chunk_start_of_segment(&media, seg) + 80);
+    let msg = mount(&media).err().expect("must refuse").to_string();
+    assert!(
+        msg.contains("chunk header") && msg.contains(&format!("segment {seg}")),
+        "{msg}"
+    );
+}

@@ -125,8 +125,14 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
 }
 
 pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
-    let media =
-        FileMedia::open(&a.path, true).with_context(|| format!("opening {}", a.path.display()))?;
+    // Not being able to open the path is a usage error (exit 2), not damage (exit 1).
+    let media = match FileMedia::open(&a.path, true) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("sluice: error: opening {}: {e}", a.path.display());
+            return Ok(2);
+        }
+    };
     let r = sluice::check::check(&media);
     if a.json {
         println!(

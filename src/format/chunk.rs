@@ -1,7 +1,8 @@
 //! Chunk: the unit of atomicity of the log. One 4 KiB header block (fixed header,
 //! up to MAX_ENTRIES entries, one CRC32C per data block), followed by the data
-//! blocks of its data entries, in entry order. A CRC32C covers the whole chunk
-//! (header block with that CRC field zeroed, and all data).
+//! blocks of its data entries, in entry order. The header block carries a CRC32C
+//! of itself, and the CRC32C of every data block: together they verify the whole
+//! chunk with one CRC pass over the data, done once at append time.
 //!
 //! Invariant: `decode_header` accepts only headers whose entries are well formed and
 //! whose data-entry counts add up to `data_blocks`; `verify` then proves the data.
@@ -17,7 +18,17 @@ pub const MAX_DATA_BLOCKS: u32 = MAX_CHUNK_BLOCKS - 1;
 /// Where the per-data-block CRC32C array starts in the header block.
 pub const BLOCK_CRC_OFFSET: usize = BLOCK_BYTES - 12 - 4 * MAX_DATA_BLOCKS as usize; // 3064
 pub const MAX_ENTRIES: usize = (BLOCK_CRC_OFFSET - HEADER_BYTES) / ENTRY_BYTES; // 187
-const CRC_FIELD: usize = 64;
+/// Reserved (written as zero, not checked) in format version 1.
+const RESERVED_FIELD: usize = 64;
+/// Header-block CRC32C, computed with bytes 64..72 zeroed. It covers the block CRC
+/// array, so it and the block CRCs together verify the whole chunk.
+const HEADER_CRC_FIELD: usize = 68;
+
+fn header_crc(block: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&block[..RESERVED_FIELD]);
+    let crc = crc32c::crc32c_append(crc, &[0u8; 8]);
+    crc32c::crc32c_append(crc, &block[HEADER_BYTES..BLOCK_BYTES])
+}
 /// Smallest segment the format allows (32 KiB); tests use tiny segments.
 pub const MIN_SEGMENT_BLOCKS: u32 = 8;
 /// Largest logical block address an entry can carry (56 bits).
@@ -144,7 +155,7 @@ impl ChunkHeader {
     }
 
     /// Encode into `block` (exactly BLOCK_BYTES) with the CRC field zero; call
-    /// `seal_crc` once the data blocks are in place.
+    /// `seal_crc` to add the header CRC.
     pub fn encode_into(&self, block: &mut [u8]) {
         debug_assert_eq!(block.len(), BLOCK_BYTES);
         debug_assert!(self.entries.len() <= MAX_ENTRIES);
@@ -184,6 +195,9 @@ impl ChunkHeader {
         }
         if block[0..8] != CHUNK_MAGIC {
             return Err(FormatError::BadMagic);
+        }
+        if header_crc(block) != get_u32(block, HEADER_CRC_FIELD) {
+            return Err(FormatError::Checksum);
         }
         let version = get_u16(block, 8);
         if version != FORMAT_VERSION {
@@ -233,18 +247,12 @@ impl ChunkHeader {
     }
 }
 
-/// CRC of a whole chunk image (header block followed by its data blocks), computed
-/// with the header's CRC field taken as zero.
-pub fn chunk_crc(image: &[u8]) -> u32 {
-    let mut crc = crc32c::crc32c(&image[..CRC_FIELD]);
-    crc = crc32c::crc32c_append(crc, &[0u8; 4]);
-    crc32c::crc32c_append(crc, &image[CRC_FIELD + 4..])
-}
-
-/// Write the CRC into a complete chunk image.
+/// Write the header CRC into a complete chunk image. The header already holds the
+/// CRC of every data block, so header CRC + block CRCs cover the whole chunk.
 pub fn seal_crc(image: &mut [u8]) {
-    let crc = chunk_crc(image);
-    put_u32(image, CRC_FIELD, crc);
+    put_u32(image, RESERVED_FIELD, 0);
+    let h = header_crc(&image[..BLOCK_BYTES]);
+    put_u32(image, HEADER_CRC_FIELD, h);
 }
 
 /// CRC32C of one data block, as stored in the header's block CRC array.
@@ -253,7 +261,7 @@ pub fn block_crc(block: &[u8]) -> u32 {
 }
 
 /// Check a complete chunk image (header block + exactly its data blocks) against its
-/// CRC and the expected volume UUID. Returns the decoded header.
+/// header CRC, every block CRC, and the expected volume UUID. Returns the header.
 pub fn verify(image: &[u8], uuid: &[u8; 16]) -> Result<ChunkHeader, FormatError> {
     let h = ChunkHeader::decode(image)?;
     let need = h.total_blocks() as usize * BLOCK_BYTES;
@@ -266,8 +274,14 @@ pub fn verify(image: &[u8], uuid: &[u8; 16]) -> Result<ChunkHeader, FormatError>
     if &h.uuid != uuid {
         return Err(invalid("uuid", "chunk belongs to another volume"));
     }
-    if chunk_crc(image) != get_u32(image, CRC_FIELD) {
-        return Err(FormatError::Checksum);
+    for (i, &c) in h.block_crcs.iter().enumerate() {
+        let off = (1 + i) * BLOCK_BYTES;
+        if block_crc(&image[off..off + BLOCK_BYTES]) != c {
+            return Err(invalid(
+                "data",
+                format!("data block {i} fails its checksum"),
+            ));
+        }
     }
     Ok(h)
 }

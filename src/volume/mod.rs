@@ -136,6 +136,9 @@ pub(crate) struct Shared {
     stop_cv: Condvar,
     checkpoint_interval: u64,
     reserve: u32,
+    /// When the last host write was accepted (ms since `started`), for idle GC.
+    last_write_ms: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
 }
 
 pub struct Volume {
@@ -290,6 +293,8 @@ impl Volume {
             stop_cv: Condvar::new(),
             checkpoint_interval,
             reserve: geo.reserve(),
+            last_write_ms: std::sync::atomic::AtomicU64::new(0),
+            started: std::time::Instant::now(),
         });
         if !opts.read_only {
             if !m.wipe.is_empty() {
@@ -649,6 +654,8 @@ impl Shared {
         n: u64,
         what: impl Fn(&Map, u64) -> Option<What<'a>>,
     ) -> Result<()> {
+        self.last_write_ms
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
         let mut i = 0;
         while i < n {
             let mut out = Vec::new();
@@ -880,24 +887,41 @@ impl Shared {
     /// Returns false when no segment can be cleaned with net gain.
     fn gc_one(&self) -> Result<bool> {
         let mut out = Vec::new();
-        let moved = {
+        // 1. Choose the victim and take it out of circulation (no IO under the lock).
+        let (victim, fill) = {
             let mut c = self.core.lock();
             let written = self.progress.lock().written_through;
             let Some(victim) = gc::pick_victim(&c.segs, self.policy, c.next_seq, written) else {
                 return Ok(false);
             };
-            let fill = c.segs.segs[victim as usize].fill as usize;
-            let mut img = AlignedBuf::new(fill * BLOCK_BYTES);
-            // The victim is Closed and fully written; holding `core` keeps it from
-            // being freed and reused under this read.
-            self.media
-                .read_at(&mut img, self.geo.segment_offset(victim))?;
+            c.segs.segs[victim as usize].state = SegState::Victim;
+            (victim, c.segs.segs[victim as usize].fill as usize)
+        };
+        // 2. Read it without the lock: a Victim is never reused, and its blocks
+        //    never change while anything may point at them.
+        let mut img = AlignedBuf::new(fill * BLOCK_BYTES);
+        if let Err(e) = self
+            .media
+            .read_at(&mut img, self.geo.segment_offset(victim))
+        {
+            self.core.lock().end_victim(victim);
+            return Err(e.into());
+        }
+        // 3. Relocate what the map still points at (blocks overwritten meanwhile
+        //    no longer match and are skipped).
+        let moved = {
+            let mut c = self.core.lock();
             let durable = self.durable_seq();
-            match relocate(&mut c, victim, &img, self.reserve, durable, &mut out) {
+            let r = relocate(&mut c, victim, &img, self.reserve, durable, &mut out);
+            c.end_victim(victim);
+            match r {
                 Ok(m) => m,
                 Err(RelocateError::Damaged(why)) => {
                     tracing::error!("segment {victim} is damaged, GC leaves it alone: {why}");
-                    c.segs.segs[victim as usize].state = SegState::Damaged;
+                    // (if nothing live is left in it, it was made Pending: reusable)
+                    if c.segs.segs[victim as usize].live > 0 {
+                        c.segs.segs[victim as usize].state = SegState::Damaged;
+                    }
                     (0, 0)
                 }
                 Err(RelocateError::NoSpace) => {
@@ -914,18 +938,17 @@ impl Shared {
         Ok(true)
     }
 
+    /// Checkpoint when enough log has been written since the last one. Callers
+    /// on the write path use a doubled limit when the housekeeper runs, so it is
+    /// normally the housekeeper that pays for checkpoints.
     fn maybe_checkpoint(&self) -> Result<()> {
-        let due = self.core.lock().bytes_since_checkpoint;
         let limit = if self.opts.background {
             2 * self.checkpoint_interval
         } else {
             self.checkpoint_interval
         };
-        if due >= limit {
-            if let Some(_g) = self.gc_lock.try_lock() {
-                drop(_g);
-                checkpoint::write(self, false)?;
-            }
+        if self.core.lock().bytes_since_checkpoint >= limit {
+            checkpoint::write_if_due(self, limit)?;
         }
         Ok(())
     }
@@ -977,6 +1000,7 @@ impl Shared {
     fn housekeeper(self: Arc<Self>) {
         let tick = Duration::from_millis((self.opts.idle_seal_ms / 2).clamp(10, 100));
         let ahead = (self.geo.segment_count / 32).max(2);
+        let idle_ahead = (self.geo.segment_count / 8).max(ahead);
         loop {
             {
                 let mut stop = self.stop.lock();
@@ -1004,14 +1028,20 @@ impl Shared {
                     let c = self.core.lock();
                     (c.segs.free.len() as u32, c.segs.pending.len() as u32)
                 };
-                if free + pending < self.reserve + ahead {
-                    match self.clean_ahead(ahead) {
+                // After a second without writes, clean further ahead so the next
+                // burst finds free segments instead of waiting for GC.
+                let idle_ms = (self.started.elapsed().as_millis() as u64)
+                    .saturating_sub(self.last_write_ms.load(Ordering::Relaxed));
+                let want = if idle_ms >= 1000 { idle_ahead } else { ahead };
+                if free + pending < self.reserve + want {
+                    match self.clean_ahead(want) {
                         Ok(_) | Err(Error::NoSpace) => {}
                         Err(e) => return Err(e),
                     }
                 }
                 if self.core.lock().bytes_since_checkpoint >= self.checkpoint_interval {
-                    checkpoint::write(&self, false)?;
+                    // (re-checked under the checkpoint lock)
+                    checkpoint::write_if_due(&self, self.checkpoint_interval)?;
                 }
                 Ok(())
             })();
