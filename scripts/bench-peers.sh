@@ -4,7 +4,7 @@
 # Starts qemu-nbd (--cache=none --aio=native) and nbdkit (file plugin) on unix
 # sockets, both exporting the same raw backing file, then runs
 #   sluice bench WORKLOAD --target sluice:VOL --target file:RAW \
-#       --target nbd:<qemu-nbd> --target nbd:<nbdkit> [--target nbd:<sluice serve>] ARGS...
+#       --target nbd:<qemu-nbd> --target nbd:<nbdkit> --target nbd:<sluice serve> ARGS...
 # so every peer is measured in the same run and the tables show ratios to sluice.
 # The servers are stopped (by their own pids) on exit, also on Ctrl-C.
 #
@@ -13,9 +13,9 @@
 #   BENCH_DIR   where the volume, raw file and sockets live (default ./bench-peers.d)
 #   SIZE        size of the volume and of the raw file (default 8G)
 #   SLUICE      the sluice binary (default target/release/sluice)
-#   SERVE=1     also start `sluice serve` on a second volume and measure it over NBD
+#   SERVE=0     do not start `sluice serve` (on a second volume, measured over NBD)
 #   PEERS       space-separated subset of: sluice file qemu-nbd nbdkit serve
-#               (default: "sluice file qemu-nbd nbdkit", plus serve when SERVE=1)
+#               (default: "sluice serve file qemu-nbd nbdkit"; serve is left out with SERVE=0)
 # Needs: qemu-utils (qemu-nbd) and nbdkit (Debian/Ubuntu: apt-get install qemu-utils nbdkit).
 set -euo pipefail
 
@@ -29,7 +29,8 @@ shift
 dir=${BENCH_DIR:-./bench-peers.d}
 size=${SIZE:-8G}
 sluice=${SLUICE:-target/release/sluice}
-peers=${PEERS:-"sluice file qemu-nbd nbdkit${SERVE:+ serve}"}
+if [ "${SERVE:-1}" = 0 ]; then def="sluice file qemu-nbd nbdkit"; else def="sluice serve file qemu-nbd nbdkit"; fi
+peers=${PEERS:-$def}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 raw=$dir/peer.raw
@@ -89,7 +90,7 @@ if has serve; then
         served=$dir/served.vol
         [ -e "$served" ] || "$sluice" create "$served" --size "$size" >/dev/null
         rm -f "$dir/sluice.sock"
-        "$sluice" serve "$served" --socket "$dir/sluice.sock" --name sluice &
+        "$sluice" serve "$served" --socket "$dir/sluice.sock" --export-name sluice >/dev/null &
         pids+=($!)
         wait_socket "$dir/sluice.sock" "sluice serve"
         targets+=(--target "sluice-serve=nbd:nbd+unix:///sluice?socket=$dir/sluice.sock")

@@ -14,10 +14,13 @@ pub mod geometry;
 pub mod log;
 pub mod map;
 pub mod media;
+pub mod nbd;
 pub mod recovery;
 pub mod segments;
+pub mod sim;
 pub mod size;
 pub mod stats;
+pub mod trace;
 pub mod volume;
 
 pub use error::{Error, Result};

@@ -119,10 +119,15 @@ impl Map {
         segment_count: u32,
         segment_blocks: u32,
     ) -> Result<Map, FormatError> {
-        let n = logical_blocks as usize;
-        if bytes.len() < n * 4 {
+        // Checked: a caller-supplied count must not overflow into a small length
+        // check followed by a huge allocation (found by fuzzing).
+        let (n, need) = usize::try_from(logical_blocks)
+            .ok()
+            .and_then(|n| Some((n, n.checked_mul(4)?)))
+            .ok_or_else(|| crate::format::invalid("map", "logical block count overflows"))?;
+        if bytes.len() < need {
             return Err(FormatError::Short {
-                need: n * 4,
+                need,
                 have: bytes.len(),
             });
         }

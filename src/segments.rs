@@ -33,6 +33,9 @@ pub struct SegInfo {
     pub data_live: u32,
     pub fill: u32,
     pub last_seq: u64,
+    /// GC generation of the data written here (0 = host writes, k = relocated k
+    /// times, capped). In memory only: a hint for generational GC, 0 after mount.
+    pub gen: u8,
 }
 
 pub struct SegmentTable {
@@ -51,7 +54,8 @@ impl SegmentTable {
                     live: 0,
                     data_live: 0,
                     fill: 0,
-                    last_seq: 0
+                    last_seq: 0,
+                    gen: 0,
                 };
                 count as usize
             ],
@@ -74,6 +78,7 @@ impl SegmentTable {
                     data_live: 0,
                     fill: 0,
                     last_seq: 0,
+                    gen: 0,
                 };
                 free.push_back(i as u32);
             }
@@ -123,6 +128,7 @@ impl SegmentTable {
             data_live: 0,
             fill: 0,
             last_seq: 0,
+            gen: 0,
         };
         Some(seg)
     }

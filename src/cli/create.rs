@@ -21,7 +21,7 @@ pub struct Args {
     /// Segment (write block) size, e.g. 4M.
     #[arg(long, value_parser = super::parse_size, default_value = "4M")]
     pub segment_size: u64,
-    /// GC victim policy: greedy or cost-benefit.
+    /// GC policy: sepbit (default), sepbit-cb, generational, generational-cb, cost-benefit, greedy.
     #[arg(long, default_value = "greedy", value_parser = GcPolicy::parse)]
     pub gc: GcPolicy,
     /// Overwrite an existing file or device that is not empty.

@@ -3,6 +3,9 @@
 mod bench;
 mod create;
 mod info;
+mod replay;
+mod serve;
+mod sim;
 
 use clap::{Parser, Subcommand};
 
@@ -36,18 +39,50 @@ pub enum Cmd {
         after_help = "Examples:\n  sluice bench grid --target sluice:vol.img --target file:raw.img --size 8G --sizes 4K,128K\n  sluice bench slog --target nbd:nbd+unix:///vol?socket=/tmp/s.sock\n  sluice bench steady --target sluice:vol.img --duration 10m --interval 30s --plot steady.svg\n  sluice bench mix --target sluice:vol.img --target file:raw.img --json mix.json\n  sluice bench ceiling --target file:raw.img --target sluice:vol.img"
     )]
     Bench(Box<bench::Args>),
+    /// Replay a block trace on the engine (JESD219 style) and report write amplification.
+    #[command(
+        after_help = "Examples:\n  sluice replay --trace tpcc-small.trace --format mqsim --fill\n  sluice replay --trace cloudPhysicsIO.csv.gz --format cloudphysics --map dense --fill --overprovision 7 --json\n  sluice replay --trace t.trace --media flash-sim --bare --fill"
+    )]
+    Replay(replay::Args),
+    /// Synthetic workloads on the engine: WA per over-provisioning beside the analytic greedy curve.
+    #[command(
+        after_help = "Examples:\n  sluice sim --workload uniform --sweep 5,10,20,50\n  sluice sim --workload zipf:0.99 --gc generational --plot wa.svg\n  sluice sim --workload 'mix:hotcold:80/20@0.9,seq@0.1' --trim 0.05 --json"
+    )]
+    Sim(sim::Args),
+    /// Export a volume over NBD (Unix socket or TCP) until SIGINT/SIGTERM.
+    #[command(
+        after_help = "Prints the NBD URI to connect to on stdout.\n\nExamples:\n  sluice serve vol.img --socket /tmp/vol.sock\n  sluice serve vol.img --port 10809 --export-name vol\n  sluice serve --create vol.img --size 10G --socket /tmp/vol.sock\n  sluice serve vol.img --socket /tmp/vol.sock --read-only --pid-file /run/sluice.pid\n\nThen, for example:\n  nbdinfo 'nbd+unix:///?socket=/tmp/vol.sock'\n  qemu-img convert -n -O raw disk.img 'nbd+unix:///?socket=/tmp/vol.sock'\n  nbdfuse /mnt/vol 'nbd+unix:///?socket=/tmp/vol.sock'"
+    )]
+    Serve(serve::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    keep_heap();
     match cli.cmd {
         Cmd::Create(a) => create::run(a),
         Cmd::Info(a) => info::run_info(a),
         Cmd::Check(a) => info::run_check(a),
         Cmd::Bench(a) => bench::run(*a),
+        Cmd::Replay(a) => replay::run(a),
+        Cmd::Sim(a) => sim::run(a),
+        Cmd::Serve(a) => serve::run(a),
     }
 }
 
 /// clap value parser for sizes with K/M/G/T suffixes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     sluice::size::parse_size(s)
+}
+
+/// The engine allocates and frees 1-4 MiB buffers (GC victims, large reads, chunk
+/// images beyond its pool); glibc serves those with mmap/munmap, so every buffer
+/// page faults afresh (a third of replay CPU time, a fifth of the server's, when
+/// profiled). Keep them on the heap instead.
+fn keep_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only tunes glibc's allocator; called before any threads start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 512 << 20);
+    }
 }

@@ -18,6 +18,15 @@ pub fn body_bytes(logical_blocks: u64, segment_count: u32) -> u64 {
     logical_blocks * 4 + segment_count as u64 * SEGMENT_RECORD_BYTES as u64
 }
 
+/// `body_bytes` for unvalidated numbers: None when it overflows u64 or usize.
+pub fn checked_body_bytes(logical_blocks: u64, segment_count: u32) -> Option<usize> {
+    logical_blocks
+        .checked_mul(4)?
+        .checked_add(segment_count as u64 * SEGMENT_RECORD_BYTES as u64)?
+        .try_into()
+        .ok()
+}
+
 /// Size of one checkpoint slot on the media: header block + padded body.
 pub fn slot_bytes(logical_blocks: u64, segment_count: u32) -> u64 {
     let b = BLOCK_BYTES as u64;
@@ -116,7 +125,8 @@ pub fn decode_segments(
     segment_count: u32,
     segment_blocks: u32,
 ) -> Result<Vec<SegmentRecord>, FormatError> {
-    let need = body_bytes(logical_blocks, segment_count) as usize;
+    let need = checked_body_bytes(logical_blocks, segment_count)
+        .ok_or_else(|| invalid("logical_blocks", "checkpoint body size overflows"))?;
     if body.len() < need {
         return Err(FormatError::Short {
             need,

@@ -10,6 +10,8 @@ pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"SLUICESB";
 pub const FLAG_CLEAN: u32 = 1;
 /// `checkpoint_slot` value meaning "no checkpoint yet".
 pub const NO_CHECKPOINT: u32 = u32::MAX;
+/// How much larger than its checkpoint a slot may be (validation bound).
+pub const SLOT_SLACK_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
@@ -140,8 +142,20 @@ impl Superblock {
                 "smaller than the checkpoint".to_string(),
             ));
         }
+        // Mount allocates one slot: bound it by what the checkpoint needs (slack of
+        // SLOT_SLACK_BYTES for writers that pad slots), and keep it block aligned.
+        if self.checkpoint_slot_bytes > need + SLOT_SLACK_BYTES
+            || !self
+                .checkpoint_slot_bytes
+                .is_multiple_of(BLOCK_BYTES as u64)
+        {
+            return Err(invalid(
+                "checkpoint_slot_bytes",
+                format!("{} for a checkpoint of {need}", self.checkpoint_slot_bytes),
+            ));
+        }
         for &o in &self.checkpoint_offset {
-            if o % BLOCK_BYTES as u64 != 0
+            if !o.is_multiple_of(BLOCK_BYTES as u64)
                 || o < 2 * BLOCK_BYTES as u64
                 || o.checked_add(self.checkpoint_slot_bytes)
                     .is_none_or(|e| e > self.data_offset)
@@ -149,7 +163,19 @@ impl Superblock {
                 return Err(invalid("checkpoint_offset", o.to_string()));
             }
         }
-        if !self.data_offset.is_multiple_of(BLOCK_BYTES as u64) {
+        // Writing one slot must never touch the other (the current checkpoint).
+        let [c0, c1] = self.checkpoint_offset;
+        if c0.abs_diff(c1) < self.checkpoint_slot_bytes {
+            return Err(invalid("checkpoint_offset", "the two slots overlap"));
+        }
+        // media_bytes() and every segment offset must not overflow (found by fuzzing:
+        // a data_offset near u64::MAX wrapped media_bytes() to a small value).
+        if !self.data_offset.is_multiple_of(BLOCK_BYTES as u64)
+            || self
+                .data_offset
+                .checked_add(data_blocks * BLOCK_BYTES as u64)
+                .is_none()
+        {
             return Err(invalid("data_offset", self.data_offset.to_string()));
         }
         Ok(())

@@ -8,12 +8,16 @@
 mod aligned;
 mod fault;
 mod file;
+mod flash_sim;
 mod memory;
+mod replay;
 
 pub use aligned::AlignedBuf;
 pub use fault::{CrashPolicy, FaultMedia};
 pub use file::FileMedia;
+pub use flash_sim::{FlashCounters, FlashSim, Ftl, OP_CONSUMER, OP_ENTERPRISE};
 pub use memory::MemMedia;
+pub use replay::{ReplayMedia, Store, PATTERN};
 
 use std::io;
 

@@ -4,9 +4,16 @@
 //!
 //! Invariants kept here:
 //! - every map value points at a block of a chunk that is open, in flight or written;
-//! - a user record that supersedes a block held by the open GC chunk seals that GC
-//!   chunk first, so a relocation always has a lower sequence number than any user
-//!   record that overwrites it (replay then applies relocations unconditionally).
+//! - a user record that supersedes a block held by the open chunk of another slot
+//!   (any GC class) seals that chunk first, so a relocation
+//!   always has a lower sequence number than any user record that overwrites it
+//!   (replay then applies relocations unconditionally);
+//! - a block held by an open chunk is never relocated (victims are Closed), so two
+//!   GC classes never hold relocations of the same block at once.
+//!
+//! Open chunks live in slots: slot 0 is the user stream, slots GC0.. are GC
+//! output classes. On the media they are just Stream::User / Stream::Gc; the slot only
+//! decides which segment a record joins (see gc.rs).
 
 use crate::format::chunk::{Kind, Stream, MAX_CHUNK_BLOCKS, MAX_DATA_BLOCKS};
 use crate::format::BLOCK_BYTES;
@@ -17,6 +24,15 @@ use crate::media::AlignedBuf;
 use crate::segments::SegmentTable;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// Number of GC output classes (generations 1..=GC_CLASSES, the last one absorbing older).
+pub const GC_CLASSES: usize = 3;
+/// First GC slot. Host writes have exactly one slot (0): splitting them between
+/// two open chunks would let a crash keep a later write and lose an earlier one
+/// (the crash sweep demands a prefix of the accepted writes), so only GC output,
+/// which never changes what a block reads, is separated.
+pub const GC0: usize = 1;
+pub const SLOTS: usize = GC0 + GC_CLASSES;
 
 /// What to store for one logical block.
 #[derive(Clone, Copy)]
@@ -40,15 +56,27 @@ pub struct Core {
     pub uuid: [u8; 16],
     pub map: Map,
     pub segs: SegmentTable,
-    pub open: [Option<OpenChunk>; 2],
-    pub open_seg: [Option<u32>; 2],
+    /// Open chunk and segment per slot (0 = user, GC0.. = GC classes).
+    pub open: [Option<OpenChunk>; SLOTS],
+    pub open_seg: [Option<u32>; SLOTS],
+    /// GC class slot the next relocations go to (set by `relocate`).
+    pub gc_slot: usize,
+    /// GC classes in use: 1 (one GC stream) or GC_CLASSES (generational policies).
+    pub gc_classes: usize,
+    /// Lifetime unit l of the age classes for GC output (0 = classes by generation).
+    pub hot_lifetime: u64,
+    /// Host data blocks appended so far (the clock for lifetimes).
+    pub user_clock: u64,
+    /// Per logical block, the (wrapping, 32-bit) user clock of its last host
+    /// write; allocated only when `hot_lifetime` > 0. In memory only.
+    pub last_write: Vec<u32>,
     pub next_seq: u64,
     /// Sealed chunks by first physical block; pruned once written.
     pub inflight: BTreeMap<u64, InFlight>,
     pub bytes_since_checkpoint: u64,
     /// The open chunk of this stream holds a record that emptied a segment now
     /// Pending: a reuse barrier must seal it (and only then) to free that segment.
-    pub killed_pending: [bool; 2],
+    pub killed_pending: [bool; SLOTS],
     /// Recycled chunk image buffers (each MAX_CHUNK_BLOCKS blocks).
     pool: Vec<AlignedBuf>,
 }
@@ -86,12 +114,17 @@ impl Core {
             uuid,
             map,
             segs,
-            open: [None, None],
-            open_seg: [None, None],
+            open: Default::default(),
+            open_seg: [None; SLOTS],
+            gc_slot: GC0,
+            gc_classes: 1,
+            hot_lifetime: 0,
+            user_clock: 0,
+            last_write: Vec::new(),
             next_seq,
             inflight: BTreeMap::new(),
             bytes_since_checkpoint: 0,
-            killed_pending: [false; 2],
+            killed_pending: [false; SLOTS],
             pool: Vec::new(),
         }
     }
@@ -100,11 +133,51 @@ impl Core {
         self.geo.segment_blocks
     }
 
-    /// Close the chunk of `stream` (if it holds anything) and queue it for writing.
+    /// Close the open chunk of `stream` (for Gc: of every GC class) if it holds
+    /// anything and queue it for writing.
     /// `durable_seq`: every chunk below it is known flushed (recorded in the header).
     pub fn seal(&mut self, stream: Stream, durable_seq: u64, out: &mut Vec<Sealed>) {
-        self.killed_pending[stream as usize] = false;
-        let Some(ch) = self.open[stream as usize].take() else {
+        match stream {
+            Stream::User => {
+                self.seal_slot(0, durable_seq, out);
+            }
+            Stream::Gc => {
+                for slot in GC0..SLOTS {
+                    self.seal_slot(slot, durable_seq, out);
+                }
+            }
+        }
+    }
+
+    /// Slot for a record of `stream` for `lba`: host writes use slot 0; GC output
+    /// goes to the class `relocate` chose, or with a lifetime policy to the class
+    /// of the block's age since its last host write (SepBIT's GC classes).
+    fn slot_of(&self, stream: Stream, lba: u64) -> usize {
+        match stream {
+            // Lifetime-separating policies sort GC output by the block's age
+            // (SepBIT's GC classes): < l, < 4 l, older.
+            Stream::Gc if self.hot_lifetime > 0 => match self.last_write.get(lba as usize) {
+                Some(&last) if last != 0 => {
+                    let age = (self.user_clock as u32).wrapping_sub(last) as u64;
+                    let class = if age < self.hot_lifetime {
+                        0
+                    } else if age < 4 * self.hot_lifetime {
+                        1
+                    } else {
+                        2
+                    };
+                    GC0 + class.min(GC_CLASSES - 1)
+                }
+                _ => SLOTS - 1,
+            },
+            Stream::Gc => self.gc_slot,
+            Stream::User => 0,
+        }
+    }
+
+    fn seal_slot(&mut self, slot: usize, durable_seq: u64, out: &mut Vec<Sealed>) {
+        self.killed_pending[slot] = false;
+        let Some(ch) = self.open[slot].take() else {
             return;
         };
         if ch.is_empty() {
@@ -134,7 +207,7 @@ impl Core {
         );
         if full {
             self.close_segment(sealed.segment);
-            self.open_seg[stream as usize] = None;
+            self.open_seg[slot] = None;
         }
         out.push(sealed);
     }
@@ -143,8 +216,8 @@ impl Core {
         let before = self.segs.pending.len();
         self.segs.close(seg);
         if self.segs.pending.len() > before {
-            // whatever emptied it may sit in either stream's open chunk
-            self.killed_pending = [true, true];
+            // whatever emptied it may sit in any slot's open chunk
+            self.killed_pending = [true; SLOTS];
         }
     }
 
@@ -155,15 +228,15 @@ impl Core {
         let before = self.segs.pending.len();
         self.segs.end_victim(victim);
         if self.segs.pending.len() > before {
-            self.killed_pending = [true, true];
+            self.killed_pending = [true; SLOTS];
         }
     }
 
     /// Seal the open chunks that a reuse barrier needs durable.
     pub fn seal_for_barrier(&mut self, durable_seq: u64, out: &mut Vec<Sealed>) {
-        for stream in [Stream::User, Stream::Gc] {
-            if self.killed_pending[stream as usize] {
-                self.seal(stream, durable_seq, out);
+        for slot in 0..SLOTS {
+            if self.killed_pending[slot] {
+                self.seal_slot(slot, durable_seq, out);
             }
         }
     }
@@ -194,14 +267,15 @@ impl Core {
         }
     }
 
-    fn open_chunk(&mut self, stream: Stream, reserve: u32) -> Result<(), NeedSpace> {
+    fn open_chunk(&mut self, slot: usize, reserve: u32) -> Result<(), NeedSpace> {
+        let stream = if slot < GC0 { Stream::User } else { Stream::Gc };
         let seg_blocks = self.seg_blocks();
-        let seg = match self.open_seg[stream as usize] {
+        let seg = match self.open_seg[slot] {
             Some(s) if seg_blocks - self.segs.segs[s as usize].fill >= 2 => s,
             other => {
                 if let Some(s) = other {
                     self.close_segment(s);
-                    self.open_seg[stream as usize] = None;
+                    self.open_seg[slot] = None;
                 }
                 let allowed = match stream {
                     Stream::User => self.segs.free.len() > reserve as usize,
@@ -211,7 +285,9 @@ impl Core {
                     return Err(NeedSpace);
                 }
                 let s = self.segs.take_free(stream).ok_or(NeedSpace)?;
-                self.open_seg[stream as usize] = Some(s);
+                let si = &mut self.segs.segs[s as usize];
+                si.gen = slot.saturating_sub(GC0 - 1) as u8;
+                self.open_seg[slot] = Some(s);
                 s
             }
         };
@@ -221,27 +297,30 @@ impl Core {
             .pool
             .pop()
             .unwrap_or_else(|| AlignedBuf::new(MAX_CHUNK_BLOCKS as usize * BLOCK_BYTES));
-        self.open[stream as usize] = Some(OpenChunk::new(stream, seg, start, cap, image));
+        self.open[slot] = Some(OpenChunk::new(stream, seg, start, cap, image));
         Ok(())
     }
 
-    /// Is `loc` held by the open GC chunk (so a user record superseding it must
-    /// be sequenced after that chunk)?
-    fn held_by_open_gc(&self, loc: Loc) -> bool {
-        let Some(gc) = &self.open[Stream::Gc as usize] else {
-            return false;
-        };
-        if gc.is_empty() {
-            return false;
-        }
+    /// A slot other than `mine` whose open chunk holds `loc`, if any (a user
+    /// record superseding it must be sequenced after that chunk).
+    fn held_by_other_open(&self, loc: Loc, mine: usize) -> Option<usize> {
         let sb = self.seg_blocks() as u64;
-        match loc {
-            Loc::Data(p) => {
-                p as u64 / sb == gc.segment as u64 && gc.block_at((p as u64 % sb) as u32).is_some()
+        (0..SLOTS).filter(|&s| s != mine).find(|&slot| {
+            let Some(gc) = &self.open[slot] else {
+                return false;
+            };
+            if gc.is_empty() {
+                return false;
             }
-            Loc::Virtual(_, s) => s == gc.segment,
-            Loc::Unmapped => false,
-        }
+            match loc {
+                Loc::Data(p) => {
+                    p as u64 / sb == gc.segment as u64
+                        && gc.block_at((p as u64 % sb) as u32).is_some()
+                }
+                Loc::Virtual(_, s) => s == gc.segment,
+                Loc::Unmapped => false,
+            }
+        })
     }
 
     /// Append one block record to `stream` and point the map at it.
@@ -257,8 +336,18 @@ impl Core {
         out: &mut Vec<Sealed>,
     ) -> Result<(), NeedSpace> {
         debug_assert!(lba < self.map.len());
-        if stream == Stream::User && self.held_by_open_gc(self.map.get(lba)) {
-            self.seal(Stream::Gc, durable_seq, out);
+        let old = self.map.get(lba);
+        let slot = self.slot_of(stream, lba);
+        if stream == Stream::User {
+            if let Some(other) = self.held_by_other_open(old, slot) {
+                self.seal_slot(other, durable_seq, out);
+            }
+            if matches!(what, What::Data(_)) {
+                self.user_clock += 1;
+                if let Some(t) = self.last_write.get_mut(lba as usize) {
+                    *t = (self.user_clock as u32).max(1);
+                }
+            }
         }
         // Trim and zero records free space: they may dip into the GC reserve
         // (all but its last segment) so a full volume can always be trimmed.
@@ -271,14 +360,14 @@ impl Core {
             What::Virtual(v) => kind_of(v),
         };
         loop {
-            match &self.open[stream as usize] {
+            match &self.open[slot] {
                 Some(ch) if ch.has_room(lba, kind, src) => break,
-                Some(_) => self.seal(stream, durable_seq, out),
-                None => self.open_chunk(stream, reserve_for)?,
+                Some(_) => self.seal_slot(slot, durable_seq, out),
+                None => self.open_chunk(slot, reserve_for)?,
             }
         }
         let seg_blocks = self.seg_blocks();
-        let ch = self.open[stream as usize].as_mut().expect("open chunk");
+        let ch = self.open[slot].as_mut().expect("open chunk");
         let new = match what {
             What::Data(b) => {
                 let off = ch.push_data(lba, b, src);
@@ -292,7 +381,10 @@ impl Core {
         let pending_before = self.segs.pending.len();
         self.remap(lba, new);
         if self.segs.pending.len() > pending_before {
-            self.killed_pending[stream as usize] = true;
+            // The records that moved or superseded the rest of that segment may sit
+            // in any slot's open chunk (a victim's relocations spread over the GC
+            // classes), so the barrier must seal them all before the wipe.
+            self.killed_pending = [true; SLOTS];
         }
         Ok(())
     }
@@ -327,9 +419,11 @@ impl Core {
     }
 
     pub fn user_chunk_age(&self) -> Option<std::time::Duration> {
-        self.open[Stream::User as usize]
-            .as_ref()
+        self.open[..GC0]
+            .iter()
+            .flatten()
             .filter(|c| !c.is_empty())
             .map(|c| c.opened.elapsed())
+            .max()
     }
 }

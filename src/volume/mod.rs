@@ -14,6 +14,8 @@
 
 pub(crate) mod core;
 
+pub use self::core::GC_CLASSES;
+
 use self::core::{Core, NeedSpace, What};
 use crate::checkpoint;
 use crate::error::{Error, Result};
@@ -54,7 +56,7 @@ impl Default for CreateOptions {
             logical_bytes: None,
             overprovision: geometry::DEFAULT_OVERPROVISION,
             segment_bytes: geometry::DEFAULT_SEGMENT_BYTES,
-            gc_policy: GcPolicy::Greedy,
+            gc_policy: gc::DEFAULT_POLICY,
         }
     }
 }
@@ -268,12 +270,18 @@ impl Volume {
         let next_seq = m.next_seq;
         let needs_checkpoint = m.needs_checkpoint;
         let mut report = m.report.clone();
+        let mut core = Core::new(geo, m.sb.uuid, m.map, m.segs, next_seq);
+        core.gc_classes = policy.gc_classes();
+        core.hot_lifetime = policy.hot_lifetime(geo.logical_blocks);
+        if core.hot_lifetime > 0 {
+            core.last_write = vec![0; geo.logical_blocks as usize];
+        }
         let sh = Arc::new(Shared {
             media,
             geo,
             opts: opts.clone(),
             policy,
-            core: Mutex::new(Core::new(geo, m.sb.uuid, m.map, m.segs, next_seq)),
+            core: Mutex::new(core),
             progress: Mutex::new(Progress {
                 written_through: next_seq,
                 completed: BTreeSet::new(),
@@ -1073,6 +1081,9 @@ pub(crate) fn relocate(
     let fill = img.len() / BLOCK_BYTES;
     let base = victim * seg_blocks;
     let (mut data_moved, mut virt_moved) = (0u64, 0u64);
+    // Generational policies: data relocated k times joins GC class k+1 (capped).
+    let gen = c.segs.segs[victim as usize].gen as usize;
+    c.gc_slot = self::core::GC0 - 1 + (gen + 1).clamp(1, c.gc_classes);
     let mut pos = 0usize;
     while pos < fill {
         let h = chunk::ChunkHeader::decode(&img[pos * BLOCK_BYTES..])

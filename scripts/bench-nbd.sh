@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# bench-nbd.sh: fio (nbd engine, Unix socket) against `sluice serve`, qemu-nbd
+# (--cache=none --aio=native) and `nbdkit file`, side by side, on the same kind of
+# backing file (zero-filled, same size, same filesystem). Not a test: prints IOPS
+# per server and sluice's ratio to each peer.
+#
+# Usage: scripts/bench-nbd.sh [CASE...]      CASE: randwrite randread fsync (default: all)
+# Env:   RUNTIME=20 (s per case and server)  SIZE_MB=2048  DIR=/var/tmp/sluice-bench
+#        SERVERS="sluice qemu-nbd nbdkit"    SLUICE=target/release/sluice
+#        (server "sluice-pool" = sluice with every request on the worker pool;
+#         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate)
+set -euo pipefail
+
+RUNTIME=${RUNTIME:-20}
+SIZE_MB=${SIZE_MB:-2048}
+DIR=${DIR:-/var/tmp/sluice-bench}
+SERVERS=${SERVERS:-"sluice qemu-nbd nbdkit"}
+SLUICE=${SLUICE:-target/release/sluice}
+CASES=("$@")
+[ ${#CASES[@]} -eq 0 ] && CASES=(randwrite randread fsync)
+
+for t in fio qemu-nbd nbdkit; do
+    command -v "$t" >/dev/null || { echo "bench-nbd: $t is not installed" >&2; exit 2; }
+done
+[ -x "$SLUICE" ] || { echo "bench-nbd: build first: cargo build --release" >&2; exit 2; }
+
+mkdir -p "$DIR"
+SOCK="$DIR/nbd.sock"
+PIDF="$DIR/server.pid"
+SERVER_PID=
+
+stop_server() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    SERVER_PID=
+    rm -f "$SOCK" "$PIDF"
+}
+trap 'stop_server; rm -f "$DIR"/*.img' EXIT
+
+wait_socket() {
+    for _ in $(seq 1 100); do [ -S "$SOCK" ] && return 0; sleep 0.1; done
+    echo "bench-nbd: server did not come up" >&2; exit 1
+}
+
+# A fresh zero-filled (fully allocated) backing file per server and case.
+fresh_file() {
+    rm -f "$1"
+    dd if=/dev/zero of="$1" bs=1M count="$SIZE_MB" oflag=direct status=none
+}
+
+start_server() {
+    local srv=$1 img="$DIR/$1.img"
+    stop_server
+    fresh_file "$img"
+    case $srv in
+    sluice|sluice-pool)
+        # sluice keeps ~10% of its file for GC and metadata: same file, smaller export.
+        # sluice-pool: every request through the worker pool (no inline writes).
+        local extra=()
+        [ "$srv" = sluice-pool ] && extra=(--no-inline-writes)
+        "$SLUICE" create "$img" >/dev/null
+        "$SLUICE" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
+        SERVER_PID=$! ;;
+    qemu-nbd)
+        qemu-nbd -f raw --cache=none --aio=native --shared=16 --persistent -k "$SOCK" "$img" &
+        SERVER_PID=$! ;;
+    nbdkit)
+        nbdkit --foreground -U "$SOCK" file "file=$img" &
+        SERVER_PID=$! ;;
+    raw)
+        RAW_FILE=$img
+        return ;;
+    esac
+    wait_socket
+}
+
+# Export size as the server reports it (fio needs --size).
+export_size() { nbdinfo --size "nbd+unix:///?socket=$SOCK"; }
+
+# fio's target: the NBD export, or the file itself for "raw".
+target() {
+    if [ "$CUR" = raw ]; then
+        echo "--ioengine=libaio --direct=1 --filename=$RAW_FILE --size=${SIZE_MB}M"
+    else
+        echo "--ioengine=nbd --uri=nbd+unix:///?socket=$SOCK --size=$(export_size)"
+    fi
+}
+
+run_fio() {  # name, extra fio args...
+    local name=$1; shift
+    # shellcheck disable=SC2046
+    fio --name="$name" $(target) \
+        --bs=4k --runtime="$RUNTIME" --time_based \
+        --group_reporting --output-format=json --output="$DIR/fio-$name.json" "$@" >/dev/null 2>&1
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))' "$DIR/fio-$name.json"
+}
+
+prefill() {  # sequential random-data fill so reads hit real data everywhere
+    # shellcheck disable=SC2046
+    fio --name=fill $(target) --rw=write --bs=1M --iodepth=8 --refill_buffers >/dev/null 2>&1
+}
+
+# utime+stime of the server process (all threads), in clock ticks.
+cpu_ticks() {
+    if [ -n "$SERVER_PID" ] && [ -r "/proc/$SERVER_PID/stat" ]; then
+        awk '{print $14+$15}' "/proc/$SERVER_PID/stat"
+    else
+        echo 0
+    fi
+}
+
+declare -A IOPS CPU
+for c in "${CASES[@]}"; do
+    for s in $SERVERS; do
+        CUR=$s
+        start_server "$s"
+        [ "$c" = randread ] && prefill
+        t0=$(cpu_ticks)
+        case $c in
+        randwrite) IOPS[$c,$s]=$(run_fio rw --rw=randwrite --iodepth=32 --refill_buffers) ;;
+        randread) IOPS[$c,$s]=$(run_fio rr --rw=randread --iodepth=32) ;;
+        fsync) IOPS[$c,$s]=$(run_fio fs --rw=randwrite --iodepth=1 --numjobs=8 --fsync=1 --refill_buffers) ;;
+        *) echo "unknown case $c" >&2; exit 2 ;;
+        esac
+        t1=$(cpu_ticks)
+        # Server CPU per request: a figure the machine's other load barely moves.
+        CPU[$c,$s]=$(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,${IOPS[$c,$s]}*$RUNTIME):.1f}')")
+        stop_server
+        rm -f "$DIR/$s.img"
+        echo "  $c $s: ${IOPS[$c,$s]} IOPS, server CPU ${CPU[$c,$s]} us/request" >&2
+    done
+done
+
+printf '\n%-10s' case
+for s in $SERVERS; do printf '%12s' "$s"; done
+for s in $SERVERS; do [ "$s" != sluice ] && printf '%16s' "sluice/$s"; done
+echo
+for c in "${CASES[@]}"; do
+    printf '%-10s' "$c"
+    for s in $SERVERS; do printf '%12s' "${IOPS[$c,$s]}"; done
+    for s in $SERVERS; do
+        [ "$s" = sluice ] && continue
+        if [ -n "${IOPS[$c,sluice]:-}" ] && [ "${IOPS[$c,$s]}" -gt 0 ]; then
+            printf '%20s' "$(python3 -c "print(f'{${IOPS[$c,sluice]}/${IOPS[$c,$s]}:.2f}x')")"
+        fi
+    done
+    echo
+done
+echo
+printf '%-10s' "us CPU/req"
+for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%12s' "$s"; done
+echo
+for c in "${CASES[@]}"; do
+    printf '%-10s' "$c"
+    for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%12s' "${CPU[$c,$s]}"; done
+    echo
+done
+echo "(fio --ioengine=nbd over a Unix socket, 4 KiB, ${RUNTIME}s per run, ${SIZE_MB} MiB backing files in $DIR)"
