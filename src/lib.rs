@@ -4,6 +4,7 @@
 //! frontends (`nbd`, `cli`) -> `volume` -> `log` / `map` / `segments` / `gc` /
 //! `recovery` / `checkpoint` -> `format` (pure) and `media` (the only IO).
 
+pub mod bench;
 pub mod check;
 pub mod checkpoint;
 pub mod error;

@@ -1,5 +1,6 @@
 //! Command-line frontend: argument definitions and dispatch. No engine policy here.
 
+mod bench;
 mod create;
 mod info;
 mod replay;
@@ -33,6 +34,11 @@ pub enum Cmd {
     /// Verify superblocks, checkpoints, every chunk's checksum and the map (exit 0 clean, 1 damaged, 2 usage).
     #[command(after_help = "Examples:\n  sluice check vol.img\n  sluice check vol.img --json")]
     Check(info::CheckArgs),
+    /// Benchmarks from the seeds (grid, slog, steady, mix) and more, on sluice and its peers side by side.
+    #[command(
+        after_help = "Examples:\n  sluice bench grid --target sluice:vol.img --target file:raw.img --size 8G --sizes 4K,128K\n  sluice bench slog --target nbd:nbd+unix:///vol?socket=/tmp/s.sock\n  sluice bench steady --target sluice:vol.img --duration 10m --interval 30s --plot steady.svg\n  sluice bench mix --target sluice:vol.img --target file:raw.img --json mix.json\n  sluice bench ceiling --target file:raw.img --target sluice:vol.img"
+    )]
+    Bench(Box<bench::Args>),
     /// Replay a block trace on the engine (JESD219 style) and report write amplification.
     #[command(
         after_help = "Examples:\n  sluice replay --trace tpcc-small.trace --format mqsim --fill\n  sluice replay --trace cloudPhysicsIO.csv.gz --format cloudphysics --map dense --fill --overprovision 7 --json\n  sluice replay --trace t.trace --media flash-sim --bare --fill"
@@ -56,6 +62,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Create(a) => create::run(a),
         Cmd::Info(a) => info::run_info(a),
         Cmd::Check(a) => info::run_check(a),
+        Cmd::Bench(a) => bench::run(*a),
         Cmd::Replay(a) => replay::run(a),
         Cmd::Sim(a) => sim::run(a),
         Cmd::Serve(a) => serve::run(a),

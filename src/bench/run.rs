@@ -1,0 +1,543 @@
+//! Phase execution: N threads drive one target for a fixed time (or volume of
+//! bytes), a monitor samples throughput and write amplification at fixed intervals,
+//! reports progress and honours the stop flag (Ctrl-C); plus the SLOG loop of
+//! FreeBSD `diskinfo -S` (writes in batches of 250, each followed by a flush).
+//!
+//! Invariants: a phase stops at its deadline, at its byte budget, on the first IO
+//! error or when `stop` is set, and always returns what it measured (marked
+//! incomplete when cut short); latencies are recorded per IO from just before the
+//! call to just after it returns.
+
+use super::stats::{Histogram, Latency};
+use super::target::Target;
+use super::workload::{sequential_offset, DataGen, OffsetGen, OpChooser};
+use crate::media::AlignedBuf;
+use crate::stats::Stats;
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Receives progress; the CLI draws a progress bar, tests use `Quiet`.
+pub trait Observer: Send + Sync {
+    /// A phase begins.
+    fn phase(&self, _target: &str, _label: &str) {}
+    /// `secs` more of the planned run time has passed.
+    fn advance(&self, _secs: f64) {}
+}
+
+pub struct Quiet;
+impl Observer for Quiet {}
+
+pub struct Ctx {
+    pub stop: Arc<AtomicBool>,
+    pub observer: Arc<dyn Observer>,
+    pub seed: u64,
+}
+
+impl Ctx {
+    pub fn quiet(seed: u64) -> Ctx {
+        Ctx {
+            stop: Arc::new(AtomicBool::new(false)),
+            observer: Arc::new(Quiet),
+            seed,
+        }
+    }
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+    /// Sleep up to `d`, waking early when stopped.
+    pub fn sleep(&self, d: Duration) {
+        let end = Instant::now() + d;
+        while !self.stopped() {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            std::thread::sleep((end - now).min(Duration::from_millis(50)));
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    RandRead,
+    RandWrite,
+    /// Random mix with this percentage of reads.
+    Mix(u32),
+    SeqWrite,
+}
+
+impl Op {
+    pub fn reads(self) -> bool {
+        matches!(self, Op::RandRead | Op::Mix(_))
+    }
+    pub fn writes(self) -> bool {
+        !matches!(self, Op::RandRead)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct PhaseSpec {
+    pub name: String,
+    pub op: Op,
+    pub block: u64,
+    pub threads: usize,
+    /// (start, length) in bytes.
+    pub region: (u64, u64),
+    pub duration: Duration,
+    /// Stop after this many bytes (sequential fills).
+    pub max_bytes: Option<u64>,
+    pub sample_every: Duration,
+}
+
+/// One sampling interval.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    /// Seconds since the phase began, at the end of the interval.
+    pub t_s: f64,
+    pub seconds: f64,
+    pub ops: u64,
+    pub bytes: u64,
+    pub iops: f64,
+    pub mib_s: f64,
+    /// Media bytes / host bytes written in this interval (in-process sluice only).
+    pub write_amplification: Option<f64>,
+    /// Shorter than the sampling interval (the phase ended inside it).
+    pub partial: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseResult {
+    pub name: String,
+    pub op: Op,
+    pub block_bytes: u64,
+    pub threads: usize,
+    pub seconds: f64,
+    pub ops: u64,
+    pub bytes: u64,
+    pub iops: f64,
+    pub mib_s: f64,
+    pub latency: Latency,
+    pub write_amplification: Option<f64>,
+    pub samples: Vec<Sample>,
+    /// Ran for its whole planned time or byte budget.
+    pub complete: bool,
+    pub skipped: Option<String>,
+    pub error: Option<String>,
+}
+
+impl PhaseResult {
+    fn empty(spec: &PhaseSpec) -> PhaseResult {
+        PhaseResult {
+            name: spec.name.clone(),
+            op: spec.op,
+            block_bytes: spec.block,
+            threads: spec.threads,
+            seconds: 0.0,
+            ops: 0,
+            bytes: 0,
+            iops: 0.0,
+            mib_s: 0.0,
+            latency: Latency::default(),
+            write_amplification: None,
+            samples: vec![],
+            complete: false,
+            skipped: None,
+            error: None,
+        }
+    }
+    pub fn skipped(spec: &PhaseSpec, why: String) -> PhaseResult {
+        let mut r = PhaseResult::empty(spec);
+        r.skipped = Some(why);
+        r
+    }
+    pub fn measured(&self) -> bool {
+        self.skipped.is_none() && self.ops > 0
+    }
+}
+
+/// Write amplification between two stats snapshots.
+pub fn wa_between(a: &Option<Stats>, b: &Option<Stats>) -> Option<f64> {
+    let (a, b) = (a.as_ref()?, b.as_ref()?);
+    let host = b.host_write_bytes.saturating_sub(a.host_write_bytes);
+    let media = b.media_write_bytes.saturating_sub(a.media_write_bytes);
+    (host > 0).then(|| media as f64 / host as f64)
+}
+
+/// Can `t` run an IO of `block` bytes at all?
+pub fn unsupported(t: &dyn Target, block: u64, region: (u64, u64)) -> Option<String> {
+    if block < t.min_io() || !block.is_multiple_of(t.min_io()) {
+        return Some(format!(
+            "target needs IO in multiples of {} bytes",
+            t.min_io()
+        ));
+    }
+    if region.1 < block {
+        return Some(format!(
+            "region of {} bytes is smaller than one IO",
+            region.1
+        ));
+    }
+    None
+}
+
+struct Shared<'a> {
+    t: &'a dyn Target,
+    spec: &'a PhaseSpec,
+    seed: u64,
+    ops: AtomicU64,
+    bytes: AtomicU64,
+    cursor: AtomicU64,
+    halt: AtomicBool,
+    done: AtomicUsize,
+    error: Mutex<Option<String>>,
+    deadline: Instant,
+}
+
+fn worker(sh: &Shared, w: usize) -> Histogram {
+    let spec = sh.spec;
+    let block = spec.block as usize;
+    let mut h = Histogram::default();
+    let mut wbuf = AlignedBuf::new(if spec.op.writes() { block } else { 0 });
+    let mut rbuf = AlignedBuf::new(if spec.op.reads() { block } else { 0 });
+    let mut data = DataGen::new(sh.seed, w as u64);
+    data.fill(&mut wbuf);
+    let mut offs = OffsetGen::new(
+        sh.seed ^ ((w as u64 + 1) * 0x2545_F491_4F6C_DD1D),
+        spec.region.0,
+        spec.region.1,
+        spec.block,
+    );
+    let mut chooser = OpChooser::new(
+        sh.seed.wrapping_add(w as u64),
+        match spec.op {
+            Op::Mix(p) => p,
+            Op::RandRead => 100,
+            _ => 0,
+        },
+    );
+    let budget_ios = spec.max_bytes.map(|b| b.div_ceil(spec.block));
+    loop {
+        if sh.halt.load(Relaxed) || Instant::now() >= sh.deadline {
+            break;
+        }
+        let (read, off) = match spec.op {
+            Op::SeqWrite => {
+                let i = sh.cursor.fetch_add(1, Relaxed);
+                if budget_ios.is_some_and(|b| i >= b) {
+                    break;
+                }
+                (
+                    false,
+                    sequential_offset(spec.region.0, spec.region.1, spec.block, i),
+                )
+            }
+            _ => {
+                let Some(o) = offs.as_mut() else { break };
+                (chooser.next_is_read(), o.next_offset())
+            }
+        };
+        if !read {
+            data.stamp(&mut wbuf);
+        }
+        let t0 = Instant::now();
+        let r = if read {
+            sh.t.read(off, &mut rbuf)
+        } else {
+            sh.t.write(off, &wbuf)
+        };
+        let lat = t0.elapsed();
+        if let Err(e) = r {
+            sh.error.lock().get_or_insert_with(|| {
+                format!(
+                    "{} of {} bytes at offset {off}: {e:#}",
+                    if read { "read" } else { "write" },
+                    block
+                )
+            });
+            sh.halt.store(true, Relaxed);
+            break;
+        }
+        h.record(lat.as_nanos() as u64);
+        sh.ops.fetch_add(1, Relaxed);
+        sh.bytes.fetch_add(spec.block, Relaxed);
+    }
+    h
+}
+
+/// Run one phase on `t`.
+pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
+    if let Some(why) = unsupported(t, spec.block, spec.region) {
+        ctx.observer.advance(spec.duration.as_secs_f64());
+        return PhaseResult::skipped(spec, why);
+    }
+    let start = Instant::now();
+    let sh = Shared {
+        t,
+        spec,
+        seed: ctx.seed,
+        ops: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        cursor: AtomicU64::new(0),
+        halt: AtomicBool::new(false),
+        done: AtomicUsize::new(0),
+        error: Mutex::new(None),
+        deadline: start + spec.duration,
+    };
+    let planned = spec.duration.as_secs_f64();
+    let mut reported = 0.0f64;
+    let mut samples = Vec::new();
+    let stats0 = t.engine_stats();
+    let threads = spec.threads.max(1);
+    let hist = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|w| {
+                let sh = &sh;
+                s.spawn(move || {
+                    let h = worker(sh, w);
+                    sh.done.fetch_add(1, Relaxed);
+                    h
+                })
+            })
+            .collect();
+        let mut last_t = start;
+        let (mut last_ops, mut last_bytes) = (0u64, 0u64);
+        let mut last_stats = stats0.clone();
+        let mut next = start + spec.sample_every;
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            if ctx.stopped() {
+                sh.halt.store(true, Relaxed);
+            }
+            let now = Instant::now();
+            let el = (now - start).as_secs_f64().min(planned);
+            if el > reported {
+                ctx.observer.advance(el - reported);
+                reported = el;
+            }
+            let finished = sh.done.load(Relaxed) == threads;
+            if now >= next || finished {
+                let (o, b) = (sh.ops.load(Relaxed), sh.bytes.load(Relaxed));
+                let secs = (now - last_t).as_secs_f64();
+                if secs > 0.0 && (o > last_ops || !finished) {
+                    let st = t.engine_stats();
+                    let partial = secs < spec.sample_every.as_secs_f64() * 0.95;
+                    samples.push(Sample {
+                        t_s: (now - start).as_secs_f64(),
+                        seconds: secs,
+                        ops: o - last_ops,
+                        bytes: b - last_bytes,
+                        iops: (o - last_ops) as f64 / secs,
+                        mib_s: (b - last_bytes) as f64 / secs / (1 << 20) as f64,
+                        // a sliver at the end mostly holds the final seal: no WA
+                        write_amplification: if partial {
+                            None
+                        } else {
+                            wa_between(&last_stats, &st)
+                        },
+                        partial,
+                    });
+                    last_stats = st;
+                }
+                last_t = now;
+                last_ops = o;
+                last_bytes = b;
+                next += spec.sample_every;
+                while next <= now {
+                    next += spec.sample_every;
+                }
+            }
+            if finished {
+                break;
+            }
+        }
+        let mut all = Histogram::default();
+        for h in handles {
+            if let Ok(h) = h.join() {
+                all.merge(&h);
+            }
+        }
+        all
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    if planned > reported {
+        ctx.observer.advance(planned - reported);
+    }
+    let ops = sh.ops.load(Relaxed);
+    let bytes = sh.bytes.load(Relaxed);
+    let error = sh.error.lock().clone();
+    let budget_done = spec.max_bytes.is_some_and(|b| bytes >= b);
+    let complete = error.is_none()
+        && !ctx.stopped()
+        && (budget_done || seconds >= spec.duration.as_secs_f64() * 0.999);
+    PhaseResult {
+        name: spec.name.clone(),
+        op: spec.op,
+        block_bytes: spec.block,
+        threads,
+        seconds,
+        ops,
+        bytes,
+        iops: ops as f64 / seconds.max(1e-9),
+        mib_s: bytes as f64 / seconds.max(1e-9) / (1 << 20) as f64,
+        latency: Latency::from_histogram(&hist),
+        write_amplification: wa_between(&stats0, &t.engine_stats()),
+        samples,
+        complete,
+        skipped: None,
+        error,
+    }
+}
+
+/// SLOG settings (FreeBSD diskinfo -S).
+#[derive(Clone, Debug, Serialize)]
+pub struct SlogSpec {
+    pub block: u64,
+    pub region: (u64, u64),
+    /// Writes per batch (250).
+    pub batch: u64,
+    /// Batches repeat until this much time has passed (1 s).
+    pub min_seconds: f64,
+    /// Pause after the pre-size flush (1 s).
+    pub settle: Duration,
+    /// Split writes above 128 KiB into 128 KiB pieces issued in parallel.
+    pub split: bool,
+}
+
+pub const SLOG_PIECE: u64 = 128 << 10;
+
+/// One SLOG size: writes to random size-aligned offsets, each followed by a flush.
+pub fn run_slog(t: &dyn Target, spec: &SlogSpec, ctx: &Ctx) -> PhaseResult {
+    let pspec = PhaseSpec {
+        name: "slog".into(),
+        op: Op::RandWrite,
+        block: spec.block,
+        threads: 1,
+        region: spec.region,
+        duration: Duration::from_secs_f64(spec.min_seconds),
+        max_bytes: None,
+        sample_every: Duration::from_secs(1),
+    };
+    let planned = spec.min_seconds + spec.settle.as_secs_f64();
+    if let Some(why) = unsupported(t, spec.block, spec.region) {
+        ctx.observer.advance(planned);
+        return PhaseResult::skipped(&pspec, why);
+    }
+    let mut res = PhaseResult::empty(&pspec);
+    // sync; sleep 1; sync; sync
+    let pre = t.flush().and_then(|_| {
+        ctx.sleep(spec.settle);
+        t.flush()?;
+        t.flush()
+    });
+    ctx.observer.advance(spec.settle.as_secs_f64());
+    if let Err(e) = pre {
+        res.error = Some(format!("flush before the run: {e:#}"));
+        return res;
+    }
+    let pieces = if spec.split && spec.block > SLOG_PIECE {
+        (spec.block / SLOG_PIECE) as usize
+    } else {
+        1
+    };
+    let piece_len = spec.block / pieces as u64;
+    let mut offs = OffsetGen::new(
+        ctx.seed ^ spec.block,
+        spec.region.0,
+        spec.region.1,
+        spec.block,
+    )
+    .expect("region checked above");
+    let mut hist = Histogram::default();
+    let mut ops = 0u64;
+    let mut error = None;
+    let start = Instant::now();
+    let mut reported = 0.0;
+    std::thread::scope(|s| {
+        // Helper threads write pieces 0..pieces-1 in parallel (as diskinfo's aio);
+        // the caller writes the last piece itself, then waits for the others.
+        let (job_tx, job_rx) = std::sync::mpsc::channel::<u64>();
+        let job_rx = Arc::new(std::sync::Mutex::new(job_rx));
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        for h in 0..pieces.saturating_sub(1) {
+            let (rx, tx) = (job_rx.clone(), done_tx.clone());
+            let seed = ctx.seed;
+            s.spawn(move || {
+                let mut buf = AlignedBuf::new(piece_len as usize);
+                let mut g = DataGen::new(seed, 1000 + h as u64);
+                g.fill(&mut buf);
+                loop {
+                    let job = rx
+                        .lock()
+                        .map_err(|_| ())
+                        .and_then(|r| r.recv().map_err(|_| ()));
+                    let Ok(off) = job else { return };
+                    g.stamp(&mut buf);
+                    let r = t.write(off, &buf).map_err(|e| format!("{e:#}"));
+                    if tx.send(r).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let mut buf = AlignedBuf::new(piece_len as usize);
+        let mut g = DataGen::new(ctx.seed, 999);
+        g.fill(&mut buf);
+        'outer: loop {
+            for _ in 0..spec.batch.max(1) {
+                if ctx.stopped() {
+                    break 'outer;
+                }
+                let off = offs.next_offset();
+                g.stamp(&mut buf);
+                let t0 = Instant::now();
+                for p in 0..pieces as u64 - 1 {
+                    let _ = job_tx.send(off + p * piece_len);
+                }
+                let mut r = t
+                    .write(off + (pieces as u64 - 1) * piece_len, &buf)
+                    .map_err(|e| format!("{e:#}"));
+                for _ in 0..pieces - 1 {
+                    match done_rx.recv() {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => r = Err(e),
+                        Err(_) => r = Err("helper thread ended".into()),
+                    }
+                }
+                let r = r.and_then(|_| t.flush().map_err(|e| format!("flush: {e:#}")));
+                if let Err(e) = r {
+                    error = Some(format!("write of {} bytes at {off}: {e}", spec.block));
+                    break 'outer;
+                }
+                hist.record(t0.elapsed().as_nanos() as u64);
+                ops += 1;
+                let el = start.elapsed().as_secs_f64().min(spec.min_seconds);
+                if el > reported {
+                    ctx.observer.advance(el - reported);
+                    reported = el;
+                }
+            }
+            if start.elapsed().as_secs_f64() >= spec.min_seconds {
+                break;
+            }
+        }
+        drop(job_tx);
+    });
+    if spec.min_seconds > reported {
+        ctx.observer.advance(spec.min_seconds - reported);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    res.seconds = seconds;
+    res.ops = ops;
+    res.bytes = ops * spec.block;
+    res.iops = ops as f64 / seconds.max(1e-9);
+    res.mib_s = res.bytes as f64 / seconds.max(1e-9) / (1 << 20) as f64;
+    res.latency = Latency::from_histogram(&hist);
+    res.complete = error.is_none() && !ctx.stopped();
+    res.error = error;
+    res
+}

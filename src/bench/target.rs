@@ -1,0 +1,344 @@
+//! Benchmark targets: what `--target` names (sluice:PATH, nbd:URI, file:PATH,
+//! dev:PATH), opened behind one blocking, thread-safe interface. Queue depth is the
+//! number of threads calling a target at once.
+//!
+//! Invariant: a target never writes anything the workload did not ask for, except
+//! that a missing sluice volume or raw file is created at `--size`; opening refuses
+//! (see `safety`) before any byte of an existing non-sluice file or signed device
+//! could be overwritten without `--force`.
+
+use super::nbd_client::NbdClient;
+use super::safety;
+use crate::media::{AlignedBuf, FileMedia, Media};
+use crate::stats::Stats;
+use crate::{CreateOptions, OpenOptions, Volume};
+use anyhow::{anyhow, bail, Context, Result};
+use std::fs::{File, OpenOptions as FsOpen};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A parsed `--target` argument.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetSpec {
+    Sluice(PathBuf),
+    Nbd(String),
+    File(PathBuf),
+    Dev(PathBuf),
+}
+
+impl TargetSpec {
+    pub fn parse(s: &str) -> Result<TargetSpec> {
+        let (kind, rest) = s.split_once(':').ok_or_else(|| {
+            anyhow!("target {s:?} needs a kind: sluice:PATH, nbd:URI, file:PATH or dev:PATH")
+        })?;
+        if rest.is_empty() {
+            bail!("target {s:?} names no path or URI");
+        }
+        Ok(match kind {
+            "sluice" => TargetSpec::Sluice(rest.into()),
+            "nbd" => TargetSpec::Nbd(rest.to_string()),
+            "file" => TargetSpec::File(rest.into()),
+            "dev" => TargetSpec::Dev(rest.into()),
+            other => {
+                bail!("unknown target kind {other:?} in {s:?} (use sluice:, nbd:, file: or dev:)")
+            }
+        })
+    }
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TargetSpec::Sluice(_) => "sluice",
+            TargetSpec::Nbd(_) => "nbd",
+            TargetSpec::File(_) => "file",
+            TargetSpec::Dev(_) => "dev",
+        }
+    }
+}
+
+impl std::fmt::Display for TargetSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TargetSpec::Sluice(p) => write!(f, "sluice:{}", p.display()),
+            TargetSpec::Nbd(u) => write!(f, "nbd:{u}"),
+            TargetSpec::File(p) => write!(f, "file:{}", p.display()),
+            TargetSpec::Dev(p) => write!(f, "dev:{}", p.display()),
+        }
+    }
+}
+
+/// How to open targets.
+#[derive(Clone, Debug)]
+pub struct OpenSpec {
+    /// Size of a sluice volume or raw file created because it was missing.
+    pub create_size: u64,
+    /// Over-provisioning of a created sluice volume (fraction).
+    pub overprovision: f64,
+    /// The workload writes.
+    pub writes: bool,
+    pub force: bool,
+}
+
+/// A block target driven by benchmark threads. Buffers passed in are 4 KiB aligned.
+pub trait Target: Send + Sync {
+    fn describe(&self) -> String;
+    fn size(&self) -> u64;
+    /// Smallest IO size (and alignment) the target accepts.
+    fn min_io(&self) -> u64;
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<()>;
+    fn flush(&self) -> Result<()>;
+    /// Engine counters, for in-process sluice targets.
+    fn engine_stats(&self) -> Option<Stats> {
+        None
+    }
+    /// Clean shutdown (sluice: close with a checkpoint; nbd: disconnect).
+    fn close(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+pub fn open(spec: &TargetSpec, o: &OpenSpec) -> Result<Arc<dyn Target>> {
+    Ok(match spec {
+        TargetSpec::Sluice(p) => Arc::new(SluiceTarget::open(p, o)?),
+        TargetSpec::File(p) => Arc::new(RawTarget::open(p, false, o)?),
+        TargetSpec::Dev(p) => Arc::new(RawTarget::open(p, true, o)?),
+        TargetSpec::Nbd(uri) => {
+            let c = NbdClient::connect(uri).with_context(|| format!("connecting to {uri}"))?;
+            if o.writes && !o.force {
+                let mut head = AlignedBuf::new(safety::PROBE_BYTES.min(c.size() as usize));
+                c.read(0, &mut head)?;
+                if let Some(why) = safety::signature(&head) {
+                    bail!("{uri} holds {why}; a write test would destroy it (use --force to run anyway)");
+                }
+            }
+            Arc::new(c)
+        }
+    })
+}
+
+/// The engine in-process.
+pub struct SluiceTarget {
+    vol: Volume,
+    desc: String,
+}
+
+impl SluiceTarget {
+    pub fn open(path: &Path, o: &OpenSpec) -> Result<SluiceTarget> {
+        let open_opts = OpenOptions::default();
+        let exists = path.exists();
+        let holds_volume = exists && safety::is_sluice(path)?;
+        let vol = if holds_volume {
+            let media: Arc<dyn Media> = Arc::new(
+                FileMedia::open(path, false)
+                    .with_context(|| format!("opening {}", path.display()))?,
+            );
+            Volume::open(media, &open_opts)
+                .with_context(|| format!("mounting {}", path.display()))?
+        } else {
+            if exists && !o.force {
+                if let Some(why) = safety::refuse_write(path, false)? {
+                    bail!(
+                        "sluice:{} {why}; creating a volume there would destroy it (use --force)",
+                        path.display()
+                    );
+                }
+            }
+            if o.create_size == 0 || !o.create_size.is_multiple_of(4096) {
+                bail!(
+                    "--size {} must be a positive multiple of 4K to create {}",
+                    o.create_size,
+                    path.display()
+                );
+            }
+            let seg = crate::geometry::DEFAULT_SEGMENT_BYTES;
+            let need = crate::geometry::Geometry::for_logical(
+                o.create_size / 4096,
+                (seg / 4096) as u32,
+                o.overprovision,
+            )
+            .media_bytes();
+            let is_dev = std::fs::metadata(path)
+                .map(|m| m.file_type().is_block_device())
+                .unwrap_or(false);
+            let media: Arc<dyn Media> = Arc::new(if is_dev {
+                FileMedia::open(path, false)?
+            } else {
+                FileMedia::create(path, need)
+                    .with_context(|| format!("creating {}", path.display()))?
+            });
+            Volume::create(
+                media,
+                &CreateOptions {
+                    logical_bytes: Some(o.create_size),
+                    overprovision: o.overprovision,
+                    segment_bytes: seg,
+                    ..Default::default()
+                },
+                &open_opts,
+            )
+            .with_context(|| format!("creating a volume on {}", path.display()))?
+        };
+        let desc = format!("sluice in-process, {}", path.display());
+        Ok(SluiceTarget { vol, desc })
+    }
+}
+
+impl Target for SluiceTarget {
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+    fn size(&self) -> u64 {
+        self.vol.size_bytes()
+    }
+    fn min_io(&self) -> u64 {
+        512
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        Ok(self.vol.read(offset, buf)?)
+    }
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        Ok(self.vol.write(offset, buf, false)?)
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(self.vol.flush()?)
+    }
+    fn engine_stats(&self) -> Option<Stats> {
+        Some(self.vol.stats())
+    }
+    fn close(&self) -> Result<()> {
+        Ok(self.vol.close()?)
+    }
+}
+
+/// A raw file or block device with O_DIRECT, pread/pwrite from the calling thread.
+pub struct RawTarget {
+    file: File,
+    size: u64,
+    min_io: u64,
+    desc: String,
+}
+
+impl RawTarget {
+    pub fn open(path: &Path, device: bool, o: &OpenSpec) -> Result<RawTarget> {
+        let exists = path.exists();
+        if device && !exists {
+            bail!("{} does not exist", path.display());
+        }
+        if exists {
+            let is_dev = std::fs::metadata(path)?.file_type().is_block_device();
+            if device && !is_dev {
+                bail!(
+                    "{} is not a block device (use file:{} for a regular file)",
+                    path.display(),
+                    path.display()
+                );
+            }
+            if !device && is_dev {
+                bail!(
+                    "{} is a block device (use dev:{})",
+                    path.display(),
+                    path.display()
+                );
+            }
+            if o.writes && !o.force {
+                if let Some(why) = safety::refuse_write(path, device)? {
+                    bail!(
+                        "{} {why}; a write test would destroy it (use --force to run anyway)",
+                        path.display()
+                    );
+                }
+            }
+        } else {
+            if o.create_size == 0 {
+                bail!(
+                    "{} does not exist: give --size to create it",
+                    path.display()
+                );
+            }
+            let f = FsOpen::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            // Allocate (unwritten extents) so the first pass does not measure the
+            // filesystem's block allocator; fall back to a sparse file.
+            let r = unsafe {
+                libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, o.create_size as i64)
+            };
+            if r != 0 {
+                f.set_len(o.create_size)?;
+            }
+        }
+        let file = FsOpen::new()
+            .read(true)
+            .write(o.writes)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .with_context(|| format!("opening {} with O_DIRECT", path.display()))?;
+        let size = std::io::Seek::seek(&mut &file, std::io::SeekFrom::End(0))?;
+        if size < 4096 {
+            bail!("{} holds only {size} bytes", path.display());
+        }
+        // The smallest O_DIRECT read that works is the smallest IO we issue.
+        let mut probe = AlignedBuf::new(4096);
+        let min_io = if file.read_exact_at(&mut probe[..512], 0).is_ok() {
+            512
+        } else {
+            4096
+        };
+        Ok(RawTarget {
+            file,
+            size,
+            min_io,
+            desc: format!(
+                "raw {} {}, O_DIRECT",
+                if device { "device" } else { "file" },
+                path.display()
+            ),
+        })
+    }
+}
+
+impl Target for RawTarget {
+    fn describe(&self) -> String {
+        self.desc.clone()
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn min_io(&self) -> u64 {
+        self.min_io
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        Ok(self.file.read_exact_at(buf, offset)?)
+    }
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        Ok(self.file.write_all_at(buf, offset)?)
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(self.file.sync_data()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn target_specs_parse_and_reject_garbage() {
+        assert_eq!(
+            TargetSpec::parse("sluice:/tmp/v.img").unwrap(),
+            TargetSpec::Sluice("/tmp/v.img".into())
+        );
+        assert_eq!(
+            TargetSpec::parse("nbd:nbd+unix:///x?socket=/s").unwrap(),
+            TargetSpec::Nbd("nbd+unix:///x?socket=/s".into())
+        );
+        assert_eq!(
+            TargetSpec::parse("dev:/dev/sdb").unwrap().to_string(),
+            "dev:/dev/sdb"
+        );
+        assert!(TargetSpec::parse("/tmp/x").is_err());
+        assert!(TargetSpec::parse("disk:/tmp/x").is_err());
+        assert!(TargetSpec::parse("file:").is_err());
+    }
+}

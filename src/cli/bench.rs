@@ -1,0 +1,316 @@
+//! `sluice bench`: parse flags into a `BenchConfig`, open every target (refusing
+//! unsafe write tests before any IO), run the workload on each in turn with a
+//! progress bar, and print / save the results. Ctrl-C stops the run and prints what
+//! was measured so far (a second Ctrl-C exits at once).
+
+use anyhow::{bail, Context};
+use sluice::bench::run::{Ctx, Observer};
+use sluice::bench::target::{self, OpenSpec, TargetSpec};
+use sluice::bench::{self as b, BenchConfig, Report, Workload};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// grid | slog | steady | mix | ceiling | fill
+    #[arg(value_parser = Workload::parse)]
+    pub workload: Workload,
+    /// Target to measure, optionally named (LABEL=KIND:WHERE); repeat to compare
+    /// (ratios are to the first):
+    /// sluice:PATH (in-process engine), nbd:URI (nbd+unix:///NAME?socket=PATH or
+    /// nbd://HOST:PORT/NAME), file:PATH, dev:PATH (raw, O_DIRECT).
+    #[arg(long = "target", required = true, value_name = "KIND:WHERE")]
+    pub targets: Vec<String>,
+    /// Size of a sluice volume or raw file created because it is missing
+    /// (default: the region size).
+    #[arg(long, value_parser = super::parse_size)]
+    pub size: Option<u64>,
+    /// Sample region at the start of each target (default 4G, clamped to the target).
+    #[arg(long, value_parser = super::parse_size)]
+    pub region: Option<u64>,
+    /// Block sizes, comma separated (grid: 512..4M, slog: 512..8M).
+    #[arg(long, value_delimiter = ',', value_parser = super::parse_size)]
+    pub sizes: Option<Vec<u64>>,
+    /// Threads = outstanding IOs, comma separated (grid: 1,10,40; steady/mix/ceiling: 32).
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Option<Vec<usize>>,
+    /// Seconds per grid cell / mix or ceiling phase / slog size (minimum).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// steady: total run time, e.g. 80m, 10m, 90s (default 80m).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<f64>,
+    /// steady: sampling interval, e.g. 60s (default 60s).
+    #[arg(long, value_parser = parse_duration)]
+    pub interval: Option<f64>,
+    /// mix: read percentage (default 70).
+    #[arg(long)]
+    pub read_pct: Option<u32>,
+    /// Do not write the region before read tests (reads may then hit holes).
+    #[arg(long)]
+    pub no_prefill: bool,
+    /// Write the region before the workload even when it does not read.
+    #[arg(long, conflicts_with = "no_prefill")]
+    pub prefill: bool,
+    /// slog: issue writes above 128K as one IO instead of parallel 128K pieces.
+    #[arg(long)]
+    pub no_split: bool,
+    /// slog: pause between the flushes before each size, seconds (default 1).
+    #[arg(long)]
+    pub settle: Option<f64>,
+    /// slog: writes per batch (default 250).
+    #[arg(long)]
+    pub batch: Option<u64>,
+    /// Over-provisioning percent of a sluice volume created because it is missing.
+    #[arg(long, default_value_t = 10.0)]
+    pub overprovision: f64,
+    /// Write every phase and sample as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw a chart (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Run write tests on files or devices that hold data or a signature.
+    #[arg(long)]
+    pub force: bool,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// "90", "90s", "10m", "1.5h" -> seconds.
+pub fn parse_duration(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('s') => (&t[..t.len() - 1], 1.0),
+        Some('m') => (&t[..t.len() - 1], 60.0),
+        Some('h') => (&t[..t.len() - 1], 3600.0),
+        _ => (t, 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * mult),
+        _ => Err(format!(
+            "not a duration: {s:?} (examples: 90, 90s, 10m, 1h)"
+        )),
+    }
+}
+
+pub fn config_from(a: &Args) -> anyhow::Result<BenchConfig> {
+    let mut c = BenchConfig::defaults(a.workload);
+    if let Some(r) = a.region {
+        if r < 1 << 20 {
+            bail!("--region {r} is too small (at least 1M)");
+        }
+        c.region_bytes = r;
+    }
+    if let Some(s) = &a.sizes {
+        if s.is_empty() {
+            bail!("--sizes is empty");
+        }
+        for &z in s {
+            if z < 512 || z % 512 != 0 || z > 64 << 20 {
+                bail!("--sizes: {z} must be a multiple of 512 between 512 and 64M");
+            }
+        }
+        c.sizes = s.clone();
+    }
+    if let Some(t) = &a.threads {
+        if t.is_empty() || t.iter().any(|&n| n == 0 || n > 1024) {
+            bail!("--threads must list counts between 1 and 1024");
+        }
+        c.threads = t.clone();
+    }
+    if let Some(s) = a.seconds {
+        if !(s > 0.0 && s <= 86_400.0) {
+            bail!("--seconds {s} must be positive");
+        }
+        c.seconds = s;
+    }
+    if let Some(d) = a.duration {
+        c.duration_s = d;
+    }
+    if let Some(i) = a.interval {
+        c.interval_s = i;
+    }
+    if a.workload == Workload::Steady && c.interval_s > c.duration_s {
+        bail!(
+            "--interval {}s is longer than --duration {}s",
+            c.interval_s,
+            c.duration_s
+        );
+    }
+    if let Some(p) = a.read_pct {
+        if p > 100 {
+            bail!("--read-pct {p} is above 100");
+        }
+        c.read_pct = p;
+    }
+    if a.no_prefill {
+        c.prefill = false;
+    }
+    if a.prefill {
+        c.prefill = true;
+    }
+    if a.no_split {
+        c.slog_split = false;
+    }
+    if let Some(s) = a.settle {
+        if !(0.0..=60.0).contains(&s) {
+            bail!("--settle {s} must be between 0 and 60 seconds");
+        }
+        c.slog_settle_s = s;
+    }
+    if let Some(n) = a.batch {
+        if n == 0 {
+            bail!("--batch must be at least 1");
+        }
+        c.slog_batch = n;
+    }
+    if let Some(s) = a.seed {
+        c.seed = s;
+    }
+    Ok(c)
+}
+
+struct Bar(indicatif::ProgressBar);
+
+impl Observer for Bar {
+    fn phase(&self, target: &str, label: &str) {
+        self.0.set_message(format!("{target}: {label}"));
+    }
+    fn advance(&self, secs: f64) {
+        self.0.inc((secs * 1000.0).round() as u64);
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let cfg = config_from(&a)?;
+    if !(3.0..=50.0).contains(&a.overprovision) {
+        bail!(
+            "--overprovision {} is outside 3..50 percent",
+            a.overprovision
+        );
+    }
+    // [LABEL=]KIND:WHERE
+    let specs: Vec<(String, TargetSpec)> = a
+        .targets
+        .iter()
+        .map(|s| {
+            let (label, spec) = match s.split_once('=') {
+                Some((l, rest)) if !l.contains(':') && !l.is_empty() && rest.contains(':') => {
+                    (Some(l.to_string()), rest)
+                }
+                _ => (None, s.as_str()),
+            };
+            let t = TargetSpec::parse(spec)?;
+            Ok((label.unwrap_or_else(|| t.to_string()), t))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if let Some(p) = &a.plot {
+        if !p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("svg"))
+        {
+            bail!("--plot {}: only .svg output is supported", p.display());
+        }
+    }
+    let open_spec = OpenSpec {
+        create_size: a.size.unwrap_or(cfg.region_bytes),
+        overprovision: a.overprovision / 100.0,
+        writes: cfg.workload.writes(),
+        force: a.force,
+    };
+    // Open (and safety-check) every target before measuring anything.
+    let mut targets = Vec::new();
+    for (label, s) in &specs {
+        let t = target::open(s, &open_spec).with_context(|| format!("target {s}"))?;
+        targets.push((label.clone(), t));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGINT,
+        130,
+        stop.clone(),
+    )
+    .context("installing the Ctrl-C handler")?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())
+        .context("installing the Ctrl-C handler")?;
+    let planned_ms = (cfg.planned_seconds() * 1000.0 * targets.len() as f64) as u64;
+    let bar = if a.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let pb = indicatif::ProgressBar::new(planned_ms.max(1));
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "[{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% ETA {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    };
+    let ctx = Ctx {
+        stop: stop.clone(),
+        observer: Arc::new(Bar(bar.clone())),
+        seed: cfg.seed,
+    };
+    let mut report = Report::new(&cfg);
+    let mut failed = false;
+    let mut pending = targets.into_iter();
+    for (label, t) in pending.by_ref() {
+        let r = b::run_target(&cfg, &label, &*t, &ctx);
+        failed |= r.error.is_some();
+        if let Err(e) = t.close() {
+            eprintln!("sluice: closing {label}: {e:#}");
+            failed = true;
+        }
+        report.targets.push(r);
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    for (label, t) in pending {
+        if let Err(e) = t.close() {
+            eprintln!("sluice: closing {label}: {e:#}");
+        }
+    }
+    bar.finish_and_clear();
+    report.interrupted = stop.load(Ordering::Relaxed);
+    print!("{}", b::report::render(&report));
+    std::io::Write::flush(&mut std::io::stdout())?;
+    if let Some(p) = &a.json {
+        let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
+            .with_context(|| format!("writing {}", p.display()))?;
+        eprintln!("wrote {}", p.display());
+    }
+    if let Some(p) = &a.plot {
+        b::plot::write(&report, p)?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(if report.interrupted {
+        130
+    } else if failed {
+        1
+    } else {
+        0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("90").unwrap(), 90.0);
+        assert_eq!(parse_duration("10m").unwrap(), 600.0);
+        assert_eq!(parse_duration("1.5h").unwrap(), 5400.0);
+        assert_eq!(parse_duration("30s").unwrap(), 30.0);
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("-3m").is_err());
+    }
+}

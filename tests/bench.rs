@@ -1,0 +1,369 @@
+//! Smoke runs of every `sluice bench` workload against a small in-process sluice
+//! volume and a raw O_DIRECT file, an NBD run against qemu-nbd or nbdkit when one is
+//! installed, Ctrl-C behaviour, and the CLI's safety refusal. Each run is a fraction
+//! of a second per phase: these check plumbing and invariants, not speed.
+
+use sluice::bench::run::Ctx;
+use sluice::bench::target::{self, OpenSpec, Target, TargetSpec};
+use sluice::bench::{self, BenchConfig, Report, Workload};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn small(w: Workload) -> BenchConfig {
+    let mut c = BenchConfig::defaults(w);
+    c.region_bytes = 48 * MIB;
+    c.seconds = 0.25;
+    c.duration_s = 1.2;
+    c.interval_s = 0.2;
+    c.slog_settle_s = 0.0;
+    c.slog_batch = 8;
+    match w {
+        Workload::Grid => {
+            c.sizes = vec![512, 4096, 256 << 10];
+            c.threads = vec![1, 4];
+            c.seconds = 0.15;
+        }
+        Workload::Slog => {
+            c.sizes = vec![4096, 64 << 10, 512 << 10];
+            c.seconds = 0.15;
+        }
+        _ => c.threads = vec![4],
+    }
+    c
+}
+
+fn open(spec: &str) -> Arc<dyn Target> {
+    target::open(
+        &TargetSpec::parse(spec).unwrap(),
+        &OpenSpec {
+            create_size: 64 * MIB,
+            overprovision: 0.2,
+            writes: true,
+            force: false,
+        },
+    )
+    .unwrap()
+}
+
+fn run_all(dir: &Path, w: Workload) -> Report {
+    let cfg = small(w);
+    let ctx = Ctx::quiet(7);
+    let mut rep = Report::new(&cfg);
+    for spec in [
+        format!("sluice:{}", dir.join(format!("{}.vol", w.name())).display()),
+        format!("file:{}", dir.join(format!("{}.raw", w.name())).display()),
+    ] {
+        let t = open(&spec);
+        let r = bench::run_target(&cfg, &spec, &*t, &ctx);
+        t.close().unwrap();
+        assert!(r.error.is_none(), "{spec}: {:?}", r.error);
+        rep.targets.push(r);
+    }
+    // Everything renders and serialises.
+    let text = bench::report::render(&rep);
+    assert!(!text.is_empty());
+    let json = serde_json::to_string(&rep).unwrap();
+    assert!(json.contains("\"phases\""));
+    let svg = bench::plot::svg(&rep).unwrap();
+    assert!(svg.contains("<svg"));
+    rep
+}
+
+#[test]
+fn grid_smoke_fills_the_seed_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let rep = run_all(dir.path(), Workload::Grid);
+    for t in &rep.targets {
+        let pre = t.prefill.as_ref().expect("grid prefills");
+        assert_eq!(pre.bytes, 48 * MIB, "prefill writes the region once");
+        // 3 sizes x 2 thread counts x read/write
+        assert_eq!(t.phases.len(), 12);
+        for p in &t.phases {
+            assert!(p.complete, "{} {}: {:?}", t.target, p.name, p);
+            if p.skipped.is_none() {
+                assert!(p.ops > 0 && p.iops > 0.0 && p.latency.p99_us > 0.0);
+                assert_eq!(p.bytes, p.ops * p.block_bytes);
+            }
+        }
+        assert!(t.find("randwrite", 4096, 4).unwrap().measured());
+    }
+    let text = bench::report::grid_table(&rep.targets[0]);
+    assert!(text.contains("Random Read Tests") && text.contains("Random Write Tests"));
+    assert!(text.contains("4 Threads") && text.contains("1 Thread"));
+    assert!(text.lines().any(|l| l.starts_with("256K")));
+    // in-process sluice reports write amplification, raw files do not
+    assert!(rep.targets[0].write_amplification.is_some());
+    assert!(rep.targets[1].write_amplification.is_none());
+}
+
+#[test]
+fn slog_smoke_flushes_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let rep = run_all(dir.path(), Workload::Slog);
+    let t = &rep.targets[0];
+    assert_eq!(t.phases.len(), 3);
+    for p in &t.phases {
+        assert!(p.ops >= 8, "at least one batch per size: {}", p.ops);
+        assert_eq!(p.ops % 8, 0, "whole batches only");
+    }
+    let st = t.stats_after.as_ref().unwrap();
+    let before = t.stats_before.as_ref().unwrap();
+    let writes: u64 = t.phases.iter().map(|p| p.ops).sum();
+    assert!(
+        st.host_flushes - before.host_flushes >= writes,
+        "one flush per write"
+    );
+    let text = bench::report::render(&rep);
+    assert!(text.contains("usec/IO") && text.contains("Mbytes/s"));
+}
+
+#[test]
+fn steady_smoke_samples_intervals_and_judges() {
+    let dir = tempfile::tempdir().unwrap();
+    let rep = run_all(dir.path(), Workload::Steady);
+    for t in &rep.targets {
+        let p = &t.phases[0];
+        let full = p.samples.iter().filter(|s| !s.partial).count();
+        assert!((4..=7).contains(&full), "{} samples", p.samples.len());
+        let ss = t.steady_state.as_ref().unwrap();
+        assert_eq!(ss.window, 5);
+        let sum: u64 = p.samples.iter().map(|s| s.ops).sum();
+        assert_eq!(sum, p.ops, "samples add up to the phase");
+    }
+    // WA per interval for sluice only
+    assert!(rep.targets[0].phases[0]
+        .samples
+        .iter()
+        .any(|s| s.write_amplification.is_some()));
+    assert!(rep.targets[1].phases[0]
+        .samples
+        .iter()
+        .all(|s| s.write_amplification.is_none()));
+}
+
+#[test]
+fn mix_smoke_normalises() {
+    let dir = tempfile::tempdir().unwrap();
+    let rep = run_all(dir.path(), Workload::Mix);
+    for t in &rep.targets {
+        let m = t.mix.as_ref().unwrap();
+        let n = m.normalised_iops.unwrap();
+        assert!(n > 0.0 && n <= m.read_iops.max(m.write_iops) + 1e-9);
+        assert!(n >= m.read_iops.min(m.write_iops) - 1e-9);
+    }
+    assert!(bench::report::render(&rep).contains("composite"));
+}
+
+#[test]
+fn ceiling_and_fill_smoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let rep = run_all(dir.path(), Workload::Ceiling);
+    for t in &rep.targets {
+        let c = t.ceiling.as_ref().unwrap();
+        assert!(c.seq_write_mib_s > 0.0 && c.rand_write_iops > 0.0);
+    }
+    let rep = run_all(dir.path(), Workload::Fill);
+    for t in &rep.targets {
+        assert_eq!(t.phases[0].bytes, 48 * MIB);
+        assert!(t.phases[0].complete);
+    }
+}
+
+#[test]
+fn stop_flag_returns_partial_results_quickly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(Workload::Steady);
+    cfg.duration_s = 30.0;
+    cfg.interval_s = 0.1;
+    let ctx = Ctx::quiet(1);
+    let stop = ctx.stop.clone();
+    let t = open(&format!("sluice:{}", dir.path().join("v").display()));
+    let s = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        stop.store(true, Ordering::SeqCst);
+    });
+    let t0 = Instant::now();
+    let r = bench::run_target(&cfg, "x", &*t, &ctx);
+    s.join().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let p = &r.phases[0];
+    assert!(!p.complete);
+    assert!(p.ops > 0 && !p.samples.is_empty());
+    t.close().unwrap();
+}
+
+fn which(bin: &str) -> bool {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {bin}"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+struct Child(std::process::Child);
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn nbd_smoke_against_qemu_nbd_or_nbdkit() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("nbd.raw");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let child = if which("qemu-nbd") {
+        std::process::Command::new("qemu-nbd")
+            .args(["-f", "raw", "-x", "bench", "--cache=none", "-k"])
+            .arg(&sock)
+            .arg(&img)
+            .spawn()
+    } else if which("nbdkit") {
+        std::process::Command::new("nbdkit")
+            .args(["-f", "-e", "bench", "-U"])
+            .arg(&sock)
+            .arg("file")
+            .arg(&img)
+            .spawn()
+    } else {
+        eprintln!("SKIP: neither qemu-nbd nor nbdkit is installed");
+        return;
+    };
+    let _child = Child(child.unwrap());
+    let t0 = Instant::now();
+    while !sock.exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let spec = format!("nbd:nbd+unix:///bench?socket={}", sock.display());
+    let t = open(&spec);
+    assert_eq!(t.size(), 64 * MIB);
+    // round trip across pipelined requests
+    let mut w = sluice::media::AlignedBuf::new(8192);
+    w.iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = (i % 251) as u8);
+    t.write(4096, &w).unwrap();
+    t.flush().unwrap();
+    let mut r = sluice::media::AlignedBuf::new(8192);
+    t.read(4096, &mut r).unwrap();
+    assert_eq!(&r[..], &w[..]);
+    let cfg = small(Workload::Mix);
+    let rep = bench::run_target(&cfg, &spec, &*t, &Ctx::quiet(3));
+    assert!(rep.error.is_none(), "{:?}", rep.error);
+    assert!(rep.mix.unwrap().normalised_iops.unwrap() > 0.0);
+    t.close().unwrap();
+}
+
+#[test]
+fn cli_refuses_to_overwrite_data_and_explains() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("precious.img");
+    std::fs::write(&f, vec![0x42u8; 1 << 20]).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["bench", "mix", "--quiet", "--target"])
+        .arg(format!("file:{}", f.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not empty") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&f).unwrap(),
+        vec![0x42u8; 1 << 20],
+        "untouched"
+    );
+    // also for a sluice target (it would be formatted)
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["bench", "steady", "--quiet", "--target"])
+        .arg(format!("sluice:{}", f.display()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    // bad target and bad flags are errors, not panics
+    for args in [
+        vec!["bench", "grid", "--target", "bogus"],
+        vec!["bench", "grid", "--target", "file:/x", "--sizes", "100"],
+        vec!["bench", "steady", "--target", "file:/x", "--duration", "0"],
+        vec!["bench", "warp", "--target", "file:/x"],
+        vec!["bench", "grid", "--target", "file:/x", "--plot", "a.png"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            matches!(out.status.code(), Some(1) | Some(2)),
+            "{args:?}: {:?}",
+            out
+        );
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    }
+}
+
+#[test]
+fn cli_runs_end_to_end_with_json_and_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let svg = dir.path().join("r.svg");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "bench",
+            "grid",
+            "--quiet",
+            "--size",
+            "32M",
+            "--region",
+            "16M",
+            "--overprovision",
+            "25",
+            "--sizes",
+            "4K,64K",
+            "--threads",
+            "1,2",
+            "--seconds",
+            "0.1",
+        ])
+        .arg("--target")
+        .arg(format!("sluice:{}", dir.path().join("v.img").display()))
+        .arg("--target")
+        .arg(format!("file:{}", dir.path().join("r.img").display()))
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Random Write Tests") && text.contains("IOPS ratio"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["targets"].as_array().unwrap().len(), 2);
+    assert_eq!(v["targets"][0]["phases"].as_array().unwrap().len(), 8);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    // the sluice volume was closed cleanly and is reopened by the next run
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["info", "--json"])
+        .arg(dir.path().join("v.img"))
+        .output()
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(info["clean"], serde_json::Value::Bool(true));
+}
