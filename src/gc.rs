@@ -109,23 +109,32 @@ fn hot_lifetime_factor() -> f64 {
         .unwrap_or(1.0)
 }
 
-/// Does cleaning a segment with these live counts free more than relocating its
-/// live entries consumes? Relocation packs data into chunks of up to
-/// MAX_DATA_BLOCKS and virtual records into header blocks of MAX_ENTRIES.
-pub fn cleaning_gains(data_live: u32, live: u32, segment_blocks: u32) -> bool {
+/// Blocks that cleaning a segment with these live counts frees beyond what
+/// relocating its live entries consumes (<= 0: no gain). Relocation packs data
+/// into chunks of up to MAX_DATA_BLOCKS and virtual records into header blocks of
+/// MAX_ENTRIES.
+pub fn cleaning_gain(data_live: u32, live: u32, segment_blocks: u32) -> i64 {
     let virtual_live = live - data_live;
     let data_cap = segment_blocks - segment_blocks.div_ceil(MAX_DATA_BLOCKS + 1);
     let virt_blocks = virtual_live.div_ceil(MAX_ENTRIES as u32);
-    data_live + virt_blocks < data_cap
+    data_cap as i64 - (data_live + virt_blocks) as i64
 }
 
-/// Choose a victim, or None when no segment can be cleaned with net gain.
-/// `written_through`: every chunk with seq < it is on the media.
+/// Does cleaning gain anything at all?
+pub fn cleaning_gains(data_live: u32, live: u32, segment_blocks: u32) -> bool {
+    cleaning_gain(data_live, live, segment_blocks) > 0
+}
+
+/// Choose a victim, or None when no segment can be cleaned with a gain of at
+/// least `min_gain_blocks`. `written_through`: every chunk with seq < it is on
+/// the media. Foreground GC (a write is waiting) takes any gain; cleaning ahead
+/// asks for more, so it never churns full segments for a block or two.
 pub fn pick_victim(
     segs: &SegmentTable,
     policy: GcPolicy,
     now_seq: u64,
     written_through: u64,
+    min_gain_blocks: u32,
 ) -> Option<u32> {
     let seg_blocks = segs.segment_blocks;
     let mut best: Option<(f64, u32)> = None;
@@ -133,7 +142,7 @@ pub fn pick_victim(
         if s.state != SegState::Closed || s.last_seq >= written_through || s.live == 0 {
             continue;
         }
-        if !cleaning_gains(s.data_live, s.live, seg_blocks) {
+        if cleaning_gain(s.data_live, s.live, seg_blocks) < min_gain_blocks.max(1) as i64 {
             continue;
         }
         let u = s.data_live as f64 / seg_blocks as f64;

@@ -2,8 +2,8 @@
 //! recorded in the superblock. Layout: superblock copies at 0 and 4 KiB, two
 //! checkpoint slots, then (aligned to 1 MiB) the segment area.
 //!
-//! Invariant: logical_blocks <= (segment_count - reserve) * data capacity of a
-//! segment * (1 - op), so GC can always make progress when op > 0.
+//! Invariant: logical_blocks <= (segment_count - reserve - OPEN_SEGMENTS) * data
+//! capacity of a segment * (1 - op), so GC can always make progress when op > 0.
 
 use crate::format::{checkpoint, superblock::Superblock, BLOCK_BYTES};
 
@@ -27,6 +27,11 @@ pub fn segment_data_capacity(segment_blocks: u32) -> u32 {
     let per_chunk = crate::format::chunk::MAX_ENTRIES as u32 + 1;
     segment_blocks - segment_blocks.div_ceil(per_chunk)
 }
+
+/// Segments that open chunks may pin half-empty at any time (the user stream and
+/// up to three GC classes). They come on top of the over-provisioning, or a small
+/// volume would spend its spare space on partly filled open segments.
+pub const OPEN_SEGMENTS: u32 = 4;
 
 /// Segments kept back for GC: user writes never take the last `reserve` free ones.
 pub fn reserve_segments(segment_count: u32) -> u32 {
@@ -52,10 +57,10 @@ impl Geometry {
     pub fn for_logical(logical_blocks: u64, segment_blocks: u32, op: f64) -> Geometry {
         let usable = (segment_data_capacity(segment_blocks) as f64 * (1.0 - op)).max(1.0);
         let user_segments = ((logical_blocks as f64 / usable).ceil() as u64).max(2);
-        let mut segment_count = user_segments as u32 + 2;
+        let mut segment_count = user_segments as u32 + OPEN_SEGMENTS + 2;
         // reserve depends on the count; iterate to a fixed point (two rounds suffice).
         for _ in 0..3 {
-            segment_count = user_segments as u32 + reserve_segments(segment_count);
+            segment_count = user_segments as u32 + OPEN_SEGMENTS + reserve_segments(segment_count);
         }
         let slot = checkpoint::slot_bytes(logical_blocks, segment_count);
         let c0 = 2 * BLOCK_BYTES as u64;

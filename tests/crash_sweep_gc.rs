@@ -112,7 +112,7 @@ fn sweep(seed: u64, ops: usize, policies: &[(f64, bool)]) -> (u64, u64) {
 #[test]
 fn sepbit_crash_after_any_write_keeps_a_flushed_prefix() {
     let policies = [(0.35, true), (1.0, false)];
-    let (writes, points) = sweep(21, 900, &policies);
+    let (writes, points) = sweep(21, 1200, &policies);
     println!("sepbit-cb crash sweep: {writes} write indices, {points} crash images checked");
     assert!(writes >= 300, "want hundreds of crash points, got {writes}");
 }

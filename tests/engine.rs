@@ -243,3 +243,26 @@ fn concurrent_writers_with_background_housekeeper_keep_their_data() {
     }
     assert!(sluice::check::check(&FileMedia::open(&path, true).unwrap()).is_clean());
 }
+
+#[test]
+fn a_tiny_full_volume_sustains_random_overwrites_at_ten_percent_spare() {
+    // 32 MiB with default 4 MiB segments: 9 segments of data. Open segments must not
+    // eat the spare space (found by `sluice bench steady --size 32M`: ENOSPC).
+    let create = sluice::CreateOptions {
+        logical_bytes: Some(32 << 20),
+        ..Default::default()
+    };
+    let g = sluice::geometry::Geometry::for_logical(8192, 1024, 0.10);
+    let media = Arc::new(MemMedia::new(g.media_bytes()));
+    let vol = Volume::create(media as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    vol.write(0, &payload(32 << 20, 1, Fill::Random), false)
+        .unwrap();
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(3);
+    for i in 0..40_000u64 {
+        let b = rand::Rng::gen_range(&mut rng, 0..8192u64);
+        vol.write(b * BS as u64, &payload(BS, i, Fill::Random), false)
+            .unwrap_or_else(|e| panic!("write {i}: {e} {:#?}", vol.stats()));
+    }
+    let st = vol.stats();
+    assert!(st.write_amplification < 8.0, "{st:?}");
+}

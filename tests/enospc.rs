@@ -14,7 +14,7 @@ use std::sync::Arc;
 #[test]
 fn full_volume_answers_enospc_and_keeps_every_acknowledged_write() {
     let blocks = 256;
-    let (create, media_bytes) = small_create(blocks, -0.5);
+    let (create, media_bytes) = small_create(blocks, -2.0);
     let media: Arc<MemMedia> = Arc::new(MemMedia::new(media_bytes));
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
     let mut r = Reference::new(blocks);

@@ -33,6 +33,7 @@ pub const GC_CLASSES: usize = 3;
 /// which never changes what a block reads, is separated.
 pub const GC0: usize = 1;
 pub const SLOTS: usize = GC0 + GC_CLASSES;
+const _: () = assert!(SLOTS as u32 <= crate::geometry::OPEN_SEGMENTS);
 
 /// What to store for one logical block.
 #[derive(Clone, Copy)]

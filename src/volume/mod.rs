@@ -979,7 +979,7 @@ impl Shared {
                 self.barrier()?;
                 continue;
             }
-            if !self.gc_one()? {
+            if !self.gc_one(1)? {
                 if pending > 0 {
                     self.barrier()?;
                     continue;
@@ -1003,7 +1003,8 @@ impl Shared {
             if free + pending >= self.reserve + want || free <= 1 {
                 break;
             }
-            if !self.gc_one()? {
+            // ahead of need, only victims worth it (>= 1/16 of a segment)
+            if !self.gc_one(self.geo.segment_blocks / 16)? {
                 break;
             }
             cleaned += 1;
@@ -1017,13 +1018,14 @@ impl Shared {
 
     /// Relocate the live entries of one victim segment into the GC stream.
     /// Returns false when no segment can be cleaned with net gain.
-    fn gc_one(&self) -> Result<bool> {
+    fn gc_one(&self, min_gain: u32) -> Result<bool> {
         let mut out = Vec::new();
         // 1. Choose the victim and take it out of circulation (no IO under the lock).
         let (victim, fill) = {
             let mut c = self.core.lock();
             let written = self.progress.lock().written_through;
-            let Some(victim) = gc::pick_victim(&c.segs, self.policy, c.next_seq, written) else {
+            let Some(victim) = gc::pick_victim(&c.segs, self.policy, c.next_seq, written, min_gain)
+            else {
                 return Ok(false);
             };
             c.segs.segs[victim as usize].state = SegState::Victim;
