@@ -229,6 +229,51 @@ pub fn apply(map: &mut Map, geo: &Geometry, f: &Found) -> Result<()> {
     Ok(())
 }
 
+/// Threads that probe and walk segments at mount.
+const SCAN_THREADS: u32 = 8;
+
+/// What step 3 found in one segment.
+struct SegScan {
+    /// Block 0 holds a chunk header of this volume and segment (valid or not).
+    ours: bool,
+    /// (end of the verified prefix, chunks found, chunks that failed) if walked.
+    walked: Option<(u32, Vec<Found>, Vec<Invalid>)>,
+}
+
+/// Probe block 0 of `seg` and walk it if it holds chunks newer than the checkpoint
+/// (from 0), or if it was open at the checkpoint (from its recorded fill).
+fn scan_segment(
+    media: &dyn Media,
+    geo: &Geometry,
+    uuid: &[u8; 16],
+    seg: u32,
+    fill: u32,
+    c_next: u64,
+    head: &mut AlignedBuf,
+) -> Result<SegScan> {
+    media.read_at(head, geo.segment_offset(seg))?;
+    // Identity from the raw header fields: a damaged first header must still lead
+    // to a walk (which records it as invalid).
+    let ours = head[..8] == chunk::CHUNK_MAGIC
+        && head[16..32] == *uuid
+        && u32::from_le_bytes(head[40..44].try_into().unwrap()) == seg;
+    let raw_seq = u64::from_le_bytes(head[32..40].try_into().unwrap());
+    let start = match ours {
+        true if raw_seq >= c_next => Some(0),
+        true if fill > 0 && fill < geo.segment_blocks => Some(fill),
+        _ => None,
+    };
+    let walked = match start {
+        Some(start) => {
+            let (mut f, mut inv) = (Vec::new(), Vec::new());
+            let end = walk_segment(media, geo, uuid, seg, start, c_next, &mut f, &mut inv)?;
+            Some((end, f, inv))
+        }
+        None => None,
+    };
+    Ok(SegScan { ours, walked })
+}
+
 /// Mount `media`: steps 1-5 above. Performs no writes.
 pub fn mount(media: &dyn Media) -> Result<Mounted> {
     let mut report = MountReport::default();
@@ -286,41 +331,55 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
     let mut wipe = Vec::new();
 
     if !clean {
-        // Step 3.
+        // Step 3: probe every segment's first block and walk the ones with new
+        // chunks, in parallel (the walks are whole-segment reads; a device serves
+        // several at once much faster than one after another).
+        let n = geo.segment_count;
+        let threads = SCAN_THREADS.min(n).max(1);
+        let per = n.div_ceil(threads);
+        let uuid = sb.uuid;
+        let records = &records;
+        let geo_ref = &geo;
+        let parts: Vec<Result<Vec<SegScan>>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    s.spawn(move || {
+                        let mut head = AlignedBuf::new(BLOCK_BYTES);
+                        let mut v = Vec::new();
+                        for seg in t * per..((t + 1) * per).min(n) {
+                            let fill = records[seg as usize].fill;
+                            v.push(scan_segment(
+                                media, geo_ref, &uuid, seg, fill, c_next, &mut head,
+                            )?);
+                        }
+                        Ok(v)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Corrupt("segment scan thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
         let mut found = Vec::new();
         let mut invalid = Vec::new();
-        let mut head = AlignedBuf::new(BLOCK_BYTES);
-        let mut first_header_ok = vec![false; geo.segment_count as usize];
-        for seg in 0..geo.segment_count {
-            media.read_at(&mut head, geo.segment_offset(seg))?;
-            // Identity from the raw header fields: a damaged first header must
-            // still lead to a walk (which records it as invalid).
-            let ours = head[..8] == chunk::CHUNK_MAGIC
-                && head[16..32] == sb.uuid
-                && u32::from_le_bytes(head[40..44].try_into().unwrap()) == seg;
-            let raw_seq = u64::from_le_bytes(head[32..40].try_into().unwrap());
-            first_header_ok[seg as usize] = ours;
-            let fill = records[seg as usize].fill;
-            let start = match ours {
-                true if raw_seq >= c_next => Some(0),
-                true if fill > 0 && fill < geo.segment_blocks => Some(fill),
-                _ => None,
-            };
-            if let Some(start) = start {
-                let before = found.len();
-                let end = walk_segment(
-                    media,
-                    &geo,
-                    &sb.uuid,
-                    seg,
-                    start,
-                    c_next,
-                    &mut found,
-                    &mut invalid,
-                )?;
-                if found.len() > before {
-                    fills[seg as usize] = end;
+        let mut first_header_ok = Vec::with_capacity(n as usize);
+        let mut seg = 0usize;
+        for part in parts {
+            for sc in part? {
+                first_header_ok.push(sc.ours);
+                if let Some((end, f, inv)) = sc.walked {
+                    if !f.is_empty() {
+                        fills[seg] = end;
+                    }
+                    found.extend(f);
+                    invalid.extend(inv);
                 }
+                seg += 1;
             }
         }
         // Step 4.
