@@ -130,15 +130,16 @@ fn damaged_checkpoint_falls_back_to_older_slot_or_full_rebuild() {
     }
 }
 
-/// Locate the data block of logical block `lba` on the media via `check`'s view:
-/// read the volume's map through a read-only mount.
+/// Media byte offset of block 0 of segment `seg`.
 fn chunk_start_of_segment(media: &MemMedia, seg: u32) -> u64 {
     let (_, sb) = newest_superblock(media);
     sb.data_offset + seg as u64 * sb.segment_blocks as u64 * 4096
 }
 
-#[test]
-fn damaged_durable_chunk_in_the_log_refuses_mount_naming_it() {
+/// Two flushed writes, then a crash: both chunks live only in the log (no
+/// checkpoint), the second proves the first durable. Returns the media and the
+/// segment holding the first chunk (at block 0).
+fn two_flushed_chunks_then_crash() -> (Arc<MemMedia>, u32) {
     let (create, media_bytes) = small_create(BLOCKS, 0.10);
     let media = Arc::new(MemMedia::new(media_bytes));
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
@@ -148,16 +149,23 @@ fn damaged_durable_chunk_in_the_log_refuses_mount_naming_it() {
     vol.write(BS as u64 * 20, &payload(BS * 8, 2, Fill::Random), false)
         .unwrap();
     vol.flush().unwrap();
-    drop(vol); // crash: everything is in the log, nothing in a checkpoint
-               // The first chunk of the first user segment holds blocks 0..8; damage its data.
-    let seg = (0..20).find(|&s| {
-        let mut b = [0u8; 8];
-        media
-            .read_at(&mut b, chunk_start_of_segment(&media, s))
-            .unwrap();
-        &b == b"SLUICECK"
-    });
-    let off = chunk_start_of_segment(&media, seg.unwrap()) + 4096 + 17;
+    drop(vol);
+    let seg = (0..20)
+        .find(|&s| {
+            let mut b = [0u8; 8];
+            media
+                .read_at(&mut b, chunk_start_of_segment(&media, s))
+                .unwrap();
+            &b == b"SLUICECK"
+        })
+        .expect("a segment with a chunk");
+    (media, seg)
+}
+
+#[test]
+fn damaged_durable_chunk_in_the_log_refuses_mount_naming_it() {
+    let (media, seg) = two_flushed_chunks_then_crash();
+    let off = chunk_start_of_segment(&media, seg) + 4096 + 17;
     flip(&media, off);
     let err = mount(&media)
         .err()
@@ -197,25 +205,7 @@ fn damaged_chunk_behind_a_checkpoint_is_reported_by_check() {
 
 #[test]
 fn damaged_durable_chunk_header_refuses_mount_naming_it() {
-    let (create, media_bytes) = small_create(BLOCKS, 0.10);
-    let media = Arc::new(MemMedia::new(media_bytes));
-    let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
-    vol.write(0, &payload(BS * 8, 1, Fill::Random), false)
-        .unwrap();
-    vol.flush().unwrap();
-    vol.write(BS as u64 * 20, &payload(BS * 8, 2, Fill::Random), false)
-        .unwrap();
-    vol.flush().unwrap();
-    drop(vol);
-    let seg = (0..20)
-        .find(|&s| {
-            let mut b = [0u8; 8];
-            media
-                .read_at(&mut b, chunk_start_of_segment(&media, s))
-                .unwrap();
-            &b == b"SLUICECK"
-        })
-        .unwrap();
+    let (media, seg) = two_flushed_chunks_then_crash();
     // an entry byte in the header of the first (durable) chunk
     flip(&media, chunk_start_of_segment(&media, seg) + 80);
     let msg = mount(&media).err().expect("must refuse").to_string();
