@@ -738,9 +738,14 @@ impl Shared {
             let mut out = Vec::new();
             let need_space = {
                 let mut c = self.core.lock();
-                self.check_failed()?;
-                let durable = self.durable_seq();
-                let written = self.progress.lock().written_through;
+                // one look at progress per batch: failure, durable and written marks
+                let (durable, written) = {
+                    let p = self.progress.lock();
+                    if let Some(m) = &p.failed {
+                        return Err(Error::Failed(m.clone()));
+                    }
+                    (p.durable, p.written_through)
+                };
                 c.prune_inflight(written);
                 let mut need = false;
                 while i < n {

@@ -189,7 +189,7 @@ impl Reference {
     }
 }
 
-/// Issue `op` to the volume; on success mirror it in the reference.
+/// Issue `op` to the volume (the caller mirrors accepted ops in its Reference).
 pub fn issue(vol: &Volume, op: &Op, fua: bool) -> sluice::Result<()> {
     match *op {
         Op::Write {
