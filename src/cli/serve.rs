@@ -243,7 +243,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         r.finish()
             .with_context(|| format!("writing {}", p.display()))?;
     }
-    let closed = vol.flush().and_then(|_| vol.close());
+    let closed = vol.flush().and_then(|_| {
+        let st = vol.stats();
+        eprintln!(
+            "sluice: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), WA {:.2}",
+            st.host_write_bytes as f64 / 1048576.0,
+            st.host_read_bytes as f64 / 1048576.0,
+            st.host_flushes,
+            st.media_flushes,
+            st.write_amplification
+        );
+        vol.close()
+    });
     if let Some(s) = &a.socket {
         let _ = std::fs::remove_file(s);
     }

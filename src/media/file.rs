@@ -84,6 +84,18 @@ impl Media for FileMedia {
         check_range(self.len, offset, buf.len())?;
         self.file.read_exact_at(buf, offset)
     }
+    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+        for (buf, off) in reads.iter() {
+            check_range(self.len, *off, buf.len())?;
+        }
+        if reads.len() > 1 && super::uring::read_batch(&self.file, reads)? {
+            return Ok(());
+        }
+        for (buf, off) in reads.iter_mut() {
+            self.file.read_exact_at(buf, *off)?;
+        }
+        Ok(())
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_range(self.len, offset, buf.len())?;
         self.file.write_all_at(buf, offset)

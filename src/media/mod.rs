@@ -11,6 +11,7 @@ mod file;
 mod flash_sim;
 mod memory;
 mod replay;
+mod uring;
 
 pub use aligned::AlignedBuf;
 pub use fault::{CrashPolicy, FaultMedia};
@@ -27,6 +28,15 @@ pub trait Media: Send + Sync {
     /// Read exactly `buf.len()` bytes at `offset`. With O_DIRECT media, buffer,
     /// offset and length must be 4 KiB aligned (the engine only issues such IO).
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Several reads at once, each `(buffer, offset)` as in `read_at`. Media that
+    /// can overlap them (FileMedia: io_uring) issue them together; the default
+    /// reads them one after another.
+    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+        for (buf, off) in reads.iter_mut() {
+            self.read_at(buf, *off)?;
+        }
+        Ok(())
+    }
     /// Write all of `buf` at `offset` (same alignment rules as `read_at`).
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Make every completed write durable.
@@ -44,6 +54,9 @@ impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         (**self).read_at(buf, offset)
+    }
+    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+        (**self).read_batch(reads)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         (**self).write_at(buf, offset)

@@ -48,6 +48,9 @@ const MAX_OPTIONS: u32 = 4096;
 const REPLY_BATCH_BYTES: usize = 64 << 10;
 /// Most extents in one BLOCK_STATUS reply.
 const MAX_EXTENTS: usize = 1024;
+/// Pipelined READs already in the receive buffer that one worker serves together
+/// (one media submission, one reply write).
+const MAX_READ_BATCH: usize = 64;
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -334,6 +337,18 @@ impl Conn {
         b.bytes += bytes;
     }
 
+    /// As `acquire`, but gives up instead of waiting (used while the caller
+    /// itself holds budget it has not handed on yet, so waiting could deadlock).
+    fn try_acquire(&self, bytes: u64) -> bool {
+        let mut b = self.budget.lock();
+        if b.requests >= MAX_INFLIGHT_REQUESTS || b.bytes + bytes > MAX_INFLIGHT_BYTES {
+            return false;
+        }
+        b.requests += 1;
+        b.bytes += bytes;
+        true
+    }
+
     fn release(&self, bytes: u64) {
         let mut b = self.budget.lock();
         b.requests -= 1;
@@ -368,9 +383,55 @@ impl Conn {
         }
     }
 
-    /// Run one checked request and reply. `queue` batches the reply (reader thread).
-    fn execute(&self, r: Request, payload: Vec<u8>, queue: bool) {
-        let fua = r.flags & proto::CMD_FLAG_FUA != 0;
+    /// Serve checked READs together: one batched engine read, then every reply in
+    /// one write. Releases each request's budget.
+    fn execute_reads(&self, batch: Vec<Request>) {
+        for r in &batch {
+            self.record(r);
+        }
+        let ranges: Vec<(u64, u32)> = batch.iter().map(|r| (r.offset, r.length)).collect();
+        let results = self.vol.read_batch(&ranges);
+        // reply headers first (owned), then the parts list borrowing them
+        let mut heads: Vec<Vec<u8>> = Vec::with_capacity(batch.len());
+        for (r, res) in batch.iter().zip(&results) {
+            heads.push(match res {
+                Ok(_) if !self.neg.structured => proto::simple_reply(0, r.cookie).to_vec(),
+                Ok(_) if r.length == 0 => proto::structured_header(
+                    proto::REPLY_FLAG_DONE,
+                    proto::REPLY_TYPE_NONE,
+                    r.cookie,
+                    0,
+                )
+                .to_vec(),
+                Ok(_) => proto::offset_data_header(r.cookie, r.offset, r.length).to_vec(),
+                Err(e) => {
+                    tracing::debug!("nbd: read failed: {e}");
+                    let errno = wire_errno(e);
+                    if self.neg.structured {
+                        proto::structured_error(r.cookie, errno, &e.to_string())
+                    } else {
+                        proto::simple_reply(errno, r.cookie).to_vec()
+                    }
+                }
+            });
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * batch.len());
+        for (h, res) in heads.iter().zip(&results) {
+            parts.push(h);
+            if let Ok(data) = res {
+                if !data.is_empty() {
+                    parts.push(data);
+                }
+            }
+        }
+        self.writer.lock().send(&parts);
+        for r in &batch {
+            self.release(r.length as u64);
+        }
+    }
+
+    /// Capture the request for `serve --record`.
+    fn record(&self, r: &Request) {
         let (off, len) = (r.offset, r.length as u64);
         if let Some(rec) = &self.recorder {
             use crate::trace::Op;
@@ -388,6 +449,13 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Run one checked request and reply. `queue` batches the reply (reader thread).
+    fn execute(&self, r: Request, payload: Vec<u8>, queue: bool) {
+        let fua = r.flags & proto::CMD_FLAG_FUA != 0;
+        let (off, len) = (r.offset, r.length as u64);
+        self.record(&r);
         let res = match r.cmd {
             proto::CMD_READ => {
                 let mut buf = vec![0u8; r.length as usize];
@@ -873,6 +941,27 @@ impl Server {
                 _ => 0,
             };
             conn.acquire(bytes);
+            if r.cmd == proto::CMD_READ {
+                // Take the READs pipelined behind this one too (already received,
+                // valid, within budget): one worker serves them together.
+                let mut batch = vec![r];
+                while batch.len() < MAX_READ_BATCH && rd.buffer().len() >= proto::REQUEST_BYTES {
+                    let mut h = [0u8; proto::REQUEST_BYTES];
+                    h.copy_from_slice(&rd.buffer()[..proto::REQUEST_BYTES]);
+                    let Ok(n) = Request::decode(&h) else { break };
+                    if n.cmd != proto::CMD_READ
+                        || proto::check_request(&n, &conn.neg).is_err()
+                        || !conn.try_acquire(n.length as u64)
+                    {
+                        break;
+                    }
+                    std::io::BufRead::consume(rd, proto::REQUEST_BYTES);
+                    batch.push(n);
+                }
+                let c = conn.clone();
+                self.pool.submit(Box::new(move || c.execute_reads(batch)));
+                continue;
+            }
             let mut payload = Vec::new();
             if r.cmd == proto::CMD_WRITE {
                 if rd.buffer().len() < r.length as usize {
@@ -895,12 +984,16 @@ impl Server {
                 }
             }
             let fua = r.flags & proto::CMD_FLAG_FUA != 0;
+            let mutating = matches!(
+                r.cmd,
+                proto::CMD_WRITE | proto::CMD_TRIM | proto::CMD_WRITE_ZEROES | proto::CMD_CACHE
+            );
+            // A request that waits for the media (FLUSH, FUA) runs here too when it
+            // is all the client has asked for: nothing else to overlap it with, and
+            // a hand-off to the pool costs a wakeup and a context switch.
+            let alone = rd.buffer().is_empty() && conn.budget.lock().requests == 1;
             let inline = self.cfg.inline_writes
-                && !fua
-                && matches!(
-                    r.cmd,
-                    proto::CMD_WRITE | proto::CMD_TRIM | proto::CMD_WRITE_ZEROES | proto::CMD_CACHE
-                );
+                && ((mutating && !fua) || (alone && (mutating || r.cmd == proto::CMD_FLUSH)));
             if inline {
                 conn.execute(r, payload, true);
                 conn.release(bytes);

@@ -109,6 +109,21 @@ pub struct MountReport {
     pub mount_ms: u64,
 }
 
+/// The bytes of one range read by `Volume::read_batch` (an aligned buffer of
+/// whole blocks and where the range sits in it).
+pub struct ReadBuf {
+    buf: AlignedBuf,
+    skip: usize,
+    len: usize,
+}
+
+impl std::ops::Deref for ReadBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.skip..self.skip + self.len]
+    }
+}
+
 pub(crate) struct Progress {
     /// Every chunk with seq < this has been written to the media.
     pub written_through: u64,
@@ -116,6 +131,10 @@ pub(crate) struct Progress {
     /// Every chunk with seq < this is durable.
     pub durable: u64,
     flushing: bool,
+    /// Lowest `written_through` a waiter in `flush_covering` is waiting for
+    /// (u64::MAX: none). Chunk completions wake waiters only once it is reached,
+    /// so a burst of writes does not wake every flusher for every chunk.
+    wake_written: u64,
     pub failed: Option<String>,
 }
 
@@ -137,7 +156,10 @@ pub(crate) struct Shared {
     stop: Mutex<bool>,
     /// Sealed chunks waiting for a writer thread (background mode only).
     writeq: Mutex<WriteQueue>,
-    writeq_cv: Condvar,
+    /// Writer threads wait here for chunks (one wake per queued chunk).
+    writeq_work: Condvar,
+    /// Submitters wait here while the queue is full.
+    writeq_space: Condvar,
     async_writes: bool,
     stop_cv: Condvar,
     checkpoint_interval: u64,
@@ -307,6 +329,7 @@ impl Volume {
                 completed: BTreeSet::new(),
                 durable: next_seq,
                 flushing: false,
+                wake_written: u64::MAX,
                 failed: None,
             }),
             progress_cv: Condvar::new(),
@@ -320,7 +343,8 @@ impl Volume {
             stop: Mutex::new(false),
             stop_cv: Condvar::new(),
             writeq: Mutex::new(WriteQueue::default()),
-            writeq_cv: Condvar::new(),
+            writeq_work: Condvar::new(),
+            writeq_space: Condvar::new(),
             async_writes: opts.background && !opts.read_only,
             checkpoint_interval,
             reserve: geo.reserve(),
@@ -408,6 +432,49 @@ impl Volume {
     }
 
     /// Read `buf.len()` bytes at byte `offset` (any alignment).
+    /// Read several byte ranges `(offset, length)` at once: the media reads of all
+    /// of them are issued together (io_uring on files and block devices), which
+    /// is how the NBD server serves a burst of pipelined READs. Each range gets its
+    /// own result; a media error fails every range of the batch.
+    pub fn read_batch(&self, ranges: &[(u64, u32)]) -> Vec<Result<ReadBuf>> {
+        let mut out: Vec<Result<ReadBuf>> = Vec::with_capacity(ranges.len());
+        let mut todo: Vec<(u64, &mut [u8])> = Vec::new();
+        for &(offset, len) in ranges {
+            out.push(
+                self.check_usable(false)
+                    .and_then(|_| self.check_range(offset, len as u64))
+                    .map(|_| {
+                        let first = offset / BS;
+                        let last = (offset + (len as u64).max(1) - 1) / BS;
+                        ReadBuf {
+                            buf: AlignedBuf::new((last - first + 1) as usize * BLOCK_BYTES),
+                            skip: (offset % BS) as usize,
+                            len: len as usize,
+                        }
+                    }),
+            );
+        }
+        for (r, &(offset, len)) in out.iter_mut().zip(ranges) {
+            if let Ok(rb) = r {
+                if len > 0 {
+                    todo.push((offset / BS, &mut rb.buf[..]));
+                }
+            }
+        }
+        if let Err(e) = self.sh.read_blocks_batch(&mut todo) {
+            let msg = e.to_string();
+            for r in out.iter_mut() {
+                if r.is_ok() {
+                    *r = Err(Error::Io(std::io::Error::other(msg.clone())));
+                }
+            }
+        } else {
+            let n: u64 = ranges.iter().map(|r| r.1 as u64).sum();
+            Counters::add(&self.sh.counters.host_read_bytes, n);
+        }
+        out
+    }
+
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_usable(false)?;
         self.check_range(offset, buf.len() as u64)?;
@@ -635,7 +702,8 @@ impl Shared {
 
     fn stop_writer_threads(&self, writers: Vec<JoinHandle<()>>) {
         self.writeq.lock().stop = true;
-        self.writeq_cv.notify_all();
+        self.writeq_work.notify_all();
+        self.writeq_space.notify_all();
         for h in writers {
             let _ = h.join();
         }
@@ -663,36 +731,55 @@ impl Shared {
     }
 
     fn read_blocks(&self, first: u64, out: &mut [u8]) -> Result<()> {
-        let n = out.len() / BLOCK_BYTES;
+        self.read_blocks_batch(&mut [(first, out)])
+    }
+
+    /// Fill each `(first block, buffer)` with the volume's blocks from `first` on.
+    /// Blocks in memory and virtual blocks are copied under the engine lock; the
+    /// media reads of every request are then issued together.
+    fn read_blocks_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> Result<()> {
         let _r = self.reuse.read();
-        let mut runs: Vec<(u64, usize, usize)> = Vec::new();
+        // per request: runs of blocks contiguous on the media (phys, first index, count)
+        let mut runs: Vec<Vec<(u64, usize, usize)>> = Vec::with_capacity(reqs.len());
         {
             let c = self.core.lock();
-            for i in 0..n {
-                let dst = &mut out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-                match c.map.get(first + i as u64) {
-                    Loc::Unmapped | Loc::Virtual(Virt::Trim | Virt::Zero, _) => dst.fill(0),
-                    Loc::Virtual(Virt::Ones, _) => dst.fill(0xff),
-                    Loc::Data(p) => match c.buffered(p) {
-                        Some(b) => dst.copy_from_slice(b),
-                        None => match runs.last_mut() {
-                            Some((rp, ri, rn))
-                                if *rp + *rn as u64 == p as u64 && *ri + *rn == i =>
-                            {
-                                *rn += 1
-                            }
-                            _ => runs.push((p as u64, i, 1)),
+            for (first, out) in reqs.iter_mut() {
+                let mut mine: Vec<(u64, usize, usize)> = Vec::new();
+                for i in 0..out.len() / BLOCK_BYTES {
+                    let dst = &mut out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
+                    match c.map.get(*first + i as u64) {
+                        Loc::Unmapped | Loc::Virtual(Virt::Trim | Virt::Zero, _) => dst.fill(0),
+                        Loc::Virtual(Virt::Ones, _) => dst.fill(0xff),
+                        Loc::Data(p) => match c.buffered(p) {
+                            Some(b) => dst.copy_from_slice(b),
+                            None => match mine.last_mut() {
+                                Some((rp, ri, rn))
+                                    if *rp + *rn as u64 == p as u64 && *ri + *rn == i =>
+                                {
+                                    *rn += 1
+                                }
+                                _ => mine.push((p as u64, i, 1)),
+                            },
                         },
-                    },
+                    }
                 }
+                runs.push(mine);
             }
         }
-        for (p, i, k) in runs {
-            self.media.read_at(
-                &mut out[i * BLOCK_BYTES..(i + k) * BLOCK_BYTES],
-                self.geo.phys_offset(p),
-            )?;
+        let mut io: Vec<(&mut [u8], u64)> = Vec::new();
+        for ((_, out), mine) in reqs.iter_mut().zip(&runs) {
+            // runs are in increasing block order and disjoint: carve them off in turn
+            let mut rest: &mut [u8] = out;
+            let mut at = 0;
+            for &(p, i, k) in mine {
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut((i - at) * BLOCK_BYTES);
+                let (run, tail) = tail.split_at_mut(k * BLOCK_BYTES);
+                io.push((run, self.geo.phys_offset(p)));
+                rest = tail;
+                at = i + k;
+            }
         }
+        self.media.read_batch(&mut io)?;
         Ok(())
     }
 
@@ -789,7 +876,7 @@ impl Shared {
         let mut q = self.writeq.lock();
         for s in out {
             while q.bytes >= WRITE_QUEUE_BYTES && !q.failed && !q.stop {
-                self.writeq_cv.wait(&mut q);
+                self.writeq_space.wait(&mut q);
             }
             if q.failed || q.stop {
                 drop(q);
@@ -798,9 +885,8 @@ impl Shared {
             }
             q.bytes += s.bytes().len() as u64;
             q.chunks.push_back(s);
+            self.writeq_work.notify_one();
         }
-        drop(q);
-        self.writeq_cv.notify_all();
         Ok(())
     }
 
@@ -817,10 +903,11 @@ impl Shared {
                     if q.stop || q.failed {
                         return;
                     }
-                    self.writeq_cv.wait(&mut q);
+                    self.writeq_work.wait(&mut q);
                 }
             };
-            self.writeq_cv.notify_all();
+            // cheap when nobody waits (parking_lot checks an atomic first)
+            self.writeq_space.notify_all();
             if self.write_sealed(vec![s]).is_err() {
                 // the volume has failed (write_sealed said why); wake everyone
                 let mut q = self.writeq.lock();
@@ -828,7 +915,8 @@ impl Shared {
                 q.chunks.clear();
                 q.bytes = 0;
                 drop(q);
-                self.writeq_cv.notify_all();
+                self.writeq_work.notify_all();
+                self.writeq_space.notify_all();
                 return;
             }
         }
@@ -861,7 +949,10 @@ impl Shared {
                 p.completed.pop_first();
                 p.written_through += 1;
             }
-            self.progress_cv.notify_all();
+            if p.written_through >= p.wake_written {
+                p.wake_written = u64::MAX;
+                self.progress_cv.notify_all();
+            }
         }
         Ok(())
     }
@@ -875,7 +966,9 @@ impl Shared {
             c.seal(Stream::User, d, &mut out);
             c.next_seq
         };
-        self.submit(out)?;
+        // Write the sealed chunk here rather than through the queue: the caller
+        // waits for it anyway, and a hand-off to a writer thread costs two wakeups.
+        self.write_sealed(out)?;
         self.flush_covering(target)
     }
 
@@ -890,7 +983,13 @@ impl Shared {
             if p.durable >= target {
                 return Ok(());
             }
-            if p.written_through < target || p.flushing {
+            if p.written_through < target {
+                p.wake_written = p.wake_written.min(target);
+                self.progress_cv.wait(&mut p);
+                continue;
+            }
+            if p.flushing {
+                // the flush in progress wakes everyone when it ends
                 self.progress_cv.wait(&mut p);
                 continue;
             }

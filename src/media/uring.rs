@@ -1,0 +1,130 @@
+//! Batched positional reads through io_uring: one submission for many reads, so
+//! the device sees them together (one doorbell, parallel service) and the caller
+//! sleeps once for the batch instead of once per read.
+//!
+//! Each thread keeps its own small ring (created on first use). Where io_uring is
+//! unavailable (old kernel, seccomp, `io_uring_disabled`), `read_batch` says so
+//! once and the caller falls back to one read at a time.
+
+use io_uring::{opcode, types, IoUring};
+use std::cell::RefCell;
+use std::fs::File;
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Reads in flight per submission (larger batches go in rounds).
+const RING_ENTRIES: u32 = 64;
+
+static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+}
+
+/// Read every `(buffer, offset)` of `reads` from `file`. Ok(false): io_uring is
+/// not available here and nothing was read. A short read (end of file) or a
+/// failed read is an error, as in `read_exact_at`.
+pub fn read_batch(file: &File, reads: &mut [(&mut [u8], u64)]) -> io::Result<bool> {
+    if UNAVAILABLE.load(Ordering::Relaxed) {
+        return Ok(false);
+    }
+    RING.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            match IoUring::new(RING_ENTRIES) {
+                Ok(r) => *slot = Some(r),
+                Err(e) => {
+                    if !UNAVAILABLE.swap(true, Ordering::Relaxed) {
+                        tracing::info!("io_uring unavailable ({e}); reads go one at a time");
+                    }
+                    return Ok(false);
+                }
+            }
+        }
+        let ring = slot.as_mut().expect("ring just created");
+        for group in reads.chunks_mut(RING_ENTRIES as usize) {
+            submit_group(ring, file, group)?;
+        }
+        Ok(true)
+    })
+}
+
+fn submit_group(ring: &mut IoUring, file: &File, group: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+    let fd = types::Fd(file.as_raw_fd());
+    {
+        let mut sq = ring.submission();
+        for (i, (buf, off)) in group.iter_mut().enumerate() {
+            let e = opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32)
+                .offset(*off)
+                .build()
+                .user_data(i as u64);
+            // SAFETY: each buffer stays borrowed (alive, not moved) until its
+            // completion is reaped below, before this function returns; the ring
+            // has room because a group is at most RING_ENTRIES long and the queue
+            // is empty on entry.
+            unsafe { sq.push(&e) }.map_err(|_| io::Error::other("io_uring queue full"))?;
+        }
+    }
+    let mut done = 0;
+    let mut failed: Option<io::Error> = None;
+    let mut short: Vec<usize> = Vec::new();
+    while done < group.len() {
+        if let Err(e) = ring.submit_and_wait(group.len() - done) {
+            if transient(&e) {
+                std::thread::yield_now();
+                continue;
+            }
+            // Reads may still be in flight into buffers we only borrow: wait them
+            // out before giving the buffers back.
+            drain(ring, group.len() - done);
+            return Err(e);
+        }
+        for cqe in ring.completion() {
+            done += 1;
+            let i = cqe.user_data() as usize;
+            let r = cqe.result();
+            if r < 0 {
+                failed.get_or_insert(io::Error::from_raw_os_error(-r));
+            } else if (r as usize) < group[i].0.len() {
+                short.push(i);
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    // A short read is legal for io_uring (as for pread); finish it the plain way.
+    for i in short {
+        let (buf, off) = &mut group[i];
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, *off)?;
+    }
+    Ok(())
+}
+
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+    )
+}
+
+/// Reap `n` outstanding completions, ignoring their results (error path only).
+/// If the ring stays broken the buffers can never be proven free again, so the
+/// process stops rather than hand memory the kernel may still write back to Rust.
+fn drain(ring: &mut IoUring, mut n: usize) {
+    let mut failures = 0;
+    while n > 0 {
+        match ring.submit_and_wait(1) {
+            Ok(_) => n -= ring.completion().count().min(n),
+            Err(e) if transient(&e) => std::thread::yield_now(),
+            Err(e) => {
+                failures += 1;
+                if failures > 1000 {
+                    tracing::error!("io_uring: cannot reap {n} reads ({e}); aborting");
+                    std::process::abort();
+                }
+            }
+        }
+    }
+}
