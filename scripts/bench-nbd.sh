@@ -8,7 +8,9 @@
 # Env:   RUNTIME=20 (s per case and server)  SIZE_MB=2048  DIR=/var/tmp/sluice-bench
 #        SERVERS="sluice qemu-nbd nbdkit"    SLUICE=target/release/sluice
 #        (server "sluice-pool" = sluice with every request on the worker pool;
-#         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate)
+#         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate;
+#         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
+#         plugin, no media: the ceiling of the client and protocol on this machine)
 set -euo pipefail
 
 RUNTIME=${RUNTIME:-20}
@@ -68,6 +70,14 @@ start_server() {
         SERVER_PID=$! ;;
     nbdkit)
         nbdkit --foreground -U "$SOCK" file "file=$img" &
+        SERVER_PID=$! ;;
+    nbdkit-nocache)
+        # the file plugin told to keep its data out of the page cache
+        nbdkit --foreground -U "$SOCK" file "file=$img" cache=none &
+        SERVER_PID=$! ;;
+    nbdkit-memory)
+        # no media at all: what fio + libnbd + a fast server reach on this machine
+        nbdkit --foreground -U "$SOCK" memory "size=${SIZE_MB}M" &
         SERVER_PID=$! ;;
     raw)
         RAW_FILE=$img
@@ -129,32 +139,34 @@ for c in "${CASES[@]}"; do
         CPU[$c,$s]=$(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,${IOPS[$c,$s]}*$RUNTIME):.1f}')")
         stop_server
         rm -f "$DIR/$s.img"
-        echo "  $c $s: ${IOPS[$c,$s]} IOPS, server CPU ${CPU[$c,$s]} us/request" >&2
+        extra=""
+        case $s in sluice*) extra=" ($(grep -o 'flushes ([^)]*), WA [0-9.]*' "$DIR/sluice.log" || true))" ;; esac
+        echo "  $c $s: ${IOPS[$c,$s]} IOPS, server CPU ${CPU[$c,$s]} us/request$extra" >&2
     done
 done
 
 printf '\n%-10s' case
-for s in $SERVERS; do printf '%12s' "$s"; done
-for s in $SERVERS; do [ "$s" != sluice ] && printf '%16s' "sluice/$s"; done
+for s in $SERVERS; do printf '%16s' "$s"; done
+for s in $SERVERS; do [ "$s" != sluice ] && printf '%22s' "sluice/$s"; done
 echo
 for c in "${CASES[@]}"; do
     printf '%-10s' "$c"
-    for s in $SERVERS; do printf '%12s' "${IOPS[$c,$s]}"; done
+    for s in $SERVERS; do printf '%16s' "${IOPS[$c,$s]}"; done
     for s in $SERVERS; do
         [ "$s" = sluice ] && continue
         if [ -n "${IOPS[$c,sluice]:-}" ] && [ "${IOPS[$c,$s]}" -gt 0 ]; then
-            printf '%20s' "$(python3 -c "print(f'{${IOPS[$c,sluice]}/${IOPS[$c,$s]}:.2f}x')")"
+            printf '%22s' "$(python3 -c "print(f'{${IOPS[$c,sluice]}/${IOPS[$c,$s]}:.2f}x')")"
         fi
     done
     echo
 done
 echo
 printf '%-10s' "us CPU/req"
-for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%12s' "$s"; done
+for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%16s' "$s"; done
 echo
 for c in "${CASES[@]}"; do
     printf '%-10s' "$c"
-    for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%12s' "${CPU[$c,$s]}"; done
+    for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%16s' "${CPU[$c,$s]}"; done
     echo
 done
 echo "(fio --ioengine=nbd over a Unix socket, 4 KiB, ${RUNTIME}s per run, ${SIZE_MB} MiB backing files in $DIR)"
