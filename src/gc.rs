@@ -248,7 +248,7 @@ fn decay_score(s: &SegInfo, segs: &SegmentTable, u: f64) -> f64 {
 }
 
 /// Policy used when none is given (chosen by measurement, see docs/gc.md).
-pub const DEFAULT_POLICY: GcPolicy = GcPolicy::Greedy;
+pub const DEFAULT_POLICY: GcPolicy = GcPolicy::DecayCb;
 
 #[cfg(test)]
 mod tests {
