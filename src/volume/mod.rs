@@ -1219,8 +1219,8 @@ pub(crate) fn relocate(
     // Generational policies: data relocated k times joins GC class k+1 (capped).
     let gen = c.segs.segs[victim as usize].gen as usize;
     c.gc_slot = self::core::GC0 - 1 + (gen + 1).clamp(1, c.gc_classes);
-    // decay-cb: GC output goes to the class of the victim's estimated life,
-    // and the segments it fills inherit that estimate as their prior.
+    // decay-cb: GC output from victims estimated cold goes to its own class,
+    // and the segments it fills inherit the victim's estimate as their prior.
     c.gc_src_life = 0.0;
     if c.segs.half_life > 0 {
         let life = crate::gc::est_life(&c.segs.segs[victim as usize], &c.segs);
@@ -1353,7 +1353,7 @@ mod tests {
         assert_ne!(out, victim, "block 20 was relocated");
         assert_eq!(c.segs.segs[out as usize].prior, life as f32);
         let class = crate::gc::decay_class(life, blocks);
-        assert_eq!(class, 2);
+        assert_eq!(class, 1, "cold class");
         assert_eq!(c.open_seg[self::core::GC0 + class], Some(out));
     }
 }
