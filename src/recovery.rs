@@ -444,7 +444,7 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             data_live: 0,
             fill: fills[i],
             last_seq: last_seq[i],
-            gen: 0,
+            ..SegInfo::EMPTY
         })
         .collect();
     for loc in map.iter() {

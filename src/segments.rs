@@ -36,6 +36,40 @@ pub struct SegInfo {
     /// GC generation of the data written here (0 = host writes, k = relocated k
     /// times, capped). In memory only: a hint for generational GC, 0 after mount.
     pub gen: u8,
+    /// Decay hints for the `decay-cb` policy (gc.rs), in memory only, reset on
+    /// mount. `heat`: invalidations of entries here, each weighted
+    /// 2^(-(clock - then) / half_life), as of clock `heat_t`.
+    pub heat: f32,
+    pub heat_t: u64,
+    /// Clock of the first invalidation since the segment was opened (start of
+    /// its observation window; meaningless while `heat` is 0).
+    pub since: u64,
+    /// Prior death rate of the data written here, per entry per host block
+    /// (0 = unknown: the volume's mean rate). GC output inherits its victims'.
+    pub prior: f32,
+}
+
+impl SegInfo {
+    /// A free, empty segment with no history.
+    pub const EMPTY: SegInfo = SegInfo {
+        state: SegState::Free,
+        live: 0,
+        data_live: 0,
+        fill: 0,
+        last_seq: 0,
+        gen: 0,
+        heat: 0.0,
+        heat_t: 0,
+        since: 0,
+        prior: 0.0,
+    };
+
+    /// `heat` decayed to `clock`.
+    #[inline]
+    pub fn heat_at(&self, clock: u64, half_life: u64) -> f64 {
+        let dt = clock.saturating_sub(self.heat_t) as f64;
+        self.heat as f64 * (-dt / half_life.max(1) as f64).exp2()
+    }
 }
 
 pub struct SegmentTable {
@@ -43,25 +77,24 @@ pub struct SegmentTable {
     pub free: VecDeque<u32>,
     pub pending: Vec<u32>,
     pub segment_blocks: u32,
+    /// Host data blocks written since mount: the clock of the decay hints.
+    pub clock: u64,
+    /// Half-life of the decay hints in host blocks (0: no hints are kept).
+    pub half_life: u64,
+    /// Mean life of a block under uniform writes (the logical size in blocks).
+    pub mean_life: u64,
 }
 
 impl SegmentTable {
     pub fn new(count: u32, segment_blocks: u32) -> SegmentTable {
         SegmentTable {
-            segs: vec![
-                SegInfo {
-                    state: SegState::Free,
-                    live: 0,
-                    data_live: 0,
-                    fill: 0,
-                    last_seq: 0,
-                    gen: 0,
-                };
-                count as usize
-            ],
+            segs: vec![SegInfo::EMPTY; count as usize],
             free: (0..count).collect(),
             pending: Vec::new(),
             segment_blocks,
+            clock: 0,
+            half_life: 0,
+            mean_life: 0,
         }
     }
 
@@ -72,14 +105,7 @@ impl SegmentTable {
             if s.live > 0 {
                 s.state = SegState::Closed;
             } else {
-                *s = SegInfo {
-                    state: SegState::Free,
-                    live: 0,
-                    data_live: 0,
-                    fill: 0,
-                    last_seq: 0,
-                    gen: 0,
-                };
+                *s = SegInfo::EMPTY;
                 free.push_back(i as u32);
             }
         }
@@ -88,6 +114,9 @@ impl SegmentTable {
             free,
             pending: Vec::new(),
             segment_blocks,
+            clock: 0,
+            half_life: 0,
+            mean_life: 0,
         }
     }
 
@@ -111,6 +140,13 @@ impl SegmentTable {
         debug_assert!(s.live > 0);
         s.live -= 1;
         s.data_live -= data as u32;
+        if self.half_life > 0 {
+            if s.heat == 0.0 {
+                s.since = self.clock;
+            }
+            s.heat = (s.heat_at(self.clock, self.half_life) + 1.0) as f32;
+            s.heat_t = self.clock;
+        }
         if s.live == 0 && s.state == SegState::Closed {
             s.state = SegState::Pending;
             self.pending.push(seg);
@@ -124,11 +160,7 @@ impl SegmentTable {
         debug_assert_eq!(s.live, 0);
         *s = SegInfo {
             state: SegState::Open(stream),
-            live: 0,
-            data_live: 0,
-            fill: 0,
-            last_seq: 0,
-            gen: 0,
+            ..SegInfo::EMPTY
         };
         Some(seg)
     }

@@ -21,8 +21,9 @@ pub struct Args {
     /// Segment (write block) size, e.g. 4M.
     #[arg(long, value_parser = super::parse_size, default_value = "4M")]
     pub segment_size: u64,
-    /// GC policy: sepbit (default), sepbit-cb, generational, generational-cb, cost-benefit, greedy.
-    #[arg(long, default_value = "greedy", value_parser = GcPolicy::parse)]
+    /// GC policy: decay-cb (default), greedy, cost-benefit, generational,
+    /// generational-cb, sepbit, sepbit-cb (docs/gc.md).
+    #[arg(long, default_value = sluice::gc::DEFAULT_POLICY.name(), value_parser = GcPolicy::parse)]
     pub gc: GcPolicy,
     /// Overwrite an existing file or device that is not empty.
     #[arg(long)]

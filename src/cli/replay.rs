@@ -29,7 +29,7 @@ pub struct Args {
     pub overprovision: f64,
     #[arg(long, value_parser = super::parse_size, default_value = "4M")]
     pub segment_size: u64,
-    /// GC policy (greedy, cost-benefit, generational).
+    /// GC policy (default decay-cb; greedy, cost-benefit, generational, sepbit, ...).
     #[arg(long, value_parser = GcPolicy::parse)]
     pub gc: Option<GcPolicy>,
     /// memory or flash-sim.

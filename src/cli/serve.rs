@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use sluice::media::{FileMedia, Media};
 use sluice::nbd::{Listener, Server, ServerConfig};
 use sluice::size::human;
-use sluice::{GcPolicy, OpenOptions, Volume};
+use sluice::{OpenOptions, Volume};
 use std::io::Write;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -134,7 +134,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             size: a.size,
             overprovision: 10.0,
             segment_size: 4 << 20,
-            gc: GcPolicy::Greedy,
+            gc: sluice::gc::DEFAULT_POLICY,
             force: false,
         })?;
         vol.close()?;

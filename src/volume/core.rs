@@ -68,6 +68,9 @@ pub struct Core {
     pub hot_lifetime: u64,
     /// Host data blocks appended so far (the clock for lifetimes).
     pub user_clock: u64,
+    /// Estimated life (host blocks) of the data `relocate` is moving now, passed
+    /// to the GC output segment's `prior` (decay hints; 0 = none).
+    pub gc_src_life: f32,
     /// Per logical block, the (wrapping, 32-bit) user clock of its last host
     /// write; allocated only when `hot_lifetime` > 0. In memory only.
     pub last_write: Vec<u32>,
@@ -121,6 +124,7 @@ impl Core {
             gc_classes: 1,
             hot_lifetime: 0,
             user_clock: 0,
+            gc_src_life: 0.0,
             last_write: Vec::new(),
             next_seq,
             inflight: BTreeMap::new(),
@@ -345,6 +349,7 @@ impl Core {
             }
             if matches!(what, What::Data(_)) {
                 self.user_clock += 1;
+                self.segs.clock += 1;
                 if let Some(t) = self.last_write.get_mut(lba as usize) {
                     *t = (self.user_clock as u32).max(1);
                 }
@@ -379,8 +384,19 @@ impl Core {
                 Loc::Virtual(v, ch.segment)
             }
         };
+        let out_seg = ch.segment;
         let pending_before = self.segs.pending.len();
         self.remap(lba, new);
+        if stream == Stream::Gc && self.gc_src_life > 0.0 {
+            // GC output keeps the estimated life of the data it received
+            // (live-weighted mean over its victims), not "just written".
+            let s = &mut self.segs.segs[out_seg as usize];
+            s.prior = if s.prior > 0.0 {
+                s.prior + (self.gc_src_life - s.prior) / s.live.max(1) as f32
+            } else {
+                self.gc_src_life
+            };
+        }
         if self.segs.pending.len() > pending_before {
             // The records that moved or superseded the rest of that segment may sit
             // in any slot's open chunk (a victim's relocations spread over the GC

@@ -315,6 +315,10 @@ impl Volume {
         let mut core = Core::new(geo, m.sb.uuid, m.map, m.segs, next_seq);
         core.gc_classes = policy.gc_classes();
         core.hot_lifetime = policy.hot_lifetime(geo.logical_blocks);
+        if policy.decay_hints() {
+            core.segs.mean_life = geo.logical_blocks;
+            core.segs.half_life = ((geo.logical_blocks as f64 * gc::DECAY_HALF_LIFE) as u64).max(1);
+        }
         if core.hot_lifetime > 0 {
             core.last_write = vec![0; geo.logical_blocks as usize];
         }
@@ -1314,6 +1318,15 @@ pub(crate) fn relocate(
     // Generational policies: data relocated k times joins GC class k+1 (capped).
     let gen = c.segs.segs[victim as usize].gen as usize;
     c.gc_slot = self::core::GC0 - 1 + (gen + 1).clamp(1, c.gc_classes);
+    // decay-cb: GC output from victims estimated cold goes to its own class,
+    // and the segments it fills inherit the victim's estimate as their prior.
+    c.gc_src_life = 0.0;
+    if c.segs.half_life > 0 {
+        let life = crate::gc::est_life(&c.segs.segs[victim as usize], &c.segs);
+        c.gc_src_life = life as f32;
+        let class = crate::gc::decay_class(life, c.segs.mean_life);
+        c.gc_slot = self::core::GC0 + class.min(c.gc_classes - 1);
+    }
     let mut pos = 0usize;
     while pos < fill {
         let h = chunk::ChunkHeader::decode(&img[pos * BLOCK_BYTES..])
@@ -1385,4 +1398,61 @@ pub(crate) fn relocate(
         )));
     }
     Ok((data_moved, virt_moved))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::MemMedia;
+
+    /// decay-cb: relocated data keeps its victim's estimated life (the GC
+    /// output segment's prior) and joins the GC class of that life.
+    #[test]
+    fn relocation_carries_the_victims_life() {
+        let blocks = 256u64;
+        let geo = Geometry::for_logical(blocks, 32, 0.10);
+        let create = CreateOptions {
+            logical_bytes: Some(blocks * BS),
+            overprovision: 0.10,
+            segment_bytes: 32 * BS,
+            gc_policy: GcPolicy::DecayCb,
+        };
+        let open = OpenOptions {
+            background: false,
+            ..Default::default()
+        };
+        let media = Arc::new(MemMedia::new(geo.media_bytes()));
+        let vol = Volume::create(media, &create, &open).unwrap();
+        let data = vec![0x5au8; (blocks * BS) as usize];
+        vol.write(0, &data, false).unwrap();
+        vol.flush().unwrap();
+        let victim = {
+            let mut c = vol.sh.core.lock();
+            let v = c.map.get(20).segment(32).unwrap();
+            // pretend this segment holds data GC moved before, estimated cold
+            c.segs.segs[v as usize].prior = 5.0 * blocks as f32;
+            v
+        };
+        // overwrite the first half of the victim's blocks: it is now the only
+        // segment whose cleaning gains space
+        vol.write(0, &data[..16 * BS as usize], false).unwrap();
+        vol.flush().unwrap();
+        let life = {
+            let c = vol.sh.core.lock();
+            assert_eq!(c.map.get(20).segment(32), Some(victim));
+            crate::gc::est_life(&c.segs.segs[victim as usize], &c.segs)
+        };
+        assert!(
+            life > 2.0 * blocks as f64,
+            "cold prior survives 16 kills: {life}"
+        );
+        assert!(vol.sh.gc_one(1).unwrap());
+        let c = vol.sh.core.lock();
+        let out = c.map.get(20).segment(32).unwrap();
+        assert_ne!(out, victim, "block 20 was relocated");
+        assert_eq!(c.segs.segs[out as usize].prior, life as f32);
+        let class = crate::gc::decay_class(life, blocks);
+        assert_eq!(class, 1, "cold class");
+        assert_eq!(c.open_seg[self::core::GC0 + class], Some(out));
+    }
 }
