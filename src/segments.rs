@@ -44,8 +44,9 @@ pub struct SegInfo {
     /// Clock of the first invalidation since the segment was opened (start of
     /// its observation window; meaningless while `heat` is 0).
     pub since: u64,
-    /// Prior death rate of the data written here, per entry per host block
-    /// (0 = unknown: the volume's mean rate). GC output inherits its victims'.
+    /// Prior estimate of the remaining life (in host blocks) of the data written
+    /// here (0 = unknown: the volume's mean life N). GC output inherits its
+    /// victims' estimate.
     pub prior: f32,
 }
 
