@@ -161,7 +161,15 @@ pub(crate) struct Shared {
     /// Submitters wait here while the queue is full.
     writeq_space: Condvar,
     async_writes: bool,
+    /// Wakes the housekeeper: at stop, and when writes take free segments below
+    /// the clean-ahead mark (so GC runs there, not in a writer's request path).
     stop_cv: Condvar,
+    /// Segments beyond the reserve the housekeeper keeps free (or pending) while
+    /// writes go on.
+    clean_mark: u32,
+    /// A writer saw free segments below `reserve + clean_mark` and woke the
+    /// housekeeper; cleared when the housekeeper starts a round.
+    clean_wanted: AtomicBool,
     checkpoint_interval: u64,
     reserve: u32,
     /// When the last host write was accepted (ms since `started`), for idle GC.
@@ -346,6 +354,8 @@ impl Volume {
             closed: AtomicBool::new(false),
             stop: Mutex::new(false),
             stop_cv: Condvar::new(),
+            clean_mark: (geo.segment_count / 32).max(2),
+            clean_wanted: AtomicBool::new(false),
             writeq: Mutex::new(WriteQueue::default()),
             writeq_work: Condvar::new(),
             writeq_space: Condvar::new(),
@@ -838,6 +848,14 @@ impl Shared {
                     (p.durable, p.written_through)
                 };
                 c.prune_inflight(written);
+                if self.async_writes
+                    && c.segs.free.len() + c.segs.pending.len()
+                        < (self.reserve + self.clean_mark) as usize
+                    && !self.clean_wanted.swap(true, Ordering::AcqRel)
+                {
+                    // below the clean-ahead mark: let the housekeeper clean now
+                    self.stop_cv.notify_all();
+                }
                 let mut need = false;
                 while i < n {
                     let Some(w) = what(&c.map, i) else {
@@ -1241,15 +1259,20 @@ impl Shared {
     /// checkpoint on schedule. Runs until `stop`.
     fn housekeeper(self: Arc<Self>) {
         let tick = Duration::from_millis((self.opts.idle_seal_ms / 2).clamp(10, 100));
-        let ahead = (self.geo.segment_count / 32).max(2);
+        let ahead = self.clean_mark;
         let idle_ahead = (self.geo.segment_count / 8).max(ahead);
+        // a round that could clean nothing waits a tick even if writers ask again
+        let mut cleaned_last = false;
         loop {
             {
                 let mut stop = self.stop.lock();
                 if *stop {
                     return;
                 }
-                self.stop_cv.wait_for(&mut stop, tick);
+                if !(self.clean_wanted.swap(false, Ordering::AcqRel) && cleaned_last) {
+                    self.stop_cv.wait_for(&mut stop, tick);
+                    self.clean_wanted.store(false, Ordering::Release);
+                }
                 if *stop {
                     return;
                 }
@@ -1275,9 +1298,11 @@ impl Shared {
                 let idle_ms = (self.started.elapsed().as_millis() as u64)
                     .saturating_sub(self.last_write_ms.load(Ordering::Relaxed));
                 let want = if idle_ms >= 1000 { idle_ahead } else { ahead };
+                cleaned_last = false;
                 if free + pending < self.reserve + want {
                     match self.clean_ahead(want) {
-                        Ok(_) | Err(Error::NoSpace) => {}
+                        Ok(n) => cleaned_last = n > 0,
+                        Err(Error::NoSpace) => {}
                         Err(e) => return Err(e),
                     }
                 }
