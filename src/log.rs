@@ -114,11 +114,18 @@ impl OpenChunk {
 
     /// Append a data block; returns its block offset within the segment.
     pub fn push_data(&mut self, lba: u64, block: &[u8], src: u32) -> u32 {
+        self.push_data_crc(lba, block, chunk::block_crc(block), src)
+    }
+
+    /// As `push_data`, for a block whose CRC32C is already known (GC moves a
+    /// block it has just verified against its old chunk's CRC).
+    pub fn push_data_crc(&mut self, lba: u64, block: &[u8], crc: u32, src: u32) -> u32 {
         debug_assert!(self.has_room(lba, Kind::Data, src));
+        debug_assert_eq!(crc, chunk::block_crc(block));
         let idx = self.data_blocks() as usize;
         let off = (1 + idx) * BLOCK_BYTES;
         self.image[off..off + BLOCK_BYTES].copy_from_slice(block);
-        self.crcs.push(chunk::block_crc(block));
+        self.crcs.push(crc);
         self.push_entry(lba, Kind::Data, src);
         self.start + 1 + idx as u32
     }

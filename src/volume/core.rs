@@ -39,6 +39,8 @@ const _: () = assert!(SLOTS as u32 <= crate::geometry::OPEN_SEGMENTS);
 #[derive(Clone, Copy)]
 pub enum What<'a> {
     Data(&'a [u8]),
+    /// A data block GC moves, with the CRC32C it was verified against.
+    Moved(&'a [u8], u32),
     Virtual(Virt),
 }
 
@@ -358,11 +360,11 @@ impl Core {
         // Trim and zero records free space: they may dip into the GC reserve
         // (all but its last segment) so a full volume can always be trimmed.
         let reserve_for = match what {
-            What::Data(_) => reserve,
+            What::Data(_) | What::Moved(..) => reserve,
             What::Virtual(_) => reserve.min(1),
         };
         let kind = match what {
-            What::Data(_) => Kind::Data,
+            What::Data(_) | What::Moved(..) => Kind::Data,
             What::Virtual(v) => kind_of(v),
         };
         loop {
@@ -377,6 +379,10 @@ impl Core {
         let new = match what {
             What::Data(b) => {
                 let off = ch.push_data(lba, b, src);
+                Loc::Data(ch.segment * seg_blocks + off)
+            }
+            What::Moved(b, crc) => {
+                let off = ch.push_data_crc(lba, b, crc, src);
                 Loc::Data(ch.segment * seg_blocks + off)
             }
             What::Virtual(v) => {

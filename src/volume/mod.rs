@@ -1147,7 +1147,7 @@ impl Shared {
     fn gc_one(&self, min_gain: u32) -> Result<bool> {
         let mut out = Vec::new();
         // 1. Choose the victim and take it out of circulation (no IO under the lock).
-        let (victim, fill) = {
+        let (victim, fill, uuid) = {
             let mut c = self.core.lock();
             let written = self.progress.lock().written_through;
             let Some(victim) = gc::pick_victim(&c.segs, self.policy, c.next_seq, written, min_gain)
@@ -1155,7 +1155,7 @@ impl Shared {
                 return Ok(false);
             };
             c.segs.segs[victim as usize].state = SegState::Victim;
-            (victim, c.segs.segs[victim as usize].fill as usize)
+            (victim, c.segs.segs[victim as usize].fill as usize, c.uuid)
         };
         // 2. Read it without the lock: a Victim is never reused, and its blocks
         //    never change while anything may point at them.
@@ -1167,12 +1167,22 @@ impl Shared {
             self.core.lock().end_victim(victim);
             return Err(e.into());
         }
-        // 3. Relocate what the map still points at (blocks overwritten meanwhile
+        // 3. Check every chunk's CRCs, still without the lock (writers go on).
+        let chunks = parse_victim(&img, &uuid);
+        // 4. Relocate what the map still points at (blocks overwritten meanwhile
         //    no longer match and are skipped).
         let moved = {
             let mut c = self.core.lock();
             let durable = self.durable_seq();
-            let r = relocate(&mut c, victim, &img, self.reserve, durable, &mut out);
+            let r = relocate(
+                &mut c,
+                victim,
+                &img,
+                chunks,
+                self.reserve,
+                durable,
+                &mut out,
+            );
             c.end_victim(victim);
             match r {
                 Ok(m) => m,
@@ -1326,18 +1336,42 @@ pub(crate) enum RelocateError {
 
 /// Move every entry of `victim` that the map still points at into the GC stream.
 /// `img` holds the victim's blocks [0, fill). Returns (data blocks, virtual records) moved.
+/// The chunks of a victim segment's image, each verified (header CRC, uuid,
+/// every data block's CRC), with their block positions; Err names the first
+/// damage. Pure computation: GC runs it without the engine lock.
+pub(crate) fn parse_victim(
+    img: &[u8],
+    uuid: &[u8; 16],
+) -> std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String> {
+    use crate::format::chunk;
+    let fill = img.len() / BLOCK_BYTES;
+    let mut chunks = Vec::new();
+    let mut pos = 0usize;
+    while pos < fill {
+        let h = chunk::ChunkHeader::decode(&img[pos * BLOCK_BYTES..])
+            .map_err(|e| format!("chunk header at block {pos}: {e}"))?;
+        let total = h.total_blocks() as usize;
+        if pos + total > fill {
+            return Err(format!("chunk at block {pos} runs past the segment's fill"));
+        }
+        chunk::verify(&img[pos * BLOCK_BYTES..(pos + total) * BLOCK_BYTES], uuid)
+            .map_err(|e| format!("chunk seq {} at block {pos}: {e}", h.seq))?;
+        chunks.push((pos, h));
+        pos += total;
+    }
+    Ok(chunks)
+}
+
 pub(crate) fn relocate(
     c: &mut Core,
     victim: u32,
     img: &[u8],
+    chunks: std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String>,
     reserve: u32,
     durable: u64,
     out: &mut Vec<Sealed>,
 ) -> std::result::Result<(u64, u64), RelocateError> {
-    use crate::format::chunk;
     let seg_blocks = c.geo.segment_blocks;
-    let uuid = c.uuid;
-    let fill = img.len() / BLOCK_BYTES;
     let base = victim * seg_blocks;
     let (mut data_moved, mut virt_moved) = (0u64, 0u64);
     // Generational policies: data relocated k times joins GC class k+1 (capped).
@@ -1352,19 +1386,7 @@ pub(crate) fn relocate(
         let class = crate::gc::decay_class(life, c.segs.mean_life);
         c.gc_slot = self::core::GC0 + class.min(c.gc_classes - 1);
     }
-    let mut pos = 0usize;
-    while pos < fill {
-        let h = chunk::ChunkHeader::decode(&img[pos * BLOCK_BYTES..])
-            .map_err(|e| RelocateError::Damaged(format!("chunk header at block {pos}: {e}")))?;
-        let total = h.total_blocks() as usize;
-        if pos + total > fill {
-            return Err(RelocateError::Damaged(format!(
-                "chunk at block {pos} runs past the segment's fill"
-            )));
-        }
-        chunk::verify(&img[pos * BLOCK_BYTES..(pos + total) * BLOCK_BYTES], &uuid).map_err(
-            |e| RelocateError::Damaged(format!("chunk seq {} at block {pos}: {e}", h.seq)),
-        )?;
+    for (pos, h) in chunks.map_err(RelocateError::Damaged)? {
         let mut di = 0u32;
         for e in &h.entries {
             if e.lba + e.count as u64 > c.map.len() {
@@ -1381,10 +1403,11 @@ pub(crate) fn relocate(
                         di += 1;
                         if c.map.get(lba) == Loc::Data(phys) {
                             let off = (pos + 1 + (di - 1) as usize) * BLOCK_BYTES;
+                            let crc = h.block_crcs[(di - 1) as usize];
                             c.append(
                                 Stream::Gc,
                                 lba,
-                                What::Data(&img[off..off + BLOCK_BYTES]),
+                                What::Moved(&img[off..off + BLOCK_BYTES], crc),
                                 phys,
                                 reserve,
                                 durable,
@@ -1413,7 +1436,6 @@ pub(crate) fn relocate(
                 }
             }
         }
-        pos += total;
     }
     let s = &c.segs.segs[victim as usize];
     if s.live != 0 {
