@@ -995,6 +995,10 @@ impl Server {
             let inline = self.cfg.inline_writes
                 && ((mutating && !fua) || (alone && (mutating || r.cmd == proto::CMD_FLUSH)));
             if inline {
+                if fua || r.cmd == proto::CMD_FLUSH {
+                    // about to wait for the media: deliver earlier replies first
+                    conn.writer.lock().flush_pending();
+                }
                 conn.execute(r, payload, true);
                 conn.release(bytes);
             } else {
