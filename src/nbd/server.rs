@@ -384,9 +384,9 @@ impl Conn {
     }
 
     /// Serve checked READs together: one batched engine read, then every reply in
-    /// one write. Releases each request's budget.
-    fn execute_reads(&self, batch: Vec<Request>) {
-        for r in &batch {
+    /// one write. (The caller releases their budget.)
+    fn execute_reads(&self, batch: &[Request]) {
+        for r in batch {
             self.record(r);
         }
         let ranges: Vec<(u64, u32)> = batch.iter().map(|r| (r.offset, r.length)).collect();
@@ -425,9 +425,6 @@ impl Conn {
             }
         }
         self.writer.lock().send(&parts);
-        for r in &batch {
-            self.release(r.length as u64);
-        }
     }
 
     /// Capture the request for `serve --record`.
@@ -458,26 +455,8 @@ impl Conn {
         self.record(&r);
         let res = match r.cmd {
             proto::CMD_READ => {
-                let mut buf = vec![0u8; r.length as usize];
-                match self.vol.read(off, &mut buf) {
-                    Ok(()) => {
-                        let mut w = self.writer.lock();
-                        if !self.neg.structured {
-                            w.send(&[&proto::simple_reply(0, r.cookie), &buf]);
-                        } else if buf.is_empty() {
-                            w.send(&[&proto::structured_header(
-                                proto::REPLY_FLAG_DONE,
-                                proto::REPLY_TYPE_NONE,
-                                r.cookie,
-                                0,
-                            )]);
-                        } else {
-                            w.send(&[&proto::offset_data_header(r.cookie, off, r.length), &buf]);
-                        }
-                        return;
-                    }
-                    Err(e) => Err(e),
-                }
+                self.execute_reads(std::slice::from_ref(&r));
+                return;
             }
             proto::CMD_WRITE => self.vol.write(off, &payload, fua),
             proto::CMD_FLUSH => self.vol.flush(),
@@ -959,7 +938,12 @@ impl Server {
                     batch.push(n);
                 }
                 let c = conn.clone();
-                self.pool.submit(Box::new(move || c.execute_reads(batch)));
+                self.pool.submit(Box::new(move || {
+                    c.execute_reads(&batch);
+                    for r in &batch {
+                        c.release(r.length as u64);
+                    }
+                }));
                 continue;
             }
             let mut payload = Vec::new();
