@@ -483,7 +483,7 @@ impl Volume {
                 }
             }
         } else {
-            let n: u64 = ranges.iter().map(|r| r.1 as u64).sum();
+            let n: u64 = out.iter().flatten().map(|r| r.len as u64).sum();
             Counters::add(&self.sh.counters.host_read_bytes, n);
         }
         out
