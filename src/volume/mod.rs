@@ -109,6 +109,8 @@ pub struct MountReport {
     pub mount_ms: u64,
     /// How often each recovery rule fired during this mount.
     pub rules: crate::recovery::RecoveryRules,
+    /// Each mount step with its duration in microseconds, in order.
+    pub steps: Vec<(&'static str, u64)>,
 }
 
 /// The bytes of one range read by `Volume::read_batch` (an aligned buffer of
@@ -384,10 +386,14 @@ impl Volume {
                 }
             }
         }
+        let t_finish = std::time::Instant::now();
         if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint) {
             sh.stop_writer_threads(writers);
             return Err(e);
         }
+        report
+            .steps
+            .push(("finish", t_finish.elapsed().as_micros() as u64));
         report.mount_ms = t0.elapsed().as_millis() as u64;
         let vol = Volume {
             sh: sh.clone(),
@@ -693,11 +699,20 @@ pub(crate) fn write_block(media: &dyn Media, bytes: &[u8], offset: u64) -> std::
 }
 
 impl Shared {
-    /// Last step of a read-write mount: wipe the first block of segments that were
-    /// found free, then checkpoint what replay found (or just mark the volume open).
+    /// Last step of a read-write mount (`finish`): checkpoint what replay found (or
+    /// just mark the volume open), then wipe the first block of segments found free.
     fn finish_mount(&self, wipe: &[u32], needs_checkpoint: bool) -> Result<()> {
         if self.opts.read_only {
             return Ok(());
+        }
+        // The reuse barrier's order: first persist the durable point (a checkpoint
+        // of what replay found, whose next_seq lies above every chunk seen), and
+        // only then tombstone the segments found free. Wiping first would let a
+        // power cut in between end the next mount's log at a wiped chunk.
+        if needs_checkpoint {
+            checkpoint::write(self, false)?;
+        } else {
+            self.update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
         }
         if !wipe.is_empty() {
             let zero = AlignedBuf::new(BLOCK_BYTES);
@@ -705,13 +720,6 @@ impl Shared {
                 self.media.write_at(&zero, self.geo.segment_offset(s))?;
             }
             self.media.flush()?;
-        }
-        if needs_checkpoint {
-            // Everything replay found is now recorded, and the next sequence
-            // number starts above every chunk seen, torn or not.
-            checkpoint::write(self, false)?;
-        } else {
-            self.update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
         }
         Ok(())
     }
@@ -1170,7 +1178,7 @@ impl Shared {
             return Err(e.into());
         }
         // 3. Check every chunk's CRCs, still without the lock (writers go on).
-        let chunks = parse_victim(&img, &uuid);
+        let chunks = parse_victim(&img, &uuid, victim);
         // 4. Relocate what the map still points at (blocks overwritten meanwhile
         //    no longer match and are skipped).
         let moved = {
@@ -1344,24 +1352,25 @@ pub(crate) enum RelocateError {
 pub(crate) fn parse_victim(
     img: &[u8],
     uuid: &[u8; 16],
+    seg: u32,
 ) -> std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String> {
-    use crate::format::chunk;
-    let fill = img.len() / BLOCK_BYTES;
-    let mut chunks = Vec::new();
-    let mut pos = 0usize;
-    while pos < fill {
-        let h = chunk::ChunkHeader::decode(&img[pos * BLOCK_BYTES..])
-            .map_err(|e| format!("chunk header at block {pos}: {e}"))?;
-        let total = h.total_blocks() as usize;
-        if pos + total > fill {
-            return Err(format!("chunk at block {pos} runs past the segment's fill"));
-        }
-        chunk::verify(&img[pos * BLOCK_BYTES..(pos + total) * BLOCK_BYTES], uuid)
-            .map_err(|e| format!("chunk seq {} at block {pos}: {e}", h.seq))?;
-        chunks.push((pos, h));
-        pos += total;
+    // The one chunk walker; a victim up to its fill must be all verified chunks.
+    let mut rules = crate::recovery::RecoveryRules::default();
+    let w = crate::recovery::walk_image(img, 0, uuid, seg, 0, &mut rules);
+    if let Some(b) = w.bad.first() {
+        return Err(format!("chunk at {}: {}", b.place(), b.why));
     }
-    Ok(chunks)
+    if w.stop != crate::recovery::Stop::End {
+        return Err(format!(
+            "chunk walk ends at block {} before the segment's fill {}",
+            w.valid_end,
+            img.len() / BLOCK_BYTES
+        ));
+    }
+    Ok(w.chunks
+        .into_iter()
+        .map(|f| (f.pos as usize, f.header))
+        .collect())
 }
 
 pub(crate) fn relocate(
