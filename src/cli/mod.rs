@@ -69,6 +69,20 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
+/// Default log filter for a command: warn, or what `serve -v/-q` asks for.
+pub fn log_level(cli: &Cli) -> &'static str {
+    match &cli.cmd {
+        Cmd::Serve(a) if a.quiet => "error",
+        Cmd::Serve(a) => match a.verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        },
+        _ => "warn",
+    }
+}
+
 /// clap value parser for sizes with K/M/G/T suffixes.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     sluice::size::parse_size(s)

@@ -6,4 +6,4 @@
 pub mod proto;
 pub mod server;
 
-pub use server::{Listener, Server, ServerConfig};
+pub use server::{Export, Listener, Server, ServerConfig};
