@@ -15,6 +15,11 @@ pub fn have(tool: &str, test: &str) -> bool {
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
         .unwrap_or(false);
     if !found {
+        // In CI a test that cannot run fails instead of passing as a SKIP.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test}: `{tool}` is not installed (scripts/install-deps), and CI is set"
+        );
         eprintln!(
             "\n*** SKIP: {test}: `{tool}` is not installed (CI installs it; see docs/nbd.md) ***\n"
         );
@@ -178,6 +183,10 @@ pub fn nbdsh(test: &str) -> Option<Command> {
             return Some(c);
         }
     }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: no python3 can import libnbd's `nbd` module, and CI is set"
+    );
     eprintln!("\n*** SKIP: {test}: no python3 can import libnbd's `nbd` module (apt: python3-libnbd) ***\n");
     None
 }
