@@ -10,7 +10,7 @@
 use super::create;
 use anyhow::{bail, Context};
 use sluice::media::{FileMedia, Media};
-use sluice::nbd::{Export, Listener, Server, ServerConfig};
+use sluice::nbd::{Export, Listener, Server, ServerConfig, TlsFiles, TlsMode};
 use sluice::size::human;
 use sluice::{OpenOptions, Volume};
 use std::io::Write;
@@ -87,6 +87,28 @@ pub struct Args {
     /// replies), e.g. 8M; one larger request is still served alone.
     #[arg(long, value_parser = super::parse_size, default_value = "8M")]
     pub max_inflight: u64,
+    /// TLS (STARTTLS): off, on (offered, plaintext still allowed) or require
+    /// (as nbdkit --tls). Default: require when certificates are given, else off.
+    #[arg(long, value_name = "off|on|require")]
+    pub tls: Option<String>,
+    /// Directory with server-cert.pem, server-key.pem and (for
+    /// --tls-verify-peer) ca-cert.pem, as qemu-nbd's tls-creds-x509 and
+    /// nbdkit --tls-certificates.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub tls_certificates: Option<PathBuf>,
+    /// Server certificate chain (PEM), with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Server private key (PEM), with --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by ca-cert.pem of --tls-certificates
+    /// (as nbdkit --tls-verify-peer).
+    #[arg(long, requires = "tls_certificates")]
+    pub tls_verify_peer: bool,
+    /// Require client certificates signed by this CA (PEM), with --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// More log output: -v connections' warnings and info, -vv debug (connection
     /// open/close, rejected requests), -vvv trace. RUST_LOG overrides.
     #[arg(short = 'v', long, action = clap::ArgAction::Count)]
@@ -118,8 +140,9 @@ enum Addr {
     Inherited,
 }
 
-fn uri(addr: &Addr, name: &str) -> String {
+fn uri(addr: &Addr, name: &str, tls: bool) -> String {
     match addr {
+        Addr::Unix(s) if tls => format!("nbds+unix:///{name}?socket={}", s.display()),
         Addr::Unix(s) => format!("nbd+unix:///{name}?socket={}", s.display()),
         Addr::Tcp(bind, p) => {
             let host = if bind.contains(':') {
@@ -127,7 +150,8 @@ fn uri(addr: &Addr, name: &str) -> String {
             } else {
                 bind.clone()
             };
-            format!("nbd://{host}:{p}/{name}")
+            let scheme = if tls { "nbds" } else { "nbd" };
+            format!("{scheme}://{host}:{p}/{name}")
         }
         Addr::Inherited => format!("(socket passed by systemd) export '{name}'"),
     }
@@ -383,7 +407,29 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.max_inflight < 4096 || a.max_inflight > (1 << 30) {
         bail!("--max-inflight must be between 4K and 1G");
     }
+    let tls_files = match (&a.tls_certificates, &a.tls_cert, &a.tls_key) {
+        (Some(dir), _, _) => Some(TlsFiles::from_dir(dir, a.tls_verify_peer)),
+        (None, Some(cert), Some(key)) => Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: a.tls_client_ca.clone(),
+        }),
+        _ => None,
+    };
+    let tls = match (a.tls.as_deref(), &tls_files) {
+        (None, None) | (Some("off"), _) => TlsMode::Off,
+        (None, Some(_)) | (Some("require"), _) => TlsMode::Require,
+        (Some("on"), _) => TlsMode::On,
+        (Some(x), _) => bail!("--tls must be off, on or require, not {x:?}"),
+    };
+    let tls_config = match (&tls_files, tls) {
+        (_, TlsMode::Off) => None,
+        (None, _) => bail!("--tls on/require needs --tls-certificates DIR or --tls-cert/--tls-key"),
+        (Some(f), _) => Some(sluice::nbd::tls::server_config(f)?),
+    };
     let cfg = ServerConfig {
+        tls,
+        tls_config,
         max_connections: a.shared,
         workers: a.workers,
         inline_writes: !a.no_inline_writes,
@@ -487,7 +533,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let server = Server::new(exports.clone(), cfg)?;
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", uri(&addr, &specs[0].0))?;
+        writeln!(out, "{}", uri(&addr, &specs[0].0, tls == TlsMode::Require))?;
         out.flush()?;
     }
     for (e, (_, path)) in exports.iter().zip(&specs) {
@@ -496,7 +542,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             path.display(),
             human(e.vol.size_bytes()),
             if a.read_only { ", read-only" } else { "" },
-            uri(&addr, &e.name)
+            uri(&addr, &e.name, tls == TlsMode::Require)
         );
     }
     if let Some(d) = &daemon {

@@ -31,6 +31,7 @@
 //!   the client went away / timed out).
 
 use super::proto::{self, Negotiated, ProtoError, Request};
+use super::tls::{self, TlsMode};
 use crate::{Error, Volume};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
@@ -69,8 +70,10 @@ const READ_BUFFER_BYTES: usize = 256 << 10;
 const MAX_REFUSERS: usize = 16;
 /// Stack of a connection's writer thread (it only polls and sends).
 const WRITER_STACK: usize = 128 << 10;
+/// Stack of a connection's TLS pump thread (rustls record processing).
+const TLS_STACK: usize = 512 << 10;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServerConfig {
     pub max_connections: usize,
     pub workers: usize,
@@ -84,6 +87,10 @@ pub struct ServerConfig {
     pub request_timeout: Duration,
     /// Payload bytes one connection may have in flight (see `MAX_INFLIGHT_BYTES`).
     pub max_inflight_bytes: u64,
+    /// Whether STARTTLS is offered / required.
+    pub tls: TlsMode,
+    /// Certificates and key for STARTTLS (needed unless `tls` is Off).
+    pub tls_config: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for ServerConfig {
@@ -96,6 +103,8 @@ impl Default for ServerConfig {
             handshake_timeout: HANDSHAKE_TIMEOUT,
             request_timeout: REQUEST_TIMEOUT,
             max_inflight_bytes: MAX_INFLIGHT_BYTES,
+            tls: TlsMode::Off,
+            tls_config: None,
         }
     }
 }
@@ -142,7 +151,7 @@ pub enum Stream {
 }
 
 impl Stream {
-    fn fd(&self) -> RawFd {
+    pub(crate) fn fd(&self) -> RawFd {
         match self {
             Stream::Unix(s) => s.as_raw_fd(),
             Stream::Tcp(s) => s.as_raw_fd(),
@@ -154,25 +163,25 @@ impl Stream {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
         })
     }
-    fn shutdown(&self, how: Shutdown) {
+    pub(crate) fn shutdown(&self, how: Shutdown) {
         let _ = match self {
             Stream::Unix(s) => s.shutdown(how),
             Stream::Tcp(s) => s.shutdown(how),
         };
     }
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_read_timeout(t),
             Stream::Tcp(s) => s.set_read_timeout(t),
         }
     }
-    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_write_timeout(t),
             Stream::Tcp(s) => s.set_write_timeout(t),
         }
     }
-    fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
+    pub(crate) fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_nonblocking(nb),
             Stream::Tcp(s) => s.set_nonblocking(nb),
@@ -1168,7 +1177,7 @@ impl Server {
         let mut wr = stream.try_clone()?;
         let mut rd = RecvBuf::new(stream, READ_BUFFER_BYTES);
         let deadline = Instant::now() + self.cfg.handshake_timeout;
-        let Some((neg, export)) = self.handshake(&mut rd, &mut wr, deadline)? else {
+        let Some((neg, export)) = self.handshake(id, &mut rd, &mut wr, deadline)? else {
             return Ok("handshake ended");
         };
         let tick = self
@@ -1220,6 +1229,7 @@ impl Server {
     /// disconnected.
     fn handshake(
         &self,
+        id: u64,
         rd: &mut RecvBuf,
         wr: &mut Stream,
         deadline: Instant,
@@ -1236,6 +1246,7 @@ impl Server {
         };
         let mut structured = false;
         let mut base_allocation = false;
+        let mut tls_up = false;
         let neg_for = |e: &Export, structured: bool, base_allocation: bool| Negotiated {
             size: e.vol.size_bytes(),
             read_only: e.read_only,
@@ -1271,6 +1282,21 @@ impl Server {
                 }
                 return Ok(None);
             }
+            if self.cfg.tls == TlsMode::Require
+                && !tls_up
+                && !matches!(opt, proto::OPT_STARTTLS | proto::OPT_ABORT)
+            {
+                if opt == proto::OPT_EXPORT_NAME {
+                    tracing::debug!("nbd: handshake: EXPORT_NAME without TLS, which is required");
+                    return Ok(None);
+                }
+                reply(
+                    wr,
+                    proto::REP_ERR_TLS_REQD,
+                    b"TLS is required: use STARTTLS",
+                )?;
+                continue;
+            }
             match opt {
                 proto::OPT_EXPORT_NAME => {
                     let exp = std::str::from_utf8(&data).ok().and_then(|n| self.export(n));
@@ -1300,7 +1326,47 @@ impl Server {
                     }
                 }
                 proto::OPT_STARTTLS => {
-                    reply(wr, proto::REP_ERR_POLICY, b"TLS is not supported")?;
+                    let Some(cfg) = self
+                        .cfg
+                        .tls_config
+                        .as_ref()
+                        .filter(|_| self.cfg.tls != TlsMode::Off)
+                    else {
+                        reply(
+                            wr,
+                            proto::REP_ERR_POLICY,
+                            b"TLS is not enabled on this server",
+                        )?;
+                        continue;
+                    };
+                    if tls_up || len != 0 {
+                        reply(
+                            wr,
+                            proto::REP_ERR_INVALID,
+                            b"TLS already negotiated, or STARTTLS with data",
+                        )?;
+                        continue;
+                    }
+                    reply(wr, proto::REP_ACK, &[])?;
+                    if !rd.buffer().is_empty() {
+                        tracing::debug!("nbd: handshake: plaintext after STARTTLS");
+                        return Ok(None);
+                    }
+                    let mut sock = wr.try_clone()?;
+                    let session = tls::accept(cfg, &mut sock, deadline)?;
+                    let (a, b) = UnixStream::pair()?;
+                    std::thread::Builder::new()
+                        .name(format!("nbd-tls-{id}"))
+                        .stack_size(TLS_STACK)
+                        .spawn(move || tls::pump(session, sock, b))?;
+                    let a2 = a.try_clone()?;
+                    a.set_write_timeout(Some(self.cfg.handshake_timeout))?;
+                    *rd = RecvBuf::new(Stream::Unix(a2), READ_BUFFER_BYTES);
+                    *wr = Stream::Unix(a);
+                    // The spec: what was negotiated before TLS is forgotten.
+                    structured = false;
+                    base_allocation = false;
+                    tls_up = true;
                 }
                 proto::OPT_INFO | proto::OPT_GO => {
                     let req = match proto::parse_info_request(&data) {
