@@ -57,13 +57,15 @@ start_server() {
     stop_server
     fresh_file "$img"
     case $srv in
-    sluice|sluice-pool)
+    sluice|sluice-pool|sluice-base)
         # sluice keeps ~10% of its file for GC and metadata: same file, smaller export.
         # sluice-pool: every request through the worker pool (no inline writes).
-        local extra=()
+        # sluice-base: another build ($SLUICE_BASE), for A/B comparisons.
+        local extra=() bin=$SLUICE
         [ "$srv" = sluice-pool ] && extra=(--no-inline-writes)
-        "$SLUICE" create "$img" >/dev/null
-        "$SLUICE" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
+        [ "$srv" = sluice-base ] && bin=${SLUICE_BASE:?set SLUICE_BASE to the other build}
+        "$bin" create "$img" >/dev/null
+        "$bin" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
         SERVER_PID=$! ;;
     qemu-nbd)
         qemu-nbd -f raw --cache=none --aio=native --shared=16 --persistent -k "$SOCK" "$img" &

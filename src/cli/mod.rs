@@ -53,7 +53,7 @@ pub enum Cmd {
     #[command(
         after_help = "Prints the NBD URI to connect to on stdout.\n\nExamples:\n  sluice serve vol.img --socket /tmp/vol.sock\n  sluice serve vol.img --port 10809 --export-name vol\n  sluice serve --create vol.img --size 10G --socket /tmp/vol.sock\n  sluice serve vol.img --socket /tmp/vol.sock --read-only --pid-file /run/sluice.pid\n\nThen, for example:\n  nbdinfo 'nbd+unix:///?socket=/tmp/vol.sock'\n  qemu-img convert -n -O raw disk.img 'nbd+unix:///?socket=/tmp/vol.sock'\n  nbdfuse /mnt/vol 'nbd+unix:///?socket=/tmp/vol.sock'"
     )]
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -65,7 +65,21 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Bench(a) => bench::run(*a),
         Cmd::Replay(a) => replay::run(a),
         Cmd::Sim(a) => sim::run(a),
-        Cmd::Serve(a) => serve::run(a),
+        Cmd::Serve(a) => serve::run(*a),
+    }
+}
+
+/// Default log filter for a command: warn, or what `serve -v/-q` asks for.
+pub fn log_level(cli: &Cli) -> &'static str {
+    match &cli.cmd {
+        Cmd::Serve(a) if a.quiet => "error",
+        Cmd::Serve(a) => match a.verbose {
+            0 => "warn",
+            1 => "info",
+            2 => "debug",
+            _ => "trace",
+        },
+        _ => "warn",
     }
 }
 

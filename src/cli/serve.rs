@@ -1,79 +1,159 @@
-//! `sluice serve`: mount a volume and export it over NBD on a Unix socket or TCP
-//! port until SIGINT/SIGTERM, then drain, flush and close it cleanly.
+//! `sluice serve`: export one or more volumes over NBD on a Unix socket, a TCP
+//! port or a socket systemd passed in, until SIGINT/SIGTERM/SIGHUP, then drain,
+//! flush and close them cleanly.
 //!
-//! Invariant: the volume is closed (checkpointed) only after every connection
-//! has answered all requests it accepted; one server per volume (flock).
+//! Invariants: the listening socket is bound before any volume is touched (a bad
+//! socket path or a busy port leaves the volumes as they were); a volume is
+//! closed (checkpointed) only after every connection has answered all requests
+//! it accepted; one server per volume (flock).
 
 use super::create;
 use anyhow::{bail, Context};
 use sluice::media::{FileMedia, Media};
-use sluice::nbd::{Listener, Server, ServerConfig};
+use sluice::nbd::{Export, Listener, Server, ServerConfig, TlsFiles, TlsMode};
 use sluice::size::human;
 use sluice::{OpenOptions, Volume};
 use std::io::Write;
-use std::os::unix::io::AsRawFd;
+use std::os::unix::io::{AsRawFd, FromRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("listen").required(true).args(["socket", "port"])))]
 pub struct Args {
-    /// Volume file or block device (see `sluice create`, or use --create).
-    pub path: PathBuf,
+    /// Volume file or block device (see `sluice create`, or use --create): the
+    /// default export, named by --export-name. Optional with --export.
+    pub path: Option<PathBuf>,
     /// Listen on this Unix socket (as qemu-nbd --socket / nbdkit --unix).
-    #[arg(short = 'k', long, alias = "unix", value_name = "PATH")]
+    #[arg(
+        short = 'k',
+        long,
+        alias = "unix",
+        value_name = "PATH",
+        conflicts_with = "port"
+    )]
     pub socket: Option<PathBuf>,
     /// Listen on this TCP port (as qemu-nbd --port); 10809 is the NBD default.
+    /// Without --socket or --port, a socket passed by systemd (LISTEN_FDS) is used.
     #[arg(short = 'p', long, value_name = "N")]
     pub port: Option<u16>,
     /// Address to bind the TCP port to. Anything other than loopback exposes the
     /// volume, unauthenticated, to the network.
     #[arg(short = 'b', long, default_value = "127.0.0.1", requires = "port")]
     pub bind: String,
-    /// Export name clients ask for (the empty name always works too).
+    /// Export name of PATH (the empty name always selects the first export too).
     #[arg(short = 'x', long, default_value = "")]
     pub export_name: String,
+    /// Another export, NAME=PATH (repeatable): one volume each, chosen by the
+    /// export name the client asks for, all listed by NBD_OPT_LIST.
+    #[arg(long = "export", value_name = "NAME=PATH")]
+    pub exports: Vec<String>,
     /// Export read-only: writes, trims and zeroes fail with EPERM.
     #[arg(short = 'r', long)]
     pub read_only: bool,
     /// Write the server's pid here once it is listening; removed at exit.
     #[arg(long, value_name = "FILE")]
     pub pid_file: Option<PathBuf>,
+    /// Go to the background once the server is ready (as qemu-nbd --fork); the
+    /// foreground process exits 0 then, or 1 if the server failed to start.
+    #[arg(long)]
+    pub fork: bool,
     /// Create the volume first if PATH does not exist (needs --size).
     #[arg(long)]
     pub create: bool,
     /// Size of the volume --create makes, e.g. 10G.
     #[arg(long, value_parser = super::parse_size, requires = "create")]
     pub size: Option<u64>,
-    /// Most client connections served at once (as qemu-nbd --shared).
+    /// Most client connections served at once (as qemu-nbd --shared); further
+    /// clients get an error reply naming the limit.
     #[arg(short = 'e', long, default_value_t = 128)]
     pub shared: usize,
     /// Worker threads running reads, flushes and FUA writes.
     #[arg(long, default_value_t = 16)]
     pub workers: usize,
+    /// Close connections that sent no request for this many seconds while
+    /// nothing was in flight (default: never, as qemu-nbd).
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<f64>,
+    /// Seconds a client has to finish the whole handshake.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub handshake_timeout: f64,
+    /// Seconds a started request has to arrive completely, and a client has to
+    /// make progress reading its replies, before its connection is dropped.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub request_timeout: f64,
+    /// Payload bytes one connection may have in flight (reads, writes, queued
+    /// replies), e.g. 8M; one larger request is still served alone.
+    #[arg(long, value_parser = super::parse_size, default_value = "8M")]
+    pub max_inflight: u64,
+    /// TLS (STARTTLS): off, on (offered, plaintext still allowed) or require
+    /// (as nbdkit --tls). Default: require when certificates are given, else off.
+    #[arg(long, value_name = "off|on|require")]
+    pub tls: Option<String>,
+    /// Directory with server-cert.pem, server-key.pem and (for
+    /// --tls-verify-peer) ca-cert.pem, as qemu-nbd's tls-creds-x509 and
+    /// nbdkit --tls-certificates.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub tls_certificates: Option<PathBuf>,
+    /// Server certificate chain (PEM), with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Server private key (PEM), with --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by ca-cert.pem of --tls-certificates
+    /// (as nbdkit --tls-verify-peer).
+    #[arg(long, requires = "tls_certificates")]
+    pub tls_verify_peer: bool,
+    /// Require client certificates signed by this CA (PEM), with --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// More log output: -v connections' warnings and info, -vv debug (connection
+    /// open/close, rejected requests), -vvv trace. RUST_LOG overrides.
+    #[arg(short = 'v', long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Log errors only.
+    #[arg(short = 'q', long, conflicts_with = "verbose")]
+    pub quiet: bool,
     /// Send every request to the worker pool, also writes without FUA (for
     /// benchmarking the dispatch choice; see docs/nbd.md).
     #[arg(long, hide = true)]
     pub no_inline_writes: bool,
     /// Capture every request (time, op, offset, length) to FILE in sluice's trace
-    /// format, replayable with `sluice replay --format sluice`.
+    /// format, replayable with `sluice replay --format sluice` (default export only).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
 }
 
-fn uri(a: &Args, port: Option<u16>) -> String {
-    match (&a.socket, port) {
-        (Some(s), _) => format!("nbd+unix:///{}?socket={}", a.export_name, s.display()),
-        (None, Some(p)) => {
-            let host = if a.bind.contains(':') {
-                format!("[{}]", a.bind)
+fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
+    if !(v.is_finite() && v > 0.0 && v <= 1e9) {
+        bail!("--{name} must be a positive number of seconds");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Where the server listens, for the URI it prints.
+enum Addr {
+    Unix(PathBuf),
+    Tcp(String, u16),
+    Inherited,
+}
+
+fn uri(addr: &Addr, name: &str, tls: bool) -> String {
+    match addr {
+        Addr::Unix(s) if tls => format!("nbds+unix:///{name}?socket={}", s.display()),
+        Addr::Unix(s) => format!("nbd+unix:///{name}?socket={}", s.display()),
+        Addr::Tcp(bind, p) => {
+            let host = if bind.contains(':') {
+                format!("[{bind}]")
             } else {
-                a.bind.clone()
+                bind.clone()
             };
-            format!("nbd://{host}:{p}/{}", a.export_name)
+            let scheme = if tls { "nbds" } else { "nbd" };
+            format!("{scheme}://{host}:{p}/{name}")
         }
-        (None, None) => unreachable!("clap requires --socket or --port"),
+        Addr::Inherited => format!("(socket passed by systemd) export '{name}'"),
     }
 }
 
@@ -114,58 +194,170 @@ fn bind_unix(path: &Path) -> anyhow::Result<Listener> {
     Ok(Listener::Unix(l))
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
-    // (the allocator is tuned for all commands in cli::run)
-    if a.create && a.read_only {
-        bail!("--create and --read-only do not go together: create the volume first");
+/// The listening socket systemd passed (socket activation: LISTEN_PID is us,
+/// LISTEN_FDS >= 1, the socket is fd 3). None when not socket-activated.
+fn inherited_listener() -> anyhow::Result<Option<Listener>> {
+    let pid_ok = std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|p| p == std::process::id());
+    let n = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(0);
+    if !pid_ok || n == 0 {
+        return Ok(None);
     }
-    if a.export_name.len() > 4096 || a.export_name.contains('\0') {
-        bail!("--export-name must be at most 4096 bytes without NUL");
+    if n > 1 {
+        bail!("systemd passed {n} sockets; sluice serve listens on one");
     }
-    if a.shared == 0 || a.workers == 0 || a.workers > 1024 {
-        bail!("--shared must be at least 1 and --workers between 1 and 1024");
+    for v in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(v);
     }
-    if a.create && !a.path.exists() {
-        if a.size.is_none() {
-            bail!("--create needs --size for a volume that does not exist yet");
+    const FD: RawFd = 3;
+    // SAFETY: getsockname/fcntl on fd 3, which systemd passed us; a zeroed
+    // sockaddr_storage is a valid buffer for the address.
+    let family = unsafe {
+        let mut ss: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        if libc::getsockname(FD, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) != 0 {
+            bail!(
+                "LISTEN_FDS: fd 3 is not a socket: {}",
+                std::io::Error::last_os_error()
+            );
         }
+        libc::fcntl(FD, libc::F_SETFD, libc::FD_CLOEXEC);
+        ss.ss_family as libc::c_int
+    };
+    // SAFETY: fd 3 is a listening socket handed to us, owned from now on.
+    Ok(Some(match family {
+        libc::AF_UNIX => {
+            Listener::Unix(unsafe { std::os::unix::net::UnixListener::from_raw_fd(FD) })
+        }
+        libc::AF_INET | libc::AF_INET6 => {
+            Listener::Tcp(unsafe { std::net::TcpListener::from_raw_fd(FD) })
+        }
+        f => bail!("LISTEN_FDS: fd 3 has unsupported address family {f}"),
+    }))
+}
+
+/// Tell systemd (Type=notify) about our state, if it asked (NOTIFY_SOCKET).
+fn sd_notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let r = (|| -> std::io::Result<()> {
+        use std::os::unix::net::{SocketAddr, UnixDatagram};
+        let sock = UnixDatagram::unbound()?;
+        let bytes = path.as_encoded_bytes();
+        let addr = if let Some(name) = bytes.strip_prefix(b"@") {
+            use std::os::linux::net::SocketAddrExt;
+            SocketAddr::from_abstract_name(name)?
+        } else {
+            SocketAddr::from_pathname(Path::new(&path))?
+        };
+        sock.send_to_addr(state.as_bytes(), &addr)?;
+        Ok(())
+    })();
+    if let Err(e) = r {
+        tracing::warn!("sd_notify to NOTIFY_SOCKET failed: {e}");
+    }
+}
+
+/// `--fork`: the parent waits for the child to report readiness over a pipe and
+/// exits with 0 (ready) or 1; the child continues in a new session and calls
+/// `done` with the outcome. Must run before any thread is started.
+struct Daemon {
+    ready_fd: RawFd,
+}
+
+impl Daemon {
+    fn fork() -> anyhow::Result<Daemon> {
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: pipe/fork/read/close on descriptors we own; called while the
+        // process has one thread (before volumes are mounted).
+        unsafe {
+            if libc::pipe(fds.as_mut_ptr()) != 0 {
+                bail!("pipe: {}", std::io::Error::last_os_error());
+            }
+            match libc::fork() {
+                -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+                0 => {
+                    libc::close(fds[0]);
+                    libc::setsid();
+                    Ok(Daemon { ready_fd: fds[1] })
+                }
+                _ => {
+                    libc::close(fds[1]);
+                    let mut b = [0u8; 1];
+                    let n = libc::read(fds[0], b.as_mut_ptr() as *mut libc::c_void, 1);
+                    libc::_exit(if n == 1 && b[0] == b'1' { 0 } else { 1 });
+                }
+            }
+        }
+    }
+
+    /// Report readiness; the foreground process exits. Stdout (where the URI
+    /// went) is closed, so `$(sluice serve --fork ...)` returns.
+    fn ready(&self) {
+        // SAFETY: writing one byte to and closing our end of the pipe; dup2 of
+        // /dev/null over stdout.
+        unsafe {
+            let _ = libc::write(self.ready_fd, b"1".as_ptr() as *const libc::c_void, 1);
+            libc::close(self.ready_fd);
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            if null >= 0 {
+                libc::dup2(null, 0);
+                libc::dup2(null, 1);
+                libc::close(null);
+            }
+        }
+    }
+}
+
+/// Mount (creating if asked) one volume and lock it.
+fn open_volume(
+    path: &Path,
+    a: &Args,
+    create_it: bool,
+) -> anyhow::Result<(Arc<Volume>, std::fs::File)> {
+    if create_it && !path.exists() {
+        let Some(size) = a.size else {
+            bail!("--create needs --size for a volume that does not exist yet");
+        };
         let vol = create::create_volume(&create::Args {
-            path: a.path.clone(),
-            size: a.size,
+            path: path.to_path_buf(),
+            size: Some(size),
             overprovision: 10.0,
             segment_size: 4 << 20,
             gc: sluice::gc::DEFAULT_POLICY,
             force: false,
         })?;
         vol.close()?;
-        eprintln!(
-            "sluice: created {} ({})",
-            a.path.display(),
-            human(a.size.unwrap_or(0))
-        );
-    } else if !a.path.exists() {
+        eprintln!("sluice: created {} ({})", path.display(), human(size));
+    } else if !path.exists() {
         bail!(
             "{} does not exist: create it with `sluice create` or pass --create --size SIZE",
-            a.path.display()
+            path.display()
         );
     }
-    let _lock = lock_volume(&a.path, a.read_only)?;
+    let lock = lock_volume(path, a.read_only)?;
     let media: Arc<dyn Media> = Arc::new(
-        FileMedia::open(&a.path, a.read_only)
-            .with_context(|| format!("opening {}", a.path.display()))?,
+        FileMedia::open(path, a.read_only)
+            .with_context(|| format!("opening {}", path.display()))?,
     );
     let opts = OpenOptions {
         read_only: a.read_only,
         ..OpenOptions::default()
     };
     let vol = Arc::new(
-        Volume::open(media, &opts).with_context(|| format!("mounting {}", a.path.display()))?,
+        Volume::open(media, &opts).with_context(|| format!("mounting {}", path.display()))?,
     );
-    if let (Some(want), true) = (a.size, a.create) {
+    if let (Some(want), true) = (a.size, create_it) {
         if want != vol.size_bytes() {
             eprintln!(
                 "sluice: warning: {} already exists with size {} (--size {} ignored)",
-                a.path.display(),
+                path.display(),
                 human(vol.size_bytes()),
                 human(want)
             );
@@ -175,28 +367,161 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if !r.clean {
         eprintln!(
             "sluice: recovered {} after an unclean shutdown: replayed {} chunks in {} ms",
-            a.path.display(),
+            path.display(),
             r.chunks_replayed,
             r.mount_ms
         );
     }
+    Ok((vol, lock))
+}
 
-    let (listener, port) = match (&a.socket, a.port) {
-        (Some(s), _) => (bind_unix(s)?, None),
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    // (the allocator is tuned for all commands in cli::run)
+    if a.create && a.read_only {
+        bail!("--create and --read-only do not go together: create the volume first");
+    }
+    let mut specs: Vec<(String, PathBuf)> = Vec::new();
+    if let Some(p) = &a.path {
+        specs.push((a.export_name.clone(), p.clone()));
+    }
+    for e in &a.exports {
+        let Some((name, path)) = e.split_once('=') else {
+            bail!("--export wants NAME=PATH, got {e:?}");
+        };
+        specs.push((name.to_string(), PathBuf::from(path)));
+    }
+    if specs.is_empty() {
+        bail!("give a volume PATH or at least one --export NAME=PATH");
+    }
+    for (i, (name, _)) in specs.iter().enumerate() {
+        if name.len() > 4096 || name.contains('\0') {
+            bail!("export names must be at most 4096 bytes without NUL");
+        }
+        if specs[..i].iter().any(|(n, _)| n == name) {
+            bail!("export name {name:?} given twice");
+        }
+    }
+    if a.shared == 0 || a.workers == 0 || a.workers > 1024 {
+        bail!("--shared must be at least 1 and --workers between 1 and 1024");
+    }
+    if a.max_inflight < 4096 || a.max_inflight > (1 << 30) {
+        bail!("--max-inflight must be between 4K and 1G");
+    }
+    let tls_files = match (&a.tls_certificates, &a.tls_cert, &a.tls_key) {
+        (Some(dir), _, _) => Some(TlsFiles::from_dir(dir, a.tls_verify_peer)),
+        (None, Some(cert), Some(key)) => Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: a.tls_client_ca.clone(),
+        }),
+        _ => None,
+    };
+    let tls = match (a.tls.as_deref(), &tls_files) {
+        (None, None) | (Some("off"), _) => TlsMode::Off,
+        (None, Some(_)) | (Some("require"), _) => TlsMode::Require,
+        (Some("on"), _) => TlsMode::On,
+        (Some(x), _) => bail!("--tls must be off, on or require, not {x:?}"),
+    };
+    let tls_config = match (&tls_files, tls) {
+        (_, TlsMode::Off) => None,
+        (None, _) => bail!("--tls on/require needs --tls-certificates DIR or --tls-cert/--tls-key"),
+        (Some(f), _) => Some(sluice::nbd::tls::server_config(f)?),
+    };
+    let cfg = ServerConfig {
+        tls,
+        tls_config,
+        max_connections: a.shared,
+        workers: a.workers,
+        inline_writes: !a.no_inline_writes,
+        idle_timeout: a
+            .idle_timeout
+            .map(|s| seconds("idle-timeout", s))
+            .transpose()?,
+        handshake_timeout: seconds("handshake-timeout", a.handshake_timeout)?,
+        request_timeout: seconds("request-timeout", a.request_timeout)?,
+        max_inflight_bytes: a.max_inflight,
+    };
+
+    // Bind first: a typo in the socket path or a busy port must fail before any
+    // volume is touched.
+    let (listener, addr) = match (&a.socket, a.port) {
+        (Some(s), _) => (bind_unix(s)?, Addr::Unix(s.clone())),
         (None, Some(p)) => {
             let l = std::net::TcpListener::bind((a.bind.as_str(), p))
                 .with_context(|| format!("binding {}:{p}", a.bind))?;
             let port = l.local_addr()?.port();
-            (Listener::Tcp(l), Some(port))
+            (Listener::Tcp(l), Addr::Tcp(a.bind.clone(), port))
         }
-        (None, None) => bail!("give exactly one of --socket PATH or --port N"),
+        (None, None) => match inherited_listener()? {
+            Some(l) => (l, Addr::Inherited),
+            None => {
+                bail!("give --socket PATH or --port N (or start under systemd socket activation)")
+            }
+        },
+    };
+    let cleanup_socket = || {
+        if let Some(s) = &a.socket {
+            let _ = std::fs::remove_file(s);
+        }
+    };
+    let daemon = if a.fork {
+        match Daemon::fork() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                cleanup_socket();
+                return Err(e);
+            }
+        }
+    } else {
+        None
     };
 
+    let mut exports: Vec<Export> = Vec::new();
+    let mut locks = Vec::new();
+    for (i, (name, path)) in specs.iter().enumerate() {
+        match open_volume(path, &a, a.create && i == 0) {
+            Ok((vol, lock)) => {
+                locks.push(lock);
+                exports.push(Export {
+                    name: name.clone(),
+                    description: format!("sluice volume {}", path.display()),
+                    vol,
+                    read_only: a.read_only,
+                    recorder: None,
+                });
+            }
+            Err(e) => {
+                for x in &exports {
+                    let _ = x.vol.close();
+                }
+                cleanup_socket();
+                return Err(e);
+            }
+        }
+    }
+    let recorder = match &a.record {
+        Some(p) => Some(Arc::new(
+            sluice::trace::Recorder::create(p)
+                .with_context(|| format!("creating trace file {}", p.display()))?,
+        )),
+        None => None,
+    };
+    exports[0].recorder = recorder.clone();
+
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         // A second signal while draining exits at once (like a crash: flushed data is safe).
         signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone())?;
         signal_hook::flag::register(sig, stop.clone())?;
+    }
+    // SIGUSR1/SIGUSR2 would kill the server (no drain): ignore them instead.
+    let ignored = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2] {
+        signal_hook::flag::register(sig, ignored.clone())?;
     }
 
     if let Some(p) = &a.pid_file {
@@ -205,64 +530,63 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, p).with_context(|| format!("writing {}", p.display()))?;
     }
+    let server = Server::new(exports.clone(), cfg)?;
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", uri(&a, port))?;
+        writeln!(out, "{}", uri(&addr, &specs[0].0, tls == TlsMode::Require))?;
         out.flush()?;
     }
-    eprintln!(
-        "sluice: serving {} ({}{}) at {}; Ctrl-C to stop",
-        a.path.display(),
-        human(vol.size_bytes()),
-        if a.read_only { ", read-only" } else { "" },
-        uri(&a, port)
-    );
+    for (e, (_, path)) in exports.iter().zip(&specs) {
+        eprintln!(
+            "sluice: serving {} ({}{}) at {}",
+            path.display(),
+            human(e.vol.size_bytes()),
+            if a.read_only { ", read-only" } else { "" },
+            uri(&addr, &e.name, tls == TlsMode::Require)
+        );
+    }
+    if let Some(d) = &daemon {
+        d.ready();
+    }
+    sd_notify(&format!("READY=1\nMAINPID={}", std::process::id()));
 
-    let recorder = match &a.record {
-        Some(p) => Some(Arc::new(
-            sluice::trace::Recorder::create(p)
-                .with_context(|| format!("creating trace file {}", p.display()))?,
-        )),
-        None => None,
-    };
-    let server = Server::new(
-        vol.clone(),
-        ServerConfig {
-            export_name: a.export_name.clone(),
-            read_only: a.read_only,
-            max_connections: a.shared,
-            workers: a.workers,
-            inline_writes: !a.no_inline_writes,
-            recorder: recorder.clone(),
-            ..ServerConfig::default()
-        },
-    )?;
     let served = server.run(listener, &stop);
+    sd_notify("STOPPING=1");
     drop(server);
     if let (Some(r), Some(p)) = (&recorder, &a.record) {
         r.finish()
             .with_context(|| format!("writing {}", p.display()))?;
     }
-    let closed = vol.flush().and_then(|_| {
-        let st = vol.stats();
-        eprintln!(
-            "sluice: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), WA {:.2}",
-            st.host_write_bytes as f64 / 1048576.0,
-            st.host_read_bytes as f64 / 1048576.0,
-            st.host_flushes,
-            st.media_flushes,
-            st.write_amplification
-        );
-        vol.close()
-    });
-    if let Some(s) = &a.socket {
-        let _ = std::fs::remove_file(s);
+    let mut closed = Ok(());
+    for (e, (_, path)) in exports.iter().zip(&specs) {
+        let r = e.vol.flush().and_then(|_| {
+            let st = e.vol.stats();
+            eprintln!(
+                "sluice: {}: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), WA {:.2}",
+                path.display(),
+                st.host_write_bytes as f64 / 1048576.0,
+                st.host_read_bytes as f64 / 1048576.0,
+                st.host_flushes,
+                st.media_flushes,
+                st.write_amplification
+            );
+            e.vol.close()
+        });
+        match r {
+            Ok(()) => eprintln!("sluice: stopped; {} closed cleanly", path.display()),
+            Err(err) => {
+                if closed.is_ok() {
+                    closed = Err(err).with_context(|| format!("closing {}", path.display()));
+                }
+            }
+        }
     }
+    cleanup_socket();
     if let Some(p) = &a.pid_file {
         let _ = std::fs::remove_file(p);
     }
+    drop(locks);
     served.context("serving")?;
-    closed.with_context(|| format!("closing {}", a.path.display()))?;
-    eprintln!("sluice: stopped; {} closed cleanly", a.path.display());
+    closed?;
     Ok(0)
 }

@@ -5,5 +5,7 @@
 
 pub mod proto;
 pub mod server;
+pub mod tls;
 
-pub use server::{Listener, Server, ServerConfig};
+pub use server::{Export, Listener, Server, ServerConfig};
+pub use tls::{TlsFiles, TlsMode};

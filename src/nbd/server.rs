@@ -1,47 +1,59 @@
 //! NBD server: listening sockets, the per-connection handshake, request dispatch,
-//! reply serialization and graceful shutdown. Holds no storage policy: every
-//! request becomes one `Volume` call.
+//! reply delivery and graceful shutdown. Holds no storage policy: every request
+//! becomes one `Volume` call on the export the client selected.
 //!
 //! Threads and ownership:
-//! - one accept thread (`Server::run`), which also drives shutdown;
-//! - one reader thread per connection: handshake, then reads requests in order.
+//! - one accept thread (`Server::run`), which also drives shutdown; at the
+//!   connection limit it hands new clients to a short-lived refuser thread that
+//!   answers their options with `NBD_REP_ERR_POLICY` and closes;
+//! - per connection, a reader thread (handshake, then requests in order) and a
+//!   writer thread that delivers replies the socket could not take at once;
+//! - a shared worker pool runs reads, flushes, FUA writes and block status.
 //!   Writes, trims and zeroes without FUA only append to the engine's open chunk,
-//!   so the reader runs them itself and queues their replies (batched until it
-//!   would block on the socket); reads, flushes, FUA writes and block status
-//!   (which wait for the media) go to a shared worker pool;
-//! - the pool's workers, which run a request and send its reply at once.
+//!   so the reader runs them itself and batches their replies.
 //!
-//! Invariants: replies of one connection never interleave (one writer lock per
-//! connection); a reply is sent only after the engine call returned, so FLUSH
-//! covers every write whose reply the client has seen, on any connection; memory
-//! per connection is bounded by `MAX_INFLIGHT_REQUESTS` / `MAX_INFLIGHT_BYTES`
-//! plus the socket buffers, and no request can make us allocate more than
-//! `proto::MAX_PAYLOAD`; a connection ends only after all its accepted requests
-//! were answered (or the client went away).
+//! Invariants:
+//! - no shared thread ever blocks on a client's socket: workers send replies with
+//!   non-blocking `sendmsg`; what the socket does not take goes to the
+//!   connection's backlog, which only its own writer thread waits on (and drops
+//!   the connection after `request_timeout` without progress);
+//! - every accepted request holds budget (`MAX_INFLIGHT_REQUESTS`,
+//!   `max_inflight_bytes`) until its reply is on the wire, so a client that stops
+//!   reading costs at most its own budget of queued replies, and its reader stops
+//!   reading new requests;
+//! - replies of one connection never interleave (one writer lock per connection);
+//!   a reply is sent only after the engine call returned, so FLUSH covers every
+//!   write whose reply the client has seen, on any connection;
+//! - the handshake has a total deadline; a started request must be complete
+//!   within `request_timeout`; an idle connection (nothing in flight) is closed
+//!   after `idle_timeout` if one is set;
+//! - a connection ends only after all its accepted requests were answered (or
+//!   the client went away / timed out).
 
 use super::proto::{self, Negotiated, ProtoError, Request};
+use super::tls::{self, TlsMode};
 use crate::{Error, Volume};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, BufReader, IoSlice, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Requests of one connection accepted but not yet answered.
 pub const MAX_INFLIGHT_REQUESTS: usize = 128;
-/// Payload bytes (read buffers and write data) of one connection in flight. A
-/// single request may exceed it when it is alone.
-pub const MAX_INFLIGHT_BYTES: u64 = 64 << 20;
-/// A client must finish the handshake within this long.
+/// Default payload bytes (read buffers, write data, queued read replies) of one
+/// connection in flight. A single request may exceed it when it is alone.
+pub const MAX_INFLIGHT_BYTES: u64 = 8 << 20;
+/// A client must finish the whole handshake within this long (default).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
-/// A reply that cannot be sent for this long (the client stopped reading) ends
-/// the connection, so such a client cannot hold pool workers indefinitely.
-pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// A request whose first byte arrived must be complete within this long, and a
+/// reply the socket cannot take must make progress within it (default).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most options one handshake may send before we hang up.
 const MAX_OPTIONS: u32 = 4096;
 /// Queued (batched) replies are sent once they reach this size.
@@ -51,32 +63,61 @@ const MAX_EXTENTS: usize = 1024;
 /// Pipelined READs already in the receive buffer that one worker serves together
 /// (one media submission, one reply write).
 const MAX_READ_BATCH: usize = 64;
+/// Receive buffer of one connection (allocated uninitialised: idle connections
+/// touch only the pages their requests use).
+const READ_BUFFER_BYTES: usize = 256 << 10;
+/// Refuser threads at once (clients over the connection limit); more are closed.
+const MAX_REFUSERS: usize = 16;
+/// Stack of a connection's writer thread (it only polls and sends).
+const WRITER_STACK: usize = 128 << 10;
+/// Stack of a connection's TLS pump thread (rustls record processing).
+const TLS_STACK: usize = 512 << 10;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServerConfig {
-    pub export_name: String,
-    pub description: String,
-    pub read_only: bool,
     pub max_connections: usize,
     pub workers: usize,
     /// Run non-FUA writes / trims / zeroes on the connection's reader thread.
     pub inline_writes: bool,
-    /// Capture every request in sluice's trace format (`serve --record`).
-    pub recorder: Option<Arc<crate::trace::Recorder>>,
+    /// Close a connection with nothing in flight after this long without a request.
+    pub idle_timeout: Option<Duration>,
+    /// Total time a client has to finish the handshake.
+    pub handshake_timeout: Duration,
+    /// Time to receive a started request, and to make progress sending a reply.
+    pub request_timeout: Duration,
+    /// Payload bytes one connection may have in flight (see `MAX_INFLIGHT_BYTES`).
+    pub max_inflight_bytes: u64,
+    /// Whether STARTTLS is offered / required.
+    pub tls: TlsMode,
+    /// Certificates and key for STARTTLS (needed unless `tls` is Off).
+    pub tls_config: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            export_name: String::new(),
-            description: "sluice volume".into(),
-            read_only: false,
             max_connections: 128,
             workers: 16,
             inline_writes: true,
-            recorder: None,
+            idle_timeout: None,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            request_timeout: REQUEST_TIMEOUT,
+            max_inflight_bytes: MAX_INFLIGHT_BYTES,
+            tls: TlsMode::Off,
+            tls_config: None,
         }
     }
+}
+
+/// One export: a name clients select and the volume behind it.
+#[derive(Clone)]
+pub struct Export {
+    pub name: String,
+    pub description: String,
+    pub vol: Arc<Volume>,
+    pub read_only: bool,
+    /// Capture every request in sluice's trace format (`serve --record`).
+    pub recorder: Option<Arc<crate::trace::Recorder>>,
 }
 
 /// A bound listening socket.
@@ -92,12 +133,12 @@ impl Listener {
             Listener::Tcp(l) => l.as_raw_fd(),
         }
     }
-    fn accept(&self) -> io::Result<Stream> {
+    fn accept(&self) -> io::Result<(Stream, String)> {
         match self {
-            Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
-            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+            Listener::Unix(l) => l.accept().map(|(s, _)| (Stream::Unix(s), "unix".into())),
+            Listener::Tcp(l) => l.accept().map(|(s, a)| {
                 let _ = s.set_nodelay(true);
-                Stream::Tcp(s)
+                (Stream::Tcp(s), a.to_string())
             }),
         }
     }
@@ -110,31 +151,37 @@ pub enum Stream {
 }
 
 impl Stream {
+    pub(crate) fn fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
     fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
         })
     }
-    fn shutdown(&self, how: Shutdown) {
+    pub(crate) fn shutdown(&self, how: Shutdown) {
         let _ = match self {
             Stream::Unix(s) => s.shutdown(how),
             Stream::Tcp(s) => s.shutdown(how),
         };
     }
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_read_timeout(t),
             Stream::Tcp(s) => s.set_read_timeout(t),
         }
     }
-    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_write_timeout(t),
             Stream::Tcp(s) => s.set_write_timeout(t),
         }
     }
-    fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
+    pub(crate) fn set_nonblocking(&self, nb: bool) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_nonblocking(nb),
             Stream::Tcp(s) => s.set_nonblocking(nb),
@@ -158,51 +205,219 @@ impl Write for Stream {
             Stream::Tcp(s) => s.write(b),
         }
     }
-    fn write_vectored(&mut self, b: &[IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.write_vectored(b),
-            Stream::Tcp(s) => s.write_vectored(b),
-        }
-    }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
 }
 
-/// Write every byte of `parts` (writev, resuming after short writes).
-fn write_all_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
-    let mut idx = 0;
-    let mut off = 0;
-    while idx < parts.len() {
-        if off == parts[idx].len() {
-            idx += 1;
-            off = 0;
+/// A connection's receive buffer, like `BufReader` but reading straight into
+/// uninitialised capacity (allocated at first use), so an idle connection
+/// costs only the pages of what it received (std's BufReader zero-fills its
+/// whole buffer at the first read through a `Read` impl like `Stream`'s).
+struct RecvBuf {
+    stream: Stream,
+    /// Received bytes; `buf[pos..]` not consumed yet.
+    buf: Vec<u8>,
+    pos: usize,
+    cap: usize,
+}
+
+impl RecvBuf {
+    fn new(stream: Stream, cap: usize) -> RecvBuf {
+        RecvBuf {
+            stream,
+            buf: Vec::new(),
+            pos: 0,
+            cap,
+        }
+    }
+    fn get_ref(&self) -> &Stream {
+        &self.stream
+    }
+    fn buffer(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+    fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.buf.len());
+        if self.pos == self.buf.len() {
+            self.pos = 0;
+            self.buf.clear();
+        }
+    }
+    /// One read from the socket into the (empty) buffer.
+    fn refill(&mut self) -> io::Result<usize> {
+        debug_assert!(self.buffer().is_empty());
+        self.buf.clear();
+        self.pos = 0;
+        if self.buf.capacity() < self.cap {
+            self.buf.reserve_exact(self.cap);
+        }
+        let spare = self.buf.spare_capacity_mut();
+        // SAFETY: read(2) into the vector's spare capacity, then extend its
+        // length by exactly the bytes the kernel wrote.
+        let n = unsafe {
+            libc::read(
+                self.stream.fd(),
+                spare.as_mut_ptr() as *mut libc::c_void,
+                spare.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: see above; n <= spare.len().
+        unsafe { self.buf.set_len(n as usize) };
+        Ok(n as usize)
+    }
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.buffer().is_empty() {
+            self.refill()?;
+        }
+        Ok(self.buffer())
+    }
+}
+
+impl Read for RecvBuf {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.buffer().is_empty() {
+            if out.len() >= self.cap {
+                return self.stream.read(out);
+            }
+            self.refill()?;
+        }
+        let n = self.buffer().len().min(out.len());
+        out[..n].copy_from_slice(&self.buffer()[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// One non-blocking `sendmsg` of `parts` starting `skip` bytes in. Returns the
+/// bytes taken; `WouldBlock` when the socket buffer is full.
+fn send_some(fd: RawFd, parts: &[&[u8]], mut skip: usize) -> io::Result<usize> {
+    let mut iov: Vec<libc::iovec> = Vec::with_capacity(parts.len().min(1024));
+    for p in parts {
+        if skip >= p.len() {
+            skip -= p.len();
             continue;
         }
-        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(parts.len() - idx);
-        slices.push(IoSlice::new(&parts[idx][off..]));
-        for p in &parts[idx + 1..] {
-            slices.push(IoSlice::new(p));
+        let s = &p[skip..];
+        skip = 0;
+        if iov.len() == 1024 {
+            break;
         }
-        let mut n = match w.write_vectored(&slices) {
+        iov.push(libc::iovec {
+            iov_base: s.as_ptr() as *mut libc::c_void,
+            iov_len: s.len(),
+        });
+    }
+    if iov.is_empty() {
+        return Ok(0);
+    }
+    // SAFETY: msghdr points at iovecs that borrow `parts` for the call's duration.
+    let n = unsafe {
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = iov.as_mut_ptr();
+        m.msg_iovlen = iov.len() as _;
+        libc::sendmsg(fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Send as much of `parts` as the socket takes without blocking; returns the
+/// byte count sent (less than the total when the socket buffer filled).
+fn send_now(fd: RawFd, parts: &[&[u8]], total: usize) -> io::Result<usize> {
+    let mut done = 0;
+    while done < total {
+        match send_some(fd, parts, done) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) => return Err(e),
-        };
-        while n > 0 && idx < parts.len() {
-            let left = parts[idx].len() - off;
-            if n >= left {
-                n -= left;
-                idx += 1;
-                off = 0;
-            } else {
-                off += n;
-                n = 0;
+        }
+    }
+    Ok(done)
+}
+
+/// Send all of `buf`, waiting for the socket; fails when no byte could be sent
+/// for `timeout` (the client stopped reading).
+fn send_patiently(fd: RawFd, buf: &[u8], timeout: Duration) -> io::Result<()> {
+    let mut done = 0;
+    let mut progress = Instant::now();
+    while done < buf.len() {
+        match send_some(fd, &[buf], done) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                done += n;
+                progress = Instant::now();
             }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let left = timeout.saturating_sub(progress.elapsed());
+                if left.is_zero() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "client did not read replies",
+                    ));
+                }
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                let ms = left.as_millis().clamp(1, 1000) as libc::c_int;
+                // SAFETY: one valid pollfd for the duration of the call.
+                unsafe { libc::poll(&mut pfd, 1, ms) };
+            }
+            Err(e) => return Err(e),
         }
     }
     Ok(())
+}
+
+/// A warning a client can trigger: logged at most once per interval, with a
+/// count of the ones suppressed, so no client can flood the log.
+pub struct RateLimited {
+    last: Mutex<Option<Instant>>,
+    suppressed: AtomicU64,
+    interval: Duration,
+}
+
+impl RateLimited {
+    pub fn new(interval: Duration) -> RateLimited {
+        RateLimited {
+            last: Mutex::new(None),
+            suppressed: AtomicU64::new(0),
+            interval,
+        }
+    }
+    /// Log `msg` at WARN unless one was logged within the interval.
+    pub fn warn(&self, msg: std::fmt::Arguments<'_>) {
+        let mut last = self.last.lock();
+        if last.is_some_and(|t| t.elapsed() < self.interval) {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *last = Some(Instant::now());
+        drop(last);
+        let n = self.suppressed.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            tracing::warn!("{msg} ({n} more like this suppressed)");
+        } else {
+            tracing::warn!("{msg}");
+        }
+    }
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -265,48 +480,39 @@ impl Pool {
     }
 }
 
-/// Reply side of one connection.
-struct Writer {
-    stream: Stream,
-    /// Replies queued by the reader thread, sent in one batch.
-    pending: Vec<u8>,
-    /// The client stopped reading (or the socket broke): replies are dropped.
-    broken: bool,
+/// Budget a reply gives back once it is on the wire.
+#[derive(Default, Clone, Copy, Debug)]
+struct Release {
+    requests: usize,
+    bytes: u64,
 }
 
-impl Writer {
-    fn send(&mut self, parts: &[&[u8]]) {
-        if self.broken {
-            self.pending.clear();
-            return;
-        }
-        let pending = std::mem::take(&mut self.pending);
-        let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
-        if !pending.is_empty() {
-            all.push(&pending);
-        }
-        all.extend_from_slice(parts);
-        if let Err(e) = write_all_parts(&mut self.stream, &all) {
-            tracing::debug!("nbd: reply not delivered, client gone: {e}");
-            self.broken = true;
-            self.stream.shutdown(Shutdown::Both);
-        }
-        self.pending = pending;
-        self.pending.clear();
+impl Release {
+    fn one(bytes: u64) -> Release {
+        Release { requests: 1, bytes }
     }
+    fn add(&mut self, o: Release) {
+        self.requests += o.requests;
+        self.bytes += o.bytes;
+    }
+}
 
-    fn queue(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-        if self.pending.len() >= REPLY_BATCH_BYTES {
-            self.send(&[]);
-        }
-    }
-
-    fn flush_pending(&mut self) {
-        if !self.pending.is_empty() {
-            self.send(&[]);
-        }
-    }
+/// Reply side of one connection.
+struct Writer {
+    /// The socket (a dup of the reader's); sends are non-blocking.
+    stream: Stream,
+    /// Replies batched by the reader thread, not yet sent.
+    pending: Vec<u8>,
+    pending_rel: Release,
+    /// Bytes the socket did not take: only the writer thread sends these.
+    backlog: Vec<u8>,
+    backlog_rel: Release,
+    /// The writer thread is sending a batch taken from the backlog.
+    draining: bool,
+    /// The client went away or stopped reading: replies are dropped.
+    broken: bool,
+    /// The reader is done and every reply was handed over: the writer may exit.
+    closing: bool,
 }
 
 /// Requests and payload bytes in flight on one connection.
@@ -317,10 +523,14 @@ struct Budget {
 }
 
 struct Conn {
+    id: u64,
     vol: Arc<Volume>,
     recorder: Option<Arc<crate::trace::Recorder>>,
     neg: Negotiated,
+    max_bytes: u64,
+    reply_timeout: Duration,
     writer: Mutex<Writer>,
+    writer_cv: Condvar,
     budget: Mutex<Budget>,
     budget_cv: Condvar,
 }
@@ -329,7 +539,7 @@ impl Conn {
     fn acquire(&self, bytes: u64) {
         let mut b = self.budget.lock();
         while b.requests > 0
-            && (b.requests >= MAX_INFLIGHT_REQUESTS || b.bytes + bytes > MAX_INFLIGHT_BYTES)
+            && (b.requests >= MAX_INFLIGHT_REQUESTS || b.bytes + bytes > self.max_bytes)
         {
             self.budget_cv.wait(&mut b);
         }
@@ -341,7 +551,9 @@ impl Conn {
     /// itself holds budget it has not handed on yet, so waiting could deadlock).
     fn try_acquire(&self, bytes: u64) -> bool {
         let mut b = self.budget.lock();
-        if b.requests >= MAX_INFLIGHT_REQUESTS || b.bytes + bytes > MAX_INFLIGHT_BYTES {
+        if b.requests > 0
+            && (b.requests >= MAX_INFLIGHT_REQUESTS || b.bytes + bytes > self.max_bytes)
+        {
             return false;
         }
         b.requests += 1;
@@ -349,11 +561,27 @@ impl Conn {
         true
     }
 
-    fn release(&self, bytes: u64) {
+    /// `acquire` for the reader thread: replies it batched hold budget too, so
+    /// it sends them before it waits for budget to come back.
+    fn acquire_reader(&self, bytes: u64) {
+        if !self.try_acquire(bytes) {
+            self.flush_pending();
+            self.acquire(bytes);
+        }
+    }
+
+    fn release(&self, r: Release) {
+        if r.requests == 0 && r.bytes == 0 {
+            return;
+        }
         let mut b = self.budget.lock();
-        b.requests -= 1;
-        b.bytes -= bytes;
+        b.requests -= r.requests;
+        b.bytes -= r.bytes;
         self.budget_cv.notify_all();
+    }
+
+    fn in_flight(&self) -> usize {
+        self.budget.lock().requests
     }
 
     fn drain(&self) {
@@ -363,28 +591,154 @@ impl Conn {
         }
     }
 
-    /// Send an error reply in the form the command requires.
-    fn error_reply(&self, r: &Request, errno: u32, msg: &str, queue: bool) {
+    /// Send `parts` (after any batched replies) without blocking: what the
+    /// socket does not take goes to the backlog for the writer thread. `rel` is
+    /// released once these bytes are on the wire (or dropped with the client).
+    fn send(&self, parts: &[&[u8]], rel: Release) {
         let mut w = self.writer.lock();
-        if self.neg.structured && matches!(r.cmd, proto::CMD_READ | proto::CMD_BLOCK_STATUS) {
-            let b = proto::structured_error(r.cookie, errno, msg);
-            if queue {
-                w.queue(&b)
-            } else {
-                w.send(&[&b])
+        let mut rel = rel;
+        rel.add(std::mem::take(&mut w.pending_rel));
+        if w.broken {
+            w.pending.clear();
+            drop(w);
+            self.release(rel);
+            return;
+        }
+        if w.draining || !w.backlog.is_empty() {
+            let pending = std::mem::take(&mut w.pending);
+            w.backlog.extend_from_slice(&pending);
+            for p in parts {
+                w.backlog.extend_from_slice(p);
             }
-        } else {
-            let b = proto::simple_reply(errno, r.cookie);
-            if queue {
-                w.queue(&b)
-            } else {
-                w.send(&[&b])
+            w.backlog_rel.add(rel);
+            w.pending = pending;
+            w.pending.clear();
+            self.writer_cv.notify_one();
+            return;
+        }
+        let pending = std::mem::take(&mut w.pending);
+        let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        if !pending.is_empty() {
+            all.push(&pending);
+        }
+        all.extend_from_slice(parts);
+        let total: usize = all.iter().map(|p| p.len()).sum();
+        match send_now(w.stream.fd(), &all, total) {
+            Ok(n) if n == total => {
+                w.pending = pending;
+                w.pending.clear();
+                drop(w);
+                self.release(rel);
+            }
+            Ok(mut n) => {
+                // The socket is full: the rest waits for the writer thread.
+                let mut backlog = Vec::with_capacity(total - n);
+                for p in &all {
+                    if n >= p.len() {
+                        n -= p.len();
+                    } else {
+                        backlog.extend_from_slice(&p[n..]);
+                        n = 0;
+                    }
+                }
+                w.backlog = backlog;
+                w.backlog_rel = rel;
+                w.pending = pending;
+                w.pending.clear();
+                self.writer_cv.notify_one();
+            }
+            Err(e) => {
+                tracing::debug!("nbd: connection {}: reply not delivered: {e}", self.id);
+                w.broken = true;
+                w.stream.shutdown(Shutdown::Both);
+                w.pending = Vec::new();
+                drop(w);
+                self.release(rel);
             }
         }
     }
 
+    /// Batch a reply (reader thread); sent when the reader is about to block.
+    fn queue(&self, bytes: &[u8], rel: Release) {
+        let mut w = self.writer.lock();
+        if w.broken {
+            drop(w);
+            self.release(rel);
+            return;
+        }
+        w.pending.extend_from_slice(bytes);
+        w.pending_rel.add(rel);
+        let full = w.pending.len() >= REPLY_BATCH_BYTES;
+        drop(w);
+        if full {
+            self.send(&[], Release::default());
+        }
+    }
+
+    fn reply(&self, bytes: &[u8], rel: Release, queue: bool) {
+        if queue {
+            self.queue(bytes, rel)
+        } else {
+            self.send(&[bytes], rel)
+        }
+    }
+
+    fn flush_pending(&self) {
+        let has = {
+            let w = self.writer.lock();
+            !w.pending.is_empty() || w.pending_rel.requests > 0
+        };
+        if has {
+            self.send(&[], Release::default());
+        }
+    }
+
+    /// The writer thread: deliver the backlog, waiting for the client to read,
+    /// and give up on the connection when it does not for `reply_timeout`.
+    fn writer_loop(&self) {
+        let mut w = self.writer.lock();
+        loop {
+            if w.backlog.is_empty() {
+                if w.closing {
+                    return;
+                }
+                self.writer_cv.wait(&mut w);
+                continue;
+            }
+            let buf = std::mem::take(&mut w.backlog);
+            let rel = std::mem::take(&mut w.backlog_rel);
+            let fd = w.stream.fd();
+            w.draining = true;
+            let r = parking_lot::MutexGuard::unlocked(&mut w, || {
+                send_patiently(fd, &buf, self.reply_timeout)
+            });
+            drop(buf);
+            w.draining = false;
+            let mut rel = rel;
+            if let Err(e) = r {
+                tracing::debug!("nbd: connection {}: dropping it: {e}", self.id);
+                w.broken = true;
+                w.stream.shutdown(Shutdown::Both);
+                w.backlog = Vec::new();
+                w.pending = Vec::new();
+                rel.add(std::mem::take(&mut w.backlog_rel));
+                rel.add(std::mem::take(&mut w.pending_rel));
+            }
+            parking_lot::MutexGuard::unlocked(&mut w, || self.release(rel));
+        }
+    }
+
+    /// Send an error reply in the form the command requires.
+    fn error_reply(&self, r: &Request, errno: u32, msg: &str, rel: Release, queue: bool) {
+        if self.neg.structured && matches!(r.cmd, proto::CMD_READ | proto::CMD_BLOCK_STATUS) {
+            self.reply(&proto::structured_error(r.cookie, errno, msg), rel, queue)
+        } else {
+            self.reply(&proto::simple_reply(errno, r.cookie), rel, queue)
+        }
+    }
+
     /// Serve checked READs together: one batched engine read, then every reply in
-    /// one write. (The caller releases their budget.)
+    /// one write, which gives their budget back once delivered.
     fn execute_reads(&self, batch: &[Request]) {
         for r in batch {
             self.record(r);
@@ -424,7 +778,11 @@ impl Conn {
                 }
             }
         }
-        self.writer.lock().send(&parts);
+        let rel = Release {
+            requests: batch.len(),
+            bytes: batch.iter().map(|r| r.length as u64).sum(),
+        };
+        self.send(&parts, rel);
     }
 
     /// Capture the request for `serve --record`.
@@ -448,16 +806,17 @@ impl Conn {
         }
     }
 
-    /// Run one checked request and reply. `queue` batches the reply (reader thread).
-    fn execute(&self, r: Request, payload: Vec<u8>, queue: bool) {
+    /// Run one checked request and reply. `queue` batches the reply (reader
+    /// thread); `rel` is the request's budget, given back with the reply.
+    fn execute(&self, r: Request, payload: Vec<u8>, queue: bool, rel: Release) {
         let fua = r.flags & proto::CMD_FLAG_FUA != 0;
         let (off, len) = (r.offset, r.length as u64);
+        if r.cmd == proto::CMD_READ {
+            self.execute_reads(std::slice::from_ref(&r));
+            return;
+        }
         self.record(&r);
         let res = match r.cmd {
-            proto::CMD_READ => {
-                self.execute_reads(std::slice::from_ref(&r));
-                return;
-            }
             proto::CMD_WRITE => self.vol.write(off, &payload, fua),
             proto::CMD_FLUSH => self.vol.flush(),
             proto::CMD_TRIM => self.vol.trim(off, len, fua),
@@ -487,13 +846,7 @@ impl Conn {
                     if list.is_empty() {
                         Err(Error::InvalidArgument("empty block status".into()))
                     } else {
-                        let b = proto::block_status_reply(r.cookie, &list);
-                        let mut w = self.writer.lock();
-                        if queue {
-                            w.queue(&b)
-                        } else {
-                            w.send(&[&b])
-                        }
+                        self.reply(&proto::block_status_reply(r.cookie, &list), rel, queue);
                         return;
                     }
                 }
@@ -502,19 +855,12 @@ impl Conn {
             },
             _ => Err(Error::InvalidArgument("unknown command".into())),
         };
+        drop(payload);
         match res {
-            Ok(()) => {
-                let b = proto::simple_reply(0, r.cookie);
-                let mut w = self.writer.lock();
-                if queue {
-                    w.queue(&b)
-                } else {
-                    w.send(&[&b])
-                }
-            }
+            Ok(()) => self.reply(&proto::simple_reply(0, r.cookie), rel, queue),
             Err(e) => {
                 tracing::debug!("nbd: command {} failed: {e}", r.cmd);
-                self.error_reply(&r, wire_errno(&e), &e.to_string(), queue);
+                self.error_reply(&r, wire_errno(&e), &e.to_string(), rel, queue);
             }
         }
     }
@@ -538,9 +884,109 @@ fn wire_errno(e: &Error) -> u32 {
     }
 }
 
-/// The server: one export backed by one volume.
+/// Reads with a deadline for the handshake: each read may wait only for the
+/// time left, so a client trickling bytes cannot stretch it.
+fn read_by(rd: &mut RecvBuf, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        if rd.buffer().is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "handshake deadline passed",
+                ));
+            }
+            rd.get_ref().set_read_timeout(Some(left))?;
+        }
+        match rd.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Discard `n` bytes within the handshake deadline.
+fn skip_by(rd: &mut RecvBuf, mut n: u64, deadline: Instant) -> io::Result<()> {
+    let mut scratch = [0u8; 4096];
+    while n > 0 {
+        let k = n.min(scratch.len() as u64) as usize;
+        read_by(rd, &mut scratch[..k], deadline)?;
+        n -= k as u64;
+    }
+    Ok(())
+}
+
+/// Tell a client over the connection limit why it cannot be served: answer
+/// its options with `NBD_REP_ERR_POLICY` (libnbd and qemu print the message),
+/// then close. Bounded: a few seconds and a few options.
+fn refuse(stream: Stream, limit: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    let Ok(mut wr) = stream.try_clone() else {
+        return;
+    };
+    let mut rd = RecvBuf::new(stream, 4096);
+    let msg = format!("too many connections: this server serves at most {limit}; try again later");
+    let r = (|| -> io::Result<()> {
+        wr.write_all(&proto::greeting())?;
+        let mut cf = [0u8; 4];
+        read_by(&mut rd, &mut cf, deadline)?;
+        if proto::parse_client_flags(cf).is_err() {
+            return Ok(());
+        }
+        for _ in 0..16 {
+            let mut h = [0u8; proto::OPTION_HEADER_BYTES];
+            read_by(&mut rd, &mut h, deadline)?;
+            let Ok((opt, len)) = proto::parse_option_header(&h) else {
+                return Ok(());
+            };
+            if opt == proto::OPT_EXPORT_NAME || len > proto::MAX_OPTION_BYTES {
+                return Ok(());
+            }
+            skip_by(&mut rd, len as u64, deadline)?;
+            if opt == proto::OPT_ABORT {
+                wr.write_all(&proto::option_reply(opt, proto::REP_ACK, &[]))?;
+                return Ok(());
+            }
+            wr.write_all(&proto::option_reply(
+                opt,
+                proto::REP_ERR_POLICY,
+                msg.as_bytes(),
+            ))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = r {
+        tracing::debug!("nbd: refused client: {e}");
+    }
+    rd.get_ref().shutdown(Shutdown::Both);
+}
+
+/// Give freed heap memory back to the system (glibc keeps it: see the mallopt
+/// thresholds in cli/mod.rs), e.g. after clients with large buffers left.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of glibc's arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Outcome of waiting for the next request header.
+enum Next {
+    Header([u8; proto::REQUEST_BYTES]),
+    /// EOF, idle timeout, or shutdown: end the connection quietly.
+    Done(&'static str),
+}
+
+/// The server: one or more exports, each backed by one volume.
 pub struct Server {
-    vol: Arc<Volume>,
+    exports: Vec<Export>,
     cfg: ServerConfig,
     pool: Arc<Pool>,
     stopping: AtomicBool,
@@ -548,29 +994,42 @@ pub struct Server {
     conns: Mutex<HashMap<u64, Stream>>,
     next_id: AtomicU64,
     active: AtomicUsize,
+    refusing: Arc<AtomicUsize>,
+    warn_refused: RateLimited,
+    warn_timeouts: RateLimited,
+    last_trim: Mutex<Instant>,
 }
 
 impl Server {
-    pub fn new(vol: Arc<Volume>, cfg: ServerConfig) -> io::Result<Arc<Server>> {
+    /// A server for `exports` (at least one; the first is the default export,
+    /// which the empty name selects).
+    pub fn new(exports: Vec<Export>, cfg: ServerConfig) -> io::Result<Arc<Server>> {
+        if exports.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no exports"));
+        }
         let pool = Pool::new(cfg.workers)?;
         Ok(Arc::new(Server {
-            vol,
+            exports,
             cfg,
             pool,
             stopping: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             active: AtomicUsize::new(0),
+            refusing: Arc::new(AtomicUsize::new(0)),
+            warn_refused: RateLimited::new(Duration::from_secs(10)),
+            warn_timeouts: RateLimited::new(Duration::from_secs(10)),
+            last_trim: Mutex::new(Instant::now()),
         }))
     }
 
-    fn tflags(&self, structured: bool) -> u16 {
+    fn tflags(read_only: bool, structured: bool) -> u16 {
         let mut f = proto::TFLAG_HAS_FLAGS
             | proto::TFLAG_SEND_FLUSH
             | proto::TFLAG_SEND_FUA
             | proto::TFLAG_CAN_MULTI_CONN
             | proto::TFLAG_SEND_CACHE;
-        if self.cfg.read_only {
+        if read_only {
             f |= proto::TFLAG_READ_ONLY;
         } else {
             f |= proto::TFLAG_SEND_TRIM
@@ -583,13 +1042,17 @@ impl Server {
         f
     }
 
-    fn name_matches(&self, name: &str) -> bool {
-        name.is_empty() || name == self.cfg.export_name
+    /// The export a name selects: the empty name is the default (first) export.
+    fn export(&self, name: &str) -> Option<&Export> {
+        if name.is_empty() {
+            return self.exports.first();
+        }
+        self.exports.iter().find(|e| e.name == name)
     }
 
     /// Accept connections until `stop` is set; then stop accepting, wake every
     /// connection's reader, wait until each has answered what it accepted, and
-    /// stop the workers. The caller flushes and closes the volume afterwards.
+    /// stop the workers. The caller flushes and closes the volumes afterwards.
     pub fn run(self: &Arc<Self>, listener: Listener, stop: &AtomicBool) -> io::Result<()> {
         let mut threads: Vec<JoinHandle<()>> = Vec::new();
         while !stop.load(Ordering::Acquire) {
@@ -611,20 +1074,38 @@ impl Server {
             if n == 0 {
                 continue;
             }
-            let stream = match listener.accept() {
+            let (stream, peer) = match listener.accept() {
                 Ok(s) => s,
                 Err(e) => {
-                    tracing::warn!("nbd: accept: {e}");
+                    self.warn_refused
+                        .warn(format_args!("nbd: accept failed: {e}"));
                     // e.g. EMFILE: back off rather than spin.
                     std::thread::sleep(Duration::from_millis(50));
                     continue;
                 }
             };
             if self.active.load(Ordering::Acquire) >= self.cfg.max_connections {
-                tracing::warn!(
-                    "nbd: refusing a connection: {} already open",
+                tracing::debug!("nbd: refusing {peer}: connection limit reached");
+                self.warn_refused.warn(format_args!(
+                    "nbd: refusing connections: the limit of {} is reached (--shared)",
                     self.cfg.max_connections
-                );
+                ));
+                if self.refusing.fetch_add(1, Ordering::AcqRel) < MAX_REFUSERS {
+                    let refusing = self.refusing.clone();
+                    let limit = self.cfg.max_connections;
+                    let spawned = std::thread::Builder::new()
+                        .name("nbd-refuse".into())
+                        .stack_size(WRITER_STACK)
+                        .spawn(move || {
+                            refuse(stream, limit);
+                            refusing.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    if spawned.is_err() {
+                        self.refusing.fetch_sub(1, Ordering::AcqRel);
+                    }
+                } else {
+                    self.refusing.fetch_sub(1, Ordering::AcqRel);
+                }
                 continue;
             }
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -633,25 +1114,35 @@ impl Server {
                     self.conns.lock().insert(id, c);
                 }
                 Err(e) => {
-                    tracing::warn!("nbd: {e}");
+                    self.warn_refused.warn(format_args!("nbd: {e}"));
                     continue;
                 }
             }
             self.active.fetch_add(1, Ordering::AcqRel);
+            tracing::debug!("nbd: connection {id} from {peer} opened");
             let me = self.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("nbd-conn-{id}"))
                 .spawn(move || {
-                    if let Err(e) = me.connection(stream) {
-                        tracing::debug!("nbd: connection {id}: {e}");
+                    match me.connection(id, stream) {
+                        Ok(why) => tracing::debug!("nbd: connection {id} closed: {why}"),
+                        Err(e) => {
+                            if is_timeout(&e) {
+                                me.warn_timeouts
+                                    .warn(format_args!("nbd: connection {id} timed out: {e}"));
+                            }
+                            tracing::debug!("nbd: connection {id} closed: {e}")
+                        }
                     }
                     me.conns.lock().remove(&id);
-                    me.active.fetch_sub(1, Ordering::AcqRel);
+                    let left = me.active.fetch_sub(1, Ordering::AcqRel) - 1;
+                    me.maybe_trim(left);
                 });
             match spawned {
                 Ok(h) => threads.push(h),
                 Err(e) => {
-                    tracing::warn!("nbd: cannot start a connection thread: {e}");
+                    self.warn_refused
+                        .warn(format_args!("nbd: cannot start a connection thread: {e}"));
                     self.conns.lock().remove(&id);
                     self.active.fetch_sub(1, Ordering::AcqRel);
                 }
@@ -669,44 +1160,83 @@ impl Server {
         Ok(())
     }
 
-    fn connection(self: &Arc<Self>, stream: Stream) -> io::Result<()> {
+    /// Return memory to the system when the last client left, or at most every
+    /// few seconds while clients come and go.
+    fn maybe_trim(&self, left: usize) {
+        let mut last = self.last_trim.lock();
+        if left == 0 || last.elapsed() >= Duration::from_secs(5) {
+            *last = Instant::now();
+            drop(last);
+            trim_heap();
+        }
+    }
+
+    fn connection(self: &Arc<Self>, id: u64, stream: Stream) -> io::Result<&'static str> {
         stream.set_nonblocking(false)?;
-        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        stream.set_write_timeout(Some(self.cfg.handshake_timeout))?;
         let mut wr = stream.try_clone()?;
-        let mut rd = BufReader::with_capacity(256 << 10, stream);
-        let Some(neg) = self.handshake(&mut rd, &mut wr)? else {
-            return Ok(());
+        let mut rd = RecvBuf::new(stream, READ_BUFFER_BYTES);
+        let deadline = Instant::now() + self.cfg.handshake_timeout;
+        let Some((neg, export)) = self.handshake(id, &mut rd, &mut wr, deadline)? else {
+            return Ok("handshake ended");
         };
-        rd.get_ref().set_read_timeout(None)?;
-        wr.set_write_timeout(Some(REPLY_TIMEOUT))?;
+        let tick = self
+            .cfg
+            .request_timeout
+            .min(self.cfg.idle_timeout.unwrap_or(Duration::MAX))
+            .max(Duration::from_millis(100));
+        rd.get_ref().set_read_timeout(Some(tick))?;
         let conn = Arc::new(Conn {
-            vol: self.vol.clone(),
-            recorder: self.cfg.recorder.clone(),
+            id,
+            vol: export.vol.clone(),
+            recorder: export.recorder.clone(),
             neg,
+            max_bytes: self.cfg.max_inflight_bytes,
+            reply_timeout: self.cfg.request_timeout,
             writer: Mutex::new(Writer {
                 stream: wr,
-                pending: Vec::with_capacity(REPLY_BATCH_BYTES),
+                pending: Vec::new(),
+                pending_rel: Release::default(),
+                backlog: Vec::new(),
+                backlog_rel: Release::default(),
+                draining: false,
                 broken: false,
+                closing: false,
             }),
+            writer_cv: Condvar::new(),
             budget: Mutex::new(Budget::default()),
             budget_cv: Condvar::new(),
         });
+        let c = conn.clone();
+        let writer = std::thread::Builder::new()
+            .name(format!("nbd-send-{id}"))
+            .stack_size(WRITER_STACK)
+            .spawn(move || c.writer_loop())?;
         let r = self.transmission(&conn, &mut rd);
+        conn.flush_pending();
         conn.drain();
-        conn.writer.lock().flush_pending();
+        {
+            let mut w = conn.writer.lock();
+            w.closing = true;
+            conn.writer_cv.notify_one();
+        }
+        let _ = writer.join();
         r
     }
 
-    /// Option haggling. Returns what was negotiated, or None when the client
-    /// aborted or must be disconnected.
+    /// Option haggling, within `deadline` in total. Returns what was negotiated
+    /// and the export chosen, or None when the client aborted or must be
+    /// disconnected.
     fn handshake(
         &self,
-        rd: &mut BufReader<Stream>,
+        id: u64,
+        rd: &mut RecvBuf,
         wr: &mut Stream,
-    ) -> io::Result<Option<Negotiated>> {
+        deadline: Instant,
+    ) -> io::Result<Option<(Negotiated, Export)>> {
         wr.write_all(&proto::greeting())?;
         let mut cf = [0u8; 4];
-        rd.read_exact(&mut cf)?;
+        read_by(rd, &mut cf, deadline)?;
         let no_zeroes = match proto::parse_client_flags(cf) {
             Ok(z) => z,
             Err(e) => {
@@ -714,15 +1244,18 @@ impl Server {
                 return Ok(None);
             }
         };
-        let mut neg = Negotiated {
-            size: self.vol.size_bytes(),
-            read_only: self.cfg.read_only,
-            structured: false,
-            base_allocation: false,
+        let mut structured = false;
+        let mut base_allocation = false;
+        let mut tls_up = false;
+        let neg_for = |e: &Export, structured: bool, base_allocation: bool| Negotiated {
+            size: e.vol.size_bytes(),
+            read_only: e.read_only,
+            structured,
+            base_allocation,
         };
         for _ in 0..MAX_OPTIONS {
             let mut h = [0u8; proto::OPTION_HEADER_BYTES];
-            rd.read_exact(&mut h)?;
+            read_by(rd, &mut h, deadline)?;
             let (opt, len) = match proto::parse_option_header(&h) {
                 Ok(x) => x,
                 Err(e) => {
@@ -737,30 +1270,46 @@ impl Server {
                 if opt == proto::OPT_EXPORT_NAME {
                     return Ok(None); // no way to answer with an error
                 }
-                io::copy(&mut (&mut *rd).take(len as u64), &mut io::sink())?;
+                skip_by(rd, len as u64, deadline)?;
                 reply(wr, proto::REP_ERR_TOO_BIG, b"option too large")?;
                 continue;
             }
             let mut data = vec![0u8; len as usize];
-            rd.read_exact(&mut data)?;
+            read_by(rd, &mut data, deadline)?;
             if self.stopping.load(Ordering::Acquire) {
                 if opt != proto::OPT_EXPORT_NAME {
                     reply(wr, proto::REP_ERR_SHUTDOWN, b"server is shutting down")?;
                 }
                 return Ok(None);
             }
+            if self.cfg.tls == TlsMode::Require
+                && !tls_up
+                && !matches!(opt, proto::OPT_STARTTLS | proto::OPT_ABORT)
+            {
+                if opt == proto::OPT_EXPORT_NAME {
+                    tracing::debug!("nbd: handshake: EXPORT_NAME without TLS, which is required");
+                    return Ok(None);
+                }
+                reply(
+                    wr,
+                    proto::REP_ERR_TLS_REQD,
+                    b"TLS is required: use STARTTLS",
+                )?;
+                continue;
+            }
             match opt {
                 proto::OPT_EXPORT_NAME => {
-                    let ok = std::str::from_utf8(&data).is_ok_and(|n| self.name_matches(n));
-                    if !ok {
+                    let exp = std::str::from_utf8(&data).ok().and_then(|n| self.export(n));
+                    let Some(exp) = exp else {
+                        tracing::debug!("nbd: handshake: unknown export requested");
                         return Ok(None);
-                    }
+                    };
                     wr.write_all(&proto::export_name_reply(
-                        neg.size,
-                        self.tflags(neg.structured),
+                        exp.vol.size_bytes(),
+                        Self::tflags(exp.read_only, structured),
                         no_zeroes,
                     ))?;
-                    return Ok(Some(neg));
+                    return Ok(Some((neg_for(exp, structured, false), exp.clone())));
                 }
                 proto::OPT_ABORT => {
                     let _ = reply(wr, proto::REP_ACK, &[]);
@@ -770,16 +1319,54 @@ impl Server {
                     if len != 0 {
                         reply(wr, proto::REP_ERR_INVALID, b"LIST takes no data")?;
                     } else {
-                        reply(
-                            wr,
-                            proto::REP_SERVER,
-                            &proto::rep_server(&self.cfg.export_name),
-                        )?;
+                        for e in &self.exports {
+                            reply(wr, proto::REP_SERVER, &proto::rep_server(&e.name))?;
+                        }
                         reply(wr, proto::REP_ACK, &[])?;
                     }
                 }
                 proto::OPT_STARTTLS => {
-                    reply(wr, proto::REP_ERR_POLICY, b"TLS is not supported")?;
+                    let Some(cfg) = self
+                        .cfg
+                        .tls_config
+                        .as_ref()
+                        .filter(|_| self.cfg.tls != TlsMode::Off)
+                    else {
+                        reply(
+                            wr,
+                            proto::REP_ERR_POLICY,
+                            b"TLS is not enabled on this server",
+                        )?;
+                        continue;
+                    };
+                    if tls_up || len != 0 {
+                        reply(
+                            wr,
+                            proto::REP_ERR_INVALID,
+                            b"TLS already negotiated, or STARTTLS with data",
+                        )?;
+                        continue;
+                    }
+                    reply(wr, proto::REP_ACK, &[])?;
+                    if !rd.buffer().is_empty() {
+                        tracing::debug!("nbd: handshake: plaintext after STARTTLS");
+                        return Ok(None);
+                    }
+                    let mut sock = wr.try_clone()?;
+                    let session = tls::accept(cfg, &mut sock, deadline)?;
+                    let (a, b) = UnixStream::pair()?;
+                    std::thread::Builder::new()
+                        .name(format!("nbd-tls-{id}"))
+                        .stack_size(TLS_STACK)
+                        .spawn(move || tls::pump(session, sock, b))?;
+                    let a2 = a.try_clone()?;
+                    a.set_write_timeout(Some(self.cfg.handshake_timeout))?;
+                    *rd = RecvBuf::new(Stream::Unix(a2), READ_BUFFER_BYTES);
+                    *wr = Stream::Unix(a);
+                    // The spec: what was negotiated before TLS is forgotten.
+                    structured = false;
+                    base_allocation = false;
+                    tls_up = true;
                 }
                 proto::OPT_INFO | proto::OPT_GO => {
                     let req = match proto::parse_info_request(&data) {
@@ -789,23 +1376,27 @@ impl Server {
                             continue;
                         }
                     };
-                    if !self.name_matches(&req.name) {
+                    let Some(exp) = self.export(&req.name) else {
                         reply(wr, proto::REP_ERR_UNKNOWN, b"no such export")?;
                         continue;
-                    }
-                    let tf = self.tflags(neg.structured);
-                    reply(wr, proto::REP_INFO, &proto::info_export(neg.size, tf))?;
+                    };
+                    let tf = Self::tflags(exp.read_only, structured);
+                    reply(
+                        wr,
+                        proto::REP_INFO,
+                        &proto::info_export(exp.vol.size_bytes(), tf),
+                    )?;
                     for item in req.items {
                         match item {
                             proto::INFO_NAME => reply(
                                 wr,
                                 proto::REP_INFO,
-                                &proto::info_string(proto::INFO_NAME, &self.cfg.export_name),
+                                &proto::info_string(proto::INFO_NAME, &exp.name),
                             )?,
                             proto::INFO_DESCRIPTION => reply(
                                 wr,
                                 proto::REP_INFO,
-                                &proto::info_string(proto::INFO_DESCRIPTION, &self.cfg.description),
+                                &proto::info_string(proto::INFO_DESCRIPTION, &exp.description),
                             )?,
                             _ => {}
                         }
@@ -814,7 +1405,10 @@ impl Server {
                     reply(wr, proto::REP_INFO, &proto::info_block_size())?;
                     reply(wr, proto::REP_ACK, &[])?;
                     if opt == proto::OPT_GO {
-                        return Ok(Some(neg));
+                        return Ok(Some((
+                            neg_for(exp, structured, base_allocation),
+                            exp.clone(),
+                        )));
                     }
                 }
                 proto::OPT_STRUCTURED_REPLY => {
@@ -825,13 +1419,13 @@ impl Server {
                             b"STRUCTURED_REPLY takes no data",
                         )?;
                     } else {
-                        neg.structured = true;
+                        structured = true;
                         reply(wr, proto::REP_ACK, &[])?;
                     }
                 }
                 proto::OPT_LIST_META_CONTEXT | proto::OPT_SET_META_CONTEXT => {
                     let list = opt == proto::OPT_LIST_META_CONTEXT;
-                    if !neg.structured {
+                    if !structured {
                         reply(
                             wr,
                             proto::REP_ERR_INVALID,
@@ -846,7 +1440,7 @@ impl Server {
                             continue;
                         }
                     };
-                    if !self.name_matches(&req.name) {
+                    if self.export(&req.name).is_none() {
                         reply(wr, proto::REP_ERR_UNKNOWN, b"no such export")?;
                         continue;
                     }
@@ -858,7 +1452,7 @@ impl Server {
                             .any(|q| proto::query_selects_base_allocation(q, list))
                     };
                     if !list {
-                        neg.base_allocation = selected;
+                        base_allocation = selected;
                     }
                     if selected {
                         let id = if list { 0 } else { proto::BASE_ALLOCATION_ID };
@@ -878,48 +1472,149 @@ impl Server {
         Ok(None)
     }
 
-    /// Read requests until DISC, EOF, a broken frame or shutdown.
-    fn transmission(&self, conn: &Arc<Conn>, rd: &mut BufReader<Stream>) -> io::Result<()> {
+    /// Wait for the next request header. While nothing is in flight and no
+    /// byte of a request arrived, the connection is idle (closed after
+    /// `idle_timeout`, if set); once a header started, it must complete
+    /// within `request_timeout`.
+    fn next_header(&self, conn: &Conn, rd: &mut RecvBuf) -> io::Result<Next> {
+        let mut h = [0u8; proto::REQUEST_BYTES];
+        if rd.buffer().len() >= proto::REQUEST_BYTES {
+            h.copy_from_slice(&rd.buffer()[..proto::REQUEST_BYTES]);
+            rd.consume(proto::REQUEST_BYTES);
+            return Ok(Next::Header(h));
+        }
+        let mut got = 0;
+        let idle_since = Instant::now();
+        let mut started: Option<Instant> = None;
+        while got < h.len() {
+            match rd.read(&mut h[got..]) {
+                Ok(0) if got == 0 => return Ok(Next::Done("client disconnected")),
+                Ok(0) => return Ok(Next::Done("client disconnected mid-request")),
+                Ok(n) => {
+                    got += n;
+                    started.get_or_insert_with(Instant::now);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => {}
+                Err(e) => return Err(e),
+            }
+            if got == h.len() {
+                break;
+            }
+            if let Some(t) = started {
+                if t.elapsed() >= self.cfg.request_timeout {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "request header not completed in time",
+                    ));
+                }
+            } else if self.stopping.load(Ordering::Acquire) {
+                return Ok(Next::Done("server stopping"));
+            } else if let Some(idle) = self.cfg.idle_timeout {
+                if idle_since.elapsed() >= idle && conn.in_flight() == 0 {
+                    return Ok(Next::Done("idle timeout"));
+                }
+            }
+        }
+        Ok(Next::Header(h))
+    }
+
+    /// Receive a WRITE's payload within `request_timeout`. None: the client
+    /// went away (a half-sent write is never acknowledged).
+    fn read_payload(&self, rd: &mut RecvBuf, len: usize) -> io::Result<Option<Vec<u8>>> {
+        let start = Instant::now();
+        let mut payload = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            match rd.read(&mut payload[got..]) {
+                Ok(0) => return Ok(None),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => {}
+                Err(e) => return Err(e),
+            }
+            if got < len && start.elapsed() >= self.cfg.request_timeout {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "write payload not completed in time",
+                ));
+            }
+        }
+        Ok(Some(payload))
+    }
+
+    /// Discard a rejected WRITE's payload without holding it (bounded memory).
+    fn skip_payload(&self, rd: &mut RecvBuf, mut n: u64) -> io::Result<bool> {
+        let start = Instant::now();
+        while n > 0 {
+            let buf = match rd.fill_buf() {
+                Ok([]) => return Ok(false),
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted || is_timeout(&e) => {
+                    if start.elapsed() >= self.cfg.request_timeout {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "write payload not completed in time",
+                        ));
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let k = buf.len().min(n.min(usize::MAX as u64) as usize);
+            rd.consume(k);
+            n -= k as u64;
+        }
+        Ok(true)
+    }
+
+    /// Read requests until DISC, EOF, a broken frame, a timeout or shutdown.
+    fn transmission(&self, conn: &Arc<Conn>, rd: &mut RecvBuf) -> io::Result<&'static str> {
         loop {
             if rd.buffer().len() < proto::REQUEST_BYTES {
                 // About to block on the socket: deliver batched replies first.
-                conn.writer.lock().flush_pending();
+                conn.flush_pending();
             }
-            let mut h = [0u8; proto::REQUEST_BYTES];
-            match rd.read_exact(&mut h) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-                Err(e) => return Err(e),
-            }
+            let h = match self.next_header(conn, rd)? {
+                Next::Header(h) => h,
+                Next::Done(why) => return Ok(why),
+            };
             let r = match Request::decode(&h) {
                 Ok(r) => r,
                 Err(e @ ProtoError::BadRequestMagic(_)) => {
                     // Framing is lost: nothing after this can be trusted.
-                    tracing::debug!("nbd: {e}; disconnecting");
-                    return Ok(());
+                    tracing::debug!("nbd: connection {}: {e}; disconnecting", conn.id);
+                    return Ok("bad request magic");
                 }
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
             };
-            if let Err(errno) = proto::check_request(&r, &conn.neg) {
-                let skip = r.payload_len() as u64;
-                if skip > 0 {
-                    // Discard the payload without holding it (bounded memory).
-                    let n = io::copy(&mut (&mut *rd).take(skip), &mut io::sink())?;
-                    if n < skip {
-                        return Ok(());
-                    }
-                }
-                conn.error_reply(&r, errno, "request rejected", true);
-                continue;
-            }
             if r.cmd == proto::CMD_DISC {
-                return Ok(());
+                // The spec: no reply; finish what is in flight, then close
+                // (whatever the offset, length or flags say).
+                return Ok("client sent NBD_CMD_DISC");
+            }
+            if let Err(errno) = proto::check_request(&r, &conn.neg) {
+                tracing::debug!(
+                    "nbd: connection {}: rejected command {} flags {:#x} offset {} length {}: errno {errno}",
+                    conn.id,
+                    r.cmd,
+                    r.flags,
+                    r.offset,
+                    r.length
+                );
+                let skip = r.payload_len() as u64;
+                if skip > 0 && !self.skip_payload(rd, skip)? {
+                    return Ok("client disconnected mid-request");
+                }
+                conn.acquire_reader(0);
+                conn.error_reply(&r, errno, "request rejected", Release::one(0), true);
+                continue;
             }
             let bytes = match r.cmd {
                 proto::CMD_READ | proto::CMD_WRITE => r.length as u64,
                 _ => 0,
             };
-            conn.acquire(bytes);
+            conn.acquire_reader(bytes);
             if r.cmd == proto::CMD_READ {
                 // Take the READs pipelined behind this one too (already received,
                 // valid, within budget): one worker serves them together.
@@ -934,39 +1629,31 @@ impl Server {
                     {
                         break;
                     }
-                    std::io::BufRead::consume(rd, proto::REQUEST_BYTES);
+                    rd.consume(proto::REQUEST_BYTES);
                     batch.push(n);
                 }
                 let c = conn.clone();
-                self.pool.submit(Box::new(move || {
-                    c.execute_reads(&batch);
-                    for r in &batch {
-                        c.release(r.length as u64);
-                    }
-                }));
+                self.pool.submit(Box::new(move || c.execute_reads(&batch)));
                 continue;
             }
             let mut payload = Vec::new();
             if r.cmd == proto::CMD_WRITE {
                 if rd.buffer().len() < r.length as usize {
-                    conn.writer.lock().flush_pending();
+                    conn.flush_pending();
                 }
-                // Read into reserved, unzeroed capacity (no memset per write).
-                payload = Vec::with_capacity(r.length as usize);
-                let got = (&mut *rd).take(r.length as u64).read_to_end(&mut payload);
-                match got {
-                    Ok(n) if n == r.length as usize => {}
-                    // EOF: a half-sent write was never acknowledged.
-                    Ok(_) => {
-                        conn.release(bytes);
-                        return Ok(());
+                match self.read_payload(rd, r.length as usize) {
+                    Ok(Some(p)) => payload = p,
+                    Ok(None) => {
+                        conn.release(Release::one(bytes));
+                        return Ok("client disconnected mid-write");
                     }
                     Err(e) => {
-                        conn.release(bytes);
+                        conn.release(Release::one(bytes));
                         return Err(e);
                     }
                 }
             }
+            let rel = Release::one(bytes);
             let fua = r.flags & proto::CMD_FLAG_FUA != 0;
             let mutating = matches!(
                 r.cmd,
@@ -975,22 +1662,19 @@ impl Server {
             // A request that waits for the media (FLUSH, FUA) runs here too when it
             // is all the client has asked for: nothing else to overlap it with, and
             // a hand-off to the pool costs a wakeup and a context switch.
-            let alone = rd.buffer().is_empty() && conn.budget.lock().requests == 1;
+            let alone = rd.buffer().is_empty() && conn.in_flight() == 1;
             let inline = self.cfg.inline_writes
                 && ((mutating && !fua) || (alone && (mutating || r.cmd == proto::CMD_FLUSH)));
             if inline {
                 if fua || r.cmd == proto::CMD_FLUSH {
                     // about to wait for the media: deliver earlier replies first
-                    conn.writer.lock().flush_pending();
+                    conn.flush_pending();
                 }
-                conn.execute(r, payload, true);
-                conn.release(bytes);
+                conn.execute(r, payload, true, rel);
             } else {
                 let c = conn.clone();
-                self.pool.submit(Box::new(move || {
-                    c.execute(r, payload, false);
-                    c.release(bytes);
-                }));
+                self.pool
+                    .submit(Box::new(move || c.execute(r, payload, false, rel)));
             }
         }
     }

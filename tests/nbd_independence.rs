@@ -1,0 +1,364 @@
+//! Per-connection independence: clients that stall in every way a client can
+//! (stop reading replies, half a request header, half a write payload, a
+//! handshake never finished or trickled) cost only their own connections; a
+//! well-behaved client's 4 KiB READs keep completing promptly meanwhile, and the
+//! stallers are dropped after the request timeout. Also: the connection limit
+//! answers with a clear refusal, the idle timeout, NBD_CMD_DISC with a nonzero
+//! offset (no reply, close), and the memory 1,000 idle connections cost.
+
+mod nbd_common;
+
+use nbd_common::Server;
+use sluice::nbd::proto::*;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn connect(sock: &Path) -> UnixStream {
+    let s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+fn option(s: &mut UnixStream, opt: u32, data: &[u8]) {
+    let mut b = IHAVEOPT.to_be_bytes().to_vec();
+    b.extend_from_slice(&opt.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+    s.write_all(&b).unwrap();
+}
+
+/// One option reply: (type, payload).
+fn option_reply(s: &mut UnixStream) -> (u32, Vec<u8>) {
+    let mut h = [0u8; 20];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(u64::from_be_bytes(h[0..8].try_into().unwrap()), REPLY_MAGIC);
+    let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).unwrap();
+    (u32::from_be_bytes(h[12..16].try_into().unwrap()), p)
+}
+
+/// Greeting, flags, GO "": Ok(stream) ready for requests, or Err(error reply).
+fn try_ready(sock: &Path) -> Result<UnixStream, (u32, String)> {
+    let mut s = connect(sock);
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    assert_eq!(g, greeting());
+    s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())
+        .unwrap();
+    let mut d = 0u32.to_be_bytes().to_vec();
+    d.extend_from_slice(&0u16.to_be_bytes());
+    option(&mut s, OPT_GO, &d);
+    loop {
+        let (t, p) = option_reply(&mut s);
+        if t == REP_ACK {
+            return Ok(s);
+        }
+        if t & (1 << 31) != 0 {
+            return Err((t, String::from_utf8_lossy(&p).into_owned()));
+        }
+    }
+}
+
+fn ready(sock: &Path) -> UnixStream {
+    try_ready(sock).expect("handshake")
+}
+
+fn request(s: &mut UnixStream, cmd: u16, cookie: u64, offset: u64, length: u32) {
+    let r = Request {
+        flags: 0,
+        cmd,
+        cookie,
+        offset,
+        length,
+    };
+    s.write_all(&r.encode()).unwrap();
+}
+
+/// (errno, cookie, data) of a simple reply.
+fn simple_reply(s: &mut UnixStream, data: usize) -> (u32, u64, Vec<u8>) {
+    let mut h = [0u8; 16];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(
+        u32::from_be_bytes(h[0..4].try_into().unwrap()),
+        SIMPLE_REPLY_MAGIC
+    );
+    let errno = u32::from_be_bytes(h[4..8].try_into().unwrap());
+    let mut d = vec![0u8; if errno == 0 { data } else { 0 }];
+    s.read_exact(&mut d).unwrap();
+    (errno, u64::from_be_bytes(h[8..16].try_into().unwrap()), d)
+}
+
+/// True once the server closed `s` (EOF or reset), reading and discarding
+/// whatever it still delivers; false if it is still open at `deadline`.
+fn closed_by(s: &mut UnixStream, deadline: Instant) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut b = vec![0u8; 1 << 20];
+    while Instant::now() < deadline {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    nbd_common::fill_random(&mut v, seed);
+    v
+}
+
+#[test]
+fn stalled_clients_cost_only_their_own_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("vol.img");
+    let srv = Server::start(
+        dir.path(),
+        &img,
+        "256M",
+        &["--request-timeout", "4", "--handshake-timeout", "4"],
+    );
+    let sock = srv.sock.clone();
+    const MIB: usize = 1 << 20;
+    let data = pattern(7, 16 * MIB);
+    {
+        let mut c = ready(&sock);
+        for i in 0..16 {
+            request(&mut c, CMD_WRITE, i, (i as usize * MIB) as u64, MIB as u32);
+            c.write_all(&data[i as usize * MIB..(i as usize + 1) * MIB])
+                .unwrap();
+            assert_eq!(simple_reply(&mut c, 0).0, 0);
+        }
+    }
+
+    let mut stallers: Vec<(&str, UnixStream)> = Vec::new();
+    for i in 0..16u64 {
+        // 1. asks for 16 MiB of READs, never reads a reply
+        let mut s = ready(&sock);
+        for k in 0..16u64 {
+            request(&mut s, CMD_READ, k, ((i + k) % 16) * MIB as u64, MIB as u32);
+        }
+        stallers.push(("stopped reading replies", s));
+        // 2. half a request header
+        let mut s = ready(&sock);
+        let r = Request {
+            flags: 0,
+            cmd: CMD_READ,
+            cookie: 1,
+            offset: 0,
+            length: 4096,
+        }
+        .encode();
+        s.write_all(&r[..10]).unwrap();
+        stallers.push(("half a request header", s));
+        // 3. half a write payload
+        let mut s = ready(&sock);
+        request(&mut s, CMD_WRITE, 1, 32 * MIB as u64, 65536);
+        s.write_all(&[0xa5; 1000]).unwrap();
+        stallers.push(("half a write payload", s));
+        // 4. a handshake that never finishes (greeting read, flags half sent)
+        let mut s = connect(&sock);
+        let mut g = [0u8; 18];
+        s.read_exact(&mut g).unwrap();
+        s.write_all(&[0]).unwrap();
+        stallers.push(("unfinished handshake", s));
+    }
+
+    // Another client's 4 KiB READs complete promptly meanwhile.
+    let mut good = ready(&sock);
+    let mut worst = Duration::ZERO;
+    for i in 0..300u64 {
+        let off = (i * 7919 * 4096) % (16 * MIB as u64);
+        let t = Instant::now();
+        request(&mut good, CMD_READ, i, off, 4096);
+        let (e, c, d) = simple_reply(&mut good, 4096);
+        worst = worst.max(t.elapsed());
+        assert_eq!((e, c), (0, i));
+        assert_eq!(d, &data[off as usize..off as usize + 4096]);
+    }
+    eprintln!("slowest 4 KiB READ with 64 stalled connections: {worst:?}");
+    assert!(
+        worst < Duration::from_secs(2),
+        "a READ took {worst:?} while other clients stalled"
+    );
+
+    // Every staller is dropped after the timeout (4 s here; reading the
+    // non-reader's replies earlier would let its connection go on).
+    std::thread::sleep(Duration::from_secs(6));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for (how, s) in stallers.iter_mut() {
+        assert!(
+            closed_by(s, deadline),
+            "a client that {how} was not dropped"
+        );
+    }
+    // ...and the good client still works.
+    request(&mut good, CMD_READ, 999, 0, 4096);
+    assert_eq!(simple_reply(&mut good, 4096).2, &data[..4096]);
+    drop(good);
+    let (code, err) = srv.stop();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn connection_limit_refuses_clearly_and_idle_and_trickle_clients_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("vol.img");
+    let srv = Server::start(
+        dir.path(),
+        &img,
+        "64M",
+        &[
+            "--shared",
+            "2",
+            "--idle-timeout",
+            "1.5",
+            "--handshake-timeout",
+            "2",
+        ],
+    );
+    let sock = srv.sock.clone();
+    let mut a = ready(&sock);
+    let b = ready(&sock);
+    match try_ready(&sock) {
+        Ok(_) => panic!("a third client was served with --shared 2"),
+        Err((t, msg)) => {
+            assert_eq!(t, REP_ERR_POLICY);
+            assert!(msg.contains("too many connections"), "{msg}");
+        }
+    }
+    drop(b);
+    // the server notices b left; a new client is served again
+    let t = Instant::now();
+    let mut c = loop {
+        match try_ready(&sock) {
+            Ok(c) => break c,
+            Err(_) if t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("still refused after a client left: {e:?}"),
+        }
+    };
+    // busy client a stays; idle client c is closed after 1.5 s
+    for i in 0..8u64 {
+        std::thread::sleep(Duration::from_millis(300));
+        request(&mut a, CMD_READ, i, 0, 4096);
+        assert_eq!(simple_reply(&mut a, 4096).0, 0);
+    }
+    assert!(closed_by(&mut c, Instant::now() + Duration::from_secs(5)));
+    drop(a);
+    // A handshake trickled one byte per 0.5 s is cut at the 2 s total deadline.
+    let mut t = connect(&sock);
+    let mut g = [0u8; 18];
+    t.read_exact(&mut g).unwrap();
+    let start = Instant::now();
+    let mut closed = false;
+    let flags = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes();
+    let mut bytes = flags.to_vec();
+    bytes.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    bytes.extend_from_slice(&[0u8; 64]);
+    for b in bytes {
+        if t.write_all(&[b]).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        if start.elapsed() > Duration::from_secs(6) {
+            break;
+        }
+    }
+    assert!(
+        closed || closed_by(&mut t, Instant::now() + Duration::from_secs(1)),
+        "a trickled handshake outlived its total deadline"
+    );
+    assert!(start.elapsed() < Duration::from_secs(6));
+    let (code, err) = srv.stop();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn disc_with_nonzero_offset_gets_no_reply_and_closes_after_in_flight_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("vol.img");
+    let srv = Server::start(dir.path(), &img, "64M", &[]);
+    let mut s = ready(&srv.sock);
+    let data = pattern(3, 65536);
+    request(&mut s, CMD_WRITE, 1, 0, data.len() as u32);
+    s.write_all(&data).unwrap();
+    let disc = Request {
+        flags: 0,
+        cmd: CMD_DISC,
+        cookie: 2,
+        offset: 4096,
+        length: 512,
+    };
+    s.write_all(&disc.encode()).unwrap();
+    let (e, c, _) = simple_reply(&mut s, 0);
+    assert_eq!((e, c), (0, 1), "the write before DISC is answered");
+    let mut rest = Vec::new();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let n = s
+        .read_to_end(&mut rest)
+        .expect("server closes the connection");
+    assert_eq!(n, 0, "DISC got a reply: {rest:?}");
+    let mut s = ready(&srv.sock);
+    request(&mut s, CMD_READ, 3, 0, data.len() as u32);
+    assert_eq!(simple_reply(&mut s, data.len()).2, data);
+    let (code, err) = srv.stop();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_thousand_idle_connections_cost_under_100_mib() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("vol.img");
+    let srv = Server::start(dir.path(), &img, "64M", &["--shared", "1100"]);
+    let before = rss_kib(srv.pid());
+    let mut conns = Vec::new();
+    for i in 0..1000u64 {
+        let mut s = ready(&srv.sock);
+        if i % 100 == 0 {
+            // a few do some work first
+            request(&mut s, CMD_READ, i, 0, 65536);
+            assert_eq!(simple_reply(&mut s, 65536).0, 0);
+        }
+        conns.push(s);
+    }
+    // one more request on the last, so every connection is past its handshake
+    let last = conns.last_mut().unwrap();
+    request(last, CMD_READ, 1, 0, 4096);
+    assert_eq!(simple_reply(last, 4096).0, 0);
+    let during = rss_kib(srv.pid());
+    eprintln!(
+        "RSS: {} MiB before, {} MiB with 1000 idle connections (+{} KiB each)",
+        before / 1024,
+        during / 1024,
+        (during - before) / 1000
+    );
+    assert!(
+        during.saturating_sub(before) < 100 * 1024,
+        "1000 idle connections cost {} MiB",
+        (during - before) / 1024
+    );
+    drop(conns);
+    let (code, err) = srv.stop();
+    assert_eq!(code, Some(0), "{err}");
+}
