@@ -130,31 +130,40 @@ impl CrcIndex {
 
     /// Fill the entries of `seg` (blocks below `fill`) from its chunk headers on
     /// the media. The caller holds the reuse lock shared, so the segment is the
-    /// incarnation the map points into. A header that does not verify ends the
-    /// walk: blocks from there on are Unverifiable. Err only for a media error.
+    /// incarnation the map points into. Returns where the walk stopped: `fill`
+    /// when every chunk was found, and then the segment is Loaded; otherwise a
+    /// header there does not verify, and the caller decides (it may have been
+    /// wiped by a barrier because the segment was emptied meanwhile) whether to
+    /// call `set_unverifiable_from`. Err only for a media error.
     pub fn load_segment(
         &self,
         media: &dyn Media,
         geo: &Geometry,
         seg: u32,
         fill: u32,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<u32> {
         let base = seg as usize * self.seg_blocks as usize;
         let end = walk(media, geo, &self.uuid, seg, fill, |at, h| {
             for (i, &c) in h.block_crcs.iter().enumerate() {
                 self.crcs[base + at.pos as usize + 1 + i].store(c, Ordering::Relaxed);
             }
         })?;
-        let bad = if end >= fill { ALL } else { end };
-        self.bad_from[seg as usize].store(bad, Ordering::Relaxed);
-        self.state[seg as usize].store(LOADED, Ordering::Release);
-        if bad != ALL {
-            tracing::warn!(
-                "segment {seg}: chunk header at block {bad} does not verify; \
-                 blocks from there to the segment's fill ({fill}) cannot be verified"
-            );
+        if end >= fill {
+            self.bad_from[seg as usize].store(ALL, Ordering::Relaxed);
+            self.state[seg as usize].store(LOADED, Ordering::Release);
         }
-        Ok(())
+        Ok(end)
+    }
+
+    /// The chunk header at block `end` of `seg` (which still holds live data)
+    /// does not verify: blocks from there to `fill` cannot be verified.
+    pub fn set_unverifiable_from(&self, seg: u32, end: u32, fill: u32) {
+        self.bad_from[seg as usize].store(end, Ordering::Relaxed);
+        self.state[seg as usize].store(LOADED, Ordering::Release);
+        tracing::warn!(
+            "segment {seg}: chunk header at block {end} does not verify; \
+             blocks from there to the segment's fill ({fill}) cannot be verified"
+        );
     }
 }
 

@@ -168,6 +168,8 @@ pub(crate) struct Shared {
     /// Segments queued for scrub and the scrub walk (scrub.rs).
     scrub: scrub::Scrub,
     closed: AtomicBool,
+    /// `progress.failed` is set (read without the lock by every request).
+    has_failed: AtomicBool,
     stop: Mutex<bool>,
     /// Sealed chunks waiting for a writer thread (background mode only).
     writeq: Mutex<WriteQueue>,
@@ -371,6 +373,7 @@ impl Volume {
             crc_index: crate::crc_index::CrcIndex::new(&geo, uuid),
             scrub: scrub::Scrub::new(),
             closed: AtomicBool::new(false),
+            has_failed: AtomicBool::new(false),
             stop: Mutex::new(false),
             stop_cv: Condvar::new(),
             clean_mark: (geo.segment_count / 32).max(2),
@@ -784,6 +787,10 @@ impl Shared {
     }
 
     pub(crate) fn check_failed(&self) -> Result<()> {
+        // every request asks: an atomic, not the progress lock, on the way
+        if !self.has_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &self.progress.lock().failed {
             Some(m) => Err(Error::Failed(m.clone())),
             None => Ok(()),
@@ -795,6 +802,7 @@ impl Shared {
         let mut p = self.progress.lock();
         if p.failed.is_none() {
             p.failed = Some(why.clone());
+            self.has_failed.store(true, Ordering::Release);
         }
         self.progress_cv.notify_all();
         Error::Failed(why)

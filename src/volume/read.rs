@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::format::chunk::block_crc;
 use crate::format::BLOCK_BYTES;
 use crate::map::{Loc, Virt};
+use crate::segments::SegState;
 use crate::stats::Counters;
 
 /// A run of blocks contiguous on the media: (first physical block, index of its
@@ -40,6 +41,49 @@ impl Shared {
         res: &mut [Result<()>],
     ) -> Result<()> {
         debug_assert_eq!(reqs.len(), res.len());
+        let mut failed = self.read_once(reqs, res)?;
+        // A block that fails verification while the map no longer points at it
+        // was overwritten (and its segment perhaps emptied and its first block
+        // wiped) during the read: read that request again, it is not damage.
+        for _ in 0..3 {
+            let mut again = Vec::new();
+            for (k, lba, p) in failed {
+                if self.core.lock().map.get(lba) == Loc::Data(p) {
+                    res[k] = Err(self.bad_block(lba, p));
+                } else {
+                    again.push(k);
+                }
+            }
+            failed = Vec::new();
+            for k in again {
+                let (first, out) = &mut reqs[k];
+                let mut one = [(*first, &mut out[..])];
+                let mut r = [Ok(())];
+                if let Some(&(_, lba, p)) = self.read_once(&mut one, &mut r)?.first() {
+                    failed.push((k, lba, p));
+                } else {
+                    let [r] = r;
+                    res[k] = r;
+                }
+            }
+            if failed.is_empty() {
+                break;
+            }
+        }
+        for (k, lba, p) in failed {
+            res[k] = Err(self.bad_block(lba, p));
+        }
+        Ok(())
+    }
+
+    /// One attempt of `read_blocks_batch`: returns (request, logical block,
+    /// physical block) of the first block of each request that failed
+    /// verification; the caller decides whether that is damage.
+    fn read_once(
+        &self,
+        reqs: &mut [(u64, &mut [u8])],
+        res: &mut [Result<()>],
+    ) -> Result<Vec<(usize, u64, u32)>> {
         let verify = self.opts.verify_reads;
         let _r = self.reuse.read();
         let mut runs: Vec<Vec<Run>> = Vec::with_capacity(reqs.len());
@@ -81,8 +125,21 @@ impl Shared {
             }
         }
         for &(seg, fill) in &load {
-            self.crc_index
+            let end = self
+                .crc_index
                 .load_segment(&*self.media, &self.geo, seg, fill)?;
+            if end < fill {
+                // A header there does not verify. If the segment still holds live
+                // data that is damage; if it was emptied meanwhile, its first
+                // block may just have been wiped by a barrier (not damage).
+                let c = self.core.lock();
+                if matches!(
+                    c.segs.segs[seg as usize].state,
+                    SegState::Closed | SegState::Damaged | SegState::Victim
+                ) {
+                    self.crc_index.set_unverifiable_from(seg, end, fill);
+                }
+            }
         }
         {
             let mut io: Vec<(&mut [u8], u64)> = Vec::new();
@@ -102,16 +159,21 @@ impl Shared {
                 self.media.read_batch(&mut io)?;
             }
         }
-        if verify {
-            for (((first, out), mine), r) in reqs.iter().zip(&runs).zip(res.iter_mut()) {
-                *r = self.verify_runs(*first, out, mine);
+        let mut failed = Vec::new();
+        for (k, r) in res.iter_mut().enumerate() {
+            *r = Ok(());
+            if verify {
+                if let Some((lba, p)) = self.verify_runs(reqs[k].0, &reqs[k].1[..], &runs[k]) {
+                    failed.push((k, lba, p));
+                }
             }
         }
-        Ok(())
+        Ok(failed)
     }
 
-    /// Check every media block of one request against the CRC index.
-    fn verify_runs(&self, first: u64, out: &[u8], runs: &[Run]) -> Result<()> {
+    /// Check every media block of one request against the CRC index; the first
+    /// block that fails, as (logical block, physical block).
+    fn verify_runs(&self, first: u64, out: &[u8], runs: &[Run]) -> Option<(u64, u32)> {
         for &(p0, i0, k) in runs {
             for j in 0..k {
                 let (p, i) = (p0 as u32 + j as u32, i0 + j);
@@ -121,17 +183,19 @@ impl Shared {
                     Expect::NotLoaded | Expect::Unverifiable => false,
                 };
                 if !ok {
-                    return Err(self.bad_block(first + i as u64, p));
+                    return Some((first + i as u64, p));
                 }
             }
         }
-        Ok(())
+        None
     }
 
     /// A block failed verification: log where it is, count it, queue its
-    /// segment for scrub, and make the request's error. (Error path: it may read
-    /// chunk headers to name the chunk. The reuse lock is still held.)
+    /// segment for scrub, and make the request's error. (Error path: it reads
+    /// chunk headers to name the chunk.)
     fn bad_block(&self, lba: u64, p: u32) -> Error {
+        // (the segment stays this incarnation while its headers are read)
+        let _r = self.reuse.read();
         let sb = self.geo.segment_blocks;
         let (seg, off) = (p / sb, p % sb);
         let fill = self.core.lock().segs.segs[seg as usize].fill;
