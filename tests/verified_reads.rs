@@ -281,7 +281,8 @@ fn reads_racing_overwrites_gc_and_segment_reuse_never_fail_spuriously() {
     let media = Arc::new(MemMedia::new(bytes));
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
     for lba in 0..BLOCKS {
-        vol.write(lba * BS as u64, &versioned(lba, 0), false).unwrap();
+        vol.write(lba * BS as u64, &versioned(lba, 0), false)
+            .unwrap();
     }
     vol.close().unwrap();
     drop(vol);
