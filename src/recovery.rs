@@ -27,6 +27,73 @@ use crate::segments::{SegInfo, SegState, SegmentTable};
 use crate::volume::core::virt_of;
 use crate::volume::MountReport;
 
+macro_rules! rules {
+    ($($(#[doc = $d:literal])* $f:ident,)*) => {
+        /// How often each recovery rule fired during one mount (`MountReport::rules`).
+        /// A mount that refuses returns an error instead, so `damage_refused` is only
+        /// seen through the error (the caller counts refusals itself).
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+        pub struct RecoveryRules {
+            $($(#[doc = $d])* pub $f: u64,)*
+        }
+        impl RecoveryRules {
+            /// Every counter with its name, in declaration order.
+            pub fn named(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($f), self.$f),)*]
+            }
+            /// Add another mount's counts to these.
+            pub fn add(&mut self, o: &RecoveryRules) {
+                $(self.$f += o.$f;)*
+            }
+        }
+    };
+}
+
+rules! {
+    /// One superblock copy was unusable; the other was used.
+    superblock_copy_fallback,
+    /// The current checkpoint slot was unusable; the older slot was used.
+    checkpoint_slot_fallback,
+    /// A checkpoint slot newer than the superblock names was ignored.
+    checkpoint_newer_slot_ignored,
+    /// No usable checkpoint: the map was rebuilt from every segment.
+    full_rebuild,
+    /// The volume was closed cleanly: nothing was scanned or replayed.
+    clean_mount,
+    /// A segment was walked from block 0 (its first chunk is newer than the checkpoint).
+    segment_walked_from_start,
+    /// A segment open at the checkpoint was walked from its recorded fill.
+    segment_walked_from_fill,
+    /// A segment's first block was zero (tombstone, or never written): not walked.
+    tombstone_seen,
+    /// A valid chunk header with an older sequence number ended a segment walk.
+    stale_header_ends_walk,
+    /// A header with this volume's identity but a bad checksum was recorded as invalid.
+    damaged_header_recorded,
+    /// An unrecognised block was skipped by scanning ahead for the next valid header.
+    resync_past_unrecognised,
+    /// A chunk whose header is valid but whose data fails its checksum was stepped over.
+    chunk_data_invalid,
+    /// A chunk header claimed more blocks than its segment has left.
+    chunk_past_segment_end,
+    /// A chunk was applied to the map.
+    chunk_replayed,
+    /// A GC relocation entry was applied to the map.
+    relocation_replayed,
+    /// A missing sequence number below the durable watermark was skipped as dead.
+    gap_below_watermark_skipped,
+    /// The log ended at the first missing sequence number at or above the watermark.
+    log_end_at_missing_seq,
+    /// A chunk after the end of the log was discarded.
+    chunk_after_log_end_discarded,
+    /// A chunk that failed verification at or above the watermark was dropped (torn tail).
+    invalid_tail_dropped,
+    /// Damage below the durable watermark refused the mount.
+    damage_refused,
+    /// A segment found free still started with a chunk header: scheduled for wiping.
+    free_segment_wipe_scheduled,
+}
+
 pub struct Mounted {
     pub sb: Superblock,
     pub geo: Geometry,
@@ -106,6 +173,7 @@ pub fn walk_segment(
     min_seq: u64,
     found: &mut Vec<Found>,
     invalid: &mut Vec<Invalid>,
+    rules: &mut RecoveryRules,
 ) -> Result<u32> {
     let sbk = geo.segment_blocks;
     if start >= sbk {
@@ -144,6 +212,7 @@ pub fn walk_segment(
                         pos,
                         why: format!("chunk header: {e}"),
                     });
+                    rules.damaged_header_recorded += 1;
                     valid_end.get_or_insert(pos);
                     // Step over it by its (unverified) length: a later chunk may
                     // prove it was durable. Garbage here just ends the walk.
@@ -162,6 +231,7 @@ pub fn walk_segment(
             || h.seq < min_seq
             || prev.is_some_and(|p| h.seq <= p)
         {
+            rules.stale_header_ends_walk += 1;
             break;
         }
         let total = h.total_blocks();
@@ -172,6 +242,7 @@ pub fn walk_segment(
                 pos,
                 why: "chunk runs past the end of its segment".into(),
             });
+            rules.chunk_past_segment_end += 1;
             break;
         }
         prev = Some(h.seq);
@@ -184,6 +255,7 @@ pub fn walk_segment(
                 pos,
                 why: e.to_string(),
             });
+            rules.chunk_data_invalid += 1;
             valid_end.get_or_insert(pos);
             pos += total;
             continue;
@@ -201,7 +273,7 @@ pub fn walk_segment(
 
 /// Apply one chunk's entries to the map (replay). Relocations are applied like any
 /// record: the engine sequences them before any user record that supersedes them.
-pub fn apply(map: &mut Map, geo: &Geometry, f: &Found) -> Result<()> {
+pub fn apply(map: &mut Map, geo: &Geometry, f: &Found, rules: &mut RecoveryRules) -> Result<()> {
     let mut di = 0u32;
     let base = f.segment * geo.segment_blocks + f.pos + 1;
     for e in &f.header.entries {
@@ -210,6 +282,9 @@ pub fn apply(map: &mut Map, geo: &Geometry, f: &Found) -> Result<()> {
                 "chunk seq {} (segment {} block {}) names blocks beyond the volume",
                 f.seq, f.segment, f.pos
             )));
+        }
+        if e.is_relocation() {
+            rules.relocation_replayed += 1;
         }
         match e.kind {
             Kind::Data => {
@@ -238,6 +313,7 @@ struct SegScan {
     ours: bool,
     /// (end of the verified prefix, chunks found, chunks that failed) if walked.
     walked: Option<(u32, Vec<Found>, Vec<Invalid>)>,
+    rules: RecoveryRules,
 }
 
 /// Probe block 0 of `seg` and walk it if it holds chunks newer than the checkpoint
@@ -263,15 +339,30 @@ fn scan_segment(
         true if fill > 0 && fill < geo.segment_blocks => Some(fill),
         _ => None,
     };
+    let mut rules = RecoveryRules::default();
+    if head.iter().all(|&b| b == 0) {
+        rules.tombstone_seen += 1;
+    }
     let walked = match start {
         Some(start) => {
+            if start == 0 {
+                rules.segment_walked_from_start += 1;
+            } else {
+                rules.segment_walked_from_fill += 1;
+            }
             let (mut f, mut inv) = (Vec::new(), Vec::new());
-            let end = walk_segment(media, geo, uuid, seg, start, c_next, &mut f, &mut inv)?;
+            let end = walk_segment(
+                media, geo, uuid, seg, start, c_next, &mut f, &mut inv, &mut rules,
+            )?;
             Some((end, f, inv))
         }
         None => None,
     };
-    Ok(SegScan { ours, walked })
+    Ok(SegScan {
+        ours,
+        walked,
+        rules,
+    })
 }
 
 /// Mount `media`: steps 1-5 above. Performs no writes.
@@ -283,6 +374,7 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             report.notes.push(format!(
                 "superblock copy {i} is unusable ({e}); using the other copy"
             ));
+            report.rules.superblock_copy_fallback += 1;
         }
     }
     let geo = Geometry::from_superblock(&sb);
@@ -293,18 +385,25 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
         for slot in [sb.checkpoint_slot, 1 - sb.checkpoint_slot] {
             match checkpoint::load(media, &sb, slot) {
                 Ok(l) if slot == sb.checkpoint_slot || l.next_seq <= sb.checkpoint_next_seq => {
+                    if slot != sb.checkpoint_slot {
+                        report.rules.checkpoint_slot_fallback += 1;
+                    }
                     loaded = Some((slot, l));
                     break;
                 }
-                Ok(_) => report.notes.push(format!(
-                    "checkpoint slot {slot} is newer than the superblock says; ignored"
-                )),
+                Ok(_) => {
+                    report.rules.checkpoint_newer_slot_ignored += 1;
+                    report.notes.push(format!(
+                        "checkpoint slot {slot} is newer than the superblock says; ignored"
+                    ))
+                }
                 Err(e) => report
                     .notes
                     .push(format!("checkpoint slot {slot} is unusable: {e}")),
             }
         }
         if loaded.is_none() {
+            report.rules.full_rebuild += 1;
             report
                 .notes
                 .push("no usable checkpoint: rebuilding the map from every segment".into());
@@ -324,6 +423,9 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
     };
     let clean = sb.is_clean() && (newest || sb.checkpoint_slot == NO_CHECKPOINT);
     report.clean = clean;
+    if clean {
+        report.rules.clean_mount += 1;
+    }
 
     let mut fills: Vec<u32> = records.iter().map(|r| r.fill).collect();
     let mut last_seq: Vec<u64> = records.iter().map(|r| r.last_seq).collect();
@@ -371,6 +473,7 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
         let mut seg = 0usize;
         for part in parts {
             for sc in part? {
+                report.rules.add(&sc.rules);
                 first_header_ok.push(sc.ours);
                 if let Some((end, f, inv)) = sc.walked {
                     if !f.is_empty() {
@@ -390,11 +493,13 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             .max()
             .unwrap_or(0);
         if let Some(bad) = invalid.iter().find(|i| i.seq >= c_next && i.seq < w) {
+            report.rules.damage_refused += 1;
             return Err(Error::Corrupt(format!(
                 "chunk seq {} in segment {} at block {} fails verification ({}) although a flush had made it durable; refusing to mount rather than return stale data (run `sluice check` for the full list)",
                 bad.seq, bad.segment, bad.pos, bad.why
             )));
         }
+        report.rules.invalid_tail_dropped += invalid.iter().filter(|i| i.seq >= w).count() as u64;
         found.sort_by_key(|f| f.seq);
         let max_seen = found
             .iter()
@@ -410,6 +515,7 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
         let mut stopped = false;
         for f in &found {
             if stopped {
+                report.rules.chunk_after_log_end_discarded += 1;
                 report.chunks_discarded += 1;
                 continue;
             }
@@ -419,10 +525,16 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             if f.seq > expected && f.seq > w {
                 report.notes.push(format!("log ends at seq {expected} (not found; the crash lost it); {} newer chunk(s) discarded", found.iter().filter(|g| g.seq > expected).count()));
                 stopped = true;
+                report.rules.log_end_at_missing_seq += 1;
+                report.rules.chunk_after_log_end_discarded += 1;
                 report.chunks_discarded += 1;
                 continue;
             }
-            apply(&mut map, &geo, f)?;
+            if f.seq > expected {
+                report.rules.gap_below_watermark_skipped += 1;
+            }
+            apply(&mut map, &geo, f, &mut report.rules)?;
+            report.rules.chunk_replayed += 1;
             last_seq[f.segment as usize] = last_seq[f.segment as usize].max(f.seq);
             report.chunks_replayed += 1;
             expected = f.seq + 1;
@@ -477,6 +589,7 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
     }
     let segs = SegmentTable::rebuild(infos, geo.segment_blocks);
     wipe.retain(|&s| segs.segs[s as usize].state == SegState::Free);
+    report.rules.free_segment_wipe_scheduled += wipe.len() as u64;
     Ok(Mounted {
         sb,
         geo,

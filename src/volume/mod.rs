@@ -107,6 +107,8 @@ pub struct MountReport {
     pub chunks_discarded: u64,
     pub notes: Vec<String>,
     pub mount_ms: u64,
+    /// How often each recovery rule fired during this mount.
+    pub rules: crate::recovery::RecoveryRules,
 }
 
 /// The bytes of one range read by `Volume::read_batch` (an aligned buffer of
