@@ -20,7 +20,7 @@ pub use file::FileMedia;
 pub use flash_sim::{FlashCounters, FlashSim, Ftl, OP_CONSUMER, OP_ENTERPRISE};
 pub use memory::MemMedia;
 pub use replay::{ReplayMedia, Store, PATTERN};
-pub use sim::{crash_apply, Loss, SimEvent, SimMedia};
+pub use sim::{crash_apply, crash_apply_opts, Loss, SimEvent, SimMedia};
 
 use std::io;
 

@@ -19,7 +19,10 @@ use std::io;
 /// One recorded operation (see `SimMedia::record`).
 #[derive(Debug, Clone)]
 pub enum SimEvent {
-    Write { offset: u64, data: Vec<u8> },
+    Write {
+        offset: u64,
+        data: Vec<u8>,
+    },
     Flush,
     /// A test's own marker (not a media operation).
     Mark(u64),
@@ -126,13 +129,18 @@ impl SimMedia {
     /// The media after a power loss now: the durable content plus the cached
     /// writes `loss` lets through, torn by `seed`.
     pub fn crash_image(&self, loss: Loss, seed: u64) -> Vec<u8> {
+        self.crash_image_opts(loss, seed, true)
+    }
+    /// `crash_image`; see `crash_apply_opts` for `tear_zero_writes`.
+    pub fn crash_image_opts(&self, loss: Loss, seed: u64, tear_zero_writes: bool) -> Vec<u8> {
         let s = self.st.lock();
         let mut img = s.durable.clone();
-        crash_apply(
+        crash_apply_opts(
             &mut img,
             s.cache.iter().map(|(o, d)| (*o, d.as_slice())),
             loss,
             seed,
+            tear_zero_writes,
         );
         img
     }
@@ -169,6 +177,18 @@ pub fn crash_apply<'a>(
     loss: Loss,
     seed: u64,
 ) {
+    crash_apply_opts(img, cache, loss, seed, true)
+}
+
+/// `crash_apply`, where `tear_zero_writes: false` never tears a write of all
+/// zeros (it reaches the media whole or not at all).
+pub fn crash_apply_opts<'a>(
+    img: &mut [u8],
+    cache: impl Iterator<Item = (u64, &'a [u8])>,
+    loss: Loss,
+    seed: u64,
+    tear_zero_writes: bool,
+) {
     let mut rng = SmallRng::seed_from_u64(seed);
     for (off, data) in cache {
         let keep = match loss {
@@ -180,7 +200,8 @@ pub fn crash_apply<'a>(
             continue;
         }
         let o = off as usize;
-        if rng.gen_bool(0.5) {
+        let tear = rng.gen_bool(0.5);
+        if tear && (tear_zero_writes || data.iter().any(|&b| b != 0)) {
             // torn: each sector independently reached the media or not
             for (i, sector) in data.chunks(512).enumerate() {
                 if rng.gen_bool(0.5) {
@@ -277,7 +298,12 @@ mod tests {
         let mut saw_gap = false;
         for seed in 0..64 {
             let mut img = vec![0u8; 4096];
-            crash_apply(&mut img, [(0u64, &[9u8; 4096][..])].into_iter(), Loss::KeepAll, seed);
+            crash_apply(
+                &mut img,
+                [(0u64, &[9u8; 4096][..])].into_iter(),
+                Loss::KeepAll,
+                seed,
+            );
             let s: Vec<bool> = img.chunks(512).map(|c| c[0] == 9).collect();
             saw_gap |= s.windows(2).any(|w| !w[0] && w[1]);
         }
