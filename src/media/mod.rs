@@ -11,6 +11,7 @@ mod file;
 mod flash_sim;
 mod memory;
 mod replay;
+mod sim;
 mod uring;
 
 pub use aligned::AlignedBuf;
@@ -19,6 +20,7 @@ pub use file::FileMedia;
 pub use flash_sim::{FlashCounters, FlashSim, Ftl, OP_CONSUMER, OP_ENTERPRISE};
 pub use memory::MemMedia;
 pub use replay::{ReplayMedia, Store, PATTERN};
+pub use sim::{crash_apply, crash_apply_opts, Loss, SimEvent, SimMedia};
 
 use std::io;
 

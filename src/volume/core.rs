@@ -303,7 +303,10 @@ impl Core {
         let image = self
             .pool
             .pop()
-            .unwrap_or_else(|| AlignedBuf::new(MAX_CHUNK_BLOCKS as usize * BLOCK_BYTES));
+            // (a chunk never spans segments: small segments need small buffers)
+            .unwrap_or_else(|| {
+                AlignedBuf::new(MAX_CHUNK_BLOCKS.min(seg_blocks) as usize * BLOCK_BYTES)
+            });
         self.open[slot] = Some(OpenChunk::new(stream, seg, start, cap, image));
         Ok(())
     }

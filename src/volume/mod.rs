@@ -712,6 +712,16 @@ impl Volume {
         checkpoint::write(&self.sh, false)
     }
 
+    /// Run one round of the housekeeper's work synchronously on this thread
+    /// (seal + flush an idle user chunk, clean ahead with its reuse barrier,
+    /// checkpoint when due). The deterministic simulation drives the housekeeper
+    /// with this instead of the background thread; with `idle_seal_ms: 0` every
+    /// open user chunk counts as idle, so a step does not depend on the clock.
+    pub fn housekeeper_step(&self) -> Result<()> {
+        self.check_usable(true)?;
+        self.sh.housekeeper_round(self.sh.clean_mark).map(|_| ())
+    }
+
     /// Stop the housekeeper, write a clean checkpoint. Further calls fail with Closed.
     pub fn close(&self) -> Result<()> {
         if self.sh.closed.swap(true, Ordering::AcqRel) {
@@ -1297,6 +1307,38 @@ impl Shared {
         self.counters.snapshot(base)
     }
 
+    /// One round of the housekeeper's work on the caller's thread: seal and flush
+    /// an idle user chunk, clean ahead until `want` segments beyond the reserve
+    /// are free (with the reuse barrier), checkpoint when due. Returns whether it
+    /// cleaned a segment.
+    fn housekeeper_round(&self, want: u32) -> Result<bool> {
+        let idle = self
+            .core
+            .lock()
+            .user_chunk_age()
+            .is_some_and(|a| a >= Duration::from_millis(self.opts.idle_seal_ms));
+        if idle {
+            self.flush()?;
+        }
+        let (free, pending) = {
+            let c = self.core.lock();
+            (c.segs.free.len() as u32, c.segs.pending.len() as u32)
+        };
+        let mut cleaned = false;
+        if free + pending < self.reserve + want {
+            match self.clean_ahead(want) {
+                Ok(n) => cleaned = n > 0,
+                Err(Error::NoSpace) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.core.lock().bytes_since_checkpoint >= self.checkpoint_interval {
+            // (re-checked under the checkpoint lock)
+            checkpoint::write_if_due(self, self.checkpoint_interval)?;
+        }
+        Ok(cleaned)
+    }
+
     /// Background work: seal idle chunks, keep free segments ahead of need,
     /// checkpoint on schedule. Runs until `stop`.
     fn housekeeper(self: Arc<Self>) {
@@ -1322,38 +1364,13 @@ impl Shared {
             if self.check_failed().is_err() {
                 return;
             }
-            let r = (|| -> Result<()> {
-                let idle = self
-                    .core
-                    .lock()
-                    .user_chunk_age()
-                    .is_some_and(|a| a >= Duration::from_millis(self.opts.idle_seal_ms));
-                if idle {
-                    self.flush()?;
-                }
-                let (free, pending) = {
-                    let c = self.core.lock();
-                    (c.segs.free.len() as u32, c.segs.pending.len() as u32)
-                };
-                // After a second without writes, clean further ahead so the next
-                // burst finds free segments instead of waiting for GC.
-                let idle_ms = (self.started.elapsed().as_millis() as u64)
-                    .saturating_sub(self.last_write_ms.load(Ordering::Relaxed));
-                let want = if idle_ms >= 1000 { idle_ahead } else { ahead };
-                cleaned_last = false;
-                if free + pending < self.reserve + want {
-                    match self.clean_ahead(want) {
-                        Ok(n) => cleaned_last = n > 0,
-                        Err(Error::NoSpace) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                if self.core.lock().bytes_since_checkpoint >= self.checkpoint_interval {
-                    // (re-checked under the checkpoint lock)
-                    checkpoint::write_if_due(&self, self.checkpoint_interval)?;
-                }
-                Ok(())
-            })();
+            // After a second without writes, clean further ahead so the next
+            // burst finds free segments instead of waiting for GC.
+            let idle_ms = (self.started.elapsed().as_millis() as u64)
+                .saturating_sub(self.last_write_ms.load(Ordering::Relaxed));
+            let want = if idle_ms >= 1000 { idle_ahead } else { ahead };
+            let r = self.housekeeper_round(want);
+            cleaned_last = matches!(r, Ok(true));
             if let Err(e) = r {
                 tracing::error!("housekeeper: {e}");
             }

@@ -1,0 +1,1292 @@
+//! Deterministic simulation test (DST): one u64 seed drives the real engine
+//! (`Volume`, its commit path and its housekeeper, driven by
+//! `Volume::housekeeper_step`) with several logical clients issuing aligned and
+//! sub-block writes, trims, write_zeroes, FLUSH and FUA, close and reopen, all
+//! interleaved by the seed on the test thread, over `SimMedia` (a disk with a
+//! volatile write cache). The workload runs once per seed with the media
+//! recording every operation; power is then cut before every media operation in
+//! turn (prefix replay: the engine is deterministic, so the media up to a cut is
+//! the recorded prefix), during writes, FLUSH, GC, reuse barriers, checkpoints,
+//! close and clean mounts. Each cut keeps any subset of the unflushed writes, each
+//! torn at any subset of its 512-byte sectors; some cuts crash again during the
+//! recovery mount, up to twice. After remount the oracle checks:
+//!   (a) no garbage: every block reads as a value some issued request gave it;
+//!   (b) every write acknowledged before a completed FLUSH (or close) was issued
+//!       survives unless overwritten later;
+//!   (c) every acknowledged FUA write survives unless overwritten later;
+//!   (d) per client, if a later write of the client survived, every earlier one
+//!       did (modulo overwrites);
+//! and `sluice check` must find the image clean. A sample of cuts also runs live
+//! (power cut or EIO while the engine runs) to check that the engine acknowledges
+//! exactly what the replay assumes. A second mode runs the threads that ship
+//! (writer threads, housekeeper thread, client threads) and cuts power from
+//! another thread at a random moment.
+//!
+//! Knobs: SLUICE_DST_SEEDS (seeds in the CI run), SLUICE_DST_BASE (first seed),
+//! SLUICE_DST_THREADED (threaded runs). scripts/dst SEED reproduces one seed;
+//! scripts/dst-soak runs random seeds for a given time.
+
+mod common;
+
+use common::{Fill, Op, Reference, BS};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use sluice::geometry::Geometry;
+use sluice::media::{crash_apply_opts, Loss, Media, SimEvent, SimMedia};
+use sluice::{CreateOptions, OpenOptions, Volume};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Volume shape: small enough that GC, reuse barriers and checkpoints happen
+/// every few dozen requests.
+#[derive(Clone, Copy)]
+struct Shape {
+    blocks: u64,
+    seg_blocks: u32,
+    checkpoint_bytes: u64,
+    op: f64,
+}
+
+const SHAPE: Shape = Shape {
+    blocks: 64,
+    seg_blocks: 16,
+    checkpoint_bytes: 128 << 10,
+    op: 0.10,
+};
+
+fn media_bytes(sh: Shape) -> u64 {
+    Geometry::for_logical(sh.blocks, sh.seg_blocks, sh.op).media_bytes()
+}
+
+fn create_opts(sh: Shape, gc: sluice::GcPolicy) -> CreateOptions {
+    CreateOptions {
+        logical_bytes: Some(sh.blocks * BS as u64),
+        overprovision: sh.op,
+        segment_bytes: sh.seg_blocks as u64 * BS as u64,
+        gc_policy: gc,
+    }
+}
+
+fn open_opts(sh: Shape, background: bool) -> OpenOptions {
+    OpenOptions {
+        background,
+        // every open user chunk is idle for housekeeper_step: no clock involved
+        idle_seal_ms: if background { 5 } else { 0 },
+        checkpoint_interval_bytes: Some(sh.checkpoint_bytes),
+        ..Default::default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Workload
+
+#[derive(Clone, Debug)]
+enum Act {
+    Io(Op, bool),
+    Step,
+    Close,
+    Open,
+}
+
+#[derive(Clone, Debug)]
+struct Planned {
+    client: usize,
+    act: Act,
+}
+
+/// Blocks [lo, hi) a client may touch.
+fn random_io(rng: &mut SmallRng, lo: u64, hi: u64) -> Op {
+    let bs = BS as u64;
+    let nblk = hi - lo;
+    // most traffic on a hot quarter, so segments die unevenly and GC has choices
+    let (lo, nblk) = if rng.gen_bool(0.6) {
+        (lo, (nblk / 4).max(4).min(nblk))
+    } else {
+        (lo, nblk)
+    };
+    let base = lo * bs;
+    let size = nblk * bs;
+    match rng.gen_range(0..100) {
+        0..=59 => {
+            let nb = if rng.gen_bool(0.75) {
+                1
+            } else {
+                rng.gen_range(1..=4u64).min(nblk)
+            };
+            let b = rng.gen_range(0..nblk - nb + 1);
+            let fill = match rng.gen_range(0..25) {
+                0 => Fill::Zeros,
+                1 => Fill::Ones,
+                _ => Fill::Random,
+            };
+            Op::Write {
+                offset: base + b * bs,
+                len: (nb * bs) as usize,
+                seed: rng.gen(),
+                fill,
+            }
+        }
+        60..=77 => {
+            let len = rng.gen_range(1..2 * bs).min(size - 1);
+            let off = rng.gen_range(0..size - len);
+            Op::Write {
+                offset: base + off,
+                len: len as usize,
+                seed: rng.gen(),
+                fill: Fill::Random,
+            }
+        }
+        78..=88 => {
+            let len = rng.gen_range(1..6 * bs).min(size - 1);
+            let off = rng.gen_range(0..size - len);
+            Op::Zero {
+                offset: base + off,
+                len,
+                may_trim: rng.gen(),
+            }
+        }
+        _ => {
+            let len = rng.gen_range(1..8 * bs).min(size - 1);
+            let off = rng.gen_range(0..size - len);
+            Op::Trim {
+                offset: base + off,
+                len,
+            }
+        }
+    }
+}
+
+fn plan(seed: u64, sh: Shape) -> Vec<Planned> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let clients = rng.gen_range(1..=4);
+    let n = rng.gen_range(600..900);
+    let fua_p = [0.0, 0.05, 0.2][rng.gen_range(0..3)];
+    let mut v = Vec::with_capacity(n + 2);
+    for _ in 0..n {
+        let client = rng.gen_range(0..clients);
+        let act = match rng.gen_range(0..100) {
+            0..=71 => Act::Io(random_io(&mut rng, 0, sh.blocks), rng.gen_bool(fua_p)),
+            72..=79 => Act::Io(Op::Flush, false),
+            80..=97 => Act::Step,
+            _ => Act::Close,
+        };
+        let close = matches!(act, Act::Close);
+        v.push(Planned { client, act });
+        if close {
+            v.push(Planned {
+                client,
+                act: Act::Open,
+            });
+        }
+    }
+    v.push(Planned {
+        client: 0,
+        act: Act::Close,
+    });
+    v
+}
+
+fn trace(p: &[Planned]) -> String {
+    let mut s = String::new();
+    for (i, x) in p.iter().enumerate() {
+        s += &format!("  op {i:4} client {}: {:?}\n", x.client, x.act);
+    }
+    s
+}
+
+/// Whether a power cut may tear a write of zeros (the reuse barrier's and the
+/// mount's wipe of a segment's first block) at a non-prefix subset of its
+/// sectors. Off by default: today's recovery refuses to mount when a torn wipe
+/// leaves a chunk header below the durable watermark that fails its CRC (found
+/// by this test, seed 15: see `dst_regression_torn_wipe_refuses_mount`).
+/// SLUICE_DST_TORN_WIPES=1 turns it on; make it the default once recovery
+/// tells a torn wipe from damage.
+fn torn_wipes() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    TORN_WIPES.with(|c| c.get())
+        || *ON.get_or_init(|| std::env::var("SLUICE_DST_TORN_WIPES").is_ok_and(|v| v == "1"))
+}
+
+thread_local! {
+    /// Per-thread override of `torn_wipes` (regression test).
+    static TORN_WIPES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+// ---------------------------------------------------------------------------
+// Oracle
+
+fn block_hash(b: &[u8]) -> u64 {
+    ((crc32c::crc32c_append(0x9e37_79b9, b) as u64) << 32) | crc32c::crc32c(b) as u64
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Write,
+    Flush,
+    Close,
+    Other,
+}
+
+#[derive(Clone, Debug)]
+struct OpInfo {
+    client: usize,
+    kind: Kind,
+    fua: bool,
+    /// (block, hash of the block's content after this op)
+    blocks: Vec<(u32, u64)>,
+}
+
+/// Every value each block was given, in order, by which op.
+struct Oracle {
+    ops: Vec<OpInfo>,
+    /// versions[b] = (op id + 1, hash); (0, zero hash) is the initial value.
+    versions: Vec<Vec<(u32, u64)>>,
+    clients: usize,
+}
+
+impl Oracle {
+    fn new(blocks: u64, ops: Vec<OpInfo>, clients: usize) -> Oracle {
+        let zero = block_hash(&[0u8; BS]);
+        let mut versions = vec![vec![(0u32, zero)]; blocks as usize];
+        for (i, o) in ops.iter().enumerate() {
+            for &(b, h) in &o.blocks {
+                versions[b as usize].push((i as u32 + 1, h));
+            }
+        }
+        Oracle {
+            ops,
+            versions,
+            clients,
+        }
+    }
+
+    /// Block content information from one op applied to `r`.
+    fn op_blocks(r: &mut Reference, op: &Op) -> Vec<(u32, u64)> {
+        if matches!(op, Op::Flush) {
+            return Vec::new();
+        }
+        let before = r.events.len();
+        r.apply(op);
+        let v = r.events[before..]
+            .iter()
+            .map(|(b, c)| (*b as u32, block_hash(c)))
+            .collect();
+        r.events.clear();
+        v
+    }
+
+    /// Check `actual` (hash per block; None = the read failed with an error,
+    /// allowed only after injected damage) against: ops with id < `started` may
+    /// have happened, `required(id)` ops must have (unless overwritten later).
+    fn verify(
+        &self,
+        actual: &[Option<u64>],
+        started: usize,
+        required: &dyn Fn(usize) -> bool,
+    ) -> Result<(), String> {
+        let n = self.versions.len();
+        let mut lo = vec![0u32; n];
+        let mut hi = vec![0u32; n];
+        for b in 0..n {
+            let vs = &self.versions[b];
+            let Some(actual_b) = actual[b] else {
+                // unreadable (EIO): neither evidence of survival nor of loss
+                lo[b] = u32::MAX;
+                hi[b] = u32::MAX;
+                continue;
+            };
+            let mut l = u32::MAX;
+            let mut h = None;
+            let mut req = 0u32;
+            for &(id, hash) in vs {
+                if id as usize > started {
+                    break;
+                }
+                if hash == actual_b {
+                    l = l.min(id);
+                    h = Some(id);
+                }
+                if id > 0 && required(id as usize - 1) {
+                    req = id;
+                }
+            }
+            let Some(h) = h else {
+                return Err(format!(
+                    "(a) garbage: block {b} reads as a value no request gave it (versions issued: {})",
+                    vs.iter().filter(|v| v.0 as usize <= started).count()
+                ));
+            };
+            if h < req {
+                return Err(format!(
+                    "(b/c) lost: block {b} must hold op {}'s value or a later one ({}), but holds {}",
+                    req - 1,
+                    if self.ops[req as usize - 1].fua { "FUA" } else { "flushed" },
+                    if h == 0 { "its initial value".to_string() } else { format!("op {}'s value", h - 1) }
+                ));
+            }
+            lo[b] = l;
+            hi[b] = h;
+        }
+        // (d) per-client prefix
+        let mut witness = vec![0u32; self.clients];
+        for b in 0..n {
+            if lo[b] == hi[b] && lo[b] > 0 && lo[b] != u32::MAX {
+                let c = self.ops[lo[b] as usize - 1].client;
+                witness[c] = witness[c].max(lo[b]);
+            }
+        }
+        for (id, o) in self.ops.iter().enumerate() {
+            let id1 = id as u32 + 1;
+            if id1 >= witness[o.client] {
+                continue;
+            }
+            for &(b, _) in &o.blocks {
+                if hi[b as usize] < id1 {
+                    return Err(format!(
+                        "(d) prefix: client {} op {} survived (block witness) but its earlier op {id} did not: block {b} holds {}",
+                        o.client,
+                        witness[o.client] - 1,
+                        if hi[b as usize] == 0 { "its initial value".to_string() } else { format!("op {}'s value", hi[b as usize] - 1) }
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running a plan
+
+/// Result of running a plan on the engine.
+struct Ran {
+    /// Ops issued (the last may have failed).
+    started: usize,
+    /// Ops acknowledged: 0..acked (the run stops at the first failure).
+    acked: usize,
+}
+
+fn do_act(
+    vol: &mut Option<Volume>,
+    media: &Arc<SimMedia>,
+    sh: Shape,
+    act: &Act,
+) -> sluice::Result<()> {
+    match act {
+        Act::Io(op, fua) => common::issue(vol.as_ref().unwrap(), op, *fua),
+        Act::Step => vol.as_ref().unwrap().housekeeper_step(),
+        Act::Close => {
+            let r = vol.as_ref().unwrap().close();
+            *vol = None;
+            r
+        }
+        Act::Open => {
+            *vol = Some(Volume::open(
+                media.clone() as Arc<dyn Media>,
+                &open_opts(sh, false),
+            )?);
+            Ok(())
+        }
+    }
+}
+
+/// Format a fresh volume on SimMedia and make the format durable.
+fn fresh(sh: Shape, gc: sluice::GcPolicy) -> (Arc<SimMedia>, Volume) {
+    let media = Arc::new(SimMedia::new(media_bytes(sh)));
+    let vol = Volume::create(
+        media.clone() as Arc<dyn Media>,
+        &create_opts(sh, gc),
+        &open_opts(sh, false),
+    )
+    .expect("create");
+    media.flush().unwrap();
+    (media, vol)
+}
+
+/// Run `p` on `media`; stop at the first failed op.
+fn run_plan(media: &Arc<SimMedia>, vol: Volume, sh: Shape, p: &[Planned]) -> Ran {
+    let mut vol = Some(vol);
+    for (i, x) in p.iter().enumerate() {
+        media.mark(2 * i as u64);
+        if do_act(&mut vol, media, sh, &x.act).is_err() {
+            return Ran {
+                started: i + 1,
+                acked: i,
+            };
+        }
+        media.mark(2 * i as u64 + 1);
+    }
+    Ran {
+        started: p.len(),
+        acked: p.len(),
+    }
+}
+
+fn oracle_for(p: &[Planned], sh: Shape) -> Oracle {
+    let mut r = Reference::new(sh.blocks);
+    let clients = p.iter().map(|x| x.client).max().unwrap_or(0) + 1;
+    let ops = p
+        .iter()
+        .map(|x| match &x.act {
+            Act::Io(Op::Flush, _) => OpInfo {
+                client: x.client,
+                kind: Kind::Flush,
+                fua: false,
+                blocks: Vec::new(),
+            },
+            Act::Io(op, fua) => OpInfo {
+                client: x.client,
+                kind: Kind::Write,
+                fua: *fua,
+                blocks: Oracle::op_blocks(&mut r, op),
+            },
+            Act::Close => OpInfo {
+                client: x.client,
+                kind: Kind::Close,
+                fua: false,
+                blocks: Vec::new(),
+            },
+            _ => OpInfo {
+                client: x.client,
+                kind: Kind::Other,
+                fua: false,
+                blocks: Vec::new(),
+            },
+        })
+        .collect();
+    Oracle::new(sh.blocks, ops, clients)
+}
+
+/// Required ops when ops 0..acked were acknowledged in order (one thread).
+fn required_sequential(o: &Oracle, acked: usize) -> impl Fn(usize) -> bool + '_ {
+    let last_flush = (0..acked)
+        .rev()
+        .find(|&i| matches!(o.ops[i].kind, Kind::Flush | Kind::Close))
+        .unwrap_or(0);
+    move |i| i < acked && o.ops[i].kind == Kind::Write && (i < last_flush || o.ops[i].fua)
+}
+
+// ---------------------------------------------------------------------------
+// Checking one crash image
+
+/// How often each recovery rule fired, summed over every mount of a run.
+#[derive(Default)]
+struct Tally {
+    rules: BTreeMap<&'static str, u64>,
+    points: u64,
+    mount_cuts: u64,
+    live: u64,
+    /// Damage runs: mounts refused, reads answered with EIO.
+    refused: u64,
+    eio: u64,
+    /// Seeds that stopped at a known engine bug (KNOWN_FINDINGS).
+    known: BTreeMap<&'static str, u64>,
+}
+
+impl Tally {
+    fn add(&mut self, o: &Tally) {
+        for (k, v) in &o.rules {
+            *self.rules.entry(k).or_default() += v;
+        }
+        self.points += o.points;
+        self.mount_cuts += o.mount_cuts;
+        self.live += o.live;
+        self.refused += o.refused;
+        self.eio += o.eio;
+        for (k, v) in &o.known {
+            *self.known.entry(k).or_default() += v;
+        }
+    }
+    fn mounted(&mut self, vol: &Volume) {
+        for (k, v) in vol.mount_report().rules.named() {
+            *self.rules.entry(k).or_default() += v;
+        }
+    }
+    /// Rules that never fired.
+    fn unfired(&self) -> Vec<&'static str> {
+        self.rules
+            .iter()
+            .filter(|(_, &v)| v == 0)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+}
+
+/// Mount `img` (crashing during recovery first when `rng` says so), read it back
+/// and check it with the oracle and `sluice check`.
+fn check_image(
+    img: Vec<u8>,
+    sh: Shape,
+    o: &Oracle,
+    started: usize,
+    required: &dyn Fn(usize) -> bool,
+    rng: &mut SmallRng,
+    mount_cut: bool,
+    t: &mut Tally,
+) -> Result<(), String> {
+    let mut img = img;
+    let mut crashes = 0;
+    while mount_cut && crashes < 2 && (crashes == 0 || rng.gen_bool(0.3)) {
+        // count the mount's media operations, then cut power at one of them
+        let m = Arc::new(SimMedia::from_image(img.clone()));
+        let vol = Volume::open(m.clone() as Arc<dyn Media>, &open_opts(sh, false))
+            .map_err(|e| format!("mount (before the mount crash) failed: {e}"))?;
+        t.mounted(&vol);
+        let n = m.ops();
+        drop(vol);
+        if n == 0 {
+            break;
+        }
+        let cut = rng.gen_range(0..n);
+        let m = Arc::new(SimMedia::from_image(img));
+        m.cut_at_op(cut);
+        if let Ok(vol) = Volume::open(m.clone() as Arc<dyn Media>, &open_opts(sh, false)) {
+            return Err(format!(
+                "mount succeeded although power was cut at its media op {cut} of {n}: {:?}",
+                vol.mount_report()
+            ));
+        }
+        let loss = [Loss::Subset, Loss::KeepAll, Loss::DropAll][rng.gen_range(0..3)];
+        img = m.crash_image_opts(loss, rng.gen(), torn_wipes());
+        crashes += 1;
+        t.mount_cuts += 1;
+    }
+    let m = Arc::new(SimMedia::from_image(img));
+    let vol = Volume::open(m.clone() as Arc<dyn Media>, &open_opts(sh, false))
+        .map_err(|e| format!("mount failed after {crashes} mount crash(es): {e}"))?;
+    t.mounted(&vol);
+    let mut buf = vec![0u8; (sh.blocks as usize) * BS];
+    vol.read(0, &mut buf).map_err(|e| format!("read: {e}"))?;
+    let actual: Vec<Option<u64>> = buf.chunks(BS).map(|b| Some(block_hash(b))).collect();
+    o.verify(&actual, started, required)
+        .map_err(|e| format!("after {crashes} mount crash(es): {e}"))?;
+    let rep = sluice::check::check(&*m);
+    if !rep.is_clean() {
+        return Err(format!(
+            "check after mount: {:?}; mount notes: {:?}; check notes: {:?}",
+            rep.damage,
+            vol.mount_report().notes,
+            rep.notes
+        ));
+    }
+    if rng.gen_ratio(1, 64) {
+        // the recovered volume keeps working and closes clean
+        vol.write(4096, &[0x5a; 8192], true)
+            .map_err(|e| format!("write after recovery: {e}"))?;
+        vol.housekeeper_step()
+            .map_err(|e| format!("housekeeper after recovery: {e}"))?;
+        vol.close()
+            .map_err(|e| format!("close after recovery: {e}"))?;
+        let rep = sluice::check::check(&*m);
+        if !rep.is_clean() {
+            return Err(format!("check after recovery and close: {:?}", rep.damage));
+        }
+    }
+    t.points += 1;
+    Ok(())
+}
+
+/// Where injected damage goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Area {
+    /// Superblock copies and checkpoint slots (recovery has a second copy of each).
+    Meta,
+    /// Written blocks of the segment area (chunk headers and data).
+    Log,
+}
+
+/// Flip one bit of `img` in `area` (a byte that is not zero, so the damage hits
+/// something written), mount, and read every block on its own. A refused mount
+/// or an EIO on a read is an acceptable answer to damage; wrong data never is.
+#[allow(clippy::too_many_arguments)]
+fn check_damaged(
+    mut img: Vec<u8>,
+    sh: Shape,
+    area: Area,
+    o: &Oracle,
+    started: usize,
+    required: &dyn Fn(usize) -> bool,
+    rng: &mut SmallRng,
+    t: &mut Tally,
+) -> Result<(), String> {
+    let geo = Geometry::for_logical(sh.blocks, sh.seg_blocks, sh.op);
+    let ranges: Vec<(u64, u64)> = match area {
+        Area::Meta => vec![
+            (0, 2 * BS as u64),
+            (geo.checkpoint_offset[0], geo.checkpoint_slot_bytes),
+            (geo.checkpoint_offset[1], geo.checkpoint_slot_bytes),
+        ],
+        Area::Log => vec![(geo.data_offset, geo.media_bytes() - geo.data_offset)],
+    };
+    let mut at = None;
+    for _ in 0..64 {
+        let (start, len) = ranges[rng.gen_range(0..ranges.len())];
+        let off = start + rng.gen_range(0..len);
+        if img[off as usize] != 0 {
+            at = Some(off);
+            break;
+        }
+    }
+    let Some(off) = at else {
+        return Ok(());
+    };
+    img[off as usize] ^= 1 << rng.gen_range(0..8);
+    let m = Arc::new(SimMedia::from_image(img));
+    let vol = match Volume::open(m.clone() as Arc<dyn Media>, &open_opts(sh, false)) {
+        Ok(v) => v,
+        Err(_) => {
+            t.refused += 1;
+            t.points += 1;
+            return Ok(());
+        }
+    };
+    t.mounted(&vol);
+    let mut actual = Vec::with_capacity(sh.blocks as usize);
+    let mut blk = vec![0u8; BS];
+    for b in 0..sh.blocks {
+        actual.push(match vol.read(b * BS as u64, &mut blk) {
+            Ok(()) => Some(block_hash(&blk)),
+            Err(_) => {
+                t.eio += 1;
+                None
+            }
+        });
+    }
+    o.verify(&actual, started, required)
+        .map_err(|e| format!("damage {area:?}: bit flipped at media byte {off}: {e}"))?;
+    t.points += 1;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// One seed
+
+struct SeedResult {
+    tally: Tally,
+    media_ops: u64,
+}
+
+fn describe_event(e: &SimEvent, geo: &Geometry) -> String {
+    match e {
+        SimEvent::Flush => "flush".into(),
+        SimEvent::Mark(m) => format!("mark {m}"),
+        SimEvent::Write { offset, data } => {
+            let o = *offset;
+            let what = if o < 2 * BS as u64 {
+                format!("superblock copy {}", o / BS as u64)
+            } else if o >= geo.data_offset {
+                let rel = o - geo.data_offset;
+                let sb = geo.segment_bytes();
+                format!("segment {} block {}", rel / sb, (rel % sb) / BS as u64)
+            } else if o >= geo.checkpoint_offset[1] {
+                "checkpoint slot 1".into()
+            } else {
+                "checkpoint slot 0".into()
+            };
+            format!("write {} blocks at {o} ({what})", data.len() / BS)
+        }
+    }
+}
+
+/// Everything for one seed: record run, prefix replay at every media operation,
+/// a sample of live cuts and EIO runs. `stride` cuts before every stride-th op.
+fn run_seed(
+    seed: u64,
+    stride: u64,
+    verbose: bool,
+    damage: Option<Area>,
+) -> Result<SeedResult, String> {
+    let sh = SHAPE;
+    let gc = [
+        sluice::gc::DEFAULT_POLICY,
+        sluice::GcPolicy::Greedy,
+        sluice::GcPolicy::SepbitCb,
+    ][(seed % 3) as usize];
+    let p = plan(seed, sh);
+    if verbose {
+        println!("seed {seed}: gc {gc:?}, {} ops:\n{}", p.len(), trace(&p));
+    }
+    let o = oracle_for(&p, sh);
+    let mut t = Tally::default();
+
+    // 1. Record run.
+    let (media, vol) = fresh(sh, gc);
+    let base = media.current_image();
+    media.record();
+    let ran = run_plan(&media, vol, sh, &p);
+    if ran.acked != p.len() {
+        return Err(format!(
+            "seed {seed}: op {} failed without any fault injected",
+            ran.acked
+        ));
+    }
+    let events = media.take_events();
+    let mut begin = vec![0u64; p.len()];
+    let mut end = vec![0u64; p.len()];
+    let mut media_ops = Vec::new();
+    for e in events {
+        match e {
+            SimEvent::Mark(m) => {
+                let pos = media_ops.len() as u64;
+                if m % 2 == 0 {
+                    begin[(m / 2) as usize] = pos;
+                } else {
+                    end[(m / 2) as usize] = pos;
+                }
+            }
+            e => media_ops.push(e),
+        }
+    }
+    let total = media_ops.len() as u64;
+    let _ = begin;
+
+    // 2. Prefix replay: power lost before media op `cut`.
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_0000_0000);
+    let mut durable = base.clone();
+    let mut flushed_upto = 0usize; // media_ops[..flushed_upto] are in `durable`
+    let mut last_flush = 0usize;
+    let mut k = 0usize; // first op not acknowledged before the cut
+    for cut in 0..=total {
+        let c = cut as usize;
+        // advance the durable image to the last flush before `cut`
+        if c > 0 && matches!(media_ops[c - 1], SimEvent::Flush) {
+            last_flush = c;
+        }
+        while flushed_upto < last_flush {
+            if let SimEvent::Write { offset, data } = &media_ops[flushed_upto] {
+                durable[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
+            }
+            flushed_upto += 1;
+        }
+        while k < p.len() && end[k] <= cut {
+            k += 1;
+        }
+        if cut % stride != seed % stride && cut != total {
+            continue;
+        }
+        let started = (k + 1).min(p.len());
+        let req = required_sequential(&o, k);
+        let cached = || {
+            media_ops[last_flush..c].iter().filter_map(|e| match e {
+                SimEvent::Write { offset, data } => Some((*offset, data.as_slice())),
+                _ => None,
+            })
+        };
+        let variants: &[Loss] = if cached().next().is_none() {
+            &[Loss::KeepAll]
+        } else if cut % 2 == 0 {
+            &[Loss::Subset, Loss::KeepAll]
+        } else {
+            &[Loss::Subset, Loss::DropAll]
+        };
+        for (vi, &loss) in variants.iter().enumerate() {
+            let mut img = durable.clone();
+            crash_apply_opts(&mut img, cached(), loss, rng.gen(), torn_wipes());
+            let r = match damage {
+                Some(area) => check_damaged(img, sh, area, &o, started, &req, &mut rng, &mut t),
+                None => {
+                    let mount_cut = rng.gen_ratio(1, 4);
+                    check_image(img, sh, &o, started, &req, &mut rng, mount_cut, &mut t)
+                }
+            };
+            if r.is_err() && verbose {
+                let geo = Geometry::for_logical(sh.blocks, sh.seg_blocks, sh.op);
+                println!("media ops from the last completed flush to the cut:");
+                for (i, e) in media_ops
+                    .iter()
+                    .enumerate()
+                    .take(c)
+                    .skip(last_flush.saturating_sub(12))
+                {
+                    println!("  media op {i:5}: {}", describe_event(e, &geo));
+                }
+            }
+            r.map_err(|e| {
+                format!(
+                    "seed {seed} cut before media op {cut} of {total} (op {k} in progress: {:?}), loss {loss:?} variant {vi}: {e}",
+                    p.get(k).map(|x| &x.act)
+                )
+            })?;
+        }
+    }
+
+    // 3. Live runs: cut power or fail a write while the engine runs; the engine
+    //    must acknowledge exactly what the replay assumed (nothing after a failure).
+    let live: &[bool] = if damage.is_some() {
+        &[]
+    } else {
+        &[false, true]
+    };
+    for &eio in live {
+        let at = rng.gen_range(0..total.max(1));
+        let (media, vol) = fresh(sh, gc);
+        let writes_before = media.writes();
+        if eio {
+            // the at-th write from now fails with EIO; power stays on
+            let nth_write = media_ops[..at as usize]
+                .iter()
+                .filter(|e| matches!(e, SimEvent::Write { .. }))
+                .count() as u64;
+            media.fail_write(writes_before + nth_write);
+        } else {
+            media.cut_at_op(media.ops() + at);
+        }
+        let ran = run_plan(&media, vol, sh, &p);
+        let expect_k = (0..p.len()).find(|&j| end[j] > at).unwrap_or(p.len());
+        if !eio && ran.acked != expect_k {
+            return Err(format!(
+                "seed {seed} live cut at media op {at}: the engine acknowledged ops 0..{} but the power was cut inside op {expect_k}",
+                ran.acked
+            ));
+        }
+        let req = required_sequential(&o, ran.acked);
+        for loss in [Loss::Subset, Loss::DropAll] {
+            let img = media.crash_image_opts(loss, rng.gen(), torn_wipes());
+            check_image(img, sh, &o, ran.started, &req, &mut rng, false, &mut t).map_err(|e| {
+                format!(
+                    "seed {seed} live {} at media op {at} (failed op {}: {:?}), loss {loss:?}: {e}",
+                    if eio { "EIO" } else { "power cut" },
+                    ran.acked,
+                    p.get(ran.acked).map(|x| &x.act)
+                )
+            })?;
+            t.live += 1;
+        }
+    }
+    Ok(SeedResult {
+        tally: t,
+        media_ops: total,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Threaded mode: the threads that ship, power cut from another thread.
+
+struct ClientLog {
+    ops: Vec<(OpInfo, u64, u64, bool)>, // info, begin ticket, end ticket, acked
+}
+
+fn threaded_run(seed: u64) -> Result<Tally, String> {
+    let sh = SHAPE;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let clients = rng.gen_range(2..=4usize);
+    let media = Arc::new(SimMedia::new(media_bytes(sh)));
+    let vol = Arc::new(
+        Volume::create(
+            media.clone() as Arc<dyn Media>,
+            &create_opts(sh, sluice::gc::DEFAULT_POLICY),
+            &open_opts(sh, true),
+        )
+        .map_err(|e| format!("create: {e}"))?,
+    );
+    let ticket = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let per = sh.blocks / clients as u64;
+    let logs: Vec<ClientLog> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..clients)
+            .map(|c| {
+                let (vol, ticket, stop) = (vol.clone(), ticket.clone(), stop.clone());
+                let cseed = rng.gen::<u64>();
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(cseed);
+                    let mut r = Reference::new(sh.blocks);
+                    let mut log = ClientLog { ops: Vec::new() };
+                    let (lo, hi) = (c as u64 * per, (c as u64 + 1) * per);
+                    while !stop.load(Ordering::Relaxed) {
+                        let (op, fua) = if rng.gen_ratio(1, 10) {
+                            (Op::Flush, false)
+                        } else {
+                            (random_io(&mut rng, lo, hi), rng.gen_ratio(1, 12))
+                        };
+                        let b = ticket.fetch_add(1, Ordering::SeqCst);
+                        let res = common::issue(&vol, &op, fua);
+                        let e = ticket.fetch_add(1, Ordering::SeqCst);
+                        let info = OpInfo {
+                            client: c,
+                            kind: if matches!(op, Op::Flush) {
+                                Kind::Flush
+                            } else {
+                                Kind::Write
+                            },
+                            fua,
+                            blocks: Oracle::op_blocks(&mut r, &op),
+                        };
+                        log.ops.push((info, b, e, res.is_ok()));
+                        if res.is_err() {
+                            break;
+                        }
+                    }
+                    log
+                })
+            })
+            .collect();
+        let ms = rng.gen_range(2..60);
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        media.freeze();
+        stop.store(true, Ordering::Relaxed);
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    drop(Arc::try_unwrap(vol).ok().expect("clients joined"));
+    // flatten: ids client-major (per-block order is the owning client's order)
+    let mut ops = Vec::new();
+    let mut stamps = Vec::new();
+    for l in logs {
+        for (info, b, e, ok) in l.ops {
+            ops.push(info);
+            stamps.push((b, e, ok));
+        }
+    }
+    let completed_flush_begins: Vec<u64> = ops
+        .iter()
+        .zip(&stamps)
+        .filter(|(o, s)| o.kind == Kind::Flush && s.2)
+        .map(|(_, s)| s.0)
+        .collect();
+    let latest_flush_begin = completed_flush_begins.iter().copied().max();
+    let o = Oracle::new(sh.blocks, ops, clients);
+    let required = |i: usize| {
+        let (_, e, ok) = stamps[i];
+        ok && o.ops[i].kind == Kind::Write
+            && (o.ops[i].fua || latest_flush_begin.is_some_and(|f| e < f))
+    };
+    let mut t = Tally::default();
+    for loss in [Loss::Subset, Loss::KeepAll, Loss::DropAll] {
+        let img = media.crash_image_opts(loss, rng.gen(), torn_wipes());
+        let n = o.ops.len();
+        check_image(img, sh, &o, n, &required, &mut rng, true, &mut t)
+            .map_err(|e| format!("threaded seed {seed} loss {loss:?}: {e}"))?;
+    }
+    Ok(t)
+}
+
+// ---------------------------------------------------------------------------
+// Drivers
+
+fn env_u64(k: &str, d: u64) -> u64 {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+/// Engine bugs this test found that are not fixed yet, each with an ignored
+/// regression test that fails until it is: (name, text every failure of that
+/// kind contains). A seed that stops at one is counted and printed, not failed,
+/// so the sweep keeps guarding everything else; SLUICE_DST_STRICT=1 fails on
+/// them too. Remove an entry when its fix lands.
+const KNOWN_FINDINGS: [(&str, &[&str]); 1] = [(
+    // dst_regression_recovery_maps_blocks_into_wiped_segments
+    "replay ends the log early and leaves live blocks in wiped segments",
+    &["check after mount", "bad magic", "log ends at seq"],
+)];
+
+fn known_finding(e: &str) -> Option<&'static str> {
+    if std::env::var("SLUICE_DST_STRICT").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    KNOWN_FINDINGS
+        .iter()
+        .find(|(_, pats)| pats.iter().all(|p| e.contains(p)))
+        .map(|(k, _)| *k)
+}
+
+/// Run seeds from `first` on `threads` threads until `seeds` are done, `points`
+/// crash points are checked or `deadline`; stop at the first failure. Returns
+/// (tally, seeds done, media ops, first failure).
+fn run_seeds(
+    first: u64,
+    seeds: u64,
+    points: u64,
+    threads: u64,
+    deadline: Option<std::time::Instant>,
+    damage: Option<Area>,
+    stride: u64,
+) -> (Tally, u64, u64, Option<(u64, String)>) {
+    // Every crash point copies a 1.7 MiB image several times; keep such buffers
+    // in the heap instead of a fresh mmap (and its page faults) each time.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+    let next = AtomicU64::new(first);
+    let failed = AtomicBool::new(false);
+    let out = Mutex::new((Tally::default(), 0u64, 0u64, None));
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                if failed.load(Ordering::Relaxed)
+                    || deadline.is_some_and(|d| std::time::Instant::now() >= d)
+                    || out.lock().unwrap().0.points >= points
+                {
+                    return;
+                }
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= first + seeds {
+                    return;
+                }
+                let r = std::panic::catch_unwind(|| run_seed(seed, stride, false, damage))
+                    .unwrap_or_else(|e| {
+                        Err(format!(
+                            "seed {seed}: panic: {}",
+                            e.downcast_ref::<String>()
+                                .cloned()
+                                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                                .unwrap_or_default()
+                        ))
+                    });
+                let mut g = out.lock().unwrap();
+                match r {
+                    Ok(r) => {
+                        g.0.add(&r.tally);
+                        g.1 += 1;
+                        g.2 += r.media_ops;
+                    }
+                    Err(e) => {
+                        if let Some(k) = known_finding(&e) {
+                            // counted and printed, see KNOWN_FINDINGS
+                            println!("dst: seed {seed}: known finding `{k}`: {e}");
+                            *g.0.known.entry(k).or_default() += 1;
+                            g.1 += 1;
+                            continue;
+                        }
+                        failed.store(true, Ordering::Relaxed);
+                        if g.3.is_none() {
+                            g.3 = Some((seed, e));
+                        }
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    out.into_inner().unwrap()
+}
+
+fn print_tally(t: &Tally) {
+    println!(
+        "dst: {} crash points checked ({} with power cut during the recovery mount, {} from live cuts/EIO; damage: {} mounts refused, {} reads answered EIO)",
+        t.points, t.mount_cuts, t.live, t.refused, t.eio
+    );
+    for (k, v) in &t.rules {
+        println!("dst: recovery rule {k:<32} fired {v}");
+    }
+    for (k, v) in &t.known {
+        println!("dst: KNOWN ENGINE BUG `{k}` stopped {v} seed(s) (see KNOWN_FINDINGS)");
+    }
+}
+
+#[test]
+fn dst_seeded_sweep() {
+    // seeds from SLUICE_DST_BASE on until SLUICE_DST_POINTS crash points are
+    // checked (or SLUICE_DST_SEEDS seeds are done)
+    let want = env_u64("SLUICE_DST_POINTS", 100_000);
+    let first = env_u64("SLUICE_DST_BASE", 1);
+    let seeds = env_u64("SLUICE_DST_SEEDS", 100_000);
+    let t0 = std::time::Instant::now();
+    let (t, done, ops, fail) = run_seeds(first, seeds, want, 2, None, None, 1);
+    println!(
+        "dst: seeds {first}..{} ({done} seeds), {ops} media ops cut at, in {:.1}s",
+        first + done,
+        t0.elapsed().as_secs_f64()
+    );
+    print_tally(&t);
+    if let Some((seed, e)) = fail {
+        panic!("{e}\nreproduce: scripts/dst {seed}");
+    }
+    assert!(
+        t.points >= want,
+        "want at least {want} crash points, got {}",
+        t.points
+    );
+    let unfired: Vec<_> = t
+        .unfired()
+        .into_iter()
+        .filter(|r| !DAMAGE_ONLY_RULES.contains(r))
+        .collect();
+    assert!(
+        unfired.is_empty(),
+        "recovery rules that never fired under power cuts: {unfired:?}"
+    );
+}
+
+/// Recovery rules that only damage (not a power cut) can make fire; the damage
+/// sweeps below must make them fire.
+const DAMAGE_ONLY_RULES: [&str; 6] = [
+    "checkpoint_newer_slot_ignored",
+    "checkpoint_slot_fallback",
+    "damage_refused",
+    "full_rebuild",
+    "resync_past_unrecognised",
+    "chunk_past_segment_end",
+];
+
+fn damage_sweep(area: Area) -> Tally {
+    let first = env_u64("SLUICE_DST_BASE", 1);
+    let seeds = env_u64("SLUICE_DST_DAMAGE_SEEDS", 12);
+    let (t, done, _, fail) = run_seeds(first, seeds, u64::MAX, 2, None, Some(area), 3);
+    println!("dst damage {area:?}: seeds {first}..{}", first + done);
+    print_tally(&t);
+    if let Some((seed, e)) = fail {
+        panic!(
+            "{e}\nreproduce: SLUICE_DST_DAMAGE={} scripts/dst {seed}",
+            if area == Area::Meta { "meta" } else { "log" }
+        );
+    }
+    t
+}
+
+/// One bit flipped in a superblock copy or a checkpoint slot after a crash.
+/// Fails on today's engine: see `dst_regression_superblock_fallback_loses_a_fua_write`;
+/// un-ignore when recovery refuses (or survives) a damaged newest superblock copy.
+#[test]
+#[ignore]
+fn dst_damage_to_superblock_and_checkpoints() {
+    let t = damage_sweep(Area::Meta);
+    assert!(t.points > 1000);
+}
+
+/// One bit flipped in a written block of the segment area (chunk header or
+/// data) after a crash: the mount must refuse, or reads answer EIO or the right
+/// data. Fails on today's engine (issue 9 findings 1 and 3: a damaged header ends
+/// the log silently; reads do not verify block CRCs); un-ignore when the
+/// branches `fixes` and `verify` are merged.
+#[test]
+#[ignore]
+fn dst_damage_to_the_log() {
+    let mut t = damage_sweep(Area::Log);
+    t.add(&damage_sweep(Area::Meta));
+    let unfired: Vec<_> = t
+        .unfired()
+        .into_iter()
+        .filter(|r| DAMAGE_ONLY_RULES.contains(r))
+        .collect();
+    assert!(
+        unfired.is_empty(),
+        "recovery rules that never fired under damage: {unfired:?}"
+    );
+}
+
+#[test]
+fn dst_threads_that_ship() {
+    let runs = env_u64("SLUICE_DST_THREADED", 150);
+    let base = env_u64("SLUICE_DST_BASE", 1);
+    let mut t = Tally::default();
+    for seed in base..base + runs {
+        match threaded_run(seed) {
+            Ok(x) => t.add(&x),
+            Err(e) => panic!("{e}\n(threaded runs are seeded but not exactly reproducible)"),
+        }
+    }
+    println!("dst threaded: {runs} runs");
+    print_tally(&t);
+}
+
+/// scripts/dst SEED: one seed, with its op trace.
+#[test]
+#[ignore]
+fn dst_reproduce() {
+    let seed: u64 = std::env::var("SLUICE_DST_SEED")
+        .expect("set SLUICE_DST_SEED (scripts/dst SEED)")
+        .parse()
+        .expect("SLUICE_DST_SEED is a u64");
+    let damage = match std::env::var("SLUICE_DST_DAMAGE").as_deref() {
+        Ok("meta") => Some(Area::Meta),
+        Ok("log") => Some(Area::Log),
+        _ => None,
+    };
+    match run_seed(seed, 1, true, damage) {
+        Ok(r) => {
+            println!("seed {seed}: {} media ops, passed", r.media_ops);
+            print_tally(&r.tally);
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// scripts/dst-soak SECS: random seeds until the time is up or one fails.
+#[test]
+#[ignore]
+fn dst_soak() {
+    let secs = env_u64("SLUICE_DST_SOAK_SECS", 3600);
+    let first = env_u64(
+        "SLUICE_DST_BASE",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            & 0xffff_ffff_ffff,
+    );
+    let threads = env_u64("SLUICE_DST_THREADS", 2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let (t, done, ops, fail) = run_seeds(
+        first,
+        u64::MAX - first,
+        u64::MAX,
+        threads,
+        Some(deadline),
+        None,
+        1,
+    );
+    println!("dst soak: seeds from {first}, {done} done, {ops} media ops cut at");
+    print_tally(&t);
+    if let Some((seed, e)) = fail {
+        panic!("{e}\nSEED={seed} reproduce: scripts/dst {seed}");
+    }
+}
+
+/// Regression (found by this test; fails on today's engine, hence ignored):
+/// seed 15, power cut inside a housekeeper step's reuse barrier, after the
+/// superblock raised the durable watermark and while the barrier's wipe of
+/// segment 7 block 0 (zeros over the header of dead chunk 52) sat in the write
+/// cache. The wipe reached the media torn (some 512-byte sectors zero, the rest
+/// still the old header), so the header fails its CRC. Recovery finds an invalid
+/// chunk with seq 52 below the watermark and refuses to mount ("fails
+/// verification although a flush had made it durable"): a plain power cut makes
+/// the volume unmountable. Recovery needs to tell a torn wipe of a dead segment
+/// from damage to a durable chunk (e.g. a wipe pattern recognisable in every
+/// sector). `scripts/dst 15` with SLUICE_DST_TORN_WIPES=1 shows the trace.
+#[test]
+#[ignore]
+fn dst_regression_torn_wipe_refuses_mount() {
+    TORN_WIPES.with(|c| c.set(true));
+    if let Err(e) = run_seed(15, 1, false, None) {
+        panic!("{e}");
+    }
+}
+
+/// Regression (found by this test; fails on today's engine, hence ignored):
+/// seed 2, power cut before media op 11 (all of the cache dropped), then one bit
+/// flipped in byte 40 of superblock copy 0. The mount succeeds without refusing,
+/// and block 8 reads op 2's value although op 14, a FUA write to it, was
+/// acknowledged: silent loss from damage to one of two superblock copies
+/// (recovery uses the other copy, whose state is older; the note says so, the
+/// mount does not refuse). `SLUICE_DST_DAMAGE=meta scripts/dst 2` shows it.
+#[test]
+#[ignore]
+fn dst_regression_superblock_fallback_loses_a_fua_write() {
+    if let Err(e) = run_seed(2, 1, false, Some(Area::Meta)) {
+        panic!("{e}");
+    }
+}
+
+/// Regression (found by this test; fails on today's engine, hence ignored):
+/// seed 19, power cut before media op 700 (inside housekeeper step op 524),
+/// with an empty write cache (media op 699 was a flush, so the image is exactly
+/// what the engine had written). The mount succeeds and every block reads the
+/// right value, but its notes say "log ends at seq 209 (not found; the crash
+/// lost it); 1 newer chunk(s) discarded", and `sluice check` then finds 7 live
+/// blocks (logical 16, 18, 20, 31, 38, 47, 56) in segments 2, 3 and 5, whose
+/// first block the reuse barrier had already wiped (media op 689 wiped segment
+/// 3): the map points into wiped segments, which a later crash or reuse can
+/// lose. Seeds 51 and 54 fail the same way. Not diagnosed yet; the facts point
+/// at replay ending the log at a seq that is missing although everything was
+/// flushed (a chunk that was never written, or one in a wiped segment above the
+/// watermark), discarding the newer chunk that moved those blocks out.
+/// `scripts/dst 19` prints the op trace and the media ops before the cut.
+#[test]
+#[ignore]
+fn dst_regression_recovery_maps_blocks_into_wiped_segments() {
+    if let Err(e) = run_seed(19, 1, false, None) {
+        panic!("{e}");
+    }
+}
