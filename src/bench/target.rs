@@ -4,8 +4,8 @@
 //!
 //! Invariant: a target never writes anything the workload did not ask for, except
 //! that a missing sluice volume or raw file is created at `--size`; opening refuses
-//! (see `safety`) before any byte of an existing non-sluice file or signed device
-//! could be overwritten without `--force`.
+//! (see `safety`) before any byte of an existing non-sluice file, signed device or
+//! sluice volume holding live data could be overwritten without `--force`.
 
 use super::nbd_client::NbdClient;
 use super::safety;
@@ -132,8 +132,19 @@ impl SluiceTarget {
                 FileMedia::open(path, false)
                     .with_context(|| format!("opening {}", path.display()))?,
             );
-            Volume::open(media, &open_opts)
-                .with_context(|| format!("mounting {}", path.display()))?
+            let vol = Volume::open(media, &open_opts)
+                .with_context(|| format!("mounting {}", path.display()))?;
+            let live = vol.stats().live_data_blocks;
+            if o.writes && !o.force && live > 0 {
+                let _ = vol.close();
+                bail!(
+                    "sluice:{} holds a volume with {} of live data; a write test would \
+                     overwrite it (use --force to run anyway, or give a new path)",
+                    path.display(),
+                    crate::size::human(live * 4096)
+                );
+            }
+            vol
         } else {
             if exists && !o.force {
                 if let Some(why) = safety::refuse_write(path, false)? {

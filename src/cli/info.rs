@@ -1,10 +1,14 @@
 //! `sluice info` and `sluice check`.
+//!
+//! Invariant: neither writes to the volume; a volume a running server holds (its
+//! flock) is reported as in use, never as crashed or damaged, and a file with no
+//! sluice superblock magic is reported as not a volume (exit 2), not as damaged.
 
 use anyhow::Context;
 use sluice::media::{FileMedia, Media};
 use sluice::size::human;
 use sluice::{OpenOptions, Volume};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(clap::Args)]
@@ -23,9 +27,52 @@ pub struct CheckArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Check a volume a running server holds anyway: its on-disk state changes
+    /// under the check, so damage found may only be writes in flight.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Is the volume held by a running `sluice serve` (its flock)? Probes with a
+/// non-blocking exclusive lock, released at once.
+pub fn in_use(path: &Path) -> bool {
+    use std::os::unix::io::AsRawFd;
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor we own; the lock is dropped with `f`.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
+}
+
+/// Does the path start with a sluice superblock (either copy)?
+fn has_magic(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut head = vec![0u8; 8192];
+    let mut f = std::fs::File::open(path)?;
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(head[..n].starts_with(b"SLUICESB") || head.get(4096..4104) == Some(&b"SLUICESB"[..]))
+}
+
+fn not_a_volume(path: &Path) -> String {
+    format!(
+        "{} is not a sluice volume (no superblock magic at byte 0 or 4096)",
+        path.display()
+    )
 }
 
 pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
+    if !has_magic(&a.path).with_context(|| format!("opening {}", a.path.display()))? {
+        eprintln!("sluice: error: {}", not_a_volume(&a.path));
+        return Ok(2);
+    }
+    let busy = in_use(&a.path);
     let media: Arc<dyn Media> = Arc::new(
         FileMedia::open(&a.path, true).with_context(|| format!("opening {}", a.path.display()))?,
     );
@@ -60,6 +107,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             "gc_policy": vol.gc_policy().name(),
             "generation": sb.generation,
             "clean": sb.is_clean(),
+            "in_use": busy,
             "mount": vol.mount_report(),
             "stats": st,
         });
@@ -90,7 +138,9 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         );
         println!(
             "state         {} (superblock generation {})",
-            if sb.is_clean() {
+            if busy {
+                "in use by a running sluice server (it holds the volume's lock); counters below are the on-disk state"
+            } else if sb.is_clean() {
                 "closed cleanly"
             } else {
                 "not closed cleanly (recovered on mount)"
@@ -126,6 +176,25 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
 
 pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
     // Not being able to open the path is a usage error (exit 2), not damage (exit 1).
+    match has_magic(&a.path) {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("sluice: error: {}", not_a_volume(&a.path));
+            return Ok(2);
+        }
+        Err(e) => {
+            eprintln!("sluice: error: opening {}: {e}", a.path.display());
+            return Ok(2);
+        }
+    }
+    if in_use(&a.path) && !a.force {
+        eprintln!(
+            "sluice: error: {} is in use by a running sluice server (it holds the volume's lock); \
+             stop the server to check it, or pass --force to check the live on-disk state",
+            a.path.display()
+        );
+        return Ok(2);
+    }
     let media = match FileMedia::open(&a.path, true) {
         Ok(m) => m,
         Err(e) => {

@@ -136,6 +136,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             segment_size: 4 << 20,
             gc: sluice::gc::DEFAULT_POLICY,
             force: false,
+            preallocate: false,
         })?;
         vol.close()?;
         eprintln!(
