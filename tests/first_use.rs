@@ -243,3 +243,134 @@ fn a_served_volume_reads_as_in_use_not_crashed() {
     assert!(err.contains("in use"), "{err}");
     assert!(!out.contains("after a crash"), "{out}");
 }
+
+fn json_of(o: &std::process::Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn replay_bounds_a_huge_sparse_space_and_reads_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two 4 KiB writes 2 TiB apart (DiskSim/MQSim: time dev lba512 sectors flags),
+    // in a file whose name says nothing about its format.
+    std::fs::write(
+        dir.path().join("sparse.trace"),
+        "0 0 0 8 0\n1 0 4294967296 8 0\n2 0 8 8 0\n",
+    )
+    .unwrap();
+    let o = sluice(
+        &[
+            "replay",
+            "--trace",
+            "sparse.trace",
+            "--format",
+            "mqsim",
+            "--fill",
+            "--json",
+        ],
+        dir.path(),
+    );
+    let v = json_of(&o);
+    assert_eq!(v["address_map"], "dense");
+    assert!(v["logical_bytes"].as_u64().unwrap() < 1 << 30, "{v}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("warning"));
+    // A sluice capture named like an MQSim trace is read as what its header says.
+    std::fs::write(
+        dir.path().join("cap.trace"),
+        "# sluice-trace v1\n0 W 0 4096\n5 W 8192 4096\n9 F 0 0\n",
+    )
+    .unwrap();
+    let v = json_of(&sluice(
+        &["replay", "--trace", "cap.trace", "--json"],
+        dir.path(),
+    ));
+    assert_eq!(v["format"], "sluice");
+}
+
+/// WA the server printed at exit ("... WA 1.04").
+fn served_wa(stderr: &str) -> f64 {
+    let l = stderr
+        .lines()
+        .find(|l| l.contains("served ") && l.contains(" WA "))
+        .unwrap_or_else(|| panic!("no WA line in {stderr}"));
+    l.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_recorded_session_replays_to_its_live_write_amplification() {
+    use sluice::bench::target::Target;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s.sock");
+    let srv = Command::new(BIN)
+        .args([
+            "serve",
+            "--create",
+            "v.img",
+            "--size",
+            "64M",
+            "--socket",
+            "s.sock",
+            "--record",
+            "work.trace",
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut srv = Serve(srv);
+    wait_for(&sock);
+    let c = sluice::bench::nbd_client::NbdClient::connect(&format!(
+        "nbd+unix:///?socket={}",
+        sock.display()
+    ))
+    .unwrap();
+    // Random 4 KiB writes over 3/4 of the volume, three times over: GC runs, WA
+    // well above 1; a replay sized to the highest block touched would have less
+    // spare and a higher WA.
+    let blocks = 64 * MIB / 4096 * 3 / 4;
+    let mut x = 0x9e3779b97f4a7c15u64;
+    let buf = vec![0x5au8; 4096];
+    for i in 0..3 * blocks {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.write((x % blocks) * 4096, &buf).unwrap();
+        if i % 4096 == 4095 {
+            c.flush().unwrap();
+        }
+    }
+    c.flush().unwrap();
+    c.disconnect();
+    drop(c);
+    unsafe { libc::kill(srv.0.id() as i32, libc::SIGTERM) };
+    let mut err = String::new();
+    use std::io::Read;
+    srv.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    srv.0.wait().unwrap();
+    let live = served_wa(&err);
+    assert!(live > 1.02, "the session should have made GC work: {err}");
+    let v = json_of(&sluice(
+        &["replay", "--trace", "work.trace", "--json"],
+        dir.path(),
+    ));
+    assert_eq!(v["format"], "sluice");
+    let replayed = v["playback"]["wa"].as_f64().unwrap();
+    eprintln!("live WA {live}, replayed WA {replayed}");
+    assert!(
+        (replayed - live).abs() / live <= 0.05,
+        "live WA {live}, replayed WA {replayed}"
+    );
+    assert_eq!(v["logical_bytes"], 64 * MIB);
+}

@@ -222,6 +222,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let recorder = match &a.record {
         Some(p) => Some(Arc::new(
             sluice::trace::Recorder::create(p)
+                .and_then(|r| {
+                    r.comment(&sluice::trace::VolumeInfo::of(&vol).line())?;
+                    Ok(r)
+                })
                 .with_context(|| format!("creating trace file {}", p.display()))?,
         )),
         None => None,
