@@ -56,6 +56,10 @@ pub struct Args {
     /// benchmarking the dispatch choice; see docs/nbd.md).
     #[arg(long, hide = true)]
     pub no_inline_writes: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100 or :9100;
+    /// loopback unless an address says otherwise). `sluice top ADDR` reads them.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// Capture every request (time, op, offset, length) to FILE in sluice's trace
     /// format, replayable with `sluice replay --format sluice`.
     #[arg(long, value_name = "FILE")]
@@ -151,10 +155,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         );
     }
     let _lock = lock_volume(&a.path, a.read_only)?;
-    let media: Arc<dyn Media> = Arc::new(
-        FileMedia::open(&a.path, a.read_only)
-            .with_context(|| format!("opening {}", a.path.display()))?,
-    );
+    let file = FileMedia::open(&a.path, a.read_only)
+        .with_context(|| format!("opening {}", a.path.display()))?;
+    let metrics = a.metrics.as_ref().map(|_| sluice::metrics::enable());
+    let media: Arc<dyn Media> = if metrics.is_some() {
+        Arc::new(sluice::metrics::MeteredMedia { inner: file })
+    } else {
+        Arc::new(file)
+    };
     let opts = OpenOptions {
         read_only: a.read_only,
         ..OpenOptions::default()
@@ -200,6 +208,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         signal_hook::flag::register(sig, stop.clone())?;
     }
 
+    if let (Some(addr), Some(m)) = (&a.metrics, metrics) {
+        let ep = Arc::new(sluice::metrics::Endpoint::new(vol.clone(), m));
+        let bound = sluice::metrics::http::spawn(addr, ep, stop.clone())
+            .with_context(|| format!("--metrics {addr}"))?;
+        eprintln!("sluice: metrics at http://{bound}/metrics");
+    }
     if let Some(p) = &a.pid_file {
         let tmp = p.with_extension("tmp");
         std::fs::write(&tmp, format!("{}\n", std::process::id()))

@@ -390,7 +390,14 @@ impl Conn {
             self.record(r);
         }
         let ranges: Vec<(u64, u32)> = batch.iter().map(|r| (r.offset, r.length)).collect();
+        let t0 = crate::metrics::start();
         let results = self.vol.read_batch(&ranges);
+        if t0.is_some() {
+            for (r, res) in batch.iter().zip(&results) {
+                let (k, ok) = (crate::metrics::Req::Read, res.is_ok());
+                crate::metrics::done(k, r.offset, r.length as u64, ok, t0);
+            }
+        }
         // reply headers first (owned), then the parts list borrowing them
         let mut heads: Vec<Vec<u8>> = Vec::with_capacity(batch.len());
         for (r, res) in batch.iter().zip(&results) {
@@ -453,6 +460,7 @@ impl Conn {
         let fua = r.flags & proto::CMD_FLAG_FUA != 0;
         let (off, len) = (r.offset, r.length as u64);
         self.record(&r);
+        let t0 = crate::metrics::start();
         let res = match r.cmd {
             proto::CMD_READ => {
                 self.execute_reads(std::slice::from_ref(&r));
@@ -502,6 +510,19 @@ impl Conn {
             },
             _ => Err(Error::InvalidArgument("unknown command".into())),
         };
+        if t0.is_some() {
+            use crate::metrics::Req;
+            let kind = match r.cmd {
+                proto::CMD_WRITE => Some(Req::Write),
+                proto::CMD_FLUSH => Some(Req::Flush),
+                proto::CMD_TRIM => Some(Req::Trim),
+                proto::CMD_WRITE_ZEROES => Some(Req::Zero),
+                _ => None,
+            };
+            if let Some(k) = kind {
+                crate::metrics::done(k, off, len, res.is_ok(), t0);
+            }
+        }
         match res {
             Ok(()) => {
                 let b = proto::simple_reply(0, r.cookie);
@@ -642,9 +663,11 @@ impl Server {
             let spawned = std::thread::Builder::new()
                 .name(format!("nbd-conn-{id}"))
                 .spawn(move || {
+                    crate::metrics::connection_opened();
                     if let Err(e) = me.connection(stream) {
                         tracing::debug!("nbd: connection {id}: {e}");
                     }
+                    crate::metrics::connection_closed();
                     me.conns.lock().remove(&id);
                     me.active.fetch_sub(1, Ordering::AcqRel);
                 });
