@@ -6,6 +6,7 @@ mod info;
 mod replay;
 mod serve;
 mod sim;
+mod top;
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +55,12 @@ pub enum Cmd {
         after_help = "Prints the NBD URI to connect to on stdout.\n\nExamples:\n  sluice serve vol.img --socket /tmp/vol.sock\n  sluice serve vol.img --port 10809 --export-name vol\n  sluice serve --create vol.img --size 10G --socket /tmp/vol.sock\n  sluice serve vol.img --socket /tmp/vol.sock --read-only --pid-file /run/sluice.pid\n\nThen, for example:\n  nbdinfo 'nbd+unix:///?socket=/tmp/vol.sock'\n  qemu-img convert -n -O raw disk.img 'nbd+unix:///?socket=/tmp/vol.sock'\n  nbdfuse /mnt/vol 'nbd+unix:///?socket=/tmp/vol.sock'"
     )]
     Serve(serve::Args),
+    /// Live view of a serving volume (IOPS, MB/s, WA, GC, free space, access pattern)
+    /// from its metrics endpoint (`sluice serve --metrics ADDR`).
+    #[command(
+        after_help = "Examples:\n  sluice serve vol.img --socket /tmp/s.sock --metrics :9100 &\n  sluice top :9100\n  sluice top 127.0.0.1:9100 --json --count 10"
+    )]
+    Top(top::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -66,6 +73,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Replay(a) => replay::run(a),
         Cmd::Sim(a) => sim::run(a),
         Cmd::Serve(a) => serve::run(a),
+        Cmd::Top(a) => top::run(a),
     }
 }
 

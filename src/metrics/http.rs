@@ -122,10 +122,9 @@ pub fn fetch(addr: &str) -> std::io::Result<String> {
         .split_once("\r\n\r\n")
         .ok_or_else(|| std::io::Error::other("malformed HTTP response"))?;
     if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        return Err(std::io::Error::other(format!(
-            "{}",
-            head.lines().next().unwrap_or("no status")
-        )));
+        return Err(std::io::Error::other(
+            head.lines().next().unwrap_or("no status").to_string(),
+        ));
     }
     Ok(body.to_string())
 }

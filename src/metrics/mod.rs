@@ -49,6 +49,9 @@ impl Log2Hist {
     pub fn counts(&self) -> [u64; BUCKETS] {
         std::array::from_fn(|k| self.buckets[k].load(Relaxed))
     }
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Relaxed)).sum()
+    }
     pub fn sum(&self) -> u64 {
         self.sum.load(Relaxed)
     }
@@ -78,7 +81,6 @@ pub const REQ_NAMES: [&str; 5] = ["read", "write", "flush", "trim", "zero"];
 pub struct Metrics {
     /// Latency in microseconds, per request kind.
     pub latency_us: [Log2Hist; 5],
-    pub requests: [AtomicU64; 5],
     pub errors: [AtomicU64; 5],
     pub connections: AtomicU64,
     pub connections_total: AtomicU64,
@@ -92,10 +94,41 @@ pub struct Metrics {
 
 static ON: AtomicBool = AtomicBool::new(false);
 static GLOBAL: OnceLock<Metrics> = OnceLock::new();
+/// Clock ticks per microsecond (f64 bits), set by `enable`.
+static TICKS_PER_US: AtomicU64 = AtomicU64::new(0);
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// A cheap monotonic tick count: the TSC on x86_64 (about 25 ns to read here,
+/// against 65 ns for `Instant::now`), nanoseconds since a process epoch elsewhere.
+#[inline]
+fn ticks() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// Measure ticks per microsecond against `Instant` over a short interval.
+fn calibrate() -> f64 {
+    let e = *EPOCH.get_or_init(Instant::now);
+    let (t0, k0) = (e.elapsed(), ticks());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (t1, k1) = (e.elapsed(), ticks());
+    let us = (t1 - t0).as_secs_f64() * 1e6;
+    (k1.wrapping_sub(k0) as f64 / us).max(1e-3)
+}
 
 /// Turn metrics on for this process and return them.
 pub fn enable() -> &'static Metrics {
     let m = GLOBAL.get_or_init(Metrics::default);
+    if TICKS_PER_US.load(Relaxed) == 0 {
+        TICKS_PER_US.store(calibrate().to_bits(), Relaxed);
+    }
     ON.store(true, Relaxed);
     m
 }
@@ -110,11 +143,15 @@ pub fn get() -> Option<&'static Metrics> {
     }
 }
 
+/// When a request started (clock ticks), from `start`.
+#[derive(Clone, Copy, Debug)]
+pub struct Started(u64);
+
 /// Request path hook: call when a request starts; None while metrics are off.
 #[inline]
-pub fn start() -> Option<Instant> {
+pub fn start() -> Option<Started> {
     if ON.load(Relaxed) {
-        Some(Instant::now())
+        Some(Started(ticks()))
     } else {
         None
     }
@@ -123,13 +160,15 @@ pub fn start() -> Option<Instant> {
 /// Request path hook: the request of `kind` at `offset`+`len` that `start`
 /// timed has finished (`ok` false when it failed).
 #[inline]
-pub fn done(kind: Req, offset: u64, len: u64, ok: bool, t0: Option<Instant>) {
+pub fn done(kind: Req, offset: u64, len: u64, ok: bool, t0: Option<Started>) {
     let (Some(t0), Some(m)) = (t0, GLOBAL.get()) else {
         return;
     };
     let k = kind as usize;
-    m.latency_us[k].observe(t0.elapsed().as_micros() as u64);
-    m.requests[k].fetch_add(1, Relaxed);
+    let per_us = f64::from_bits(TICKS_PER_US.load(Relaxed));
+    let us = (ticks().wrapping_sub(t0.0) as f64 / per_us) as u64;
+    // The request count is the histogram's count (no separate counter).
+    m.latency_us[k].observe(us);
     if !ok {
         m.errors[k].fetch_add(1, Relaxed);
     }
@@ -322,7 +361,7 @@ pub fn render(vol: &Volume, m: &Metrics, wa_last_minute: f64) -> String {
         t.val(
             "sluice_requests_total",
             &format!("op=\"{name}\""),
-            m.requests[k].load(Relaxed),
+            m.latency_us[k].count(),
         );
     }
     t.head(
