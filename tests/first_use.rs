@@ -374,3 +374,48 @@ fn a_recorded_session_replays_to_its_live_write_amplification() {
     );
     assert_eq!(v["logical_bytes"], 64 * MIB);
 }
+
+/// Counts the seconds the bench reports to its progress bar.
+#[derive(Default)]
+struct Advanced(parking_lot::Mutex<f64>);
+impl sluice::bench::run::Observer for Advanced {
+    fn phase(&self, _: &str, _: &str) {}
+    fn advance(&self, secs: f64) {
+        *self.0.lock() += secs;
+    }
+}
+
+#[test]
+fn bench_progress_counts_the_planned_phases_not_the_prefill() {
+    use sluice::bench::{self, BenchConfig, Workload};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = BenchConfig::defaults(Workload::Mix);
+    c.region_bytes = 16 * MIB;
+    c.seconds = 0.1;
+    c.threads = vec![2];
+    assert!(c.prefill);
+    let obs = Arc::new(Advanced::default());
+    let ctx = sluice::bench::run::Ctx {
+        stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        observer: obs.clone(),
+        seed: 3,
+    };
+    let spec = format!("sluice:{}", dir.path().join("p.vol").display());
+    let t = target::open(&TargetSpec::parse(&spec).unwrap(), &spec_small()).unwrap();
+    let r = bench::run_target(&c, &spec, &*t, &ctx);
+    t.close().unwrap();
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let total = *obs.0.lock();
+    let planned = c.planned_seconds();
+    assert!(
+        (total - planned).abs() < 1e-6,
+        "progress reported {total} s of a planned {planned} s"
+    );
+}
+
+fn spec_small() -> OpenSpec {
+    OpenSpec {
+        create_size: 16 * MIB,
+        ..spec(false)
+    }
+}

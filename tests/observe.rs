@@ -166,3 +166,34 @@ fn top_json_reports_live_rates() {
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.contains("WA"), "{out}");
 }
+
+#[test]
+fn completions_and_man_page_come_from_the_cli() {
+    let run = |args: &[&str]| {
+        let o = Command::new(BIN).args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let bash = run(&["completions", "bash"]);
+    assert!(
+        bash.contains("_sluice") && bash.contains("--metrics"),
+        "bash completions"
+    );
+    assert!(run(&["completions", "zsh"]).contains("#compdef sluice"));
+    let man = run(&["man"]);
+    assert!(man.contains(".TH sluice 1") && man.contains("serve"));
+    let serve = run(&["man", "serve"]);
+    assert!(
+        serve.contains("sluice\\-serve") && serve.contains("metrics"),
+        "{serve}"
+    );
+    assert!(!Command::new(BIN)
+        .args(["man", "nope"])
+        .status()
+        .unwrap()
+        .success());
+}

@@ -74,6 +74,7 @@ pub struct Args {
     /// Run write tests on files or devices that hold data or a signature.
     #[arg(long)]
     pub force: bool,
+    /// Seed of the workload generators (same seed, same offsets on every target).
     #[arg(long)]
     pub seed: Option<u64>,
     /// No progress bar.

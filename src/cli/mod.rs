@@ -61,6 +61,22 @@ pub enum Cmd {
         after_help = "Examples:\n  sluice serve vol.img --socket /tmp/s.sock --metrics :9100 &\n  sluice top :9100\n  sluice top 127.0.0.1:9100 --json --count 10"
     )]
     Top(top::Args),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) on stdout.
+    #[command(
+        after_help = "Examples:\n  sluice completions bash > /etc/bash_completion.d/sluice\n  sluice completions zsh > ~/.zfunc/_sluice"
+    )]
+    Completions {
+        /// Shell to generate completions for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout, of sluice or of one subcommand.
+    #[command(
+        after_help = "Examples:\n  sluice man > sluice.1 && man ./sluice.1\n  sluice man serve > sluice-serve.1"
+    )]
+    Man {
+        /// Subcommand whose page to print (default: the main page).
+        subcommand: Option<String>,
+    },
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -74,6 +90,26 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Sim(a) => sim::run(a),
         Cmd::Serve(a) => serve::run(a),
         Cmd::Top(a) => top::run(a),
+        Cmd::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "sluice", &mut std::io::stdout());
+            Ok(0)
+        }
+        Cmd::Man { subcommand } => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            let page = match subcommand {
+                None => cmd,
+                Some(name) => {
+                    let Some(sub) = cmd.find_subcommand(&name) else {
+                        anyhow::bail!("no subcommand {name:?}");
+                    };
+                    let full: &'static str = Box::leak(format!("sluice-{name}").into_boxed_str());
+                    sub.clone().name(full)
+                }
+            };
+            clap_mangen::Man::new(page).render(&mut std::io::stdout())?;
+            Ok(0)
+        }
     }
 }
 
