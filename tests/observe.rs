@@ -197,3 +197,32 @@ fn completions_and_man_page_come_from_the_cli() {
         .unwrap()
         .success());
 }
+
+#[test]
+fn info_shows_the_live_counters_of_the_server_holding_the_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, uri, addr) = start(dir.path());
+    let c = NbdClient::connect(&uri).unwrap();
+    random_writes(&c, 500, 9);
+    c.flush().unwrap();
+    let o = Command::new(BIN)
+        .args(["info", "v.img", "--json", "--metrics", &addr])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["in_use"], true);
+    assert_eq!(
+        v["live"]["sluice_host_bytes_total{op=\"write\"}"],
+        500.0 * 4096.0
+    );
+    let o = Command::new(BIN)
+        .args(["info", "v.img", "--metrics", &addr])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("live          WA"), "{out}");
+    c.disconnect();
+}

@@ -18,6 +18,22 @@ pub struct InfoArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Metrics address of the server holding the volume (`serve --metrics ADDR`):
+    /// show its live counters (session WA, bytes written) too.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+}
+
+/// Live counters from a server's metrics endpoint, if given and reachable.
+fn live(addr: Option<&String>) -> Option<std::collections::HashMap<String, f64>> {
+    let addr = addr?;
+    match sluice::metrics::http::fetch(addr) {
+        Ok(t) => Some(sluice::metrics::http::parse(&t).into_iter().collect()),
+        Err(e) => {
+            eprintln!("sluice: warning: no live stats from {addr}: {e}");
+            None
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -73,6 +89,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         return Ok(2);
     }
     let busy = in_use(&a.path);
+    let live = live(a.metrics.as_ref());
     let media: Arc<dyn Media> = Arc::new(
         FileMedia::open(&a.path, true).with_context(|| format!("opening {}", a.path.display()))?,
     );
@@ -108,6 +125,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             "generation": sb.generation,
             "clean": sb.is_clean(),
             "in_use": busy,
+            "live": live,
             "mount": vol.mount_report(),
             "stats": st,
         });
@@ -162,6 +180,22 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             st.map_bytes_per_block,
             human(st.segment_table_bytes)
         );
+        match &live {
+            Some(m) => {
+                let g = |k: &str| m.get(k).copied().unwrap_or(0.0);
+                println!(
+                    "live          WA {:.3} this session ({:.3} last minute), {} written by clients, {} connection(s)",
+                    g("sluice_write_amplification{window=\"session\"}"),
+                    g("sluice_write_amplification{window=\"1m\"}"),
+                    human(g("sluice_host_bytes_total{op=\"write\"}") as u64),
+                    g("sluice_connections")
+                );
+            }
+            None if busy => println!(
+                "live          the server's counters: `sluice info --metrics ADDR` or `sluice top ADDR` (serve --metrics)"
+            ),
+            None => {}
+        }
         let r = vol.mount_report();
         println!(
             "mount         {} ms, {} chunks replayed",
