@@ -173,6 +173,11 @@ fn create_refuses_what_it_cannot_honour_and_leaves_nothing_behind() {
         m.blocks() * 512 >= m.len(),
         "--preallocate left the file sparse"
     );
+    // check --json carries counts a script can test, not only sentences.
+    let v = json_of(&sluice(&["check", "ok.img", "--json"], dir.path()));
+    assert_eq!(v["superblock_copies_ok"], 2);
+    assert_eq!(v["damage_count"], 0);
+    assert_eq!(v["mount_ok"], true);
 }
 
 #[test]

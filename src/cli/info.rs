@@ -240,9 +240,19 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"path": a.path, "clean": r.is_clean(), "report": r})
-            )?
+            serde_json::to_string_pretty(&serde_json::json!({
+                "path": a.path,
+                "clean": r.is_clean(),
+                // Machine-readable counts; `report` keeps the sentences for people.
+                "superblock_copies_ok": r.superblocks.iter().filter(|s| s.contains(": ok")).count(),
+                "checkpoint_slots_ok": r.checkpoints.iter().filter(|s| s.contains(": ok")).count(),
+                "mount_ok": r.mount.starts_with("ok"),
+                "segments_checked": r.segments_checked,
+                "chunks_verified": r.chunks_verified,
+                "data_blocks_verified": r.data_blocks_verified,
+                "damage_count": r.damage.len(),
+                "report": r
+            }))?
         );
     } else {
         for s in &r.superblocks {
