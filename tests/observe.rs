@@ -226,3 +226,47 @@ fn info_shows_the_live_counters_of_the_server_holding_the_volume() {
     assert!(out.contains("live          WA"), "{out}");
     c.disconnect();
 }
+
+#[test]
+fn bench_json_carries_the_access_pattern_random_in_front_sequential_behind() {
+    use sluice::bench::target::{self, OpenSpec, TargetSpec};
+    use sluice::bench::{self, BenchConfig, Workload};
+    sluice::metrics::enable();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = BenchConfig::defaults(Workload::Mix);
+    c.region_bytes = 16 << 20;
+    c.seconds = 0.2;
+    c.threads = vec![2];
+    let spec = format!("sluice:{}", dir.path().join("a.vol").display());
+    let t = target::open(
+        &TargetSpec::parse(&spec).unwrap(),
+        &OpenSpec {
+            create_size: 16 << 20,
+            overprovision: 0.2,
+            writes: true,
+            force: false,
+        },
+    )
+    .unwrap();
+    let r = bench::run_target(&c, &spec, &*t, &bench::run::Ctx::quiet(5));
+    t.close().unwrap();
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let ap = r
+        .access_pattern
+        .clone()
+        .expect("no access pattern for an in-process target");
+    assert!(ap.host.requests > 100, "{ap:?}");
+    assert!(ap.host.sequential_share < 0.3, "host {:?}", ap.host);
+    assert!(ap.media.requests > 0);
+    // A 16 MiB volume switches 4 MiB segments and writes checkpoints often, so the
+    // media share is lower than on a real volume; still far above the host's.
+    assert!(
+        ap.media.sequential_share > 0.5
+            && ap.media.sequential_share > ap.host.sequential_share + 0.3,
+        "media {:?} host {:?}",
+        ap.media,
+        ap.host
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert!(json["access_pattern"]["media"]["size_bytes"].is_array());
+}

@@ -116,6 +116,16 @@ pub fn open(spec: &TargetSpec, o: &OpenSpec) -> Result<Arc<dyn Target>> {
     })
 }
 
+/// The media of an in-process volume, seen by the media-side access pattern when
+/// metrics are on.
+fn metered(m: FileMedia) -> Arc<dyn Media> {
+    if crate::metrics::get().is_some() {
+        Arc::new(crate::metrics::MeteredMedia { inner: m })
+    } else {
+        Arc::new(m)
+    }
+}
+
 /// The engine in-process.
 pub struct SluiceTarget {
     vol: Volume,
@@ -128,7 +138,7 @@ impl SluiceTarget {
         let exists = path.exists();
         let holds_volume = exists && safety::is_sluice(path)?;
         let vol = if holds_volume {
-            let media: Arc<dyn Media> = Arc::new(
+            let media = metered(
                 FileMedia::open(path, false)
                     .with_context(|| format!("opening {}", path.display()))?,
             );
@@ -171,7 +181,7 @@ impl SluiceTarget {
             let is_dev = std::fs::metadata(path)
                 .map(|m| m.file_type().is_block_device())
                 .unwrap_or(false);
-            let media: Arc<dyn Media> = Arc::new(if is_dev {
+            let media = metered(if is_dev {
                 FileMedia::open(path, false)?
             } else {
                 FileMedia::create(path, need)
@@ -205,9 +215,15 @@ impl Target for SluiceTarget {
         512
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if let Some(m) = crate::metrics::get() {
+            m.host.observe(offset, buf.len() as u64);
+        }
         Ok(self.vol.read(offset, buf)?)
     }
     fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        if let Some(m) = crate::metrics::get() {
+            m.host.observe(offset, buf.len() as u64);
+        }
         Ok(self.vol.write(offset, buf, false)?)
     }
     fn flush(&self) -> Result<()> {

@@ -189,6 +189,8 @@ impl Observer for Bar {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = config_from(&a)?;
+    // Access-pattern counters for in-process sluice targets (report's access_pattern).
+    sluice::metrics::enable();
     if !(3.0..=50.0).contains(&a.overprovision) {
         bail!(
             "--overprovision {} is outside 3..50 percent",
