@@ -38,9 +38,16 @@ impl Error {
             Error::OutOfRange { .. } | Error::InvalidArgument(_) => libc::EINVAL,
             Error::ReadOnly => libc::EPERM,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            // The volume stopped because the host filesystem under it is full (a
+            // sparse file that could not grow): clients see ENOSPC, not EIO.
+            Error::Failed(why) if why.contains(HOST_FULL) => libc::ENOSPC,
             _ => libc::EIO,
         }
     }
 }
+
+/// How std::io::Error displays ENOSPC; a stop message carrying it came from a full
+/// host filesystem.
+const HOST_FULL: &str = "(os error 28)";
 
 pub type Result<T> = std::result::Result<T, Error>;

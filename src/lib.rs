@@ -15,6 +15,7 @@ pub mod geometry;
 pub mod log;
 pub mod map;
 pub mod media;
+pub mod metrics;
 pub mod nbd;
 pub mod recovery;
 pub mod segments;

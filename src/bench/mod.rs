@@ -197,7 +197,17 @@ pub struct TargetRun {
     pub stats_after: Option<Stats>,
     /// Over the whole run (in-process sluice only).
     pub write_amplification: Option<f64>,
+    /// Host requests in front and media writes behind over the whole run
+    /// (in-process sluice only): random in front, sequential behind.
+    pub access_pattern: Option<AccessPattern>,
     pub error: Option<String>,
+}
+
+/// The access pattern a run caused, front and back (see `metrics::pattern`).
+#[derive(Clone, Debug, Serialize)]
+pub struct AccessPattern {
+    pub host: crate::metrics::pattern::PatternSnapshot,
+    pub media: crate::metrics::pattern::PatternSnapshot,
 }
 
 impl TargetRun {
@@ -277,8 +287,12 @@ pub fn run_target(cfg: &BenchConfig, label: &str, t: &dyn Target, ctx: &Ctx) -> 
         stats_before: stats_before.clone(),
         stats_after: None,
         write_amplification: None,
+        access_pattern: None,
         error: None,
     };
+    let pattern_before = crate::metrics::get()
+        .filter(|_| stats_before.is_some())
+        .map(|m| (m.host.snapshot(), m.media.snapshot()));
     let sample = secs(cfg.seconds.clamp(0.05, 1.0));
     let phase = |name: &str, op: Op, block: u64, threads: usize, dur: f64| PhaseSpec {
         name: name.into(),
@@ -412,5 +426,11 @@ pub fn run_target(cfg: &BenchConfig, label: &str, t: &dyn Target, ctx: &Ctx) -> 
     }
     out.stats_after = t.engine_stats();
     out.write_amplification = wa_between(&stats_before, &out.stats_after);
+    if let (Some((h0, m0)), Some(m)) = (pattern_before, crate::metrics::get()) {
+        out.access_pattern = Some(AccessPattern {
+            host: m.host.snapshot().since(&h0),
+            media: m.media.snapshot().since(&m0),
+        });
+    }
     out
 }

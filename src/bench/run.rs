@@ -287,7 +287,14 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
         error: Mutex::new(None),
         deadline: start + spec.duration,
     };
-    let planned = spec.duration.as_secs_f64();
+    // Byte-budgeted phases (the prefill) are not in the planned time the progress
+    // bar counts: their `duration` is only a bound, so reporting it would show the
+    // bar full before the measured phases start.
+    let planned = if spec.max_bytes.is_some() {
+        0.0
+    } else {
+        spec.duration.as_secs_f64()
+    };
     let mut reported = 0.0f64;
     let mut samples = Vec::new();
     let stats0 = t.engine_stats();

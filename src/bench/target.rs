@@ -4,8 +4,8 @@
 //!
 //! Invariant: a target never writes anything the workload did not ask for, except
 //! that a missing sluice volume or raw file is created at `--size`; opening refuses
-//! (see `safety`) before any byte of an existing non-sluice file or signed device
-//! could be overwritten without `--force`.
+//! (see `safety`) before any byte of an existing non-sluice file, signed device or
+//! sluice volume holding live data could be overwritten without `--force`.
 
 use super::nbd_client::NbdClient;
 use super::safety;
@@ -129,6 +129,16 @@ pub fn open(spec: &TargetSpec, o: &OpenSpec) -> Result<Arc<dyn Target>> {
     })
 }
 
+/// The media of an in-process volume, seen by the media-side access pattern when
+/// metrics are on.
+fn metered(m: FileMedia) -> Arc<dyn Media> {
+    if crate::metrics::get().is_some() {
+        Arc::new(crate::metrics::MeteredMedia { inner: m })
+    } else {
+        Arc::new(m)
+    }
+}
+
 /// The engine in-process.
 pub struct SluiceTarget {
     vol: Volume,
@@ -144,12 +154,23 @@ impl SluiceTarget {
         let exists = path.exists();
         let holds_volume = exists && safety::is_sluice(path)?;
         let vol = if holds_volume {
-            let media: Arc<dyn Media> = Arc::new(
+            let media = metered(
                 FileMedia::open(path, false)
                     .with_context(|| format!("opening {}", path.display()))?,
             );
-            Volume::open(media, &open_opts)
-                .with_context(|| format!("mounting {}", path.display()))?
+            let vol = Volume::open(media, &open_opts)
+                .with_context(|| format!("mounting {}", path.display()))?;
+            let live = vol.stats().live_data_blocks;
+            if o.writes && !o.force && live > 0 {
+                let _ = vol.close();
+                bail!(
+                    "sluice:{} holds a volume with {} of live data; a write test would \
+                     overwrite it (use --force to run anyway, or give a new path)",
+                    path.display(),
+                    crate::size::human(live * 4096)
+                );
+            }
+            vol
         } else {
             if exists && !o.force {
                 if let Some(why) = safety::refuse_write(path, false)? {
@@ -176,7 +197,7 @@ impl SluiceTarget {
             let is_dev = std::fs::metadata(path)
                 .map(|m| m.file_type().is_block_device())
                 .unwrap_or(false);
-            let media: Arc<dyn Media> = Arc::new(if is_dev {
+            let media = metered(if is_dev {
                 FileMedia::open(path, false)?
             } else {
                 FileMedia::create(path, need)
@@ -218,9 +239,15 @@ impl Target for SluiceTarget {
         512
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if let Some(m) = crate::metrics::get() {
+            m.host.observe(offset, buf.len() as u64);
+        }
         Ok(self.vol.read(offset, buf)?)
     }
     fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        if let Some(m) = crate::metrics::get() {
+            m.host.observe(offset, buf.len() as u64);
+        }
         Ok(self.vol.write(offset, buf, false)?)
     }
     fn flush(&self) -> Result<()> {

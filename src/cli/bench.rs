@@ -75,6 +75,7 @@ pub struct Args {
     /// Run write tests on files or devices that hold data or a signature.
     #[arg(long)]
     pub force: bool,
+    /// Seed of the workload generators (same seed, same offsets on every target).
     #[arg(long)]
     pub seed: Option<u64>,
     /// No progress bar.
@@ -189,6 +190,8 @@ impl Observer for Bar {
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = config_from(&a)?;
+    // Access-pattern counters for in-process sluice targets (report's access_pattern).
+    sluice::metrics::enable();
     if !(3.0..=50.0).contains(&a.overprovision) {
         bail!(
             "--overprovision {} is outside 3..50 percent",

@@ -28,6 +28,56 @@ pub struct Args {
     /// Overwrite an existing file or device that is not empty.
     #[arg(long)]
     pub force: bool,
+    /// Allocate the whole file now (fallocate) instead of leaving it sparse, so a
+    /// full host filesystem is found at create time, not by a client's write.
+    #[arg(long)]
+    pub preallocate: bool,
+}
+
+/// Fewest segments a volume may have: below this the GC reserve and open segments
+/// dwarf the requested over-provisioning.
+const MIN_SEGMENTS_OF_DATA: u64 = 8;
+
+/// Bytes free for an unprivileged writer on the filesystem holding `p`.
+fn free_bytes_near(p: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid NUL-terminated path and st a valid out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Allocated bytes of a regular file (0 when missing).
+fn allocated_bytes(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).map(|m| m.blocks() * 512).unwrap_or(0)
+}
+
+/// Reserve the whole file on the host filesystem.
+fn preallocate(p: &Path, len: u64) -> anyhow::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(p)
+        .with_context(|| format!("opening {}", p.display()))?;
+    // SAFETY: fallocate on a descriptor we own; returns an errno, sets none.
+    let r = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, len as libc::off_t) };
+    if r != 0 {
+        bail!(
+            "--preallocate: reserving {} for {}: {}",
+            human(len),
+            p.display(),
+            std::io::Error::from_raw_os_error(r)
+        );
+    }
+    Ok(())
 }
 
 /// Validate options and format `path`; shared with `serve --create`.
@@ -50,6 +100,17 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
         if s == 0 || s % 4096 != 0 {
             bail!("--size must be a positive multiple of 4K (got {s})");
         }
+        let min = MIN_SEGMENTS_OF_DATA * a.segment_size;
+        if s < min {
+            bail!(
+                "--size {} is too small for {} segments: give at least {} ({} segments), \
+                 or a smaller --segment-size",
+                human(s),
+                human(a.segment_size),
+                human(min),
+                MIN_SEGMENTS_OF_DATA
+            );
+        }
     }
     let exists = a.path.exists();
     if exists && !a.force {
@@ -62,10 +123,39 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
         ),
         (false, Some(size)) | (true, Some(size)) if !is_block_device(&a.path) => {
             let need = Geometry::for_logical(size / 4096, seg_blocks as u32, op).media_bytes();
-            std::sync::Arc::new(
-                FileMedia::create(&a.path, need)
-                    .with_context(|| format!("creating {}", a.path.display()))?,
-            )
+            let fresh = !exists;
+            let made = FileMedia::create(&a.path, need)
+                .with_context(|| format!("creating {} ({})", a.path.display(), human(need)))
+                .and_then(|m| {
+                    if a.preallocate {
+                        preallocate(&a.path, need)?;
+                    }
+                    Ok(m)
+                });
+            let m = match made {
+                Ok(m) => m,
+                Err(e) => {
+                    if fresh {
+                        // Leave nothing behind (not a 0-byte file that looks like a volume).
+                        let _ = std::fs::remove_file(&a.path);
+                    }
+                    return Err(e);
+                }
+            };
+            let grow = need.saturating_sub(allocated_bytes(&a.path));
+            if let Some(free) = free_bytes_near(&a.path) {
+                if grow > free {
+                    eprintln!(
+                        "sluice: warning: {} can grow by {} but its filesystem has {} free; \
+                         when it fills, clients get ENOSPC and the server stops \
+                         (use --preallocate to reserve the space now)",
+                        a.path.display(),
+                        human(grow),
+                        human(free)
+                    );
+                }
+            }
+            std::sync::Arc::new(m)
         }
         _ => std::sync::Arc::new(
             FileMedia::open(&a.path, false)
@@ -114,13 +204,16 @@ fn refuse_if_in_use(p: &Path) -> anyhow::Result<()> {
 pub fn run(a: Args) -> anyhow::Result<i32> {
     let vol = create_volume(&a)?;
     let g = vol.geometry();
+    let spare = sluice::sim::drive::effective_spare(&g) * 100.0;
     println!(
-        "created {}: {} exported, {} segments of {}, {:.0}% over-provisioning, GC {}",
+        "created {}: {} exported, {} segments of {}, {:.0}% over-provisioning \
+         (effective spare {:.1}% with the GC reserve), GC {}",
         a.path.display(),
         human(vol.size_bytes()),
         g.segment_count,
         human(g.segment_bytes()),
         a.overprovision,
+        spare,
         vol.gc_policy().name()
     );
     vol.close()?;

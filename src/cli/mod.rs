@@ -6,6 +6,7 @@ mod info;
 mod replay;
 mod serve;
 mod sim;
+mod top;
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +55,28 @@ pub enum Cmd {
         after_help = "Prints the NBD URI to connect to on stdout.\n\nExamples:\n  sluice serve vol.img --socket /tmp/vol.sock\n  sluice serve vol.img --port 10809 --export-name vol\n  sluice serve --create vol.img --size 10G --socket /tmp/vol.sock\n  sluice serve vol.img --socket /tmp/vol.sock --read-only --pid-file /run/sluice.pid\n\nThen, for example:\n  nbdinfo 'nbd+unix:///?socket=/tmp/vol.sock'\n  qemu-img convert -n -O raw disk.img 'nbd+unix:///?socket=/tmp/vol.sock'\n  nbdfuse /mnt/vol 'nbd+unix:///?socket=/tmp/vol.sock'"
     )]
     Serve(Box<serve::Args>),
+    /// Live view of a serving volume (IOPS, MB/s, WA, GC, free space, access pattern)
+    /// from its metrics endpoint (`sluice serve --metrics ADDR`).
+    #[command(
+        after_help = "Examples:\n  sluice serve vol.img --socket /tmp/s.sock --metrics :9100 &\n  sluice top :9100\n  sluice top 127.0.0.1:9100 --json --count 10"
+    )]
+    Top(top::Args),
+    /// Print shell completions (bash, zsh, fish, elvish, powershell) on stdout.
+    #[command(
+        after_help = "Examples:\n  sluice completions bash > /etc/bash_completion.d/sluice\n  sluice completions zsh > ~/.zfunc/_sluice"
+    )]
+    Completions {
+        /// Shell to generate completions for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout, of sluice or of one subcommand.
+    #[command(
+        after_help = "Examples:\n  sluice man > sluice.1 && man ./sluice.1\n  sluice man serve > sluice-serve.1"
+    )]
+    Man {
+        /// Subcommand whose page to print (default: the main page).
+        subcommand: Option<String>,
+    },
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -66,6 +89,27 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Replay(a) => replay::run(a),
         Cmd::Sim(a) => sim::run(a),
         Cmd::Serve(a) => serve::run(*a),
+        Cmd::Top(a) => top::run(a),
+        Cmd::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "sluice", &mut std::io::stdout());
+            Ok(0)
+        }
+        Cmd::Man { subcommand } => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            let page = match subcommand {
+                None => cmd,
+                Some(name) => {
+                    let Some(sub) = cmd.find_subcommand(&name) else {
+                        anyhow::bail!("no subcommand {name:?}");
+                    };
+                    let full: &'static str = Box::leak(format!("sluice-{name}").into_boxed_str());
+                    sub.clone().name(full)
+                }
+            };
+            clap_mangen::Man::new(page).render(&mut std::io::stdout())?;
+            Ok(0)
+        }
     }
 }
 

@@ -21,14 +21,21 @@ pub struct Args {
     /// Trace file (.gz is decompressed).
     #[arg(long)]
     pub trace: PathBuf,
-    /// msr, spc, disksim|mqsim, cloudphysics, blkparse, fio, sluice (default: from the file name).
+    /// msr, spc, disksim|mqsim, cloudphysics, blkparse, fio, sluice (default: a
+    /// `# sluice-trace v1` header says sluice, else guessed from the file name).
     #[arg(long, value_parser = Format::parse)]
     pub format: Option<Format>,
-    /// Spare space kept for GC, percent of the segment area.
-    #[arg(long, default_value_t = 10.0)]
-    pub overprovision: f64,
-    #[arg(long, value_parser = super::parse_size, default_value = "4M")]
-    pub segment_size: u64,
+    /// Spare space kept for GC, percent of the segment area [default: the recorded
+    /// volume's for a `--record` trace, else 10].
+    #[arg(long)]
+    pub overprovision: Option<f64>,
+    /// Segment size, e.g. 4M [default: the recorded volume's, else 4M].
+    #[arg(long, value_parser = super::parse_size)]
+    pub segment_size: Option<u64>,
+    /// Logical size of the replay volume [default: the recorded volume's for a
+    /// `--record` trace, else the highest block the trace touches].
+    #[arg(long, value_parser = super::parse_size)]
+    pub size: Option<u64>,
     /// GC policy (default decay-cb; greedy, cost-benefit, generational, sepbit, ...).
     #[arg(long, value_parser = GcPolicy::parse)]
     pub gc: Option<GcPolicy>,
@@ -51,23 +58,77 @@ pub struct Args {
     #[arg(long)]
     pub no_trim: bool,
     /// Address map: concat (each device's space up to its highest block, end to end)
-    /// or dense (only the blocks the trace touches).
-    #[arg(long, default_value = "concat", value_parser = AddrMap::parse)]
-    pub map: AddrMap,
+    /// or dense (only the blocks the trace touches) [default: concat, or dense with a
+    /// warning when concat would be a huge, mostly untouched space].
+    #[arg(long, value_parser = AddrMap::parse)]
+    pub map: Option<AddrMap>,
     /// Play the trace this many times.
     #[arg(long, default_value_t = 1)]
     pub passes: u32,
     /// Skip malformed lines (counted) instead of failing.
     #[arg(long)]
     pub lenient: bool,
+    /// Run the engine's housekeeper thread (clean-ahead GC, timed checkpoints) as a
+    /// server does [default: on for a `--record` trace, so it replays to the WA it
+    /// had live; off otherwise, so runs are deterministic].
+    #[arg(long)]
+    pub background: Option<bool>,
+    /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A concat space larger than this many times the blocks the trace touches (and
+/// larger than `SPARSE_MIN_BYTES`) is replayed densely unless --map concat is given.
+const SPARSE_FACTOR: u64 = 4;
+const SPARSE_MIN_BYTES: u64 = 16 << 30;
+
+/// Progress on stderr every few seconds when it is not a terminal (a log, CI):
+/// indicatif draws nothing there.
+struct Heartbeat {
+    on: bool,
+    last: Instant,
+}
+
+impl Heartbeat {
+    fn new() -> Heartbeat {
+        use std::io::IsTerminal;
+        Heartbeat {
+            on: !std::io::stderr().is_terminal(),
+            last: Instant::now(),
+        }
+    }
+    fn tick(&mut self, phase: &str, done: u64, total: u64) {
+        if self.on && self.last.elapsed().as_secs_f64() >= 5.0 {
+            self.last = Instant::now();
+            eprintln!(
+                "sluice replay: {phase} {done}/{total} ({:.0}%)",
+                100.0 * done as f64 / total.max(1) as f64
+            );
+        }
+    }
+}
+
+/// Bytes of RAM available now (MemAvailable), if known.
+fn mem_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let l = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = l.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Rough RAM a replay volume of `blocks` logical blocks needs (map, segment table,
+/// per-block bookkeeping), whatever the media.
+fn replay_memory(blocks: u64) -> u64 {
+    blocks * 24
 }
 
 #[derive(serde::Serialize)]
 struct Report {
     trace: String,
     format: &'static str,
+    address_map: &'static str,
+    recorded_volume: Option<sluice::trace::VolumeInfo>,
     lines: u64,
     skipped_lines: u64,
     reads_dropped: u64,
@@ -99,13 +160,21 @@ struct FlashReport {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
-    if !(3.0..=80.0).contains(&a.overprovision) {
-        bail!(
-            "--overprovision {} is outside 3..80 percent",
-            a.overprovision
-        );
+    let header =
+        trace::read_header(&a.trace).with_context(|| format!("reading {}", a.trace.display()))?;
+    let rec = header.volume.clone();
+    let overprovision = a
+        .overprovision
+        .or(rec.as_ref().map(|v| v.overprovision_pct))
+        .unwrap_or(10.0);
+    let segment_size = a
+        .segment_size
+        .or(rec.as_ref().map(|v| v.segment_bytes))
+        .unwrap_or(4 << 20);
+    if !(3.0..=80.0).contains(&overprovision) {
+        bail!("--overprovision {overprovision} is outside 3..80 percent");
     }
-    if !a.segment_size.is_multiple_of(4096) || a.segment_size < 64 << 10 {
+    if !segment_size.is_multiple_of(4096) || segment_size < 64 << 10 {
         bail!("--segment-size must be a multiple of 4K, at least 64K");
     }
     if !(0.0..=400.0).contains(&a.flash_op) || a.flash_pages_per_block == 0 {
@@ -115,7 +184,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         bail!("--passes must be at least 1");
     }
     let fmt = match a.format {
-        Some(f) => f,
+        Some(f) => {
+            if header.sluice && f != Format::Sluice {
+                eprintln!(
+                    "sluice: warning: {} starts with `{}` but --format {} was given",
+                    a.trace.display(),
+                    trace::capture::HEADER,
+                    f.name()
+                );
+            }
+            f
+        }
+        None if header.sluice => Format::Sluice,
         None => trace::guess_format(&a.trace).with_context(|| {
             format!(
                 "cannot tell the format of {}: give --format",
@@ -125,25 +205,93 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
     let t = trace::parse_file(fmt, &a.trace, a.lenient)
         .with_context(|| format!("reading {}", a.trace.display()))?;
-    let mut bt = drive::block_trace(&t, a.map);
+    let mut map = a.map.unwrap_or(AddrMap::Concat);
+    let mut bt = drive::block_trace(&t, map);
+    if map == AddrMap::Concat && bt.blocks * 4096 > SPARSE_MIN_BYTES {
+        let dense = drive::block_trace(&t, AddrMap::Dense);
+        if bt.blocks > SPARSE_FACTOR * dense.blocks {
+            if a.map.is_none() {
+                eprintln!(
+                    "sluice: warning: the trace spans {} of address space but touches only {}; \
+                     replaying with --map dense (give --map concat to keep the sparse space)",
+                    human(bt.blocks * 4096),
+                    human(dense.blocks * 4096)
+                );
+                bt = dense;
+                map = AddrMap::Dense;
+            } else {
+                eprintln!(
+                    "sluice: warning: --map concat spans {} of address space; the trace touches only {}",
+                    human(bt.blocks * 4096),
+                    human(dense.blocks * 4096)
+                );
+            }
+        }
+    }
     if a.no_trim {
+        // Keep flush points where they were relative to the remaining ops.
+        let mut new_index = Vec::with_capacity(bt.ops.len() + 1);
+        let mut n = 0;
+        for o in &bt.ops {
+            new_index.push(n);
+            n += usize::from(!o.0);
+        }
+        new_index.push(n);
+        let mut fps: Vec<usize> = bt.flush_points.iter().map(|&p| new_index[p]).collect();
+        fps.dedup();
+        bt.flush_points = fps;
         bt.ops.retain(|o| !o.0);
         bt.trim_blocks = 0;
     }
     if bt.write_blocks == 0 {
         bail!("{} has no writes: nothing to replay", a.trace.display());
     }
-    let policy = a.gc.unwrap_or(sluice::gc::DEFAULT_POLICY);
+    let recorded_gc = rec.as_ref().and_then(|v| GcPolicy::parse(&v.gc).ok());
+    let policy = a.gc.or(recorded_gc).unwrap_or(sluice::gc::DEFAULT_POLICY);
+    let size_blocks = match (a.size, &rec) {
+        (Some(s), _) => s / 4096,
+        (None, Some(v)) if map == AddrMap::Concat => v.logical_bytes / 4096,
+        _ => bt.blocks,
+    };
+    if size_blocks < bt.blocks {
+        bail!(
+            "the trace touches {} but the replay volume is {} (--size or the recorded size)",
+            human(bt.blocks * 4096),
+            human(size_blocks * 4096)
+        );
+    }
+    if let Some(v) = &rec {
+        if v.live_bytes > 0 && !a.fill {
+            eprintln!(
+                "sluice: note: the recorded volume held {} of live data when recording \
+                 started; this replay starts empty (--fill starts full)",
+                human(v.live_bytes)
+            );
+        }
+    }
+    let need = replay_memory(size_blocks);
+    if let Some(avail) = mem_available() {
+        if need > avail / 2 {
+            bail!(
+                "a replay volume of {} needs about {} of RAM, more than half of the {} available; \
+                 use --map dense (only the blocks the trace touches) or a smaller --size",
+                human(size_blocks * 4096),
+                human(need),
+                human(avail)
+            );
+        }
+    }
     let setup = Setup {
-        logical_blocks: bt.blocks,
-        overprovision: a.overprovision / 100.0,
-        segment_bytes: a.segment_size,
+        logical_blocks: size_blocks,
+        overprovision: overprovision / 100.0,
+        segment_bytes: segment_size,
         policy,
         media: a.media,
         flash_pages_per_block: a.flash_pages_per_block,
         flash_op: a.flash_op / 100.0,
     };
-    let (vol, flash) = drive::build(&setup)?;
+    let background = a.background.unwrap_or(rec.is_some());
+    let (vol, flash) = drive::build_with(&setup, background)?;
     let geo = vol.geometry();
     let total = bt.ops.len() as u64 * a.passes as u64 + if a.fill { geo.logical_blocks } else { 0 };
     let pb = if a.json {
@@ -155,6 +303,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         ProgressStyle::with_template("{msg:8} [{bar:40}] {pos}/{len} ops {per_sec} eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let mut hb = Heartbeat::new();
     let mut d = drive::Driver::new(&vol);
     if a.fill {
         pb.set_message("fill");
@@ -163,6 +312,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             n += k;
             if n % 65536 < k {
                 pb.set_position(n);
+                hb.tick("fill", n, geo.logical_blocks);
             }
         })?;
     }
@@ -172,7 +322,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let t0 = Instant::now();
     let mut done = 0u64;
     for _ in 0..a.passes {
-        for &(trim, l, n) in &bt.ops {
+        let mut fp = bt.flush_points.iter().peekable();
+        for (i, &(trim, l, n)) in bt.ops.iter().enumerate() {
+            while fp.next_if(|&&p| p <= i).is_some() {
+                vol.flush()?;
+            }
             if trim {
                 d.trim_blocks(l, n as u64)?;
             } else {
@@ -181,6 +335,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             done += 1;
             if done.is_multiple_of(65536) {
                 pb.inc(65536);
+                hb.tick("replay", done, bt.ops.len() as u64 * a.passes as u64);
             }
         }
     }
@@ -216,6 +371,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             a.passes,
             a.flash_pages_per_block,
             a.flash_op / 100.0,
+            size_blocks,
         )?)
     } else {
         None
@@ -223,13 +379,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let rep = Report {
         trace: a.trace.display().to_string(),
         format: fmt.name(),
+        address_map: match map {
+            AddrMap::Concat => "concat",
+            AddrMap::Dense => "dense",
+        },
+        recorded_volume: rec,
         lines: t.lines,
         skipped_lines: t.skipped,
         reads_dropped: bt.reads,
         logical_bytes: geo.logical_bytes(),
-        overprovision_pct: a.overprovision,
+        overprovision_pct: overprovision,
         effective_spare: drive::effective_spare(&geo),
-        segment_bytes: a.segment_size,
+        segment_bytes: segment_size,
         gc_policy: policy.name(),
         media: match a.media {
             MediaKind::Memory => "memory",
@@ -261,10 +422,11 @@ fn bare_flash(
     passes: u32,
     ppb: u32,
     op: f64,
+    blocks: u64,
 ) -> anyhow::Result<FlashReport> {
-    let mut f = Ftl::new(bt.blocks.max(1), ppb, op)?;
+    let mut f = Ftl::new(blocks.max(1), ppb, op)?;
     if fill {
-        f.write_pages(0, bt.blocks);
+        f.write_pages(0, blocks);
     }
     let c0 = f.c;
     for _ in 0..passes {
@@ -294,9 +456,18 @@ fn bare_flash(
 
 fn print_report(r: &Report) {
     println!(
-        "trace        {} ({}, {} lines, {} skipped, {} reads dropped)",
-        r.trace, r.format, r.lines, r.skipped_lines, r.reads_dropped
+        "trace        {} ({}, {} lines, {} skipped, {} reads dropped, map {})",
+        r.trace, r.format, r.lines, r.skipped_lines, r.reads_dropped, r.address_map
     );
+    if let Some(v) = &r.recorded_volume {
+        println!(
+            "recorded on  {} logical, {} segments, {}% OP, gc {}",
+            human(v.logical_bytes),
+            human(v.segment_bytes),
+            v.overprovision_pct,
+            v.gc
+        );
+    }
     println!(
         "volume       {} logical, {:.1}% OP (effective spare {:.2}%), {} segments, gc {}, media {}",
         human(r.logical_bytes),

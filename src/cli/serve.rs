@@ -120,6 +120,10 @@ pub struct Args {
     /// benchmarking the dispatch choice; see docs/nbd.md).
     #[arg(long, hide = true)]
     pub no_inline_writes: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100 or :9100;
+    /// loopback unless an address says otherwise). `sluice top ADDR` reads them.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// Capture every request (time, op, offset, length) to FILE in sluice's trace
     /// format, replayable with `sluice replay --format sluice` (default export only).
     #[arg(long, value_name = "FILE")]
@@ -340,6 +344,7 @@ fn open_volume(
             segment_size: 4 << 20,
             gc: sluice::gc::DEFAULT_POLICY,
             force: false,
+            preallocate: false,
         })?;
         vol.close()?;
         eprintln!("sluice: created {} ({})", path.display(), human(size));
@@ -350,10 +355,15 @@ fn open_volume(
         );
     }
     let lock = lock_volume(path, a.read_only)?;
-    let media: Arc<dyn Media> = Arc::new(
-        FileMedia::open(path, a.read_only)
-            .with_context(|| format!("opening {}", path.display()))?,
-    );
+    let file = FileMedia::open(path, a.read_only)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // `--metrics` counts media bytes by class through a thin wrapper (run()
+    // enabled the metrics before any volume was opened).
+    let media: Arc<dyn Media> = if a.metrics.is_some() {
+        Arc::new(sluice::metrics::MeteredMedia { inner: file })
+    } else {
+        Arc::new(file)
+    };
     if a.scrub_rate == Some(0) {
         bail!("--scrub-rate must be above 0 (leave it out to turn scrub off)");
     }
@@ -489,6 +499,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         None
     };
 
+    let metrics = a.metrics.as_ref().map(|_| sluice::metrics::enable());
     let mut exports: Vec<Export> = Vec::new();
     let mut locks = Vec::new();
     for (i, (name, path)) in specs.iter().enumerate() {
@@ -515,6 +526,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let recorder = match &a.record {
         Some(p) => Some(Arc::new(
             sluice::trace::Recorder::create(p)
+                .and_then(|r| {
+                    r.comment(&sluice::trace::VolumeInfo::of(&exports[0].vol).line())?;
+                    Ok(r)
+                })
                 .with_context(|| format!("creating trace file {}", p.display()))?,
         )),
         None => None,
@@ -537,6 +552,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         signal_hook::flag::register(sig, ignored.clone())?;
     }
 
+    if let (Some(addr), Some(m)) = (&a.metrics, metrics) {
+        let ep = Arc::new(sluice::metrics::Endpoint::new(exports[0].vol.clone(), m));
+        let bound = sluice::metrics::http::spawn(addr, ep, stop.clone())
+            .with_context(|| format!("--metrics {addr}"))?;
+        eprintln!("sluice: metrics at http://{bound}/metrics");
+    }
     if let Some(p) = &a.pid_file {
         let tmp = p.with_extension("tmp");
         std::fs::write(&tmp, format!("{}\n", std::process::id()))

@@ -25,6 +25,7 @@ pub struct Args {
     /// Over-provisioning percents to sweep, e.g. 5,7,10,20,30,50.
     #[arg(long, value_delimiter = ',', default_value = "10")]
     pub sweep: Vec<f64>,
+    /// Segment (write block) size, e.g. 4M.
     #[arg(long, value_parser = super::parse_size, default_value = "4M")]
     pub segment_size: u64,
     /// GC policies to compare (comma separated).
@@ -39,13 +40,16 @@ pub struct Args {
     /// Measured writes, in multiples of the logical size.
     #[arg(long, default_value_t = 2.0)]
     pub measure: f64,
+    /// Media under the engine: memory (headers only) or flash-sim.
     #[arg(long, default_value = "memory", value_parser = MediaKind::parse)]
     pub media: MediaKind,
+    /// Seed of the workload generator (same seed, same run).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Write an SVG chart of WA against over-provisioning.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Print the results as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }

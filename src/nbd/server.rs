@@ -744,7 +744,14 @@ impl Conn {
             self.record(r);
         }
         let ranges: Vec<(u64, u32)> = batch.iter().map(|r| (r.offset, r.length)).collect();
+        let t0 = crate::metrics::start();
         let results = self.vol.read_batch(&ranges);
+        if t0.is_some() {
+            for (r, res) in batch.iter().zip(&results) {
+                let (k, ok) = (crate::metrics::Req::Read, res.is_ok());
+                crate::metrics::done(k, r.offset, r.length as u64, ok, t0);
+            }
+        }
         // reply headers first (owned), then the parts list borrowing them
         let mut heads: Vec<Vec<u8>> = Vec::with_capacity(batch.len());
         for (r, res) in batch.iter().zip(&results) {
@@ -816,6 +823,7 @@ impl Conn {
             return;
         }
         self.record(&r);
+        let t0 = crate::metrics::start();
         let res = match r.cmd {
             proto::CMD_WRITE => self.vol.write(off, &payload, fua),
             proto::CMD_FLUSH => self.vol.flush(),
@@ -856,6 +864,19 @@ impl Conn {
             _ => Err(Error::InvalidArgument("unknown command".into())),
         };
         drop(payload);
+        if t0.is_some() {
+            use crate::metrics::Req;
+            let kind = match r.cmd {
+                proto::CMD_WRITE => Some(Req::Write),
+                proto::CMD_FLUSH => Some(Req::Flush),
+                proto::CMD_TRIM => Some(Req::Trim),
+                proto::CMD_WRITE_ZEROES => Some(Req::Zero),
+                _ => None,
+            };
+            if let Some(k) = kind {
+                crate::metrics::done(k, off, len, res.is_ok(), t0);
+            }
+        }
         match res {
             Ok(()) => self.reply(&proto::simple_reply(0, r.cookie), rel, queue),
             Err(e) => {
@@ -1124,6 +1145,7 @@ impl Server {
             let spawned = std::thread::Builder::new()
                 .name(format!("nbd-conn-{id}"))
                 .spawn(move || {
+                    crate::metrics::connection_opened();
                     match me.connection(id, stream) {
                         Ok(why) => tracing::debug!("nbd: connection {id} closed: {why}"),
                         Err(e) => {
@@ -1134,6 +1156,7 @@ impl Server {
                             tracing::debug!("nbd: connection {id} closed: {e}")
                         }
                     }
+                    crate::metrics::connection_closed();
                     me.conns.lock().remove(&id);
                     let left = me.active.fetch_sub(1, Ordering::AcqRel) - 1;
                     me.maybe_trim(left);

@@ -145,6 +145,9 @@ pub struct BlockTrace {
     pub trim_blocks: u64,
     pub reads: u64,
     pub flushes: u64,
+    /// Where the trace flushed: a flush comes before `ops[i]` for each `i` here
+    /// (ascending; `ops.len()` for a flush at the end). Runs never merge across one.
+    pub flush_points: Vec<usize>,
 }
 
 /// Reduce a trace: writes are widened to whole 4 KiB blocks, trims narrowed to the
@@ -183,6 +186,12 @@ pub fn block_trace(t: &Trace, map: AddrMap) -> BlockTrace {
     }
     let mut dense: HashMap<u64, u64> = HashMap::new();
     for r in &t.reqs {
+        if r.op == Op::Flush {
+            if bt.flush_points.last() != Some(&bt.ops.len()) {
+                bt.flush_points.push(bt.ops.len());
+            }
+            continue;
+        }
         if !matches!(r.op, Op::Write | Op::Trim | Op::Zero) {
             continue;
         }
@@ -215,7 +224,8 @@ fn push_run(bt: &mut BlockTrace, trim: bool, lba: u64, n: u64) {
     } else {
         bt.write_blocks += n;
     }
-    if let Some(last) = bt.ops.last_mut() {
+    let after_flush = bt.flush_points.last() == Some(&bt.ops.len());
+    if let Some(last) = bt.ops.last_mut().filter(|_| !after_flush) {
         if last.0 == trim && last.1 + last.2 as u64 == lba && (last.2 as u64 + n) < 1 << 20 {
             last.2 += n as u32;
             return;
@@ -284,6 +294,15 @@ pub struct Setup {
 
 /// A fresh volume on fresh media (background off: every media write is deterministic).
 pub fn build(s: &Setup) -> Result<(Volume, Option<std::sync::Arc<crate::media::FlashSim>>)> {
+    build_with(s, false)
+}
+
+/// As `build`, with the housekeeper thread on or off (on: the GC and checkpoint
+/// timing of a live server, at the cost of determinism).
+pub fn build_with(
+    s: &Setup,
+    background: bool,
+) -> Result<(Volume, Option<std::sync::Arc<crate::media::FlashSim>>)> {
     use crate::geometry::Geometry;
     use crate::media::{FlashSim, Media, ReplayMedia};
     use std::sync::Arc;
@@ -306,7 +325,7 @@ pub fn build(s: &Setup) -> Result<(Volume, Option<std::sync::Arc<crate::media::F
             gc_policy: s.policy,
         },
         &crate::OpenOptions {
-            background: false,
+            background,
             ..Default::default()
         },
     )?;

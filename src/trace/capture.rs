@@ -7,7 +7,12 @@
 //! <time_us since start> <op> <offset bytes> <length bytes>
 //! ```
 //! `op` is one letter: W write, R read, T trim, Z write-zeroes, F flush (offset
-//! and length 0). Lines starting with `#` are comments.
+//! and length 0). Lines starting with `#` are comments. A server also writes, right
+//! after the header, the volume it recorded on:
+//! ```text
+//! # volume logical_bytes=N segment_bytes=N overprovision_pct=F gc=NAME live_bytes=N
+//! ```
+//! which `sluice replay` uses by default so a replay runs on the same geometry.
 //!
 //! Invariant: the recorder writes whole lines under one lock, so concurrent
 //! callers never interleave within a line; `finish` (or drop) flushes them.
@@ -49,6 +54,14 @@ impl Recorder {
         }
     }
 
+    /// Write a comment line (`# text`), e.g. the recorded volume's geometry.
+    pub fn comment(&self, text: &str) -> io::Result<()> {
+        match self.out.lock().as_mut() {
+            Some(w) => writeln!(w, "# {text}"),
+            None => Err(io::Error::other("recorder already finished")),
+        }
+    }
+
     /// Flush buffered lines to the file.
     pub fn flush(&self) -> io::Result<()> {
         match self.out.lock().as_mut() {
@@ -76,6 +89,100 @@ impl Drop for Recorder {
     fn drop(&mut self) {
         let _ = self.finish();
     }
+}
+
+/// The volume a trace was recorded on (its `# volume ...` header line).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct VolumeInfo {
+    pub logical_bytes: u64,
+    pub segment_bytes: u64,
+    pub overprovision_pct: f64,
+    pub gc: String,
+    /// Live data on the volume when recording started.
+    pub live_bytes: u64,
+}
+
+impl VolumeInfo {
+    pub fn of(vol: &crate::Volume) -> VolumeInfo {
+        let g = vol.geometry();
+        VolumeInfo {
+            logical_bytes: vol.size_bytes(),
+            segment_bytes: g.segment_bytes(),
+            overprovision_pct: vol.superblock().overprovision_bp as i32 as f64 / 100.0,
+            gc: vol.gc_policy().name().to_string(),
+            live_bytes: vol.stats().live_data_blocks * 4096,
+        }
+    }
+    /// The comment text (without `# `).
+    pub fn line(&self) -> String {
+        format!(
+            "volume logical_bytes={} segment_bytes={} overprovision_pct={} gc={} live_bytes={}",
+            self.logical_bytes,
+            self.segment_bytes,
+            self.overprovision_pct,
+            self.gc,
+            self.live_bytes
+        )
+    }
+    /// Parse a `# volume ...` line; None if it is not one or a field is malformed.
+    pub fn parse(line: &str) -> Option<VolumeInfo> {
+        let rest = line.strip_prefix('#')?.trim().strip_prefix("volume ")?;
+        let mut v = VolumeInfo {
+            logical_bytes: 0,
+            segment_bytes: 0,
+            overprovision_pct: 0.0,
+            gc: String::new(),
+            live_bytes: 0,
+        };
+        for kv in rest.split_whitespace() {
+            let (k, val) = kv.split_once('=')?;
+            match k {
+                "logical_bytes" => v.logical_bytes = val.parse().ok()?,
+                "segment_bytes" => v.segment_bytes = val.parse().ok()?,
+                "overprovision_pct" => v.overprovision_pct = val.parse().ok()?,
+                "gc" => v.gc = val.to_string(),
+                "live_bytes" => v.live_bytes = val.parse().ok()?,
+                _ => {}
+            }
+        }
+        (v.logical_bytes > 0 && v.segment_bytes > 0).then_some(v)
+    }
+}
+
+/// What the first lines of a trace file say about it.
+#[derive(Debug, Clone, Default)]
+pub struct Header {
+    /// Starts with `# sluice-trace v1`.
+    pub sluice: bool,
+    pub volume: Option<VolumeInfo>,
+}
+
+/// Read the leading comment lines of a trace file (`.gz` decompressed).
+pub fn read_header(path: &Path) -> io::Result<Header> {
+    use std::io::BufRead;
+    let f = std::fs::File::open(path)?;
+    let r: Box<dyn BufRead> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(io::BufReader::new(flate2::read::MultiGzDecoder::new(f)))
+    } else {
+        Box::new(io::BufReader::new(f))
+    };
+    let mut h = Header::default();
+    for (i, line) in r.split(b'\n').take(16).enumerate() {
+        let Ok(line) = line else { break };
+        let s = String::from_utf8_lossy(&line);
+        let s = s.trim_end();
+        if i == 0 {
+            h.sluice = s == HEADER;
+            if !h.sluice {
+                break;
+            }
+        } else if !s.starts_with('#') {
+            break;
+        } else if let Some(v) = VolumeInfo::parse(s) {
+            h.volume = Some(v);
+        }
+    }
+    Ok(h)
 }
 
 pub(super) fn parse_line(t: &str) -> Result<Option<Req>, String> {
@@ -142,5 +249,30 @@ mod tests {
             o => panic!("expected error at line 3, got {o:?}"),
         }
         assert_eq!(parse_file(Format::Sluice, &p, true).unwrap().skipped, 1);
+    }
+
+    #[test]
+    fn header_carries_the_format_and_the_volume() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("work.trace");
+        let r = Recorder::create(&p).unwrap();
+        let v = VolumeInfo {
+            logical_bytes: 64 << 20,
+            segment_bytes: 4 << 20,
+            overprovision_pct: 10.0,
+            gc: "greedy".into(),
+            live_bytes: 8192,
+        };
+        r.comment(&v.line()).unwrap();
+        r.record(Op::Write, 0, 4096).unwrap();
+        r.finish().unwrap();
+        let h = read_header(&p).unwrap();
+        assert!(h.sluice);
+        assert_eq!(h.volume, Some(v));
+        // Comments do not disturb the parser.
+        assert_eq!(parse_file(Format::Sluice, &p, false).unwrap().reqs.len(), 1);
+        std::fs::write(&p, "0 0 8 8 0\n").unwrap();
+        let h = read_header(&p).unwrap();
+        assert!(!h.sluice && h.volume.is_none());
     }
 }

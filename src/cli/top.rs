@@ -1,0 +1,250 @@
+//! `sluice top ADDR`: a live view of a serving volume, read from its metrics
+//! endpoint (`sluice serve --metrics ADDR`) once a second: IOPS, MB/s, WA, GC
+//! activity, free space, the access pattern front and back. Plain text redraw
+//! (fine over ssh), one line per sample when stdout is not a terminal, or JSON
+//! lines for scripts.
+//!
+//! Invariant: read-only; a sample that cannot be fetched is reported, and the
+//! view goes on (exit 1 only if the first fetch fails).
+
+use anyhow::Context;
+use sluice::metrics::http;
+use sluice::size::human;
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Metrics address of a server started with --metrics (e.g. 127.0.0.1:9100 or :9100).
+    pub addr: String,
+    /// Seconds between samples.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    /// Stop after this many samples (0: until interrupted).
+    #[arg(long, default_value_t = 0)]
+    pub count: u64,
+    /// Print one JSON object per sample (one a line) instead of the text view.
+    #[arg(long)]
+    pub json: bool,
+}
+
+type Sample = HashMap<String, f64>;
+
+fn fetch(addr: &str) -> anyhow::Result<Sample> {
+    let text = http::fetch(addr).with_context(|| format!("reading metrics from {addr}"))?;
+    Ok(http::parse(&text).into_iter().collect())
+}
+
+fn g(s: &Sample, k: &str) -> f64 {
+    s.get(k).copied().unwrap_or(0.0)
+}
+
+/// Quantile `q` of the latency histogram of `op` between two samples (seconds,
+/// upper bound of the bucket it falls in), None with no requests.
+fn quantile(a: &Sample, b: &Sample, op: &str, q: f64) -> Option<f64> {
+    let prefix = format!("sluice_request_latency_seconds_bucket{{op=\"{op}\",le=\"");
+    let mut buckets: Vec<(f64, f64)> = b
+        .iter()
+        .filter_map(|(k, &v)| {
+            let le = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, v - a.get(k).copied().unwrap_or(0.0)))
+        })
+        .collect();
+    buckets.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    buckets
+        .iter()
+        .find(|(_, c)| *c >= q * total)
+        .map(|&(le, _)| le)
+}
+
+#[derive(serde::Serialize)]
+struct Row {
+    time_s: f64,
+    read_iops: f64,
+    write_iops: f64,
+    flush_per_s: f64,
+    trim_per_s: f64,
+    read_mb_s: f64,
+    write_mb_s: f64,
+    media_mb_s: f64,
+    wa_session: f64,
+    wa_1m: f64,
+    wa_interval: f64,
+    gc_runs_per_s: f64,
+    gc_blocks_moved_per_s: f64,
+    segments_free: f64,
+    segments_total: f64,
+    live_bytes: f64,
+    logical_bytes: f64,
+    connections: f64,
+    write_p99_s: Option<f64>,
+    read_p99_s: Option<f64>,
+    host_sequential_share: f64,
+    media_sequential_share: f64,
+}
+
+fn share(a: &Sample, b: &Sample, side: &str) -> f64 {
+    let k = |p: &str| format!("sluice_access_requests_total{{side=\"{side}\",pattern=\"{p}\"}}");
+    let seq = g(b, &k("sequential")) - g(a, &k("sequential"));
+    let rnd = g(b, &k("random")) - g(a, &k("random"));
+    if seq + rnd <= 0.0 {
+        0.0
+    } else {
+        seq / (seq + rnd)
+    }
+}
+
+fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
+    let d = |k: &str| (g(b, k) - g(a, k)).max(0.0);
+    let r = |k: &str| d(k) / dt;
+    let media_keys = ["user_data", "gc", "headers", "checkpoints", "superblocks"]
+        .map(|c| format!("sluice_media_bytes_total{{class=\"{c}\"}}"));
+    let media: f64 = media_keys.iter().map(|k| d(k)).sum();
+    let host_w = d("sluice_host_bytes_total{op=\"write\"}");
+    let seg = |s: &str| g(b, &format!("sluice_segments{{state=\"{s}\"}}"));
+    Row {
+        time_s: t,
+        read_iops: r("sluice_requests_total{op=\"read\"}"),
+        write_iops: r("sluice_requests_total{op=\"write\"}"),
+        flush_per_s: r("sluice_requests_total{op=\"flush\"}"),
+        trim_per_s: r("sluice_requests_total{op=\"trim\"}"),
+        read_mb_s: r("sluice_host_bytes_total{op=\"read\"}") / 1e6,
+        write_mb_s: host_w / dt / 1e6,
+        media_mb_s: media / dt / 1e6,
+        wa_session: g(b, "sluice_write_amplification{window=\"session\"}"),
+        wa_1m: g(b, "sluice_write_amplification{window=\"1m\"}"),
+        wa_interval: if host_w > 0.0 { media / host_w } else { 0.0 },
+        gc_runs_per_s: r("sluice_gc_runs_total"),
+        gc_blocks_moved_per_s: r("sluice_gc_blocks_moved_total{class=\"data\"}"),
+        segments_free: seg("free"),
+        segments_total: ["free", "open", "closed", "pending", "damaged"]
+            .iter()
+            .map(|s| seg(s))
+            .sum(),
+        live_bytes: g(b, "sluice_live_data_bytes"),
+        logical_bytes: g(b, "sluice_logical_bytes"),
+        connections: g(b, "sluice_connections"),
+        write_p99_s: quantile(a, b, "write", 0.99),
+        read_p99_s: quantile(a, b, "read", 0.99),
+        host_sequential_share: share(a, b, "host"),
+        media_sequential_share: share(a, b, "media"),
+    }
+}
+
+fn lat(x: Option<f64>) -> String {
+    match x {
+        None => "-".into(),
+        Some(s) if s.is_infinite() => "inf".into(),
+        Some(s) if s < 1e-3 => format!("{:.0}us", s * 1e6),
+        Some(s) => format!("{:.1}ms", s * 1e3),
+    }
+}
+
+fn screen(addr: &str, r: &Row) -> String {
+    let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    format!(
+        "sluice top {addr}   t={:.0}s   connections {}\n\n\
+         host    read  {:>9.0} IOPS {:>8.1} MB/s   p99 {}\n\
+         \x20       write {:>9.0} IOPS {:>8.1} MB/s   p99 {}\n\
+         \x20       flush {:>9.0} /s   trim {:.0} /s\n\
+         media   write {:>23.1} MB/s\n\
+         WA      now {:.2}   last minute {:.2}   session {:.2}\n\
+         GC      {:.1} runs/s, {:.0} blocks moved/s\n\
+         space   {} of {} segments free, live data {} of {}\n\
+         pattern host {} sequential   media {} sequential\n",
+        r.time_s,
+        r.connections,
+        r.read_iops,
+        r.read_mb_s,
+        lat(r.read_p99_s),
+        r.write_iops,
+        r.write_mb_s,
+        lat(r.write_p99_s),
+        r.flush_per_s,
+        r.trim_per_s,
+        r.media_mb_s,
+        r.wa_interval,
+        r.wa_1m,
+        r.wa_session,
+        r.gc_runs_per_s,
+        r.gc_blocks_moved_per_s,
+        r.segments_free,
+        r.segments_total,
+        human(r.live_bytes as u64),
+        human(r.logical_bytes as u64),
+        pct(r.host_sequential_share),
+        pct(r.media_sequential_share),
+    )
+}
+
+fn line(r: &Row) -> String {
+    format!(
+        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={}",
+        r.time_s,
+        r.read_iops,
+        r.write_iops,
+        r.write_mb_s,
+        r.media_mb_s,
+        r.wa_interval,
+        r.wa_1m,
+        r.gc_runs_per_s,
+        r.segments_free,
+        r.segments_total,
+        r.host_sequential_share * 100.0,
+        r.media_sequential_share * 100.0,
+        lat(r.write_p99_s)
+    )
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    if !(a.interval > 0.0 && a.interval <= 3600.0) {
+        anyhow::bail!("--interval must be between 0 and 3600 seconds");
+    }
+    let tty = std::io::stdout().is_terminal();
+    let start = Instant::now();
+    let mut prev = fetch(&a.addr)?;
+    let mut t_prev = Instant::now();
+    let mut n = 0u64;
+    loop {
+        std::thread::sleep(Duration::from_secs_f64(a.interval));
+        let cur = match fetch(&a.addr) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("sluice top: {e:#}");
+                continue;
+            }
+        };
+        let now = Instant::now();
+        let r = row(
+            &prev,
+            &cur,
+            now.duration_since(t_prev).as_secs_f64(),
+            start.elapsed().as_secs_f64(),
+        );
+        let mut out = std::io::stdout().lock();
+        if a.json {
+            writeln!(out, "{}", serde_json::to_string(&r)?)?;
+        } else if tty {
+            write!(out, "\x1b[H\x1b[2J{}", screen(&a.addr, &r))?;
+        } else {
+            writeln!(out, "{}", line(&r))?;
+        }
+        out.flush()?;
+        prev = cur;
+        t_prev = now;
+        n += 1;
+        if a.count > 0 && n >= a.count {
+            return Ok(0);
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! First use without traps (issue 11): each test runs what a new user would run and
+//! asserts the trap is gone: a bench that would overwrite a volume holding data
+//! refuses, a served volume reads as in use (not crashed), a non-volume is not
+//! called damaged, a full host filesystem answers ENOSPC, `create` leaves nothing
+//! behind when it fails and refuses sizes its geometry cannot honour, and replay
+//! bounds a huge sparse address space and reads its own format from the header.
+
+use sluice::bench::target::{self, OpenSpec, TargetSpec};
+use sluice::media::{Media, MemMedia};
+use sluice::{CreateOptions, OpenOptions, Volume};
+use std::io;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+fn spec(force: bool) -> OpenSpec {
+    OpenSpec {
+        create_size: 64 * MIB,
+        overprovision: 0.2,
+        writes: true,
+        force,
+    }
+}
+
+#[test]
+fn bench_refuses_a_sluice_volume_holding_data_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("vol.img");
+    let ts = TargetSpec::parse(&format!("sluice:{}", p.display())).unwrap();
+    // A fresh target is created; an empty volume may be benchmarked again.
+    let t = target::open(&ts, &spec(false)).unwrap();
+    t.close().unwrap();
+    drop(t);
+    let t = target::open(&ts, &spec(false)).unwrap();
+    t.write(0, &vec![0xab; 4096]).unwrap();
+    t.flush().unwrap();
+    t.close().unwrap();
+    drop(t);
+    let err = match target::open(&ts, &spec(false)) {
+        Ok(_) => panic!("a write benchmark opened a volume holding data without --force"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("--force"), "{err}");
+    // A read-only workload may use it; --force overrides.
+    let ro = OpenSpec {
+        writes: false,
+        ..spec(false)
+    };
+    let t = target::open(&ts, &ro).unwrap();
+    t.close().unwrap();
+    drop(t);
+    let t = target::open(&ts, &spec(true)).unwrap();
+    t.close().unwrap();
+}
+
+/// Media whose writes fail with ENOSPC once armed, like a sparse file on a full
+/// host filesystem.
+struct FullHost {
+    inner: MemMedia,
+    writes_left: AtomicU64,
+}
+
+impl Media for FullHost {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self
+            .writes_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_err()
+        {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn describe(&self) -> String {
+        "full host".into()
+    }
+}
+
+#[test]
+fn a_full_host_filesystem_answers_enospc_not_eio() {
+    let media = Arc::new(FullHost {
+        inner: MemMedia::new(48 * MIB),
+        writes_left: AtomicU64::new(u64::MAX),
+    });
+    let vol = Volume::create(
+        media.clone(),
+        &CreateOptions {
+            logical_bytes: Some(16 * MIB),
+            overprovision: 0.2,
+            segment_bytes: 1 << 20,
+            ..Default::default()
+        },
+        &OpenOptions {
+            background: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    media.writes_left.store(0, Ordering::SeqCst);
+    let mut errno = None;
+    for i in 0..64u64 {
+        let r = vol
+            .write(i * 4096, &[7u8; 4096], false)
+            .and_then(|_| vol.flush());
+        if let Err(e) = r {
+            errno = Some(e.errno());
+            break;
+        }
+    }
+    assert_eq!(
+        errno,
+        Some(libc::ENOSPC),
+        "a write to a full host filesystem must answer ENOSPC"
+    );
+    // Later requests on the stopped volume say the same.
+    let e = vol.write(0, &[1u8; 4096], false).and_then(|_| vol.flush());
+    assert_eq!(e.unwrap_err().errno(), libc::ENOSPC);
+}
+
+fn sluice(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn create_refuses_what_it_cannot_honour_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = sluice(&["create", "big.img", "--size", "1P"], dir.path());
+    assert!(!o.status.success());
+    assert!(
+        !dir.path().join("big.img").exists(),
+        "a failed create left a file behind"
+    );
+    for (size, seg) in [("4K", "4M"), ("64M", "1G")] {
+        let o = sluice(
+            &["create", "t.img", "--size", size, "--segment-size", seg],
+            dir.path(),
+        );
+        assert!(
+            !o.status.success(),
+            "--size {size} --segment-size {seg} accepted"
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("too small"), "{err}");
+    }
+    let o = sluice(
+        &["create", "ok.img", "--size", "64M", "--preallocate"],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("effective spare"), "{out}");
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir.path().join("ok.img")).unwrap();
+    assert!(
+        m.blocks() * 512 >= m.len(),
+        "--preallocate left the file sparse"
+    );
+    // check --json carries counts a script can test, not only sentences.
+    let v = json_of(&sluice(&["check", "ok.img", "--json"], dir.path()));
+    assert_eq!(v["superblock_copies_ok"], 2);
+    assert_eq!(v["damage_count"], 0);
+    assert_eq!(v["mount_ok"], true);
+}
+
+#[test]
+fn a_file_that_is_not_a_volume_is_not_called_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), b"hello\n").unwrap();
+    for cmd in ["check", "info"] {
+        let o = sluice(&[cmd, "notes.txt"], dir.path());
+        assert_eq!(o.status.code(), Some(2), "{cmd}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(err.contains("not a sluice volume"), "{cmd}: {err}");
+        assert!(
+            !out.contains("damaged") && !err.contains("damaged"),
+            "{cmd}: {out}{err}"
+        );
+    }
+}
+
+struct Serve(Child);
+impl Drop for Serve {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for(p: &Path) {
+    let t0 = Instant::now();
+    while !p.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{} never appeared",
+            p.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_served_volume_reads_as_in_use_not_crashed() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = sluice(&["create", "v.img", "--size", "64M"], dir.path());
+    assert!(o.status.success());
+    let sock = dir.path().join("s.sock");
+    let _srv = Serve(
+        Command::new(BIN)
+            .args(["serve", "v.img", "--socket", "s.sock"])
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&sock);
+    let o = sluice(&["info", "v.img"], dir.path());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    assert!(out.contains("in use"), "{out}");
+    assert!(!out.contains("not closed cleanly"), "{out}");
+    let o = sluice(&["info", "v.img", "--json"], dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["in_use"], true);
+    let o = sluice(&["check", "v.img"], dir.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{out}{err}");
+    assert!(err.contains("in use"), "{err}");
+    assert!(!out.contains("after a crash"), "{out}");
+}
+
+fn json_of(o: &std::process::Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn replay_bounds_a_huge_sparse_space_and_reads_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two 4 KiB writes 2 TiB apart (DiskSim/MQSim: time dev lba512 sectors flags),
+    // in a file whose name says nothing about its format.
+    std::fs::write(
+        dir.path().join("sparse.trace"),
+        "0 0 0 8 0\n1 0 4294967296 8 0\n2 0 8 8 0\n",
+    )
+    .unwrap();
+    let o = sluice(
+        &[
+            "replay",
+            "--trace",
+            "sparse.trace",
+            "--format",
+            "mqsim",
+            "--fill",
+            "--json",
+        ],
+        dir.path(),
+    );
+    let v = json_of(&o);
+    assert_eq!(v["address_map"], "dense");
+    assert!(v["logical_bytes"].as_u64().unwrap() < 1 << 30, "{v}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("warning"));
+    // A sluice capture named like an MQSim trace is read as what its header says.
+    std::fs::write(
+        dir.path().join("cap.trace"),
+        "# sluice-trace v1\n0 W 0 4096\n5 W 8192 4096\n9 F 0 0\n",
+    )
+    .unwrap();
+    let v = json_of(&sluice(
+        &["replay", "--trace", "cap.trace", "--json"],
+        dir.path(),
+    ));
+    assert_eq!(v["format"], "sluice");
+}
+
+/// WA the server printed at exit ("... WA 1.04").
+fn served_wa(stderr: &str) -> f64 {
+    let l = stderr
+        .lines()
+        .find(|l| l.contains("served ") && l.contains(" WA "))
+        .unwrap_or_else(|| panic!("no WA line in {stderr}"));
+    l.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_recorded_session_replays_to_its_live_write_amplification() {
+    use sluice::bench::target::Target;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s.sock");
+    let srv = Command::new(BIN)
+        .args([
+            "serve",
+            "--create",
+            "v.img",
+            "--size",
+            "64M",
+            "--socket",
+            "s.sock",
+            "--record",
+            "work.trace",
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut srv = Serve(srv);
+    wait_for(&sock);
+    let c = sluice::bench::nbd_client::NbdClient::connect(&format!(
+        "nbd+unix:///?socket={}",
+        sock.display()
+    ))
+    .unwrap();
+    // Random 4 KiB writes over 3/4 of the volume, three times over: GC runs, WA
+    // well above 1; a replay sized to the highest block touched would have less
+    // spare and a higher WA.
+    let blocks = 64 * MIB / 4096 * 3 / 4;
+    let mut x = 0x9e3779b97f4a7c15u64;
+    let buf = vec![0x5au8; 4096];
+    for i in 0..3 * blocks {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.write((x % blocks) * 4096, &buf).unwrap();
+        if i % 4096 == 4095 {
+            c.flush().unwrap();
+        }
+    }
+    c.flush().unwrap();
+    c.disconnect();
+    drop(c);
+    unsafe { libc::kill(srv.0.id() as i32, libc::SIGTERM) };
+    let mut err = String::new();
+    use std::io::Read;
+    srv.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    srv.0.wait().unwrap();
+    let live = served_wa(&err);
+    assert!(live > 1.02, "the session should have made GC work: {err}");
+    let v = json_of(&sluice(
+        &["replay", "--trace", "work.trace", "--json"],
+        dir.path(),
+    ));
+    assert_eq!(v["format"], "sluice");
+    let replayed = v["playback"]["wa"].as_f64().unwrap();
+    eprintln!("live WA {live}, replayed WA {replayed}");
+    assert!(
+        (replayed - live).abs() / live <= 0.05,
+        "live WA {live}, replayed WA {replayed}"
+    );
+    assert_eq!(v["logical_bytes"], 64 * MIB);
+}
+
+/// Counts the seconds the bench reports to its progress bar.
+#[derive(Default)]
+struct Advanced(parking_lot::Mutex<f64>);
+impl sluice::bench::run::Observer for Advanced {
+    fn phase(&self, _: &str, _: &str) {}
+    fn advance(&self, secs: f64) {
+        *self.0.lock() += secs;
+    }
+}
+
+#[test]
+fn bench_progress_counts_the_planned_phases_not_the_prefill() {
+    use sluice::bench::{self, BenchConfig, Workload};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = BenchConfig::defaults(Workload::Mix);
+    c.region_bytes = 16 * MIB;
+    c.seconds = 0.1;
+    c.threads = vec![2];
+    assert!(c.prefill);
+    let obs = Arc::new(Advanced::default());
+    let ctx = sluice::bench::run::Ctx {
+        stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        observer: obs.clone(),
+        seed: 3,
+    };
+    let spec = format!("sluice:{}", dir.path().join("p.vol").display());
+    let t = target::open(&TargetSpec::parse(&spec).unwrap(), &spec_small()).unwrap();
+    let r = bench::run_target(&c, &spec, &*t, &ctx);
+    t.close().unwrap();
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let total = *obs.0.lock();
+    let planned = c.planned_seconds();
+    assert!(
+        (total - planned).abs() < 1e-6,
+        "progress reported {total} s of a planned {planned} s"
+    );
+}
+
+fn spec_small() -> OpenSpec {
+    OpenSpec {
+        create_size: 16 * MIB,
+        ..spec(false)
+    }
+}

@@ -1,0 +1,272 @@
+//! Observability of a live server (issue 11): `sluice serve --metrics` answers
+//! Prometheus text whose counters match what a client did, the access pattern shows
+//! random writes in front and sequential appends behind, and `sluice top --json`
+//! reports the live rates.
+
+use sluice::bench::nbd_client::NbdClient;
+use sluice::bench::target::Target;
+use sluice::metrics::http;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sluice");
+
+struct Serve(Child);
+impl Drop for Serve {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `serve --create --metrics 127.0.0.1:0`; returns the server, its NBD URI
+/// and its metrics address.
+fn start(dir: &std::path::Path) -> (Serve, String, String) {
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--create",
+            "v.img",
+            "--size",
+            "64M",
+            "--socket",
+            "s.sock",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let srv = Serve(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if let Some(rest) = l.strip_prefix("sluice: metrics at http://") {
+                let _ = tx.send(rest.trim_end_matches("/metrics").to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the server never printed its metrics address");
+    let sock = dir.join("s.sock");
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (srv, format!("nbd+unix:///?socket={}", sock.display()), addr)
+}
+
+fn scrape(addr: &str) -> HashMap<String, f64> {
+    http::parse(&http::fetch(addr).unwrap())
+        .into_iter()
+        .collect()
+}
+
+fn random_writes(c: &NbdClient, n: u64, seed: u64) {
+    let blocks = (64u64 << 20) / 4096;
+    let mut x = seed | 1;
+    let buf = vec![0x33u8; 4096];
+    for _ in 0..n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        c.write((x % blocks) * 4096, &buf).unwrap();
+    }
+}
+
+#[test]
+fn metrics_count_what_the_client_did_and_show_random_in_front_sequential_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, uri, addr) = start(dir.path());
+    let c = NbdClient::connect(&uri).unwrap();
+    random_writes(&c, 3000, 42);
+    c.flush().unwrap();
+    let mut buf = vec![0u8; 4096];
+    for i in 0..100u64 {
+        c.read(i * 4096, &mut buf).unwrap();
+    }
+    let m = scrape(&addr);
+    let v = |k: &str| *m.get(k).unwrap_or_else(|| panic!("no metric {k}"));
+    assert_eq!(v("sluice_requests_total{op=\"write\"}"), 3000.0);
+    assert_eq!(v("sluice_requests_total{op=\"read\"}"), 100.0);
+    assert_eq!(v("sluice_requests_total{op=\"flush\"}"), 1.0);
+    assert_eq!(
+        v("sluice_request_latency_seconds_count{op=\"write\"}"),
+        3000.0
+    );
+    assert_eq!(
+        v("sluice_request_latency_seconds_bucket{op=\"write\",le=\"+Inf\"}"),
+        3000.0
+    );
+    assert_eq!(v("sluice_host_bytes_total{op=\"write\"}"), 3000.0 * 4096.0);
+    assert!(v("sluice_media_bytes_total{class=\"user_data\"}") >= 2900.0 * 4096.0);
+    assert_eq!(v("sluice_connections"), 1.0);
+    assert!(v("sluice_write_amplification{window=\"session\"}") >= 1.0);
+    // Random in front...
+    let hs = v("sluice_access_requests_total{side=\"host\",pattern=\"sequential\"}");
+    let hr = v("sluice_access_requests_total{side=\"host\",pattern=\"random\"}");
+    assert_eq!(hs + hr, 3100.0, "reads and writes carry data");
+    assert!(hr / (hs + hr) > 0.9, "host: {hs} sequential, {hr} random");
+    // ...sequential behind.
+    let ms = v("sluice_access_requests_total{side=\"media\",pattern=\"sequential\"}");
+    let mr = v("sluice_access_requests_total{side=\"media\",pattern=\"random\"}");
+    assert!(ms + mr > 0.0);
+    assert!(ms / (ms + mr) > 0.7, "media: {ms} sequential, {mr} random");
+    c.disconnect();
+}
+
+#[test]
+fn top_json_reports_live_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, uri, addr) = start(dir.path());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let c = NbdClient::connect(&uri).unwrap();
+            let mut seed = 1;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                random_writes(&c, 200, seed);
+                seed += 1;
+            }
+            c.disconnect();
+        })
+    };
+    let o = Command::new(BIN)
+        .args(["top", &addr, "--json", "--count", "3", "--interval", "0.3"])
+        .output()
+        .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 3);
+    for r in &rows {
+        assert!(r["write_iops"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["write_mb_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["segments_total"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["host_sequential_share"].as_f64().unwrap() < 0.2, "{r}");
+    }
+    // Without --json and without a terminal: one plain line per sample.
+    let o = Command::new(BIN)
+        .args(["top", &addr, "--count", "1", "--interval", "0.1"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("WA"), "{out}");
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_cli() {
+    let run = |args: &[&str]| {
+        let o = Command::new(BIN).args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let bash = run(&["completions", "bash"]);
+    assert!(
+        bash.contains("_sluice") && bash.contains("--metrics"),
+        "bash completions"
+    );
+    assert!(run(&["completions", "zsh"]).contains("#compdef sluice"));
+    let man = run(&["man"]);
+    assert!(man.contains(".TH sluice 1") && man.contains("serve"));
+    let serve = run(&["man", "serve"]);
+    assert!(
+        serve.contains("sluice\\-serve") && serve.contains("metrics"),
+        "{serve}"
+    );
+    assert!(!Command::new(BIN)
+        .args(["man", "nope"])
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn info_shows_the_live_counters_of_the_server_holding_the_volume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, uri, addr) = start(dir.path());
+    let c = NbdClient::connect(&uri).unwrap();
+    random_writes(&c, 500, 9);
+    c.flush().unwrap();
+    let o = Command::new(BIN)
+        .args(["info", "v.img", "--json", "--metrics", &addr])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["in_use"], true);
+    assert_eq!(
+        v["live"]["sluice_host_bytes_total{op=\"write\"}"],
+        500.0 * 4096.0
+    );
+    let o = Command::new(BIN)
+        .args(["info", "v.img", "--metrics", &addr])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("live          WA"), "{out}");
+    c.disconnect();
+}
+
+#[test]
+fn bench_json_carries_the_access_pattern_random_in_front_sequential_behind() {
+    use sluice::bench::target::{self, OpenSpec, TargetSpec};
+    use sluice::bench::{self, BenchConfig, Workload};
+    sluice::metrics::enable();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = BenchConfig::defaults(Workload::Mix);
+    c.region_bytes = 16 << 20;
+    c.seconds = 0.2;
+    c.threads = vec![2];
+    let spec = format!("sluice:{}", dir.path().join("a.vol").display());
+    let t = target::open(
+        &TargetSpec::parse(&spec).unwrap(),
+        &OpenSpec {
+            create_size: 16 << 20,
+            overprovision: 0.2,
+            writes: true,
+            force: false,
+        },
+    )
+    .unwrap();
+    let r = bench::run_target(&c, &spec, &*t, &bench::run::Ctx::quiet(5));
+    t.close().unwrap();
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let ap = r
+        .access_pattern
+        .clone()
+        .expect("no access pattern for an in-process target");
+    assert!(ap.host.requests > 100, "{ap:?}");
+    assert!(ap.host.sequential_share < 0.3, "host {:?}", ap.host);
+    assert!(ap.media.requests > 0);
+    // A 16 MiB volume switches 4 MiB segments and writes checkpoints often, so the
+    // media share is lower than on a real volume; still far above the host's.
+    assert!(
+        ap.media.sequential_share > 0.5
+            && ap.media.sequential_share > ap.host.sequential_share + 0.3,
+        "media {:?} host {:?}",
+        ap.media,
+        ap.host
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert!(json["access_pattern"]["media"]["size_bytes"].is_array());
+}
