@@ -44,6 +44,12 @@ pub enum What<'a> {
     Virtual(Virt),
 }
 
+/// Why a relocation stopped.
+pub enum RelocateError {
+    Damaged(String),
+    NoSpace,
+}
+
 /// The stream has no segment to append to: GC (or a reuse barrier) must run first.
 #[derive(Debug)]
 pub struct NeedSpace;
@@ -439,6 +445,122 @@ impl Core {
         let i = p as u64 - start;
         (i < f.blocks as u64)
             .then(|| &f.image[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES])
+    }
+
+    /// Checkpoint plan: seal every open chunk (into `out`, for the commit stage)
+    /// and encode the map and the segment table into `body` (the slot after its
+    /// header block). Returns next_seq: the image reflects exactly the chunks
+    /// below it, which must be durable before the image is made current.
+    pub fn checkpoint_image(
+        &mut self,
+        durable_seq: u64,
+        body: &mut [u8],
+        out: &mut Vec<Sealed>,
+    ) -> u64 {
+        self.seal(Stream::User, durable_seq, out);
+        self.seal(Stream::Gc, durable_seq, out);
+        assert!(
+            self.open.iter().all(|c| c.is_none()),
+            "checkpoint with an open chunk"
+        );
+        let map_len = self.geo.logical_blocks as usize * 4;
+        self.map.encode_into(&mut body[..map_len]);
+        let mut off = map_len;
+        for r in self.segs.records() {
+            r.encode(&mut body[off..off + 16]);
+            off += 16;
+        }
+        self.bytes_since_checkpoint = 0;
+        self.next_seq
+    }
+
+    /// Move every entry of `victim` that the map still points at into the GC
+    /// stream. `img` holds the victim's blocks [0, fill), `chunks` its verified
+    /// chunks (or the first damage). Returns (data blocks, virtual records) moved.
+    /// Memory only: the sealed GC chunks go to `out` for the commit stage.
+    pub fn relocate(
+        &mut self,
+        victim: u32,
+        img: &[u8],
+        chunks: std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String>,
+        reserve: u32,
+        durable: u64,
+        out: &mut Vec<Sealed>,
+    ) -> std::result::Result<(u64, u64), RelocateError> {
+        let seg_blocks = self.geo.segment_blocks;
+        let base = victim * seg_blocks;
+        let (mut data_moved, mut virt_moved) = (0u64, 0u64);
+        // Generational policies: data relocated k times joins GC class k+1 (capped).
+        let gen = self.segs.segs[victim as usize].gen as usize;
+        self.gc_slot = GC0 - 1 + (gen + 1).clamp(1, self.gc_classes);
+        // decay-cb: GC output from victims estimated cold goes to its own class,
+        // and the segments it fills inherit the victim's estimate as their prior.
+        self.gc_src_life = 0.0;
+        if self.segs.half_life > 0 {
+            let life = crate::gc::est_life(&self.segs.segs[victim as usize], &self.segs);
+            self.gc_src_life = life as f32;
+            let class = crate::gc::decay_class(life, self.segs.mean_life);
+            self.gc_slot = GC0 + class.min(self.gc_classes - 1);
+        }
+        for (pos, h) in chunks.map_err(RelocateError::Damaged)? {
+            let mut di = 0u32;
+            for e in &h.entries {
+                if e.lba + e.count as u64 > self.map.len() {
+                    return Err(RelocateError::Damaged(format!(
+                        "chunk seq {} names blocks beyond the volume",
+                        h.seq
+                    )));
+                }
+                for k in 0..e.count as u64 {
+                    let lba = e.lba + k;
+                    match e.kind {
+                        Kind::Data => {
+                            let phys = base + pos as u32 + 1 + di;
+                            di += 1;
+                            if self.map.get(lba) == Loc::Data(phys) {
+                                let off = (pos + 1 + (di - 1) as usize) * BLOCK_BYTES;
+                                let crc = h.block_crcs[(di - 1) as usize];
+                                self.append(
+                                    Stream::Gc,
+                                    lba,
+                                    What::Moved(&img[off..off + BLOCK_BYTES], crc),
+                                    phys,
+                                    reserve,
+                                    durable,
+                                    out,
+                                )
+                                .map_err(|_| RelocateError::NoSpace)?;
+                                data_moved += 1;
+                            }
+                        }
+                        k2 => {
+                            let v = virt_of(k2).expect("virtual kind");
+                            if self.map.get(lba) == Loc::Virtual(v, victim) {
+                                self.append(
+                                    Stream::Gc,
+                                    lba,
+                                    What::Virtual(v),
+                                    victim,
+                                    reserve,
+                                    durable,
+                                    out,
+                                )
+                                .map_err(|_| RelocateError::NoSpace)?;
+                                virt_moved += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let s = &self.segs.segs[victim as usize];
+        if s.live != 0 {
+            return Err(RelocateError::Damaged(format!(
+                "{} live entries point at blocks no chunk in the segment describes",
+                s.live
+            )));
+        }
+        Ok((data_moved, virt_moved))
     }
 
     pub fn user_chunk_age(&self) -> Option<std::time::Duration> {
