@@ -25,8 +25,7 @@ use crate::segments::SegmentTable;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Number of GC output classes (generations 1..=GC_CLASSES, the last one absorbing older).
-pub const GC_CLASSES: usize = 3;
+pub use crate::gc::GC_CLASSES;
 /// First GC slot. Host writes have exactly one slot (0): splitting them between
 /// two open chunks would let a crash keep a later write and lose an earlier one
 /// (the crash sweep demands a prefix of the accepted writes), so only GC output,
@@ -70,6 +69,8 @@ pub struct Core {
     pub open_seg: [Option<u32>; SLOTS],
     /// GC class slot the next relocations go to (set by `relocate`).
     pub gc_slot: usize,
+    /// The GC policy (gc.rs) that decides GC classes.
+    pub policy: crate::gc::GcPolicy,
     /// GC classes in use: 1 (one GC stream) or GC_CLASSES (generational policies).
     pub gc_classes: usize,
     /// Lifetime unit l of the age classes for GC output (0 = classes by generation).
@@ -129,6 +130,7 @@ impl Core {
             open: Default::default(),
             open_seg: [None; SLOTS],
             gc_slot: GC0,
+            policy: crate::gc::GcPolicy::Greedy,
             gc_classes: 1,
             hot_lifetime: 0,
             user_clock: 0,
@@ -169,20 +171,15 @@ impl Core {
         match stream {
             // Lifetime-separating policies sort GC output by the block's age
             // (SepBIT's GC classes): < l, < 4 l, older.
-            Stream::Gc if self.hot_lifetime > 0 => match self.last_write.get(lba as usize) {
-                Some(&last) if last != 0 => {
-                    let age = (self.user_clock as u32).wrapping_sub(last) as u64;
-                    let class = if age < self.hot_lifetime {
-                        0
-                    } else if age < 4 * self.hot_lifetime {
-                        1
-                    } else {
-                        2
-                    };
-                    GC0 + class.min(GC_CLASSES - 1)
-                }
-                _ => SLOTS - 1,
-            },
+            Stream::Gc if self.hot_lifetime > 0 => {
+                let age = match self.last_write.get(lba as usize) {
+                    Some(&last) if last != 0 => {
+                        Some((self.user_clock as u32).wrapping_sub(last) as u64)
+                    }
+                    _ => None,
+                };
+                GC0 + crate::gc::age_class(age, self.hot_lifetime).min(GC_CLASSES - 1)
+            }
             Stream::Gc => self.gc_slot,
             Stream::User => 0,
         }
@@ -490,18 +487,15 @@ impl Core {
         let seg_blocks = self.geo.segment_blocks;
         let base = victim * seg_blocks;
         let (mut data_moved, mut virt_moved) = (0u64, 0u64);
-        // Generational policies: data relocated k times joins GC class k+1 (capped).
-        let gen = self.segs.segs[victim as usize].gen as usize;
-        self.gc_slot = GC0 - 1 + (gen + 1).clamp(1, self.gc_classes);
-        // decay-cb: GC output from victims estimated cold goes to its own class,
-        // and the segments it fills inherit the victim's estimate as their prior.
-        self.gc_src_life = 0.0;
-        if self.segs.half_life > 0 {
-            let life = crate::gc::est_life(&self.segs.segs[victim as usize], &self.segs);
-            self.gc_src_life = life as f32;
-            let class = crate::gc::decay_class(life, self.segs.mean_life);
-            self.gc_slot = GC0 + class.min(self.gc_classes - 1);
-        }
+        // the policy says which GC class this victim's data joins, and what
+        // life estimate its output inherits
+        let (class, life) = self.policy.policy().relocation_class(
+            &self.segs.segs[victim as usize],
+            &self.segs,
+            self.gc_classes,
+        );
+        self.gc_slot = GC0 + class;
+        self.gc_src_life = life;
         for (pos, h) in chunks.map_err(RelocateError::Damaged)? {
             let mut di = 0u32;
             for e in &h.entries {

@@ -500,6 +500,9 @@ impl Shared {
             if pending >= 4 || (pending > 0 && free <= reserve + 1) {
                 self.barrier()?;
             }
+            // a checkpoint falling due is written between victims, so writers
+            // bounded by the replay window do not wait for a whole clean-ahead
+            self.checkpoint_if_due(self.hk.checkpoint_interval)?;
             // ahead of need, only victims worth it (>= 1/16 of a segment)
             if !self.gc_one(self.geo.segment_blocks / 16)? {
                 break;

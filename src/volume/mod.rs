@@ -273,6 +273,7 @@ impl Volume {
         let needs_checkpoint = m.needs_checkpoint;
         let mut report = m.report.clone();
         let mut core = Core::new(geo, m.sb.uuid, m.map, m.segs, next_seq);
+        core.policy = policy;
         core.gc_classes = policy.gc_classes();
         core.hot_lifetime = policy.hot_lifetime(geo.logical_blocks);
         if policy.decay_hints() {
