@@ -90,6 +90,11 @@ pub fn check(media: &dyn Media) -> CheckReport {
         Err(e) => {
             r.mount = format!("fails: {e}");
             r.damage.push(format!("mount: {e}"));
+            // every damaged place below the durable point, not just the first
+            if let Ok(all) = recovery::damage(media) {
+                r.damage
+                    .extend(all.into_iter().map(|d| format!("log damage at {d}")));
+            }
             return r;
         }
     };
@@ -120,33 +125,33 @@ pub fn check(media: &dyn Media) -> CheckReport {
             r.damage.push(format!("segment {seg}: read failed: {e}"));
             continue;
         }
-        let mut pos = 0usize;
-        while pos < info.fill as usize {
-            let at = pos * BLOCK_BYTES;
-            let h = match chunk::ChunkHeader::decode(&img[at..]) {
-                Ok(h) => h,
-                Err(e) => {
-                    r.damage.push(format!("segment {seg} block {pos}: chunk header unreadable ({e}); the rest of the segment is unverifiable"));
-                    break;
-                }
-            };
-            let total = h.total_blocks() as usize;
-            if pos + total > info.fill as usize {
-                r.damage.push(format!(
-                    "segment {seg} block {pos}: chunk seq {} runs past the segment's fill",
-                    h.seq
-                ));
-                break;
-            }
-            let whole_ok = chunk::verify(&img[at..at + total * BLOCK_BYTES], &sb.uuid).is_ok();
-            if !whole_ok {
-                r.damage.push(format!(
-                    "segment {seg} block {pos}: chunk seq {} fails its checksum",
-                    h.seq
-                ));
-            } else {
-                r.chunks_verified += 1;
-            }
+        // The one chunk walker, over the segment up to its fill.
+        let mut rules = recovery::RecoveryRules::default();
+        let walk = recovery::walk_image(&img, 0, &sb.uuid, seg, 0, &mut rules);
+        for b in &walk.bad {
+            r.damage.push(match &b.kind {
+                recovery::BadKind::Data { seq } => format!(
+                    "segment {seg} block {}: chunk seq {seq} fails its checksum ({})",
+                    b.pos, b.why
+                ),
+                recovery::BadKind::Header { .. } => format!(
+                    "{}: chunk header unreadable ({}); {} block(s) up to the next valid chunk are unverifiable",
+                    b.place(),
+                    b.why,
+                    b.blocks
+                ),
+            });
+        }
+        if walk.stop != recovery::Stop::End {
+            r.damage.push(format!(
+                "segment {seg}: the chunk walk ends at block {} before the segment's fill {}",
+                walk.valid_end, info.fill
+            ));
+        }
+        r.chunks_verified += walk.chunks.len() as u64;
+        for f in &walk.chunks {
+            let h = &f.header;
+            let at = f.pos as usize * BLOCK_BYTES;
             let mut di = 0usize;
             for e in &h.entries {
                 if e.kind != Kind::Data {
@@ -158,11 +163,10 @@ pub fn check(media: &dyn Media) -> CheckReport {
                         .block_crcs
                         .get(di)
                         .is_some_and(|&c| chunk::block_crc(&img[off..off + BLOCK_BYTES]) == c);
-                    described.insert(seg * sbk + pos as u32 + 1 + di as u32, (e.lba + k, ok));
+                    described.insert(seg * sbk + f.pos + 1 + di as u32, (e.lba + k, ok));
                     di += 1;
                 }
             }
-            pos += total;
         }
     }
     let mut bad_blocks = 0u64;

@@ -27,6 +27,73 @@ use crate::segments::{SegInfo, SegState, SegmentTable};
 use crate::volume::core::virt_of;
 use crate::volume::MountReport;
 
+macro_rules! rules {
+    ($($(#[doc = $d:literal])* $f:ident,)*) => {
+        /// How often each recovery rule fired during one mount (`MountReport::rules`).
+        /// A mount that refuses returns an error instead, so `damage_refused` is only
+        /// seen through the error (the caller counts refusals itself).
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+        pub struct RecoveryRules {
+            $($(#[doc = $d])* pub $f: u64,)*
+        }
+        impl RecoveryRules {
+            /// Every counter with its name, in declaration order.
+            pub fn named(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($f), self.$f),)*]
+            }
+            /// Add another mount's counts to these.
+            pub fn add(&mut self, o: &RecoveryRules) {
+                $(self.$f += o.$f;)*
+            }
+        }
+    };
+}
+
+rules! {
+    /// One superblock copy was unusable; the other was used.
+    superblock_copy_fallback,
+    /// The current checkpoint slot was unusable; the older slot was used.
+    checkpoint_slot_fallback,
+    /// A checkpoint slot newer than the superblock names was ignored.
+    checkpoint_newer_slot_ignored,
+    /// No usable checkpoint: the map was rebuilt from every segment.
+    full_rebuild,
+    /// The volume was closed cleanly: nothing was scanned or replayed.
+    clean_mount,
+    /// A segment was walked from block 0 (its first chunk is newer than the checkpoint).
+    segment_walked_from_start,
+    /// A segment open at the checkpoint was walked from its recorded fill.
+    segment_walked_from_fill,
+    /// A segment's first block was zero (tombstone, or never written): not walked.
+    tombstone_seen,
+    /// A valid chunk header with an older sequence number ended a segment walk.
+    stale_header_ends_walk,
+    /// A header with this volume's identity but a bad checksum was recorded as invalid.
+    damaged_header_recorded,
+    /// An unrecognised block was skipped by scanning ahead for the next valid header.
+    resync_past_unrecognised,
+    /// A chunk whose header is valid but whose data fails its checksum was stepped over.
+    chunk_data_invalid,
+    /// A chunk header claimed more blocks than its segment has left.
+    chunk_past_segment_end,
+    /// A chunk was applied to the map.
+    chunk_replayed,
+    /// A GC relocation entry was applied to the map.
+    relocation_replayed,
+    /// A missing sequence number below the durable watermark was skipped as dead.
+    gap_below_watermark_skipped,
+    /// The log ended at the first missing sequence number at or above the watermark.
+    log_end_at_missing_seq,
+    /// A chunk after the end of the log was discarded.
+    chunk_after_log_end_discarded,
+    /// A chunk that failed verification at or above the watermark was dropped (torn tail).
+    invalid_tail_dropped,
+    /// Damage below the durable watermark refused the mount.
+    damage_refused,
+    /// A segment found free still started with a chunk header: scheduled for wiping.
+    free_segment_wipe_scheduled,
+}
+
 pub struct Mounted {
     pub sb: Superblock,
     pub geo: Geometry,
@@ -75,7 +142,7 @@ pub fn read_superblocks(
     }
 }
 
-/// A chunk found by the scan.
+/// A verified chunk found by a walk.
 #[derive(Debug, Clone)]
 pub struct Found {
     pub seq: u64,
@@ -84,124 +151,231 @@ pub struct Found {
     pub header: ChunkHeader,
 }
 
-/// A chunk whose header decodes but which fails verification.
+/// What a walk could not accept at some position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadKind {
+    /// The header is valid (its seq is trusted) but the data fails its checksum, or
+    /// the chunk runs past the end of the walked area.
+    Data { seq: u64 },
+    /// The block is not a valid header of this volume and segment although the walk
+    /// expected one. `hint` is the raw seq field when magic, uuid and segment read
+    /// right (a torn header, or damage elsewhere in it), else unknown.
+    Header { hint: Option<u64> },
+}
+
+/// A damaged or unrecognised stretch of a segment, found by a walk.
 #[derive(Debug, Clone)]
-pub struct Invalid {
-    pub seq: u64,
+pub struct Bad {
     pub segment: u32,
     pub pos: u32,
+    /// Blocks from `pos` to the next valid chunk (or to the end of the walked area).
+    pub blocks: u32,
+    pub kind: BadKind,
+    /// Seq of the last trusted chunk before it in this walk (if any).
+    pub after: Option<u64>,
+    /// Seq of the next valid chunk after it (if the walk found one).
+    pub before: Option<u64>,
     pub why: String,
 }
 
-/// Walk the chunks of `seg` from block `pos`: each must belong to this volume and
-/// segment and have seq >= min_seq and above its predecessor. Chunks that fail
-/// verification are recorded in `invalid` and stepped over. Returns the block
-/// after the last valid chunk.
-pub fn walk_segment(
-    media: &dyn Media,
-    geo: &Geometry,
+impl Bad {
+    /// Where it is, for messages: "segment S block P (seq N)".
+    pub fn place(&self) -> String {
+        let seq = match &self.kind {
+            BadKind::Data { seq } => format!(", seq {seq}"),
+            BadKind::Header { hint: Some(h) } => format!(", seq {h} if its seq field is intact"),
+            BadKind::Header { hint: None } => match (self.after, self.before) {
+                (Some(a), Some(b)) => format!(", between seq {a} and {b}"),
+                (None, Some(b)) => format!(", before seq {b}"),
+                (Some(a), None) => format!(", after seq {a}"),
+                (None, None) => String::new(),
+            },
+        };
+        format!("segment {} block {}{seq}", self.segment, self.pos)
+    }
+}
+
+/// Why a walk stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// It reached the end of the walked area.
+    End,
+    /// A valid header of this segment with an older seq: what follows is stale.
+    Stale,
+    /// A block whose first sector is zero: a tombstone, or never written.
+    Zero,
+    /// An unrecognised block with no valid chunk after it (a torn or damaged tail).
+    Tail,
+}
+
+/// The result of walking the chunks of one segment image.
+#[derive(Debug, Clone)]
+pub struct Walk {
+    pub chunks: Vec<Found>,
+    pub bad: Vec<Bad>,
+    /// Block after the verified prefix (the first bad position, else where it stopped).
+    pub valid_end: u32,
+    pub stop: Stop,
+}
+
+/// How a walk sees one block.
+enum Class {
+    Chunk(ChunkHeader),
+    Stale,
+    Zero,
+    Unrecognised { hint: Option<u64>, why: String },
+}
+
+fn classify(b: &[u8], uuid: &[u8; 16], seg: u32, min_seq: u64, prev: Option<u64>) -> Class {
+    match ChunkHeader::decode(b) {
+        Ok(h) if &h.uuid == uuid && h.segment == seg => {
+            if h.seq >= min_seq && prev.is_none_or(|p| h.seq > p) {
+                Class::Chunk(h)
+            } else {
+                Class::Stale
+            }
+        }
+        Ok(h) => Class::Unrecognised {
+            hint: None,
+            why: format!(
+                "a valid chunk header of {} (segment {})",
+                if &h.uuid == uuid {
+                    "this volume"
+                } else {
+                    "another volume"
+                },
+                h.segment
+            ),
+        },
+        Err(_) if b[..512].iter().all(|&x| x == 0) => Class::Zero,
+        Err(e) => {
+            let ours = b[..8] == chunk::CHUNK_MAGIC
+                && &b[16..32] == uuid
+                && u32::from_le_bytes(b[40..44].try_into().unwrap()) == seg;
+            Class::Unrecognised {
+                hint: ours.then(|| u64::from_le_bytes(b[32..40].try_into().unwrap())),
+                why: format!("chunk header: {e}"),
+            }
+        }
+    }
+}
+
+/// The one chunk walker (recovery, GC and check all use it). `img` holds blocks
+/// `first..first + img.len() / 4096` of segment `seg`. Each block where a chunk
+/// should start is either a verified chunk of this segment with seq >= `min_seq`
+/// and above the previous one (accepted), a valid but older header or a zero first
+/// sector (the walk ends: what follows is stale or never written), or anything else
+/// (recorded as bad; the walk resyncs at the next block that is a valid header of
+/// this segment with a newer seq, so damage cannot hide the chunks after it).
+pub fn walk_image(
+    img: &[u8],
+    first: u32,
     uuid: &[u8; 16],
     seg: u32,
-    start: u32,
     min_seq: u64,
-    found: &mut Vec<Found>,
-    invalid: &mut Vec<Invalid>,
-) -> Result<u32> {
-    let sbk = geo.segment_blocks;
-    if start >= sbk {
-        return Ok(start);
-    }
-    let mut img = AlignedBuf::new((sbk - start) as usize * BLOCK_BYTES);
-    media.read_at(
-        &mut img,
-        geo.segment_offset(seg) + start as u64 * BLOCK_BYTES as u64,
-    )?;
-    let mut pos = start;
+    rules: &mut RecoveryRules,
+) -> Walk {
+    let n = (img.len() / BLOCK_BYTES) as u32;
+    let block = |i: u32| &img[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES];
+    let mut w = Walk {
+        chunks: Vec::new(),
+        bad: Vec::new(),
+        valid_end: first + n,
+        stop: Stop::End,
+    };
     let mut prev: Option<u64> = None;
-    // end of the verified prefix: replay never applies a chunk past a bad one
-    // (the bad one is either a torn tail or damage that refuses the mount)
-    let mut valid_end: Option<u32> = None;
-    while pos < sbk {
-        let at = (pos - start) as usize * BLOCK_BYTES;
-        let h = match ChunkHeader::decode(&img[at..at + BLOCK_BYTES]) {
-            Ok(h) => h,
-            Err(e) => {
-                // A header with our magic, uuid and segment whose checksum fails,
-                // carrying a sequence number that would continue this walk, is a
-                // damaged (or torn) chunk: record it so replay can tell which.
-                let b = &img[at..at + BLOCK_BYTES];
-                let raw_seq = u64::from_le_bytes(b[32..40].try_into().unwrap());
-                let raw_seg = u32::from_le_bytes(b[40..44].try_into().unwrap());
-                if b[..8] == chunk::CHUNK_MAGIC
-                    && &b[16..32] == uuid
-                    && raw_seg == seg
-                    && raw_seq >= min_seq
-                    && prev.is_none_or(|p| raw_seq > p)
-                {
-                    invalid.push(Invalid {
-                        seq: raw_seq,
-                        segment: seg,
-                        pos,
-                        why: format!("chunk header: {e}"),
-                    });
-                    valid_end.get_or_insert(pos);
-                    // Step over it by its (unverified) length: a later chunk may
-                    // prove it was durable. Garbage here just ends the walk.
-                    let raw_data = u32::from_le_bytes(b[12..16].try_into().unwrap());
-                    if raw_data <= chunk::MAX_DATA_BLOCKS && pos + 1 + raw_data <= sbk {
-                        prev = Some(raw_seq);
-                        pos += 1 + raw_data;
-                        continue;
+    let mut i = 0u32;
+    while i < n {
+        let (hint, why) = match classify(block(i), uuid, seg, min_seq, prev) {
+            Class::Chunk(h) => {
+                let total = h.total_blocks();
+                if i + total > n {
+                    rules.chunk_past_segment_end += 1;
+                    (
+                        Some(h.seq),
+                        "chunk runs past the end of its segment (or fill)".to_string(),
+                    )
+                } else {
+                    let whole = &img[i as usize * BLOCK_BYTES..(i + total) as usize * BLOCK_BYTES];
+                    prev = Some(h.seq);
+                    match chunk::verify(whole, uuid) {
+                        Ok(_) => w.chunks.push(Found {
+                            seq: h.seq,
+                            segment: seg,
+                            pos: first + i,
+                            header: h,
+                        }),
+                        Err(e) => {
+                            // Header trusted: step over it by its length; a later
+                            // chunk may prove it was durable (damage, not a torn tail).
+                            rules.chunk_data_invalid += 1;
+                            w.valid_end = w.valid_end.min(first + i);
+                            w.bad.push(Bad {
+                                segment: seg,
+                                pos: first + i,
+                                blocks: total,
+                                kind: BadKind::Data { seq: h.seq },
+                                after: w.chunks.last().map(|c| c.seq),
+                                before: None,
+                                why: e.to_string(),
+                            });
+                        }
                     }
+                    i += total;
+                    continue;
                 }
+            }
+            Class::Stale => {
+                rules.stale_header_ends_walk += 1;
+                w.stop = Stop::Stale;
                 break;
             }
+            Class::Zero => {
+                w.stop = Stop::Zero;
+                break;
+            }
+            Class::Unrecognised { hint, why } => (hint, why),
         };
-        if &h.uuid != uuid
-            || h.segment != seg
-            || h.seq < min_seq
-            || prev.is_some_and(|p| h.seq <= p)
-        {
-            break;
-        }
-        let total = h.total_blocks();
-        if pos + total > sbk {
-            invalid.push(Invalid {
-                seq: h.seq,
-                segment: seg,
-                pos,
-                why: "chunk runs past the end of its segment".into(),
-            });
-            break;
-        }
-        prev = Some(h.seq);
-        if let Err(e) = chunk::verify(&img[at..at + total as usize * BLOCK_BYTES], uuid) {
-            // Step over it: a later chunk in this segment may prove it was durable
-            // (damage, not a torn tail). Replay treats it as a gap either way.
-            invalid.push(Invalid {
-                seq: h.seq,
-                segment: seg,
-                pos,
-                why: e.to_string(),
-            });
-            valid_end.get_or_insert(pos);
-            pos += total;
-            continue;
-        }
-        found.push(Found {
-            seq: h.seq,
-            segment: seg,
-            pos,
-            header: h,
+        // Resync: the next block that is a valid header of this segment, newer
+        // than the last trusted chunk.
+        let next = (i + 1..n).find_map(|j| match classify(block(j), uuid, seg, min_seq, prev) {
+            Class::Chunk(h) => Some((j, h.seq)),
+            _ => None,
         });
-        pos += total;
+        if hint.is_some() {
+            rules.damaged_header_recorded += 1;
+        }
+        w.valid_end = w.valid_end.min(first + i);
+        w.bad.push(Bad {
+            segment: seg,
+            pos: first + i,
+            blocks: next.map_or(n, |(j, _)| j) - i,
+            kind: match hint {
+                Some(s) if why.starts_with("chunk runs past") => BadKind::Data { seq: s },
+                _ => BadKind::Header { hint },
+            },
+            after: prev,
+            before: next.map(|(_, s)| s),
+            why,
+        });
+        match next {
+            Some((j, _)) => {
+                rules.resync_past_unrecognised += 1;
+                i = j;
+            }
+            None => {
+                w.stop = Stop::Tail;
+                break;
+            }
+        }
     }
-    Ok(valid_end.unwrap_or(pos))
+    w.valid_end = w.valid_end.min(first + i);
+    w
 }
 
 /// Apply one chunk's entries to the map (replay). Relocations are applied like any
 /// record: the engine sequences them before any user record that supersedes them.
-pub fn apply(map: &mut Map, geo: &Geometry, f: &Found) -> Result<()> {
+pub fn apply(map: &mut Map, geo: &Geometry, f: &Found, rules: &mut RecoveryRules) -> Result<()> {
     let mut di = 0u32;
     let base = f.segment * geo.segment_blocks + f.pos + 1;
     for e in &f.header.entries {
@@ -210,6 +384,9 @@ pub fn apply(map: &mut Map, geo: &Geometry, f: &Found) -> Result<()> {
                 "chunk seq {} (segment {} block {}) names blocks beyond the volume",
                 f.seq, f.segment, f.pos
             )));
+        }
+        if e.is_relocation() {
+            rules.relocation_replayed += 1;
         }
         match e.kind {
             Kind::Data => {
@@ -233,16 +410,18 @@ pub fn apply(map: &mut Map, geo: &Geometry, f: &Found) -> Result<()> {
 const SCAN_THREADS: u32 = 8;
 
 /// What step 3 found in one segment.
-struct SegScan {
+pub struct SegScan {
     /// Block 0 holds a chunk header of this volume and segment (valid or not).
-    ours: bool,
-    /// (end of the verified prefix, chunks found, chunks that failed) if walked.
-    walked: Option<(u32, Vec<Found>, Vec<Invalid>)>,
+    pub ours: bool,
+    /// The walk, if the segment was walked.
+    pub walk: Option<Walk>,
+    pub rules: RecoveryRules,
 }
 
-/// Probe block 0 of `seg` and walk it if it holds chunks newer than the checkpoint
-/// (from 0), or if it was open at the checkpoint (from its recorded fill).
-fn scan_segment(
+/// Probe block 0 of `seg` and walk it if it may hold chunks newer than the
+/// checkpoint: from 0 if block 0 is (or may be) such a chunk, or from the recorded
+/// fill if the segment was open at the checkpoint.
+pub fn scan_segment(
     media: &dyn Media,
     geo: &Geometry,
     uuid: &[u8; 16],
@@ -252,59 +431,81 @@ fn scan_segment(
     head: &mut AlignedBuf,
 ) -> Result<SegScan> {
     media.read_at(head, geo.segment_offset(seg))?;
-    // Identity from the raw header fields: a damaged first header must still lead
-    // to a walk (which records it as invalid).
+    let mut rules = RecoveryRules::default();
     let ours = head[..8] == chunk::CHUNK_MAGIC
         && head[16..32] == *uuid
         && u32::from_le_bytes(head[40..44].try_into().unwrap()) == seg;
-    let raw_seq = u64::from_le_bytes(head[32..40].try_into().unwrap());
-    let start = match ours {
-        true if raw_seq >= c_next => Some(0),
-        true if fill > 0 && fill < geo.segment_blocks => Some(fill),
+    let open_at_checkpoint = fill > 0 && fill < geo.segment_blocks;
+    let start = match classify(head, uuid, seg, c_next, None) {
+        Class::Chunk(_) => Some(0),
+        Class::Zero => {
+            rules.tombstone_seen += 1;
+            None
+        }
+        // a damaged block 0 that claims a new chunk, or is unrecognisable in a
+        // segment that held nothing at the checkpoint: walk it (the walk records it)
+        Class::Unrecognised { hint, .. } if hint.is_some_and(|h| h >= c_next) || fill == 0 => {
+            Some(0)
+        }
+        _ if open_at_checkpoint => Some(fill),
         _ => None,
     };
-    let walked = match start {
+    let walk = match start {
         Some(start) => {
-            let (mut f, mut inv) = (Vec::new(), Vec::new());
-            let end = walk_segment(media, geo, uuid, seg, start, c_next, &mut f, &mut inv)?;
-            Some((end, f, inv))
+            if start == 0 {
+                rules.segment_walked_from_start += 1;
+            } else {
+                rules.segment_walked_from_fill += 1;
+            }
+            let mut img = AlignedBuf::new((geo.segment_blocks - start) as usize * BLOCK_BYTES);
+            media.read_at(
+                &mut img,
+                geo.segment_offset(seg) + start as u64 * BLOCK_BYTES as u64,
+            )?;
+            Some(walk_image(&img, start, uuid, seg, c_next, &mut rules))
         }
         None => None,
     };
-    Ok(SegScan { ours, walked })
+    Ok(SegScan { ours, walk, rules })
 }
 
-/// Mount `media`: steps 1-5 above. Performs no writes.
-pub fn mount(media: &dyn Media) -> Result<Mounted> {
-    let mut report = MountReport::default();
-    let (sb, copies) = read_superblocks(media)?;
-    for (i, c) in copies.iter().enumerate() {
-        if let Err(e) = c {
-            report.notes.push(format!(
-                "superblock copy {i} is unusable ({e}); using the other copy"
-            ));
-        }
-    }
-    let geo = Geometry::from_superblock(&sb);
+/// Step 2's result: where replay starts.
+pub struct Base {
+    pub map: Map,
+    pub records: Vec<crate::format::checkpoint::SegmentRecord>,
+    /// The checkpoint reflects exactly the chunks with seq < c_next.
+    pub c_next: u64,
+    pub clean: bool,
+}
 
-    // Step 2.
+/// Step 2. Newest usable checkpoint slot, else the older one (if the superblock
+/// allows it), else an empty map.
+pub fn load_checkpoint(media: &dyn Media, sb: &Superblock, report: &mut MountReport) -> Base {
+    let geo = Geometry::from_superblock(sb);
     let mut loaded = None;
     if sb.checkpoint_slot != NO_CHECKPOINT {
         for slot in [sb.checkpoint_slot, 1 - sb.checkpoint_slot] {
-            match checkpoint::load(media, &sb, slot) {
+            match checkpoint::load(media, sb, slot) {
                 Ok(l) if slot == sb.checkpoint_slot || l.next_seq <= sb.checkpoint_next_seq => {
+                    if slot != sb.checkpoint_slot {
+                        report.rules.checkpoint_slot_fallback += 1;
+                    }
                     loaded = Some((slot, l));
                     break;
                 }
-                Ok(_) => report.notes.push(format!(
-                    "checkpoint slot {slot} is newer than the superblock says; ignored"
-                )),
+                Ok(_) => {
+                    report.rules.checkpoint_newer_slot_ignored += 1;
+                    report.notes.push(format!(
+                        "checkpoint slot {slot} is newer than the superblock says; ignored"
+                    ))
+                }
                 Err(e) => report
                     .notes
                     .push(format!("checkpoint slot {slot} is unusable: {e}")),
             }
         }
         if loaded.is_none() {
+            report.rules.full_rebuild += 1;
             report
                 .notes
                 .push("no usable checkpoint: rebuilding the map from every segment".into());
@@ -314,7 +515,12 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
         .as_ref()
         .is_some_and(|(s, _)| *s == sb.checkpoint_slot);
     report.checkpoint_slot = loaded.as_ref().map(|(s, _)| *s);
-    let (mut map, records, c_next) = match loaded {
+    let clean = sb.is_clean() && (newest || sb.checkpoint_slot == NO_CHECKPOINT);
+    report.clean = clean;
+    if clean {
+        report.rules.clean_mount += 1;
+    }
+    let (map, records, c_next) = match loaded {
         Some((_, l)) => (l.map, l.segments, l.next_seq),
         None => (
             Map::new(geo.logical_blocks),
@@ -322,121 +528,212 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             1,
         ),
     };
-    let clean = sb.is_clean() && (newest || sb.checkpoint_slot == NO_CHECKPOINT);
-    report.clean = clean;
+    Base {
+        map,
+        records,
+        c_next,
+        clean,
+    }
+}
 
-    let mut fills: Vec<u32> = records.iter().map(|r| r.fill).collect();
-    let mut last_seq: Vec<u64> = records.iter().map(|r| r.last_seq).collect();
-    let mut next_seq = c_next;
-    let mut wipe = Vec::new();
-
-    if !clean {
-        // Step 3: probe every segment's first block and walk the ones with new
-        // chunks, in parallel (the walks are whole-segment reads; a device serves
-        // several at once much faster than one after another).
-        let n = geo.segment_count;
-        let threads = SCAN_THREADS.min(n).max(1);
-        let per = n.div_ceil(threads);
-        let uuid = sb.uuid;
-        let records = &records;
-        let geo_ref = &geo;
-        let parts: Vec<Result<Vec<SegScan>>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    s.spawn(move || {
-                        let mut head = AlignedBuf::new(BLOCK_BYTES);
-                        let mut v = Vec::new();
-                        for seg in t * per..((t + 1) * per).min(n) {
-                            let fill = records[seg as usize].fill;
-                            v.push(scan_segment(
-                                media, geo_ref, &uuid, seg, fill, c_next, &mut head,
-                            )?);
-                        }
-                        Ok(v)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::Corrupt("segment scan thread panicked".into()))
-                    })
-                })
-                .collect()
-        });
-        let mut found = Vec::new();
-        let mut invalid = Vec::new();
-        let mut first_header_ok = Vec::with_capacity(n as usize);
-        let mut seg = 0usize;
-        for part in parts {
-            for sc in part? {
-                first_header_ok.push(sc.ours);
-                if let Some((end, f, inv)) = sc.walked {
-                    if !f.is_empty() {
-                        fills[seg] = end;
+/// Step 3: probe every segment's first block and walk the ones that may hold new
+/// chunks, in parallel (a device serves several whole-segment reads at once much
+/// faster than one after another).
+pub fn scan_segments(
+    media: &dyn Media,
+    geo: &Geometry,
+    uuid: &[u8; 16],
+    base: &Base,
+    report: &mut MountReport,
+) -> Result<Vec<SegScan>> {
+    let n = geo.segment_count;
+    let threads = SCAN_THREADS.min(n).max(1);
+    let per = n.div_ceil(threads);
+    let records = &base.records;
+    let c_next = base.c_next;
+    let parts: Vec<Result<Vec<SegScan>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut head = AlignedBuf::new(BLOCK_BYTES);
+                    let mut v = Vec::new();
+                    for seg in t * per..((t + 1) * per).min(n) {
+                        let fill = records[seg as usize].fill;
+                        v.push(scan_segment(
+                            media, geo, uuid, seg, fill, c_next, &mut head,
+                        )?);
                     }
-                    found.extend(f);
-                    invalid.extend(inv);
+                    Ok(v)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Corrupt("segment scan thread panicked".into())))
+            })
+            .collect()
+    });
+    let mut out = Vec::with_capacity(n as usize);
+    for part in parts {
+        for sc in part? {
+            report.rules.add(&sc.rules);
+            out.push(sc);
+        }
+    }
+    Ok(out)
+}
+
+/// Count of seqs in [lo, hi) present in the sorted `seqs`.
+fn present(seqs: &[u64], lo: u64, hi: u64) -> u64 {
+    if hi <= lo {
+        return 0;
+    }
+    (seqs.partition_point(|&s| s < hi) - seqs.partition_point(|&s| s < lo)) as u64
+}
+
+/// Step 4a: the durable watermark W (every chunk with seq < W was flushed), and
+/// every bad stretch the walks found that lies below it (damage: refuse). A bad
+/// stretch is below W when its seq is known and < W, or, with its seq unknown,
+/// when every sequence number it could hold (missing ones between the trusted
+/// chunks around it) is < W. Returns (W, damage, segments to ignore).
+pub fn judge(
+    scans: &[SegScan],
+    c_next: u64,
+    sb_durable: u64,
+    rules: &mut RecoveryRules,
+) -> (u64, Vec<String>, Vec<u32>) {
+    let found = || {
+        scans
+            .iter()
+            .filter_map(|s| s.walk.as_ref())
+            .flat_map(|w| w.chunks.iter())
+    };
+    let w = found()
+        .map(|f| f.header.durable_seq)
+        .chain([sb_durable])
+        .max()
+        .unwrap_or(0);
+    let mut seqs: Vec<u64> = found().map(|f| f.seq).collect();
+    seqs.sort_unstable();
+    let mut damage = Vec::new();
+    let mut ignore = Vec::new();
+    for walk in scans.iter().filter_map(|s| s.walk.as_ref()) {
+        for b in &walk.bad {
+            let durable = match (&b.kind, b.before) {
+                (BadKind::Data { seq }, _) => (c_next..w).contains(seq),
+                (BadKind::Header { hint }, Some(c)) => {
+                    let lo = b.after.map_or(c_next, |a| a + 1);
+                    let missing = (c - lo.min(c)) - present(&seqs, lo, c);
+                    let hi_lo = lo.max(w);
+                    let missing_above_w = c.saturating_sub(hi_lo) - present(&seqs, hi_lo, c);
+                    let hint_says = hint.is_some_and(|h| (lo..c).contains(&h) && h < w);
+                    if b.after.is_none()
+                        && b.pos == 0
+                        && c < sb_durable
+                        && hint.is_some_and(|h| h >= c)
+                    {
+                        // Block 0 claims a seq above the chunk after it and that chunk
+                        // predates the last barrier: a torn first chunk of a reused
+                        // segment over the stale chunks of its previous life. Nothing
+                        // in this segment is both current and durable.
+                        ignore.push(b.segment);
+                        false
+                    } else {
+                        missing == 0 || missing_above_w == 0 || hint_says
+                    }
                 }
-                seg += 1;
-            }
-        }
-        // Step 4.
-        let w = found
-            .iter()
-            .map(|f| f.header.durable_seq)
-            .chain([sb.durable_seq])
-            .max()
-            .unwrap_or(0);
-        if let Some(bad) = invalid.iter().find(|i| i.seq >= c_next && i.seq < w) {
-            return Err(Error::Corrupt(format!(
-                "chunk seq {} in segment {} at block {} fails verification ({}) although a flush had made it durable; refusing to mount rather than return stale data (run `sluice check` for the full list)",
-                bad.seq, bad.segment, bad.pos, bad.why
-            )));
-        }
-        found.sort_by_key(|f| f.seq);
-        let max_seen = found
-            .iter()
-            .map(|f| f.seq)
-            .chain(
-                invalid
-                    .iter()
-                    .map(|i| i.seq)
-                    .filter(|&s| s < c_next + (1 << 32)),
-            )
-            .max();
-        let mut expected = c_next;
-        let mut stopped = false;
-        for f in &found {
-            if stopped {
-                report.chunks_discarded += 1;
-                continue;
-            }
-            if f.seq < expected {
-                continue;
-            }
-            if f.seq > expected && f.seq > w {
-                report.notes.push(format!("log ends at seq {expected} (not found; the crash lost it); {} newer chunk(s) discarded", found.iter().filter(|g| g.seq > expected).count()));
-                stopped = true;
-                report.chunks_discarded += 1;
-                continue;
-            }
-            apply(&mut map, &geo, f)?;
-            last_seq[f.segment as usize] = last_seq[f.segment as usize].max(f.seq);
-            report.chunks_replayed += 1;
-            expected = f.seq + 1;
-        }
-        next_seq = next_seq.max(expected).max(max_seen.map_or(0, |s| s + 1));
-        // Segments whose first block looks like a chunk but end up free get wiped.
-        for (i, ok) in first_header_ok.iter().enumerate() {
-            if *ok {
-                wipe.push(i as u32);
+                (BadKind::Header { hint }, None) => {
+                    let lo = b.after.map_or(c_next, |a| a + 1);
+                    hint.is_some_and(|h| h >= lo && (c_next..w).contains(&h))
+                }
+            };
+            if durable {
+                damage.push(format!("{}: {}", b.place(), b.why));
+            } else {
+                rules.invalid_tail_dropped += 1;
             }
         }
     }
+    (w, damage, ignore)
+}
 
-    // Step 5.
+/// Step 4b: apply the found chunks in seq order from `c_next`. A missing seq below
+/// W is a dead chunk whose segment was reused (skip it); the first missing seq at
+/// or above W ends the log. Returns the next seq to use.
+pub fn replay(
+    map: &mut Map,
+    geo: &Geometry,
+    scans: &[SegScan],
+    ignore: &[u32],
+    c_next: u64,
+    w: u64,
+    last_seq: &mut [u64],
+    report: &mut MountReport,
+) -> Result<u64> {
+    let mut found: Vec<&Found> = scans
+        .iter()
+        .filter_map(|s| s.walk.as_ref())
+        .flat_map(|w| w.chunks.iter())
+        .filter(|f| !ignore.contains(&f.segment))
+        .collect();
+    found.sort_by_key(|f| f.seq);
+    let max_seen = scans
+        .iter()
+        .filter_map(|s| s.walk.as_ref())
+        .flat_map(|w| {
+            w.chunks
+                .iter()
+                .map(|f| f.seq)
+                .chain(w.bad.iter().filter_map(|b| match b.kind {
+                    BadKind::Data { seq } => Some(seq),
+                    BadKind::Header { hint } => hint,
+                }))
+        })
+        .filter(|&s| s < c_next + (1 << 32))
+        .max();
+    let mut expected = c_next;
+    let mut stopped = false;
+    for f in found {
+        if stopped {
+            report.rules.chunk_after_log_end_discarded += 1;
+            report.chunks_discarded += 1;
+            continue;
+        }
+        if f.seq < expected {
+            continue;
+        }
+        if f.seq > expected && f.seq > w {
+            report.notes.push(format!(
+                "log ends at seq {expected} (not found; the crash lost it); newer chunks discarded"
+            ));
+            stopped = true;
+            report.rules.log_end_at_missing_seq += 1;
+            report.rules.chunk_after_log_end_discarded += 1;
+            report.chunks_discarded += 1;
+            continue;
+        }
+        if f.seq > expected {
+            report.rules.gap_below_watermark_skipped += 1;
+        }
+        apply(map, geo, f, &mut report.rules)?;
+        report.rules.chunk_replayed += 1;
+        last_seq[f.segment as usize] = last_seq[f.segment as usize].max(f.seq);
+        report.chunks_replayed += 1;
+        expected = f.seq + 1;
+    }
+    Ok(expected.max(max_seen.map_or(0, |s| s + 1)))
+}
+
+/// Step 5: live counts from the map; segments with nothing live are free.
+pub fn rebuild_segments(
+    map: &Map,
+    geo: &Geometry,
+    fills: &[u32],
+    last_seq: &[u64],
+    clean_records: Option<&[crate::format::checkpoint::SegmentRecord]>,
+) -> Result<SegmentTable> {
     let mut infos: Vec<SegInfo> = (0..geo.segment_count as usize)
         .map(|i| SegInfo {
             state: SegState::Closed,
@@ -465,7 +762,7 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             }
         }
     }
-    if clean {
+    if let Some(records) = clean_records {
         for (i, r) in records.iter().enumerate() {
             if r.live != infos[i].live {
                 return Err(Error::Corrupt(format!(
@@ -475,12 +772,106 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             }
         }
     }
-    let segs = SegmentTable::rebuild(infos, geo.segment_blocks);
+    Ok(SegmentTable::rebuild(infos, geo.segment_blocks))
+}
+
+fn timed<T>(report: &mut MountReport, name: &'static str, t: std::time::Instant, v: T) -> T {
+    report.steps.push((name, t.elapsed().as_micros() as u64));
+    v
+}
+
+/// Steps 1-4a: what mount would refuse for. `Ok(list)` is empty when the log
+/// holds no damage below the durable watermark (`sluice check` lists each).
+pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
+    let mut report = MountReport::default();
+    let (sb, _) = read_superblocks(media)?;
+    let geo = Geometry::from_superblock(&sb);
+    let base = load_checkpoint(media, &sb, &mut report);
+    if base.clean {
+        return Ok(Vec::new());
+    }
+    let scans = scan_segments(media, &geo, &sb.uuid, &base, &mut report)?;
+    Ok(judge(&scans, base.c_next, sb.durable_seq, &mut report.rules).1)
+}
+
+/// Mount `media`: the named steps above, each timed in `report.steps`. Performs
+/// no writes.
+pub fn mount(media: &dyn Media) -> Result<Mounted> {
+    let mut report = MountReport::default();
+    let t = std::time::Instant::now();
+    let (sb, copies) = timed(&mut report, "read_superblocks", t, read_superblocks(media)?);
+    for (i, c) in copies.iter().enumerate() {
+        if let Err(e) = c {
+            report.notes.push(format!(
+                "superblock copy {i} is unusable ({e}); using the other copy"
+            ));
+            report.rules.superblock_copy_fallback += 1;
+        }
+    }
+    let geo = Geometry::from_superblock(&sb);
+
+    let t = std::time::Instant::now();
+    let base = load_checkpoint(media, &sb, &mut report);
+    let mut base = timed(&mut report, "load_checkpoint", t, base);
+    let clean = base.clean;
+    let mut fills: Vec<u32> = base.records.iter().map(|r| r.fill).collect();
+    let mut last_seq: Vec<u64> = base.records.iter().map(|r| r.last_seq).collect();
+    let mut next_seq = base.c_next;
+    let mut wipe = Vec::new();
+
+    if !clean {
+        let t = std::time::Instant::now();
+        let scans = scan_segments(media, &geo, &sb.uuid, &base, &mut report)?;
+        let scans = timed(&mut report, "scan_segments", t, scans);
+
+        let t = std::time::Instant::now();
+        let (w, damage, ignore) = judge(&scans, base.c_next, sb.durable_seq, &mut report.rules);
+        if let Some(first) = damage.first() {
+            report.rules.damage_refused += 1;
+            return Err(Error::Corrupt(format!(
+                "chunk at {first}: fails verification although a flush had made it durable{}; refusing to mount rather than return stale data (run `sluice check` for the full list)",
+                if damage.len() > 1 { format!(" (and {} more damaged place(s))", damage.len() - 1) } else { String::new() }
+            )));
+        }
+        next_seq = replay(
+            &mut base.map,
+            &geo,
+            &scans,
+            &ignore,
+            base.c_next,
+            w,
+            &mut last_seq,
+            &mut report,
+        )?;
+        timed(&mut report, "replay", t, ());
+        for (seg, sc) in scans.iter().enumerate() {
+            if let Some(walk) = &sc.walk {
+                if !walk.chunks.is_empty() && !ignore.contains(&(seg as u32)) {
+                    fills[seg] = walk.valid_end;
+                }
+            }
+            // Segments whose first block looks like a chunk but end up free get wiped.
+            if sc.ours {
+                wipe.push(seg as u32);
+            }
+        }
+    }
+
+    let t = std::time::Instant::now();
+    let segs = rebuild_segments(
+        &base.map,
+        &geo,
+        &fills,
+        &last_seq,
+        clean.then_some(&base.records[..]),
+    )?;
+    timed(&mut report, "rebuild_segments", t, ());
     wipe.retain(|&s| segs.segs[s as usize].state == SegState::Free);
+    report.rules.free_segment_wipe_scheduled += wipe.len() as u64;
     Ok(Mounted {
         sb,
         geo,
-        map,
+        map: base.map,
         segs,
         next_seq,
         needs_checkpoint: !clean,

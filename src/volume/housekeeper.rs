@@ -543,7 +543,7 @@ impl Shared {
             return Err(e.into());
         }
         // 3. Check every chunk's CRCs, still without the lock (writers go on).
-        let chunks = parse_victim(&img, &uuid);
+        let chunks = parse_victim(&img, &uuid, victim);
         // 4. Relocate what the map still points at (blocks overwritten meanwhile
         //    no longer match and are skipped).
         let moved = {

@@ -107,6 +107,10 @@ pub struct MountReport {
     pub chunks_discarded: u64,
     pub notes: Vec<String>,
     pub mount_ms: u64,
+    /// How often each recovery rule fired during this mount.
+    pub rules: crate::recovery::RecoveryRules,
+    /// Each mount step with its duration in microseconds, in order.
+    pub steps: Vec<(&'static str, u64)>,
 }
 
 /// The bytes of one range read by `Volume::read_batch` (an aligned buffer of
@@ -313,10 +317,14 @@ impl Volume {
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;
+        let t_finish = std::time::Instant::now();
         if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint) {
             sh.commit.stop_writer_threads(writers);
             return Err(e);
         }
+        report
+            .steps
+            .push(("finish", t_finish.elapsed().as_micros() as u64));
         report.mount_ms = t0.elapsed().as_millis() as u64;
         let vol = Volume {
             sh: sh.clone(),
@@ -623,26 +631,24 @@ impl Drop for Volume {
 }
 
 impl Shared {
-    /// Last step of a read-write mount: wipe the first block of segments that were
-    /// found free, then checkpoint what replay found (or just mark the volume open).
+    /// Last step of a read-write mount (`finish`): checkpoint what replay found (or
+    /// just mark the volume open), then wipe the first block of segments found free.
     fn finish_mount(&self, wipe: &[u32], needs_checkpoint: bool) -> Result<()> {
         if self.opts.read_only {
             return Ok(());
         }
-        if !wipe.is_empty() {
-            let zero = AlignedBuf::new(BLOCK_BYTES);
-            for &s in wipe {
-                self.media.write_at(&zero, self.geo.segment_offset(s))?;
-            }
-            self.media.flush()?;
-        }
+        // The reuse barrier's order: first persist the durable point (a checkpoint
+        // of what replay found, whose next_seq lies above every chunk seen), and
+        // only then tombstone the segments found free. Wiping first would let a
+        // power cut in between end the next mount's log at a wiped chunk.
         if needs_checkpoint {
-            // Everything replay found is now recorded, and the next sequence
-            // number starts above every chunk seen, torn or not.
             self.checkpoint_now(false)?;
         } else {
             self.commit
                 .update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
+        }
+        if !wipe.is_empty() {
+            self.commit.wipe(wipe)?;
         }
         Ok(())
     }
@@ -863,24 +869,25 @@ impl Shared {
 pub(crate) fn parse_victim(
     img: &[u8],
     uuid: &[u8; 16],
+    seg: u32,
 ) -> std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String> {
-    use crate::format::chunk;
-    let fill = img.len() / BLOCK_BYTES;
-    let mut chunks = Vec::new();
-    let mut pos = 0usize;
-    while pos < fill {
-        let h = chunk::ChunkHeader::decode(&img[pos * BLOCK_BYTES..])
-            .map_err(|e| format!("chunk header at block {pos}: {e}"))?;
-        let total = h.total_blocks() as usize;
-        if pos + total > fill {
-            return Err(format!("chunk at block {pos} runs past the segment's fill"));
-        }
-        chunk::verify(&img[pos * BLOCK_BYTES..(pos + total) * BLOCK_BYTES], uuid)
-            .map_err(|e| format!("chunk seq {} at block {pos}: {e}", h.seq))?;
-        chunks.push((pos, h));
-        pos += total;
+    // The one chunk walker; a victim up to its fill must be all verified chunks.
+    let mut rules = crate::recovery::RecoveryRules::default();
+    let w = crate::recovery::walk_image(img, 0, uuid, seg, 0, &mut rules);
+    if let Some(b) = w.bad.first() {
+        return Err(format!("chunk at {}: {}", b.place(), b.why));
     }
-    Ok(chunks)
+    if w.stop != crate::recovery::Stop::End {
+        return Err(format!(
+            "chunk walk ends at block {} before the segment's fill {}",
+            w.valid_end,
+            img.len() / BLOCK_BYTES
+        ));
+    }
+    Ok(w.chunks
+        .into_iter()
+        .map(|f| (f.pos as usize, f.header))
+        .collect())
 }
 
 #[cfg(test)]
