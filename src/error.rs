@@ -20,6 +20,12 @@ pub enum Error {
     Format(#[from] FormatError),
     #[error("volume stopped after an earlier media error: {0}")]
     Failed(String),
+    #[error("logical block {lba} fails its checksum (segment {segment}, {chunk})")]
+    BadBlock {
+        lba: u64,
+        segment: u32,
+        chunk: String,
+    },
     #[error("volume is closed")]
     Closed,
 }

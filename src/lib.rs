@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod check;
 pub mod checkpoint;
+pub mod crc_index;
 pub mod error;
 pub mod format;
 pub mod gc;

@@ -23,6 +23,12 @@ pub struct Counters {
     pub gc_virtual_moved: AtomicU64,
     pub checkpoints: AtomicU64,
     pub barriers: AtomicU64,
+    /// Reads answered EIO because a block failed its CRC (verified reads).
+    pub crc_errors: AtomicU64,
+    pub scrub_segments: AtomicU64,
+    pub scrub_bytes: AtomicU64,
+    /// Damaged live blocks and chunk headers the scrub found.
+    pub scrub_errors: AtomicU64,
 }
 
 impl Counters {
@@ -65,6 +71,13 @@ pub struct Stats {
     pub map_bytes: u64,
     pub map_bytes_per_block: f64,
     pub segment_table_bytes: u64,
+    /// Reads answered EIO because a block failed its CRC.
+    pub crc_errors: u64,
+    pub scrub_segments: u64,
+    pub scrub_bytes: u64,
+    pub scrub_errors: u64,
+    /// RAM of the CRC index (4 B per physical block, 8 B per segment).
+    pub crc_index_bytes: u64,
 }
 
 impl Counters {
@@ -97,6 +110,10 @@ impl Counters {
         s.gc_virtual_moved = g(&self.gc_virtual_moved);
         s.checkpoints = g(&self.checkpoints);
         s.reuse_barriers = g(&self.barriers);
+        s.crc_errors = g(&self.crc_errors);
+        s.scrub_segments = g(&self.scrub_segments);
+        s.scrub_bytes = g(&self.scrub_bytes);
+        s.scrub_errors = g(&self.scrub_errors);
         s
     }
 }

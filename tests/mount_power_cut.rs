@@ -51,7 +51,8 @@ fn assert_content(img: Vec<u8>, want: &[u8], what: &str) {
         .unwrap_or_else(|e| panic!("{what}: remount fails: {e}"));
     let mut got = vec![0u8; want.len()];
     vol.read(0, &mut got).unwrap();
-    let bad = (0..want.len() / BS).find(|&b| got[b * BS..(b + 1) * BS] != want[b * BS..(b + 1) * BS]);
+    let bad =
+        (0..want.len() / BS).find(|&b| got[b * BS..(b + 1) * BS] != want[b * BS..(b + 1) * BS]);
     assert!(bad.is_none(), "{what}: flushed block {} lost", bad.unwrap());
 }
 
@@ -80,7 +81,11 @@ fn power_cut_at_every_write_of_a_recovering_mount_keeps_every_flushed_write() {
                 tear_last: false,
                 seed: cut,
             });
-            assert_content(after, &want, &format!("cut before mount write {cut} (drop {drop_probability})"));
+            assert_content(
+                after,
+                &want,
+                &format!("cut before mount write {cut} (drop {drop_probability})"),
+            );
         }
     }
 }

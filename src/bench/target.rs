@@ -22,6 +22,9 @@ use std::sync::Arc;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetSpec {
     Sluice(PathBuf),
+    /// Diagnostic: the in-process engine with verified reads off
+    /// (`sluice-noverify:PATH`), to measure what verification costs.
+    SluiceNoVerify(PathBuf),
     Nbd(String),
     File(PathBuf),
     Dev(PathBuf),
@@ -37,6 +40,7 @@ impl TargetSpec {
         }
         Ok(match kind {
             "sluice" => TargetSpec::Sluice(rest.into()),
+            "sluice-noverify" => TargetSpec::SluiceNoVerify(rest.into()),
             "nbd" => TargetSpec::Nbd(rest.to_string()),
             "file" => TargetSpec::File(rest.into()),
             "dev" => TargetSpec::Dev(rest.into()),
@@ -47,7 +51,7 @@ impl TargetSpec {
     }
     pub fn kind(&self) -> &'static str {
         match self {
-            TargetSpec::Sluice(_) => "sluice",
+            TargetSpec::Sluice(_) | TargetSpec::SluiceNoVerify(_) => "sluice",
             TargetSpec::Nbd(_) => "nbd",
             TargetSpec::File(_) => "file",
             TargetSpec::Dev(_) => "dev",
@@ -59,6 +63,7 @@ impl std::fmt::Display for TargetSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TargetSpec::Sluice(p) => write!(f, "sluice:{}", p.display()),
+            TargetSpec::SluiceNoVerify(p) => write!(f, "sluice-noverify:{}", p.display()),
             TargetSpec::Nbd(u) => write!(f, "nbd:{u}"),
             TargetSpec::File(p) => write!(f, "file:{}", p.display()),
             TargetSpec::Dev(p) => write!(f, "dev:{}", p.display()),
@@ -100,6 +105,14 @@ pub trait Target: Send + Sync {
 pub fn open(spec: &TargetSpec, o: &OpenSpec) -> Result<Arc<dyn Target>> {
     Ok(match spec {
         TargetSpec::Sluice(p) => Arc::new(SluiceTarget::open(p, o)?),
+        TargetSpec::SluiceNoVerify(p) => Arc::new(SluiceTarget::open_with(
+            p,
+            o,
+            OpenOptions {
+                verify_reads: false,
+                ..Default::default()
+            },
+        )?),
         TargetSpec::File(p) => Arc::new(RawTarget::open(p, false, o)?),
         TargetSpec::Dev(p) => Arc::new(RawTarget::open(p, true, o)?),
         TargetSpec::Nbd(uri) => {
@@ -124,7 +137,10 @@ pub struct SluiceTarget {
 
 impl SluiceTarget {
     pub fn open(path: &Path, o: &OpenSpec) -> Result<SluiceTarget> {
-        let open_opts = OpenOptions::default();
+        Self::open_with(path, o, OpenOptions::default())
+    }
+
+    pub fn open_with(path: &Path, o: &OpenSpec, open_opts: OpenOptions) -> Result<SluiceTarget> {
         let exists = path.exists();
         let holds_volume = exists && safety::is_sluice(path)?;
         let vol = if holds_volume {
@@ -178,7 +194,15 @@ impl SluiceTarget {
             )
             .with_context(|| format!("creating a volume on {}", path.display()))?
         };
-        let desc = format!("sluice in-process, {}", path.display());
+        let desc = format!(
+            "sluice in-process{}, {}",
+            if open_opts.verify_reads {
+                ""
+            } else {
+                " (verified reads off)"
+            },
+            path.display()
+        );
         Ok(SluiceTarget { vol, desc })
     }
 }

@@ -18,7 +18,8 @@ pub struct Args {
     pub workload: Workload,
     /// Target to measure, optionally named (LABEL=KIND:WHERE); repeat to compare
     /// (ratios are to the first):
-    /// sluice:PATH (in-process engine), nbd:URI (nbd+unix:///NAME?socket=PATH or
+    /// sluice:PATH (in-process engine; sluice-noverify:PATH, a diagnostic, mounts it
+    /// with verified reads off), nbd:URI (nbd+unix:///NAME?socket=PATH or
     /// nbd://HOST:PORT/NAME), file:PATH, dev:PATH (raw, O_DIRECT).
     #[arg(long = "target", required = true, value_name = "KIND:WHERE")]
     pub targets: Vec<String>,
@@ -224,6 +225,29 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         writes: cfg.workload.writes(),
         force: a.force,
     };
+    // Every target is open at once: two in-process mounts of one volume would
+    // each write its own log over the other's (the volume ends up damaged).
+    let mut sluice_paths = std::collections::HashSet::new();
+    for (_, s) in &specs {
+        if let TargetSpec::Sluice(p) | TargetSpec::SluiceNoVerify(p) = s {
+            // (the file may not exist yet: resolve its directory)
+            let dir = match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => std::path::Path::new("."),
+            };
+            let key = std::fs::canonicalize(p).unwrap_or_else(|_| {
+                std::fs::canonicalize(dir)
+                    .unwrap_or_else(|_| dir.to_path_buf())
+                    .join(p.file_name().unwrap_or_default())
+            });
+            if !sluice_paths.insert(key) {
+                bail!(
+                    "{} is named by two sluice targets; they would mount it twice at once (use one file per target)",
+                    p.display()
+                );
+            }
+        }
+    }
     // Open (and safety-check) every target before measuring anything.
     let mut targets = Vec::new();
     for (label, s) in &specs {

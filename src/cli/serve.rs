@@ -60,6 +60,14 @@ pub struct Args {
     /// format, replayable with `sluice replay --format sluice`.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Scrub in the background at this rate (bytes per second, e.g. 16M): read
+    /// every closed segment in turn and verify every block's checksum, so bit rot
+    /// is found before a client reads it. Off by default.
+    #[arg(long, value_parser = super::parse_size, value_name = "BYTES")]
+    pub scrub_rate: Option<u64>,
+    /// Diagnostic: do not verify the checksum of blocks read from the media.
+    #[arg(long, hide = true)]
+    pub no_verify_reads: bool,
 }
 
 fn uri(a: &Args, port: Option<u16>) -> String {
@@ -154,8 +162,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         FileMedia::open(&a.path, a.read_only)
             .with_context(|| format!("opening {}", a.path.display()))?,
     );
+    if a.scrub_rate == Some(0) {
+        bail!("--scrub-rate must be above 0 (leave it out to turn scrub off)");
+    }
     let opts = OpenOptions {
         read_only: a.read_only,
+        verify_reads: !a.no_verify_reads,
+        scrub_rate: a.scrub_rate,
         ..OpenOptions::default()
     };
     let vol = Arc::new(

@@ -13,6 +13,7 @@
 //! - once `failed` is set, no further media write is started by this stage.
 
 use super::OpenOptions;
+use crate::crc_index::CrcIndex;
 use crate::error::{Error, Result};
 use crate::format::chunk::Stream;
 use crate::format::superblock::Superblock;
@@ -23,6 +24,7 @@ use crate::media::{AlignedBuf, Media};
 use crate::stats::Counters;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -64,7 +66,11 @@ pub(in crate::volume) struct Commit {
     media: Arc<dyn Media>,
     geo: Geometry,
     counters: Arc<Counters>,
+    /// Verified reads' CRC index: each chunk is recorded just before its write.
+    crc_index: Arc<CrcIndex>,
     pub progress: Mutex<Progress>,
+    /// `progress.failed` is set (read without the lock by every request).
+    has_failed: AtomicBool,
     progress_cv: Condvar,
     /// The superblock as last written (leaf lock).
     pub sb: Mutex<Superblock>,
@@ -92,6 +98,7 @@ impl Commit {
         media: Arc<dyn Media>,
         geo: Geometry,
         counters: Arc<Counters>,
+        crc_index: Arc<CrcIndex>,
         sb: Superblock,
         next_seq: u64,
         opts: &OpenOptions,
@@ -100,6 +107,8 @@ impl Commit {
             media,
             geo,
             counters,
+            crc_index,
+            has_failed: AtomicBool::new(false),
             progress: Mutex::new(Progress {
                 written_through: next_seq,
                 completed: BTreeSet::new(),
@@ -118,6 +127,10 @@ impl Commit {
     }
 
     pub fn check_failed(&self) -> Result<()> {
+        // every request asks: an atomic, not the progress lock, on the way
+        if !self.has_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &self.progress.lock().failed {
             Some(m) => Err(Error::Failed(m.clone())),
             None => Ok(()),
@@ -130,6 +143,7 @@ impl Commit {
         let mut p = self.progress.lock();
         if p.failed.is_none() {
             p.failed = Some(why.clone());
+            self.has_failed.store(true, Ordering::Release);
         }
         self.progress_cv.notify_all();
         Error::Failed(why)
@@ -232,6 +246,8 @@ impl Commit {
             // a sealed chunk goes to the media exactly once, after its seal
             assert!(s.blocks >= 1 && s.start + s.blocks <= self.geo.segment_blocks);
             let phys = s.segment as u64 * self.geo.segment_blocks as u64 + s.start as u64;
+            // reads of its blocks go to the media only after this write
+            self.crc_index.record_chunk(s.segment, s.start, s.bytes());
             if let Err(e) = self.media.write_at(s.bytes(), self.geo.phys_offset(phys)) {
                 return Err(self.fail(format!(
                     "writing chunk {} at segment {} block {}: {e}",

@@ -15,6 +15,10 @@
 mod commit;
 pub(crate) mod core;
 mod housekeeper;
+mod read;
+mod scrub;
+
+pub use self::scrub::ScrubOutcome;
 
 pub use self::core::GC_CLASSES;
 
@@ -74,6 +78,11 @@ pub struct OpenOptions {
     pub checkpoint_interval_bytes: Option<u64>,
     /// Override the GC policy recorded in the superblock.
     pub gc_policy: Option<GcPolicy>,
+    /// Check every data block read from the media against its CRC32C (a
+    /// mismatch answers EIO). Off only to measure what verification costs.
+    pub verify_reads: bool,
+    /// Background scrub rate in bytes per second (None: no scrub thread).
+    pub scrub_rate: Option<u64>,
 }
 
 impl Default for OpenOptions {
@@ -84,6 +93,8 @@ impl Default for OpenOptions {
             idle_seal_ms: 200,
             checkpoint_interval_bytes: None,
             gc_policy: None,
+            verify_reads: true,
+            scrub_rate: None,
         }
     }
 }
@@ -140,6 +151,11 @@ pub(crate) struct Shared {
     pub reuse: RwLock<()>,
     rmw: Mutex<()>,
     pub counters: Arc<Counters>,
+    /// CRC32C of every physical data block (verified reads; crc_index.rs).
+    /// The commit stage records each chunk into it just before writing it.
+    pub crc_index: Arc<crate::crc_index::CrcIndex>,
+    /// Segments queued for scrub and the scrub walk (scrub.rs).
+    scrub: scrub::Scrub,
     closed: AtomicBool,
     /// The commit stage: all media writes of the write side.
     pub(in crate::volume) commit: Arc<Commit>,
@@ -151,6 +167,7 @@ pub(crate) struct Shared {
 pub struct Volume {
     sh: Arc<Shared>,
     housekeeper: Mutex<Option<JoinHandle<()>>>,
+    scrubber: Mutex<Option<JoinHandle<()>>>,
     writers: Mutex<Vec<JoinHandle<()>>>,
     report: MountReport,
 }
@@ -276,7 +293,8 @@ impl Volume {
         let next_seq = m.next_seq;
         let needs_checkpoint = m.needs_checkpoint;
         let mut report = m.report.clone();
-        let mut core = Core::new(geo, m.sb.uuid, m.map, m.segs, next_seq);
+        let uuid = m.sb.uuid;
+        let mut core = Core::new(geo, uuid, m.map, m.segs, next_seq);
         core.policy = policy;
         core.gc_classes = policy.gc_classes();
         core.hot_lifetime = policy.hot_lifetime(geo.logical_blocks);
@@ -288,10 +306,12 @@ impl Volume {
             core.last_write = vec![0; geo.logical_blocks as usize];
         }
         let counters = Arc::new(Counters::default());
+        let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
         let commit = Arc::new(Commit::new(
             media.clone(),
             geo,
             counters.clone(),
+            crc_index.clone(),
             m.sb.clone(),
             next_seq,
             opts,
@@ -306,6 +326,8 @@ impl Volume {
             reuse: RwLock::new(()),
             rmw: Mutex::new(()),
             counters,
+            crc_index,
+            scrub: scrub::Scrub::new(),
             closed: AtomicBool::new(false),
             commit,
             hk: Housekeeper::new(
@@ -329,6 +351,7 @@ impl Volume {
         let vol = Volume {
             sh: sh.clone(),
             housekeeper: Mutex::new(None),
+            scrubber: Mutex::new(None),
             writers: Mutex::new(writers),
             report,
         };
@@ -338,6 +361,15 @@ impl Volume {
                 std::thread::Builder::new()
                     .name("sluice-housekeeper".into())
                     .spawn(move || hk.housekeeper_thread())
+                    .map_err(Error::Io)?,
+            );
+        }
+        if let Some(rate) = opts.scrub_rate {
+            let sc = sh.clone();
+            *vol.scrubber.lock() = Some(
+                std::thread::Builder::new()
+                    .name("sluice-scrub".into())
+                    .spawn(move || sc.scrubber(rate))
                     .map_err(Error::Io)?,
             );
         }
@@ -414,7 +446,10 @@ impl Volume {
                 }
             }
         }
-        if let Err(e) = self.sh.read_blocks_batch(&mut todo) {
+        let mut res: Vec<Result<()>> = todo.iter().map(|_| Ok(())).collect();
+        let batch = self.sh.read_blocks_batch(&mut todo, &mut res);
+        drop(todo);
+        if let Err(e) = batch {
             let msg = e.to_string();
             for r in out.iter_mut() {
                 if r.is_ok() {
@@ -422,6 +457,15 @@ impl Volume {
                 }
             }
         } else {
+            // a range that failed verification gets its own error
+            let mut res = res.into_iter();
+            for (r, &(_, len)) in out.iter_mut().zip(ranges) {
+                if r.is_ok() && len > 0 {
+                    if let Some(Err(e)) = res.next() {
+                        *r = Err(e);
+                    }
+                }
+            }
             let n: u64 = out.iter().flatten().map(|r| r.len as u64).sum();
             Counters::add(&self.sh.counters.host_read_bytes, n);
         }
@@ -437,10 +481,18 @@ impl Volume {
         let first = offset / BS;
         let last = (offset + buf.len() as u64 - 1) / BS;
         let n = (last - first + 1) as usize;
-        let mut tmp = AlignedBuf::new(n * BLOCK_BYTES);
-        self.sh.read_blocks(first, &mut tmp)?;
-        let skip = (offset % BS) as usize;
-        buf.copy_from_slice(&tmp[skip..skip + buf.len()]);
+        if offset.is_multiple_of(BS)
+            && buf.len().is_multiple_of(BLOCK_BYTES)
+            && (buf.as_ptr() as usize).is_multiple_of(BLOCK_BYTES)
+        {
+            // aligned for O_DIRECT: read straight into the caller's buffer
+            self.sh.read_blocks(first, buf)?;
+        } else {
+            let mut tmp = AlignedBuf::new(n * BLOCK_BYTES);
+            self.sh.read_blocks(first, &mut tmp)?;
+            let skip = (offset % BS) as usize;
+            buf.copy_from_slice(&tmp[skip..skip + buf.len()]);
+        }
         Counters::add(&self.sh.counters.host_read_bytes, buf.len() as u64);
         Ok(())
     }
@@ -578,6 +630,13 @@ impl Volume {
         self.sh.gc_until_free(segments)
     }
 
+    /// Scrub one segment now (the oldest one a failed read marked, else the next
+    /// of the scrub walk) and say what it found (also counted in `stats`).
+    pub fn scrub_step(&self) -> Result<ScrubOutcome> {
+        self.check_usable(false)?;
+        self.sh.scrub_step()
+    }
+
     /// Write a checkpoint now.
     pub fn checkpoint(&self) -> Result<()> {
         self.check_usable(true)?;
@@ -616,6 +675,10 @@ impl Volume {
     fn stop_housekeeper(&self) {
         self.sh.hk.stop();
         if let Some(h) = self.housekeeper.lock().take() {
+            let _ = h.join();
+        }
+        self.sh.scrub.stop();
+        if let Some(h) = self.scrubber.lock().take() {
             let _ = h.join();
         }
     }
@@ -659,59 +722,6 @@ impl Shared {
 
     pub(crate) fn durable_seq(&self) -> u64 {
         self.commit.durable_seq()
-    }
-
-    fn read_blocks(&self, first: u64, out: &mut [u8]) -> Result<()> {
-        self.read_blocks_batch(&mut [(first, out)])
-    }
-
-    /// Fill each `(first block, buffer)` with the volume's blocks from `first` on.
-    /// Blocks in memory and virtual blocks are copied under the engine lock; the
-    /// media reads of every request are then issued together.
-    fn read_blocks_batch(&self, reqs: &mut [(u64, &mut [u8])]) -> Result<()> {
-        let _r = self.reuse.read();
-        // per request: runs of blocks contiguous on the media (phys, first index, count)
-        let mut runs: Vec<Vec<(u64, usize, usize)>> = Vec::with_capacity(reqs.len());
-        {
-            let c = self.core.lock();
-            for (first, out) in reqs.iter_mut() {
-                let mut mine: Vec<(u64, usize, usize)> = Vec::new();
-                for i in 0..out.len() / BLOCK_BYTES {
-                    let dst = &mut out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-                    match c.map.get(*first + i as u64) {
-                        Loc::Unmapped | Loc::Virtual(Virt::Trim | Virt::Zero, _) => dst.fill(0),
-                        Loc::Virtual(Virt::Ones, _) => dst.fill(0xff),
-                        Loc::Data(p) => match c.buffered(p) {
-                            Some(b) => dst.copy_from_slice(b),
-                            None => match mine.last_mut() {
-                                Some((rp, ri, rn))
-                                    if *rp + *rn as u64 == p as u64 && *ri + *rn == i =>
-                                {
-                                    *rn += 1
-                                }
-                                _ => mine.push((p as u64, i, 1)),
-                            },
-                        },
-                    }
-                }
-                runs.push(mine);
-            }
-        }
-        let mut io: Vec<(&mut [u8], u64)> = Vec::new();
-        for ((_, out), mine) in reqs.iter_mut().zip(&runs) {
-            // runs are in increasing block order and disjoint: carve them off in turn
-            let mut rest: &mut [u8] = out;
-            let mut at = 0;
-            for &(p, i, k) in mine {
-                let (_, tail) = std::mem::take(&mut rest).split_at_mut((i - at) * BLOCK_BYTES);
-                let (run, tail) = tail.split_at_mut(k * BLOCK_BYTES);
-                io.push((run, self.geo.phys_offset(p)));
-                rest = tail;
-                at = i + k;
-            }
-        }
-        self.media.read_batch(&mut io)?;
-        Ok(())
     }
 
     fn write_blocks(&self, lba0: u64, data: &[u8]) -> Result<()> {
@@ -857,6 +867,11 @@ impl Shared {
             map_bytes_per_block: c.map.memory_bytes() as f64 / self.geo.logical_blocks as f64,
             segment_table_bytes: c.segs.count() as u64
                 * std::mem::size_of::<crate::segments::SegInfo>() as u64,
+            crc_errors: 0,
+            scrub_segments: 0,
+            scrub_bytes: 0,
+            scrub_errors: 0,
+            crc_index_bytes: self.crc_index.memory_bytes(),
         };
         drop(c);
         self.counters.snapshot(base)

@@ -1,0 +1,202 @@
+//! Scrub: find bit rot before a client read does. Walks the closed segments one
+//! at a time (segments a failed read marked come first), reads each whole
+//! segment (up to its fill) with one media read, verifies every chunk header and
+//! every data block's CRC, and reports (warn log + counters `scrub_*`) each
+//! damaged block the map still points at, and each chunk header that does not
+//! verify. It changes nothing on the media and nothing in the engine.
+//!
+//! Threads and state: the queue of marked segments (`Scrub::marked`) is written
+//! by request threads (a failed read) and drained by whoever scrubs; the cursor
+//! of the background walk belongs to the scrub thread (`sluice-scrub`, started
+//! by `Volume::open` when `OpenOptions::scrub_rate` is set; off by default), and
+//! `Volume::scrub_step` (tests, tools) takes the same mutex. The thread paces
+//! itself to `scrub_rate` bytes per second (it sleeps after each segment for as
+//! long as that segment's bytes are worth) and stops with the housekeeper.
+//!
+//! Invariant: a segment is verified with the reuse lock held shared, so it is
+//! one incarnation from the state check to the liveness check.
+
+use super::Shared;
+use crate::error::Result;
+use crate::format::chunk::{self, ChunkHeader, Kind};
+use crate::format::BLOCK_BYTES;
+use crate::map::Loc;
+use crate::media::AlignedBuf;
+use crate::segments::SegState;
+use crate::stats::Counters;
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What one scrubbed segment showed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScrubOutcome {
+    pub segment: u32,
+    /// Bytes read from the media (0: the segment was skipped: not closed).
+    pub bytes: u64,
+    /// Damage found, one line each (only blocks the map still points at count,
+    /// plus chunk headers that do not verify).
+    pub damage: Vec<String>,
+}
+
+pub(crate) struct Scrub {
+    /// Segments a failed read marked, oldest first, each at most once.
+    marked: Mutex<VecDeque<u32>>,
+    /// Next segment of the background walk.
+    cursor: Mutex<u32>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Scrub {
+    pub fn new() -> Scrub {
+        Scrub {
+            marked: Mutex::new(VecDeque::new()),
+            cursor: Mutex::new(0),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// Queue `seg` for scrub ahead of the walk (a read found damage there).
+    pub fn mark(&self, seg: u32) {
+        let mut m = self.marked.lock();
+        if !m.contains(&seg) {
+            m.push_back(seg);
+        }
+        drop(m);
+        self.wake.notify_all();
+    }
+
+    pub fn stop(&self) {
+        *self.stop.lock() = true;
+        self.wake.notify_all();
+    }
+}
+
+impl Shared {
+    /// Scrub one segment: the oldest marked one, else the next of the walk.
+    pub(crate) fn scrub_step(&self) -> Result<ScrubOutcome> {
+        let seg = match self.scrub.marked.lock().pop_front() {
+            Some(s) => s,
+            None => {
+                let mut c = self.scrub.cursor.lock();
+                let s = *c % self.geo.segment_count;
+                *c = (s + 1) % self.geo.segment_count;
+                s
+            }
+        };
+        self.scrub_segment(seg)
+    }
+
+    /// Verify every chunk of `seg` and report damage to live blocks.
+    pub(crate) fn scrub_segment(&self, seg: u32) -> Result<ScrubOutcome> {
+        let mut out = ScrubOutcome {
+            segment: seg,
+            ..Default::default()
+        };
+        let _r = self.reuse.read();
+        let (fill, uuid) = {
+            let c = self.core.lock();
+            let s = &c.segs.segs[seg as usize];
+            match s.state {
+                // Open segments still receive chunks, a Victim is GC's, Free and
+                // Pending hold nothing live.
+                SegState::Closed | SegState::Damaged => (s.fill, c.uuid),
+                _ => return Ok(out),
+            }
+        };
+        if fill == 0 {
+            return Ok(out);
+        }
+        let mut img = AlignedBuf::new(fill as usize * BLOCK_BYTES);
+        self.media.read_at(&mut img, self.geo.segment_offset(seg))?;
+        out.bytes = img.len() as u64;
+        // (lba, physical block, data block index, chunk) of each block whose CRC fails
+        let mut bad: Vec<(u64, u32, u32, u64)> = Vec::new();
+        let base = seg * self.geo.segment_blocks;
+        let mut pos = 0u32;
+        while pos < fill {
+            let at = pos as usize * BLOCK_BYTES;
+            let h = match ChunkHeader::decode(&img[at..]) {
+                Ok(h) if h.uuid == uuid && h.segment == seg && pos + h.total_blocks() <= fill => h,
+                Ok(h) => {
+                    out.damage.push(format!(
+                        "segment {seg} block {pos}: chunk seq {} does not belong here; \
+                         the rest of the segment is unverifiable",
+                        h.seq
+                    ));
+                    break;
+                }
+                Err(e) => {
+                    out.damage.push(format!(
+                        "segment {seg} block {pos}: chunk header does not verify ({e}); \
+                         the rest of the segment is unverifiable"
+                    ));
+                    break;
+                }
+            };
+            let mut di = 0u32;
+            for e in h.entries.iter().filter(|e| e.kind == Kind::Data) {
+                for k in 0..e.count {
+                    let off = at + (1 + di as usize) * BLOCK_BYTES;
+                    if chunk::block_crc(&img[off..off + BLOCK_BYTES]) != h.block_crcs[di as usize] {
+                        bad.push((e.lba + k as u64, base + pos + 1 + di, di, h.seq));
+                    }
+                    di += 1;
+                }
+            }
+            pos += h.total_blocks();
+        }
+        if !bad.is_empty() {
+            let c = self.core.lock();
+            for (lba, p, di, seq) in bad {
+                if lba < c.map.len() && c.map.get(lba) == Loc::Data(p) {
+                    out.damage.push(format!(
+                        "segment {seg} block {}: logical block {lba} (chunk seq {seq}, data block {di}) fails its checksum",
+                        p - base
+                    ));
+                }
+            }
+        }
+        for d in &out.damage {
+            tracing::warn!("scrub: {d}");
+        }
+        Counters::add(&self.counters.scrub_segments, 1);
+        Counters::add(&self.counters.scrub_bytes, out.bytes);
+        Counters::add(&self.counters.scrub_errors, out.damage.len() as u64);
+        Ok(out)
+    }
+
+    /// The background scrub thread: one segment at a time at `rate` bytes/s.
+    pub(crate) fn scrubber(self: Arc<Self>, rate: u64) {
+        let rate = rate.max(1);
+        loop {
+            if *self.scrub.stop.lock() || self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            let t0 = Instant::now();
+            let bytes = match self.scrub_step() {
+                Ok(o) => o.bytes,
+                Err(e) => {
+                    tracing::error!("scrub: {e}");
+                    self.geo.segment_bytes()
+                }
+            };
+            // pace: this segment's bytes are worth bytes/rate seconds (a skipped
+            // segment costs a short pause so an idle walk does not spin)
+            let worth =
+                Duration::from_secs_f64(bytes as f64 / rate as f64).max(Duration::from_micros(200));
+            let until = t0 + worth;
+            let mut stop = self.scrub.stop.lock();
+            while !*stop && Instant::now() < until && self.scrub.marked.lock().is_empty() {
+                self.scrub.wake.wait_until(&mut stop, until);
+            }
+            if *stop {
+                return;
+            }
+        }
+    }
+}
