@@ -96,22 +96,7 @@ pub struct Core {
 
 const POOL_BUFFERS: usize = 32;
 
-pub fn kind_of(v: Virt) -> Kind {
-    match v {
-        Virt::Trim => Kind::Trim,
-        Virt::Zero => Kind::Zero,
-        Virt::Ones => Kind::Ones,
-    }
-}
-
-pub fn virt_of(k: Kind) -> Option<Virt> {
-    match k {
-        Kind::Data => None,
-        Kind::Trim => Some(Virt::Trim),
-        Kind::Zero => Some(Virt::Zero),
-        Kind::Ones => Some(Virt::Ones),
-    }
-}
+pub use crate::map::{kind_of, virt_of};
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
@@ -201,9 +186,14 @@ impl Core {
         let sealed = ch.seal(seq, durable_seq, self.uuid, now_ns());
         let seg_blocks = self.seg_blocks();
         let info = &mut self.segs.segs[sealed.segment as usize];
+        // chunks of a segment are sealed in place order and seq order
+        assert!(
+            sealed.start >= info.fill && seq >= info.last_seq,
+            "seal order"
+        );
         info.fill = sealed.start + sealed.blocks;
         info.last_seq = seq;
-        debug_assert!(info.fill <= seg_blocks);
+        assert!(info.fill <= seg_blocks);
         let full = seg_blocks - info.fill < 2;
         self.bytes_since_checkpoint += sealed.blocks as u64 * BLOCK_BYTES as u64;
         let phys = sealed.segment as u64 * seg_blocks as u64 + sealed.start as u64;
@@ -345,7 +335,7 @@ impl Core {
         durable_seq: u64,
         out: &mut Vec<Sealed>,
     ) -> Result<(), NeedSpace> {
-        debug_assert!(lba < self.map.len());
+        assert!(lba < self.map.len(), "append beyond the volume");
         let old = self.map.get(lba);
         let slot = self.slot_of(stream, lba);
         if stream == Stream::User {

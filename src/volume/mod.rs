@@ -13,7 +13,7 @@
 //! victim (see ARCHITECTURE.md for why that is safe and what it costs).
 
 mod commit;
-pub(crate) mod core;
+mod core;
 mod housekeeper;
 mod read;
 mod scrub;
@@ -109,20 +109,7 @@ pub struct Extent {
     pub zero: bool,
 }
 
-/// What the last mount found (printed by `sluice info` and the server).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct MountReport {
-    pub clean: bool,
-    pub checkpoint_slot: Option<u32>,
-    pub chunks_replayed: u64,
-    pub chunks_discarded: u64,
-    pub notes: Vec<String>,
-    pub mount_ms: u64,
-    /// How often each recovery rule fired during this mount.
-    pub rules: crate::recovery::RecoveryRules,
-    /// Each mount step with its duration in microseconds, in order.
-    pub steps: Vec<(&'static str, u64)>,
-}
+pub use crate::recovery::MountReport;
 
 /// The bytes of one range read by `Volume::read_batch` (an aligned buffer of
 /// whole blocks and where the range sits in it).
