@@ -497,7 +497,8 @@ impl Shared {
             if free + pending >= reserve + want || free <= 1 {
                 break;
             }
-            if pending >= 4 || (pending > 0 && free <= reserve + 1) {
+            let waiting = self.hk.credit.lock().waiting > 0;
+            if pending >= 4 || (pending > 0 && (free <= reserve + 1 || waiting)) {
                 self.barrier()?;
             }
             // a checkpoint falling due is written between victims, so writers
