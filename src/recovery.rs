@@ -1,19 +1,24 @@
-//! Recovery: mount as a sequence of named steps, each testable.
+//! Recovery: mount as a table of named steps, each a short function tested on its
+//! own and timed in `MountReport::steps` (SPDK FTL's ftl_mngt_recovery.c shape).
+//! It also owns the one chunk walker (`walk_image`) that GC and check use too.
 //!
 //! 1. `read_superblocks`: newest valid of the two copies.
 //! 2. `load_checkpoint`: newest valid slot, else the older one, else an empty map.
-//! 3. `scan_segments` (skipped after a clean close): find chunks with seq >= the
-//!    checkpoint's next_seq, from block 0 of any segment whose first chunk is that
-//!    new, or from the recorded fill of a segment that was open at the checkpoint.
-//! 4. `replay`: apply chunks in sequence order. A missing sequence number below the
-//!    durable watermark W is a dead chunk whose segment was reused (skip it); the
-//!    first one at or above W ends the log; a chunk that fails verification below W
-//!    is damage: refuse to mount.
-//! 5. `rebuild_segments`: live counts from the map; segments with nothing live are
-//!    free (their first block is wiped so no stale chunk looks current).
+//! 3. `scan_segments` (skipped after a clean close): walk every segment that may
+//!    hold chunks with seq >= the checkpoint's next_seq (from block 0, or from the
+//!    recorded fill of a segment open at the checkpoint). Walks resync past a
+//!    header they do not recognise, so damage cannot hide later chunks.
+//! 4. `judge`: the durable watermark W; any bad stretch that held a chunk < W is
+//!    damage: refuse to mount, naming segment, block and seq.
+//! 5. `replay`: apply chunks in sequence order. A missing sequence number below W
+//!    is a dead chunk whose segment was reused (skip it); the first one at or above
+//!    W ends the log.
+//! 6. `rebuild_segments`: live counts from the map; segments with nothing live are
+//!    free. (7. `finish`, in `Volume::open`: checkpoint, then wipe their first block.)
 //!
 //! Invariant: the mounted map equals the state after a prefix of the chunk sequence
-//! that contains every chunk durable at the crash.
+//! that contains every chunk durable at the crash. `MountReport::rules` counts
+//! each rule as it fires.
 
 use crate::checkpoint;
 use crate::error::{Error, Result};
@@ -892,4 +897,131 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
         wipe,
         report,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::chunk::{Entry, Stream, NO_SRC};
+
+    const UUID: [u8; 16] = [7; 16];
+
+    /// A segment image of `blocks` blocks with one-data-block chunks of `seqs`
+    /// from block 0 (each 2 blocks).
+    fn image(blocks: usize, seqs: &[u64], seg: u32) -> Vec<u8> {
+        let mut img = vec![0u8; blocks * BLOCK_BYTES];
+        for (i, &seq) in seqs.iter().enumerate() {
+            let at = 2 * i * BLOCK_BYTES;
+            img[at + BLOCK_BYTES..at + 2 * BLOCK_BYTES].fill(seq as u8);
+            let h = ChunkHeader {
+                uuid: UUID,
+                seq,
+                segment: seg,
+                stream: Stream::User,
+                timestamp_ns: 0,
+                durable_seq: seq,
+                data_blocks: 1,
+                entries: vec![Entry {
+                    lba: seq,
+                    count: 1,
+                    kind: Kind::Data,
+                    src: NO_SRC,
+                }],
+                block_crcs: vec![chunk::block_crc(
+                    &img[at + BLOCK_BYTES..at + 2 * BLOCK_BYTES],
+                )],
+            };
+            h.encode_into(&mut img[at..at + BLOCK_BYTES]);
+            chunk::seal_crc(&mut img[at..at + 2 * BLOCK_BYTES]);
+        }
+        img
+    }
+
+    fn walk(img: &[u8], min_seq: u64) -> Walk {
+        walk_image(img, 0, &UUID, 3, min_seq, &mut RecoveryRules::default())
+    }
+
+    #[test]
+    fn walk_accepts_chunks_and_ends_at_a_zero_sector() {
+        let w = walk(&image(16, &[5, 6, 7], 3), 1);
+        assert_eq!(
+            w.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(),
+            [5, 6, 7]
+        );
+        assert!(w.bad.is_empty());
+        assert_eq!((w.stop, w.valid_end), (Stop::Zero, 6));
+    }
+
+    #[test]
+    fn walk_ends_at_an_older_header_and_ignores_chunks_below_min_seq() {
+        let mut img = image(16, &[5, 6, 7], 3);
+        let old = image(16, &[1, 2], 3);
+        img[4 * BLOCK_BYTES..6 * BLOCK_BYTES].copy_from_slice(&old[..2 * BLOCK_BYTES]);
+        let w = walk(&img, 1);
+        assert_eq!(w.chunks.len(), 2);
+        assert_eq!((w.stop, w.valid_end), (Stop::Stale, 4));
+        assert_eq!(walk(&image(16, &[5, 6], 3), 6).stop, Stop::Stale);
+    }
+
+    #[test]
+    fn walk_resyncs_past_a_damaged_header_and_records_it() {
+        let mut img = image(16, &[5, 6, 7], 3);
+        img[2 * BLOCK_BYTES + 33] ^= 0x10; // seq field of chunk 6
+        let w = walk(&img, 1);
+        assert_eq!(w.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(), [5, 7]);
+        assert_eq!(w.bad.len(), 1);
+        let b = &w.bad[0];
+        assert_eq!(
+            (b.pos, b.blocks, b.after, b.before),
+            (2, 2, Some(5), Some(7))
+        );
+        assert_eq!(w.valid_end, 2);
+        // in another segment nothing of this one is accepted
+        assert!(
+            walk_image(&img, 0, &UUID, 4, 1, &mut RecoveryRules::default())
+                .chunks
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn walk_records_bad_data_with_its_trusted_seq() {
+        let mut img = image(16, &[5, 6, 7], 3);
+        img[3 * BLOCK_BYTES + 9] ^= 1; // data of chunk 6
+        let w = walk(&img, 1);
+        assert_eq!(w.chunks.len(), 2);
+        assert_eq!(w.bad[0].kind, BadKind::Data { seq: 6 });
+    }
+
+    fn scan(walk: Walk) -> SegScan {
+        SegScan {
+            ours: true,
+            walk: Some(walk),
+            rules: RecoveryRules::default(),
+        }
+    }
+
+    #[test]
+    fn judge_refuses_damage_below_the_watermark_only() {
+        let mut img = image(16, &[5, 6, 7], 3);
+        img[2 * BLOCK_BYTES] ^= 1; // magic of chunk 6
+                                   // chunk 7 says 6 was durable (durable_seq = 7 > 6): damage
+        let (w, damage, _) = judge(&[scan(walk(&img, 1))], 5, 0, &mut RecoveryRules::default());
+        assert_eq!(w, 7);
+        assert_eq!(damage.len(), 1);
+        assert!(damage[0].contains("segment 3 block 2"), "{damage:?}");
+        // the same stretch as a torn tail (nothing after it): not durable
+        let mut img = image(16, &[5, 6], 3);
+        img[2 * BLOCK_BYTES] ^= 1;
+        let (_, damage, _) = judge(&[scan(walk(&img, 1))], 5, 0, &mut RecoveryRules::default());
+        assert!(damage.is_empty());
+    }
+
+    #[test]
+    fn present_counts_seqs_in_a_range() {
+        let s = [2, 3, 5, 9];
+        assert_eq!(present(&s, 0, 10), 4);
+        assert_eq!(present(&s, 3, 9), 2);
+        assert_eq!(present(&s, 9, 3), 0);
+    }
 }

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn skip(why: &str) {
-    eprintln!("\n*** SKIP: ext4 over nbdfuse: {why} ***\n");
+    nbd_common::cannot_run("ext4 over nbdfuse", why);
 }
 
 /// Undo whatever was set up, in reverse order, even when the test panics.

@@ -1,5 +1,6 @@
 //! Shared helpers of the NBD integration tests: start and stop `sluice serve`,
-//! find external tools (printing a loud SKIP when one is missing), run commands.
+//! find external tools (a loud SKIP when one is missing; a failure when env CI is
+//! set, so CI never passes a test that did not run), run commands.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -9,14 +10,23 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sluice");
 
-/// True if `tool` is on PATH; otherwise prints a visible SKIP line.
+/// A test that cannot run here: a loud SKIP line, or a panic when env CI is set.
+pub fn cannot_run(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test} cannot run: {why} (CI is set: a test that cannot run fails)");
+    }
+    eprintln!("\n*** SKIP: {test}: {why} ***\n");
+}
+
+/// True if `tool` is on PATH; otherwise a visible SKIP line (a panic under CI).
 pub fn have(tool: &str, test: &str) -> bool {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
         .unwrap_or(false);
     if !found {
-        eprintln!(
-            "\n*** SKIP: {test}: `{tool}` is not installed (CI installs it; see docs/nbd.md) ***\n"
+        cannot_run(
+            test,
+            &format!("`{tool}` is not installed (CI installs it; see docs/nbd.md)"),
         );
     }
     found
@@ -162,9 +172,13 @@ pub fn which(tool: &str) -> Option<PathBuf> {
 }
 
 /// A Command running nbdsh under a python3 that has libnbd's bindings (a pyenv or
-/// venv python3 first on PATH usually does not), or None after a loud SKIP.
+/// venv python3 first on PATH usually does not), or None after a loud SKIP (a
+/// panic under CI).
 pub fn nbdsh(test: &str) -> Option<Command> {
-    which("nbdsh")?;
+    if which("nbdsh").is_none() {
+        cannot_run(test, "`nbdsh` is not installed (apt: libnbd-bin)");
+        return None;
+    }
     for py in ["python3", "/usr/bin/python3"] {
         let ok = Command::new(py)
             .args(["-c", "import nbd"])
@@ -178,6 +192,9 @@ pub fn nbdsh(test: &str) -> Option<Command> {
             return Some(c);
         }
     }
-    eprintln!("\n*** SKIP: {test}: no python3 can import libnbd's `nbd` module (apt: python3-libnbd) ***\n");
+    cannot_run(
+        test,
+        "no python3 can import libnbd's `nbd` module (apt: python3-libnbd)",
+    );
     None
 }

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Mutations the test suite must kill (issue 9). Each mutation is applied to a copy
+# of the working tree in a temporary directory (the real tree is never edited),
+# the tests that guard that property run, and a table mutation -> killed /
+# survived / not applicable is printed. Exits non-zero if any mutation survives
+# (or fails to apply: the script and the code went apart).
+#
+#   scripts/mutants.sh             # every mutation
+#   scripts/mutants.sh gap-rule    # only mutations whose name contains "gap-rule"
+#
+# MUTANTS_DIR (default /tmp/sluice-mutants) holds the copy and its own cargo
+# target dir (the first run builds the dependencies once; later runs rebuild only
+# sluice).
+#
+# `read-crc` is keyed on a marker comment in src/: the line `// MUTANT: read-crc`
+# names the line after it, which the mutation deletes; `// MUTANT: read-crc s|A|B|`
+# instead replaces A by B on the line after it. Without the marker it reports
+# "not applicable".
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${MUTANTS_DIR:-/tmp/sluice-mutants}
+tree=$work/tree
+export CARGO_TARGET_DIR=$work/target
+only=${1:-}
+
+mkdir -p "$work"
+rm -rf "$tree"
+mkdir -p "$tree"
+(cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$tree" 2>/dev/null)
+pristine=$work/pristine
+rm -rf "$pristine"
+cp -r "$tree/src" "$pristine"
+
+# replace FILE OLD NEW: exactly one occurrence of OLD (a literal) becomes NEW.
+replace() {
+  python3 - "$tree/$1" "$2" "$3" <<'EOF'
+import sys
+path, old, new = sys.argv[1], sys.argv[2], sys.argv[3]
+s = open(path).read()
+n = s.count(old)
+if n != 1:
+    sys.exit(f"{path}: expected the text once, found it {n} times:\n{old}")
+open(path, "w").write(s.replace(old, new))
+EOF
+}
+
+# marker NAME: apply the `// MUTANT: NAME` marker's mutation; exit 2 if no marker.
+marker() {
+  python3 - "$tree/src" "$1" <<'EOF'
+import os, re, sys
+src, name = sys.argv[1], sys.argv[2]
+tag = f"// MUTANT: {name}"
+for d, _, files in os.walk(src):
+    for f in files:
+        if not f.endswith(".rs"):
+            continue
+        p = os.path.join(d, f)
+        lines = open(p).read().split("\n")
+        for i, l in enumerate(lines):
+            at = l.find(tag)
+            if at < 0 or i + 1 >= len(lines):
+                continue
+            rest = l[at + len(tag):].strip()
+            if rest.startswith("s|"):
+                parts = rest.split("|")
+                if len(parts) < 4 or parts[1] not in lines[i + 1]:
+                    sys.exit(f"{p}:{i+2}: marker substitution does not apply")
+                lines[i + 1] = lines[i + 1].replace(parts[1], parts[2], 1)
+            else:
+                del lines[i + 1]
+            open(p, "w").write("\n".join(lines))
+            print(f"{p}:{i+2}")
+            sys.exit(0)
+sys.exit(2)
+EOF
+}
+
+declare -a results=()
+fail=0
+
+# run NAME TESTS... : apply_NAME mutates the copy; the tests must fail.
+run() {
+  local name=$1
+  shift
+  if [ -n "$only" ] && [[ "$name" != *"$only"* ]]; then
+    return
+  fi
+  rm -rf "$tree/src"
+  cp -r "$pristine" "$tree/src"
+  local out
+  out=$("apply_${name//-/_}" 2>&1)
+  local rc=$?
+  if [ $rc -eq 2 ]; then
+    results+=("$name|not applicable (no marker)|")
+    return
+  elif [ $rc -ne 0 ]; then
+    results+=("$name|MUTATION DID NOT APPLY|$out")
+    fail=1
+    return
+  fi
+  local args=()
+  for t in "$@"; do
+    args+=(--test "$t")
+  done
+  echo "== $name: cargo test --release ${args[*]}" >&2
+  local log=$work/$name.log
+  if (cd "$tree" && cargo test --release "${args[@]}" >"$log" 2>&1); then
+    results+=("$name|SURVIVED|$*")
+    fail=1
+  elif grep -qE "^error(\[E[0-9]+\])?:" "$log" && ! grep -q "test result" "$log"; then
+    results+=("$name|DOES NOT COMPILE (see $log)|$*")
+    fail=1
+  else
+    results+=("$name|killed|$(grep -oE "^test [a-z0-9_:]+ \.\.\. FAILED" "$log" | head -1 | sed 's/^test //; s/ \.\.\. FAILED//')")
+  fi
+}
+
+apply_replay_skips_crc() {
+  replace src/recovery.rs 'match chunk::verify(whole, uuid) {' 'match ChunkHeader::decode(whole) {'
+}
+apply_gap_rule_removed() {
+  replace src/recovery.rs 'if f.seq > expected && f.seq > w {' 'if f.seq > expected {'
+}
+apply_watermark_ignored() {
+  replace src/recovery.rs 'if f.seq > expected && f.seq > w {' 'if f.seq > expected && f.seq > u64::MAX - 1 {'
+}
+apply_nbd_drops_fua() {
+  replace src/nbd/server.rs 'proto::CMD_WRITE => self.vol.write(off, &payload, fua),' 'proto::CMD_WRITE => self.vol.write(off, &payload, false),'
+}
+apply_file_flush_noop() {
+  replace src/media/file.rs '        self.file.sync_data()' '        Ok(())'
+}
+apply_recovery_wipes_first() {
+  python3 - "$tree/src/volume/mod.rs" <<'EOF'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+a = """        if needs_checkpoint {
+            checkpoint::write(self, false)?;
+        } else {
+            self.update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
+        }
+"""
+b = """        if !wipe.is_empty() {
+            let zero = AlignedBuf::new(BLOCK_BYTES);
+            for &s in wipe {
+                self.media.write_at(&zero, self.geo.segment_offset(s))?;
+            }
+            self.media.flush()?;
+        }
+"""
+if s.count(a + b) != 1:
+    sys.exit("finish_mount does not have the checkpoint-then-wipe shape")
+open(p, "w").write(s.replace(a + b, b + a))
+EOF
+}
+apply_read_crc() {
+  marker read-crc
+}
+
+read_tests=(corruption engine)
+for f in "$tree"/tests/*.rs; do
+  b=$(basename "$f" .rs)
+  case "$b" in *verif* | *rot* | *scrub*) read_tests+=("$b") ;; esac
+done
+
+run replay-skips-crc corruption header_flips
+run gap-rule-removed recovery_rules
+run watermark-ignored recovery_rules header_flips
+run nbd-drops-fua volatile_cache
+run file-flush-noop volatile_cache
+run recovery-wipes-first mount_power_cut
+run read-crc "${read_tests[@]}"
+
+printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
+printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"
+for r in "${results[@]}"; do
+  IFS='|' read -r n res why <<<"$r"
+  printf '%-22s | %-30s | %s\n' "$n" "$res" "$why"
+done
+exit $fail
