@@ -73,6 +73,12 @@ impl Shared {
         for (k, lba, p) in failed {
             res[k] = Err(self.bad_block(lba, p));
         }
+        // the caller's buffer must not hold bytes that failed verification
+        for ((_, out), r) in reqs.iter_mut().zip(res.iter()) {
+            if r.is_err() {
+                out.fill(0);
+            }
+        }
         Ok(())
     }
 
