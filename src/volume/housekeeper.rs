@@ -149,7 +149,7 @@ impl Housekeeper {
         if dt >= 0.05 {
             let r = (total - m.1) as f64 / dt;
             let old = f64::from_bits(self.rate_bits.load(Ordering::Relaxed));
-            let w = (dt / 1.0).min(1.0);
+            let w = dt.min(1.0);
             let new = if old > 0.0 { old + (r - old) * w } else { r };
             self.rate_bits.store(new.to_bits(), Ordering::Relaxed);
             *m = (Instant::now(), total);
@@ -339,11 +339,17 @@ impl Shared {
                 Err(e) => return Err(e),
             }
         }
+        // emptied segments below the mark are freed now, not when a writer
+        // reaches the reserve
+        let (free, pending) = self.free_pending();
+        if pending > 0 && free < self.hk.reserve + want {
+            self.barrier()?;
+        }
         self.checkpoint_if_due(self.hk.checkpoint_interval)?;
         Ok(cleaned > 0)
     }
 
-    fn free_pending(&self) -> (u32, u32) {
+    pub(in crate::volume) fn free_pending(&self) -> (u32, u32) {
         let c = self.core.lock();
         (c.segs.free.len() as u32, c.segs.pending.len() as u32)
     }

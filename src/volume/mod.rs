@@ -897,6 +897,54 @@ mod tests {
     use super::*;
     use crate::media::MemMedia;
 
+    /// A driven housekeeper step is the whole round: with writes pausing
+    /// short of the reserve (no inline cleaning) it cleans (ahead to the mark)
+    /// through the reuse barrier, and writes the checkpoint that fell due.
+    #[test]
+    fn housekeeper_step_cleans_ahead_and_checkpoints() {
+        let blocks = 1024u64;
+        let geo = Geometry::for_logical(blocks, 32, 0.25);
+        let create = CreateOptions {
+            logical_bytes: Some(blocks * BS),
+            overprovision: 0.25,
+            segment_bytes: 32 * BS,
+            gc_policy: GcPolicy::Greedy,
+        };
+        let open = OpenOptions {
+            background: false,
+            checkpoint_interval_bytes: Some(1 << 40),
+            ..Default::default()
+        };
+        let media = Arc::new(MemMedia::new(geo.media_bytes()));
+        let vol = Volume::create(media, &create, &open).unwrap();
+        let reserve = vol.sh.hk.reserve;
+        let mark = vol.sh.hk.clean_mark;
+        let mut x = 1u8;
+        let mut lba = 0u64;
+        // overwrite until the free segments are below the mark but above the
+        // reserve (the append path would clean only at the reserve)
+        loop {
+            let (free, pending) = vol.sh.free_pending();
+            if free + pending < reserve + mark || free <= reserve + 1 {
+                break;
+            }
+            vol.write(lba * BS, &[x; BLOCK_BYTES], false).unwrap();
+            lba = (lba + 7) % blocks;
+            x = x.wrapping_add(1).max(1);
+        }
+        vol.flush().unwrap();
+        let before = vol.stats();
+        vol.sh.core.lock().bytes_since_checkpoint = vol.sh.hk.checkpoint_interval;
+        vol.housekeeper_step().unwrap();
+        let after = vol.stats();
+        assert!(
+            after.reuse_barriers > before.reuse_barriers,
+            "the step freed"
+        );
+        assert!(after.segments_free > before.segments_free);
+        assert_eq!(after.checkpoints, before.checkpoints + 1, "checkpoint due");
+    }
+
     /// decay-cb: relocated data keeps its victim's estimated life (the GC
     /// output segment's prior) and joins the GC class of that life.
     #[test]
