@@ -339,10 +339,11 @@ impl Shared {
                 Err(e) => return Err(e),
             }
         }
-        // emptied segments below the mark are freed now, not when a writer
-        // reaches the reserve
+        // emptied segments are freed once free ones run near the reserve, not
+        // when a writer reaches it (each barrier drains the write queue, so
+        // not on every round)
         let (free, pending) = self.free_pending();
-        if pending > 0 && free < self.hk.reserve + want {
+        if pending > 0 && free <= self.hk.reserve + 1 {
             self.barrier()?;
         }
         self.checkpoint_if_due(self.hk.checkpoint_interval)?;
