@@ -136,17 +136,14 @@ import sys
 p = sys.argv[1]
 s = open(p).read()
 a = """        if needs_checkpoint {
-            checkpoint::write(self, false)?;
+            self.checkpoint_now(false)?;
         } else {
-            self.update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
+            self.commit
+                .update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
         }
 """
 b = """        if !wipe.is_empty() {
-            let zero = AlignedBuf::new(BLOCK_BYTES);
-            for &s in wipe {
-                self.media.write_at(&zero, self.geo.segment_offset(s))?;
-            }
-            self.media.flush()?;
+            self.commit.wipe(wipe)?;
         }
 """
 if s.count(a + b) != 1:

@@ -1,59 +1,23 @@
-//! Checkpoint: persist the map and the segment table so mount does not replay the
-//! whole log. Written to the slot the superblock does not point at, flushed, and
-//! only then made current by a superblock update, so a torn checkpoint is never used.
+//! Checkpoint images: the map and the segment table, so mount does not replay the
+//! whole log. The engine fills an image's body, `finish_image` adds its header,
+//! the commit stage writes it to the slot the superblock does not point at,
+//! flushes, and only then makes it current by a superblock update, so a torn
+//! checkpoint is never used. `load` reads one back (mount, check).
 //!
 //! Invariant: a checkpoint with next_seq = C reflects exactly the chunks with seq < C,
 //! and all of those are durable before the superblock names it.
 
-use crate::error::{Error, Result};
 use crate::format::checkpoint::{body_bytes, decode_segments, CheckpointHeader, SegmentRecord};
-use crate::format::chunk::Stream;
-use crate::format::superblock::{Superblock, FLAG_CLEAN};
+use crate::format::superblock::Superblock;
 use crate::format::BLOCK_BYTES;
+use crate::geometry::Geometry;
 use crate::map::Map;
 use crate::media::{AlignedBuf, Media};
-use crate::stats::Counters;
-use crate::volume::Shared;
 
-/// Write a checkpoint of the volume's current state; `clean` marks a clean close.
-pub(crate) fn write(sh: &Shared, clean: bool) -> Result<()> {
-    let g = sh.ckpt_lock.lock();
-    write_locked(sh, clean, g)
-}
-
-/// Write a checkpoint unless one written meanwhile (by another thread) brought the
-/// log written since the last one under `limit` bytes.
-pub(crate) fn write_if_due(sh: &Shared, limit: u64) -> Result<()> {
-    let g = sh.ckpt_lock.lock();
-    if sh.core.lock().bytes_since_checkpoint < limit {
-        return Ok(());
-    }
-    write_locked(sh, false, g)
-}
-
-fn write_locked(sh: &Shared, clean: bool, _g: parking_lot::MutexGuard<'_, ()>) -> Result<()> {
-    let geo = sh.geo;
-    let mut img = AlignedBuf::new(geo.checkpoint_slot_bytes as usize);
+/// Complete a checkpoint image whose body (map + segment records, after the
+/// header block) the engine has filled: compute the body CRC and write the header.
+pub fn finish_image(img: &mut [u8], geo: &Geometry, uuid: [u8; 16], next_seq: u64) {
     let body_len = body_bytes(geo.logical_blocks, geo.segment_count) as usize;
-    let mut out = Vec::new();
-    let (next_seq, uuid) = {
-        let mut c = sh.core.lock();
-        let d = sh.durable_seq();
-        c.seal(Stream::User, d, &mut out);
-        c.seal(Stream::Gc, d, &mut out);
-        let map_len = geo.logical_blocks as usize * 4;
-        c.map
-            .encode_into(&mut img[BLOCK_BYTES..BLOCK_BYTES + map_len]);
-        let mut off = BLOCK_BYTES + map_len;
-        for r in c.segs.records() {
-            r.encode(&mut img[off..off + 16]);
-            off += 16;
-        }
-        c.bytes_since_checkpoint = 0;
-        (c.next_seq, c.uuid)
-    };
-    sh.submit(out)?;
-    sh.flush_covering(next_seq)?;
     let header = CheckpointHeader {
         uuid,
         next_seq,
@@ -66,34 +30,6 @@ fn write_locked(sh: &Shared, clean: bool, _g: parking_lot::MutexGuard<'_, ()>) -
             .unwrap_or(0),
     };
     img[..BLOCK_BYTES].copy_from_slice(&header.encode());
-    let slot = if sh.sb.lock().checkpoint_slot == 0 {
-        1
-    } else {
-        0
-    };
-    let r = sh
-        .media
-        .write_at(&img, geo.checkpoint_offset[slot as usize])
-        .and_then(|_| sh.media.flush());
-    if let Err(e) = r {
-        return Err(Error::Failed(format!(
-            "writing checkpoint slot {slot}: {e}"
-        )));
-    }
-    Counters::add(&sh.counters.media_checkpoint_bytes, img.len() as u64);
-    Counters::add(&sh.counters.media_flushes, 1);
-    sh.update_superblock(|sb| {
-        sb.checkpoint_slot = slot;
-        sb.checkpoint_next_seq = next_seq;
-        sb.durable_seq = sb.durable_seq.max(next_seq);
-        if clean {
-            sb.flags |= FLAG_CLEAN;
-        } else {
-            sb.flags &= !FLAG_CLEAN;
-        }
-    })?;
-    Counters::add(&sh.counters.checkpoints, 1);
-    Ok(())
 }
 
 /// A checkpoint read back from a slot.

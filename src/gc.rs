@@ -1,5 +1,9 @@
-//! GC policy: which closed segment to clean next. Relocation itself is driven by
-//! the volume (it owns the locks); this module only scores candidates.
+//! GC policy, in one place: the `Policy` trait holds every decision a policy
+//! makes (victim score, GC output classes, the class relocated data joins, the
+//! hints the engine keeps for it); `GcPolicy` names the registered policies
+//! (the default and the research ones) and maps each to its `Policy`.
+//! Relocation itself is the engine's (volume/core.rs) and runs in the
+//! housekeeper; neither holds policy logic.
 //!
 //! Policies: greedy (fewest live blocks), cost-benefit (LFS), and the
 //! generational variants of both, which keep GC output apart by how often the data
@@ -68,30 +72,30 @@ impl GcPolicy {
             GcPolicy::DecayCb => 6,
         }
     }
+    /// The policy's decisions (the one place they live).
+    pub fn policy(self) -> &'static dyn Policy {
+        match self {
+            GcPolicy::Greedy => &Greedy,
+            GcPolicy::CostBenefit => &CostBenefit,
+            GcPolicy::Generational => &Generational,
+            GcPolicy::GenerationalCb => &GenerationalCb,
+            GcPolicy::Sepbit => &Sepbit,
+            GcPolicy::SepbitCb => &SepbitCb,
+            GcPolicy::DecayCb => &DecayCb,
+        }
+    }
     /// Host writes overwriting a block younger than this (in host blocks) are
     /// predicted short-lived and kept apart (0 = no host-write separation).
     pub fn hot_lifetime(self, logical_blocks: u64) -> u64 {
-        match self {
-            GcPolicy::Sepbit | GcPolicy::SepbitCb => {
-                (logical_blocks as f64 * hot_lifetime_factor()) as u64
-            }
-            _ => 0,
-        }
+        self.policy().hot_lifetime(logical_blocks)
     }
     /// GC output classes the engine keeps open for this policy.
     pub fn gc_classes(self) -> usize {
-        match self {
-            GcPolicy::Greedy | GcPolicy::CostBenefit => 1,
-            GcPolicy::DecayCb => 2,
-            GcPolicy::Generational
-            | GcPolicy::GenerationalCb
-            | GcPolicy::Sepbit
-            | GcPolicy::SepbitCb => crate::volume::GC_CLASSES,
-        }
+        self.policy().gc_classes()
     }
     /// Does the policy need the per-segment decay hints (segments.rs)?
     pub fn decay_hints(self) -> bool {
-        self == GcPolicy::DecayCb
+        self.policy().decay_hints()
     }
     pub fn from_id(id: u32) -> Option<GcPolicy> {
         match id {
@@ -132,6 +136,148 @@ impl GcPolicy {
     }
 }
 
+/// Every decision of one GC policy. The engine (relocation, GC classes) and the
+/// housekeeper (victim choice) ask it and keep no policy logic of their own;
+/// the per-segment hints some policies read live in `SegInfo` and are kept by
+/// the segment table whatever the policy.
+pub trait Policy: Send + Sync {
+    /// Rank a Closed candidate whose cleaning gains space: larger cleans first.
+    /// `u`: its data utilisation, `now_seq`: the next sequence number.
+    fn score(&self, s: &SegInfo, segs: &SegmentTable, now_seq: u64, u: f64) -> f64;
+    /// GC output classes the engine keeps open.
+    fn gc_classes(&self) -> usize {
+        1
+    }
+    /// Host writes overwriting a block younger than this (host blocks) mark it
+    /// short-lived; > 0 makes the engine keep a per-block write clock.
+    fn hot_lifetime(&self, _logical_blocks: u64) -> u64 {
+        0
+    }
+    /// Does the engine keep the per-segment decay hints for it?
+    fn decay_hints(&self) -> bool {
+        false
+    }
+    /// GC class (0-based, below `classes`) of the data relocated out of
+    /// `victim`, and the life estimate its output segment inherits (0: none).
+    /// Default: by GC generation (data relocated k times joins class k).
+    fn relocation_class(
+        &self,
+        victim: &SegInfo,
+        _segs: &SegmentTable,
+        classes: usize,
+    ) -> (usize, f32) {
+        ((victim.gen as usize + 1).clamp(1, classes.max(1)) - 1, 0.0)
+    }
+}
+
+fn greedy_score(s: &SegInfo) -> f64 {
+    // lower is better: negate so that larger is better throughout
+    -(s.data_live as f64) - (s.live - s.data_live) as f64 * 1e-6
+}
+
+fn cb_score(s: &SegInfo, now_seq: u64, u: f64) -> f64 {
+    let age = now_seq.saturating_sub(s.last_seq) as f64 + 1.0;
+    (1.0 - u) * age / (1.0 + u)
+}
+
+struct Greedy;
+struct CostBenefit;
+struct Generational;
+struct GenerationalCb;
+struct Sepbit;
+struct SepbitCb;
+struct DecayCb;
+
+impl Policy for Greedy {
+    fn score(&self, s: &SegInfo, _: &SegmentTable, _: u64, _: f64) -> f64 {
+        greedy_score(s)
+    }
+}
+impl Policy for CostBenefit {
+    fn score(&self, s: &SegInfo, _: &SegmentTable, now: u64, u: f64) -> f64 {
+        cb_score(s, now, u)
+    }
+}
+impl Policy for Generational {
+    fn score(&self, s: &SegInfo, _: &SegmentTable, _: u64, _: f64) -> f64 {
+        greedy_score(s)
+    }
+    fn gc_classes(&self) -> usize {
+        GC_CLASSES
+    }
+}
+impl Policy for GenerationalCb {
+    fn score(&self, s: &SegInfo, _: &SegmentTable, now: u64, u: f64) -> f64 {
+        cb_score(s, now, u)
+    }
+    fn gc_classes(&self) -> usize {
+        GC_CLASSES
+    }
+}
+impl Policy for Sepbit {
+    fn score(&self, s: &SegInfo, _: &SegmentTable, _: u64, _: f64) -> f64 {
+        greedy_score(s)
+    }
+    fn gc_classes(&self) -> usize {
+        GC_CLASSES
+    }
+    fn hot_lifetime(&self, logical_blocks: u64) -> u64 {
+        (logical_blocks as f64 * hot_lifetime_factor()) as u64
+    }
+}
+impl Policy for SepbitCb {
+    fn score(&self, s: &SegInfo, _: &SegmentTable, now: u64, u: f64) -> f64 {
+        cb_score(s, now, u)
+    }
+    fn gc_classes(&self) -> usize {
+        GC_CLASSES
+    }
+    fn hot_lifetime(&self, logical_blocks: u64) -> u64 {
+        (logical_blocks as f64 * hot_lifetime_factor()) as u64
+    }
+}
+impl Policy for DecayCb {
+    fn score(&self, s: &SegInfo, segs: &SegmentTable, _: u64, u: f64) -> f64 {
+        decay_score(s, segs, u)
+    }
+    fn gc_classes(&self) -> usize {
+        2
+    }
+    fn decay_hints(&self) -> bool {
+        true
+    }
+    fn relocation_class(
+        &self,
+        victim: &SegInfo,
+        segs: &SegmentTable,
+        classes: usize,
+    ) -> (usize, f32) {
+        if segs.half_life == 0 {
+            return (0, 0.0);
+        }
+        // GC output from victims estimated cold goes to its own class, and the
+        // segments it fills inherit the victim's estimate as their prior.
+        let life = est_life(victim, segs);
+        (
+            decay_class(life, segs.mean_life).min(classes.max(1) - 1),
+            life as f32,
+        )
+    }
+}
+
+/// SepBIT's GC classes for a block relocated `age` host blocks after its last
+/// host write (None: never seen): < l, < 4 l, older.
+pub fn age_class(age: Option<u64>, hot_lifetime: u64) -> usize {
+    match age {
+        Some(a) if a < hot_lifetime => 0,
+        Some(a) if a < 4 * hot_lifetime => 1,
+        _ => GC_CLASSES - 1,
+    }
+}
+
+/// Number of GC output classes (generations 1..=GC_CLASSES, the last one absorbing older).
+pub const GC_CLASSES: usize = 3;
+
 /// Lifetime threshold as a fraction of the logical size (SLUICE_HOT_LIFETIME
 /// overrides it for experiments).
 fn hot_lifetime_factor() -> f64 {
@@ -170,6 +316,7 @@ pub fn pick_victim(
     min_gain_blocks: u32,
 ) -> Option<u32> {
     let seg_blocks = segs.segment_blocks;
+    let p = policy.policy();
     let mut best: Option<(f64, u32)> = None;
     for (i, s) in segs.segs.iter().enumerate() {
         if s.state != SegState::Closed || s.last_seq >= written_through || s.live == 0 {
@@ -179,17 +326,7 @@ pub fn pick_victim(
             continue;
         }
         let u = s.data_live as f64 / seg_blocks as f64;
-        let score = match policy {
-            // lower is better: negate so that larger is better throughout
-            GcPolicy::Greedy | GcPolicy::Generational | GcPolicy::Sepbit => {
-                -(s.data_live as f64) - (s.live - s.data_live) as f64 * 1e-6
-            }
-            GcPolicy::CostBenefit | GcPolicy::GenerationalCb | GcPolicy::SepbitCb => {
-                let age = now_seq.saturating_sub(s.last_seq) as f64 + 1.0;
-                (1.0 - u) * age / (1.0 + u)
-            }
-            GcPolicy::DecayCb => decay_score(s, segs, u),
-        };
+        let score = p.score(s, segs, now_seq, u);
         if best.is_none_or(|(b, _)| score > b) {
             best = Some((score, i as u32));
         }

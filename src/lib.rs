@@ -1,8 +1,22 @@
 //! sluice: a host-side log-structured block volume.
 //!
 //! Layers (imports only go downward; see ARCHITECTURE.md):
-//! frontends (`nbd`, `cli`) -> `volume` -> `log` / `map` / `segments` / `gc` /
-//! `recovery` / `checkpoint` -> `format` (pure) and `media` (the only IO).
+//! frontends (`nbd`, `cli`, `bench`, `sim`, `trace`) -> `volume` (its stages:
+//! engine, commit stage, housekeeper) -> parts (`map`, `log`, `segments`, `gc`,
+//! `checkpoint`, `recovery`, `check`, `crc_index`) -> `geometry` -> `format`
+//! (pure) and `media` (the only IO). `tests/layers.rs` fails on an upward
+//! import inside the crate; module privacy keeps the stages to the volume:
+//!
+//! ```compile_fail
+//! // The engine is private to the volume: a frontend cannot reach around the
+//! // stages to the map and the open chunks.
+//! use sluice::volume::core::Core;
+//! ```
+//!
+//! ```compile_fail
+//! // Nor can it drive the commit stage or the housekeeper directly.
+//! use sluice::volume::housekeeper::Housekeeper;
+//! ```
 
 pub mod bench;
 pub mod check;

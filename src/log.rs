@@ -120,7 +120,7 @@ impl OpenChunk {
     /// As `push_data`, for a block whose CRC32C is already known (GC moves a
     /// block it has just verified against its old chunk's CRC).
     pub fn push_data_crc(&mut self, lba: u64, block: &[u8], crc: u32, src: u32) -> u32 {
-        debug_assert!(self.has_room(lba, Kind::Data, src));
+        assert!(self.has_room(lba, Kind::Data, src), "chunk overflow");
         debug_assert_eq!(crc, chunk::block_crc(block));
         let idx = self.data_blocks() as usize;
         let off = (1 + idx) * BLOCK_BYTES;

@@ -6,12 +6,10 @@
 //! Invariant: a physical data block is referenced by at most one logical block,
 //! and every value decodes to a place inside the volume's geometry.
 
+use crate::format::chunk::Kind;
 use crate::format::FormatError;
+pub use crate::format::{MAX_LOGICAL_BLOCKS, MAX_PHYS_BLOCKS};
 
-/// Physical data blocks addressable by a map value (2^31 blocks = 8 TiB of segments).
-pub const MAX_PHYS_BLOCKS: u64 = 1 << 31;
-/// Logical blocks a volume may have (16 TiB).
-pub const MAX_LOGICAL_BLOCKS: u64 = (1 << 32) - 1;
 /// Segments addressable by a virtual value.
 pub const MAX_SEGMENTS: u32 = (1 << 29) - 1;
 
@@ -40,11 +38,11 @@ impl Loc {
         match self {
             Loc::Unmapped => UNMAPPED,
             Loc::Data(p) => {
-                debug_assert!((p as u64) < MAX_PHYS_BLOCKS);
+                assert!((p as u64) < MAX_PHYS_BLOCKS);
                 p
             }
             Loc::Virtual(k, seg) => {
-                debug_assert!(seg < MAX_SEGMENTS);
+                assert!(seg < MAX_SEGMENTS);
                 VIRTUAL_BIT | (k as u32) << 29 | seg
             }
         }
@@ -152,6 +150,25 @@ impl Map {
     }
     pub fn iter(&self) -> impl Iterator<Item = Loc> + '_ {
         self.slots.iter().map(|&v| Loc::decode(v))
+    }
+}
+
+/// The on-disk record kind of a virtual block.
+pub fn kind_of(v: Virt) -> Kind {
+    match v {
+        Virt::Trim => Kind::Trim,
+        Virt::Zero => Kind::Zero,
+        Virt::Ones => Kind::Ones,
+    }
+}
+
+/// The virtual block a record kind stands for (None: data).
+pub fn virt_of(k: Kind) -> Option<Virt> {
+    match k {
+        Kind::Data => None,
+        Kind::Trim => Some(Virt::Trim),
+        Kind::Zero => Some(Virt::Zero),
+        Kind::Ones => Some(Virt::Ones),
     }
 }
 

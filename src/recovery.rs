@@ -26,11 +26,25 @@ use crate::format::chunk::{self, ChunkHeader, Kind};
 use crate::format::superblock::{Superblock, NO_CHECKPOINT};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
+use crate::map::virt_of;
 use crate::map::{Loc, Map};
 use crate::media::{AlignedBuf, Media};
 use crate::segments::{SegInfo, SegState, SegmentTable};
-use crate::volume::core::virt_of;
-use crate::volume::MountReport;
+
+/// What the last mount found (printed by `sluice info` and the server).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct MountReport {
+    pub clean: bool,
+    pub checkpoint_slot: Option<u32>,
+    pub chunks_replayed: u64,
+    pub chunks_discarded: u64,
+    pub notes: Vec<String>,
+    pub mount_ms: u64,
+    /// How often each recovery rule fired during this mount.
+    pub rules: RecoveryRules,
+    /// Each mount step with its duration in microseconds, in order.
+    pub steps: Vec<(&'static str, u64)>,
+}
 
 macro_rules! rules {
     ($($(#[doc = $d:literal])* $f:ident,)*) => {

@@ -131,14 +131,20 @@ impl SegmentTable {
         let s = &mut self.segs[seg as usize];
         s.live += 1;
         s.data_live += data as u32;
-        debug_assert!(s.data_live <= self.segment_blocks);
+        assert!(
+            s.data_live <= self.segment_blocks,
+            "segment {seg} over-full"
+        );
     }
 
     /// Account one less live entry in `seg`; a Closed segment that empties becomes Pending.
     #[inline]
     pub fn drop_live(&mut self, seg: u32, data: bool) {
         let s = &mut self.segs[seg as usize];
-        debug_assert!(s.live > 0);
+        assert!(
+            s.live > 0 && s.data_live >= data as u32,
+            "segment {seg} live count underflows"
+        );
         s.live -= 1;
         s.data_live -= data as u32;
         if self.half_life > 0 {
@@ -157,8 +163,10 @@ impl SegmentTable {
     pub fn take_free(&mut self, stream: Stream) -> Option<u32> {
         let seg = self.free.pop_front()?;
         let s = &mut self.segs[seg as usize];
-        debug_assert_eq!(s.state, SegState::Free);
-        debug_assert_eq!(s.live, 0);
+        assert!(
+            s.state == SegState::Free && s.live == 0,
+            "segment {seg} taken while in use"
+        );
         *s = SegInfo {
             state: SegState::Open(stream),
             ..SegInfo::EMPTY
@@ -180,7 +188,7 @@ impl SegmentTable {
     /// GC is done with a Victim: Pending if emptied, else Closed again.
     pub fn end_victim(&mut self, seg: u32) {
         let s = &mut self.segs[seg as usize];
-        debug_assert_eq!(s.state, SegState::Victim);
+        assert_eq!(s.state, SegState::Victim, "segment {seg}");
         if s.live == 0 {
             s.state = SegState::Pending;
             self.pending.push(seg);
@@ -192,6 +200,8 @@ impl SegmentTable {
     pub fn release(&mut self, segs: &[u32]) {
         for &seg in segs {
             let s = &mut self.segs[seg as usize];
+            // only the barrier releases, and only what stayed empty since it began
+            assert!(s.state != SegState::Free, "segment {seg} released twice");
             if s.state == SegState::Pending && s.live == 0 {
                 s.state = SegState::Free;
                 s.fill = 0;

@@ -64,3 +64,9 @@ pub fn is_filled_with(block: &[u8], byte: u8) -> bool {
         && mid.iter().all(|&w| w == word)
         && tail.iter().all(|&b| b == byte)
 }
+
+/// Physical data blocks addressable by a map value (2^31 blocks = 8 TiB of segments).
+pub const MAX_PHYS_BLOCKS: u64 = 1 << 31;
+
+/// Logical blocks a volume may have (16 TiB).
+pub const MAX_LOGICAL_BLOCKS: u64 = (1 << 32) - 1;

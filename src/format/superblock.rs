@@ -123,12 +123,12 @@ impl Superblock {
             return Err(invalid("segment_count", self.segment_count.to_string()));
         }
         let data_blocks = self.segment_count as u64 * self.segment_blocks as u64;
-        if data_blocks > crate::map::MAX_PHYS_BLOCKS {
+        if data_blocks > crate::format::MAX_PHYS_BLOCKS {
             return Err(invalid("segment_count", "data area too large".to_string()));
         }
         if self.logical_blocks == 0
             || self.logical_blocks > data_blocks
-            || self.logical_blocks > crate::map::MAX_LOGICAL_BLOCKS
+            || self.logical_blocks > crate::format::MAX_LOGICAL_BLOCKS
         {
             return Err(invalid("logical_blocks", self.logical_blocks.to_string()));
         }

@@ -25,8 +25,7 @@ use crate::segments::SegmentTable;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Number of GC output classes (generations 1..=GC_CLASSES, the last one absorbing older).
-pub const GC_CLASSES: usize = 3;
+pub use crate::gc::GC_CLASSES;
 /// First GC slot. Host writes have exactly one slot (0): splitting them between
 /// two open chunks would let a crash keep a later write and lose an earlier one
 /// (the crash sweep demands a prefix of the accepted writes), so only GC output,
@@ -42,6 +41,12 @@ pub enum What<'a> {
     /// A data block GC moves, with the CRC32C it was verified against.
     Moved(&'a [u8], u32),
     Virtual(Virt),
+}
+
+/// Why a relocation stopped.
+pub enum RelocateError {
+    Damaged(String),
+    NoSpace,
 }
 
 /// The stream has no segment to append to: GC (or a reuse barrier) must run first.
@@ -64,6 +69,8 @@ pub struct Core {
     pub open_seg: [Option<u32>; SLOTS],
     /// GC class slot the next relocations go to (set by `relocate`).
     pub gc_slot: usize,
+    /// The GC policy (gc.rs) that decides GC classes.
+    pub policy: crate::gc::GcPolicy,
     /// GC classes in use: 1 (one GC stream) or GC_CLASSES (generational policies).
     pub gc_classes: usize,
     /// Lifetime unit l of the age classes for GC output (0 = classes by generation).
@@ -89,22 +96,7 @@ pub struct Core {
 
 const POOL_BUFFERS: usize = 32;
 
-pub fn kind_of(v: Virt) -> Kind {
-    match v {
-        Virt::Trim => Kind::Trim,
-        Virt::Zero => Kind::Zero,
-        Virt::Ones => Kind::Ones,
-    }
-}
-
-pub fn virt_of(k: Kind) -> Option<Virt> {
-    match k {
-        Kind::Data => None,
-        Kind::Trim => Some(Virt::Trim),
-        Kind::Zero => Some(Virt::Zero),
-        Kind::Ones => Some(Virt::Ones),
-    }
-}
+pub use crate::map::{kind_of, virt_of};
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
@@ -123,6 +115,7 @@ impl Core {
             open: Default::default(),
             open_seg: [None; SLOTS],
             gc_slot: GC0,
+            policy: crate::gc::GcPolicy::Greedy,
             gc_classes: 1,
             hot_lifetime: 0,
             user_clock: 0,
@@ -163,20 +156,15 @@ impl Core {
         match stream {
             // Lifetime-separating policies sort GC output by the block's age
             // (SepBIT's GC classes): < l, < 4 l, older.
-            Stream::Gc if self.hot_lifetime > 0 => match self.last_write.get(lba as usize) {
-                Some(&last) if last != 0 => {
-                    let age = (self.user_clock as u32).wrapping_sub(last) as u64;
-                    let class = if age < self.hot_lifetime {
-                        0
-                    } else if age < 4 * self.hot_lifetime {
-                        1
-                    } else {
-                        2
-                    };
-                    GC0 + class.min(GC_CLASSES - 1)
-                }
-                _ => SLOTS - 1,
-            },
+            Stream::Gc if self.hot_lifetime > 0 => {
+                let age = match self.last_write.get(lba as usize) {
+                    Some(&last) if last != 0 => {
+                        Some((self.user_clock as u32).wrapping_sub(last) as u64)
+                    }
+                    _ => None,
+                };
+                GC0 + crate::gc::age_class(age, self.hot_lifetime).min(GC_CLASSES - 1)
+            }
             Stream::Gc => self.gc_slot,
             Stream::User => 0,
         }
@@ -198,9 +186,14 @@ impl Core {
         let sealed = ch.seal(seq, durable_seq, self.uuid, now_ns());
         let seg_blocks = self.seg_blocks();
         let info = &mut self.segs.segs[sealed.segment as usize];
+        // chunks of a segment are sealed in place order and seq order
+        assert!(
+            sealed.start >= info.fill && seq >= info.last_seq,
+            "seal order"
+        );
         info.fill = sealed.start + sealed.blocks;
         info.last_seq = seq;
-        debug_assert!(info.fill <= seg_blocks);
+        assert!(info.fill <= seg_blocks);
         let full = seg_blocks - info.fill < 2;
         self.bytes_since_checkpoint += sealed.blocks as u64 * BLOCK_BYTES as u64;
         let phys = sealed.segment as u64 * seg_blocks as u64 + sealed.start as u64;
@@ -345,7 +338,7 @@ impl Core {
         durable_seq: u64,
         out: &mut Vec<Sealed>,
     ) -> Result<(), NeedSpace> {
-        debug_assert!(lba < self.map.len());
+        assert!(lba < self.map.len(), "append beyond the volume");
         let old = self.map.get(lba);
         let slot = self.slot_of(stream, lba);
         if stream == Stream::User {
@@ -442,6 +435,119 @@ impl Core {
         let i = p as u64 - start;
         (i < f.blocks as u64)
             .then(|| &f.image[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES])
+    }
+
+    /// Checkpoint plan: seal every open chunk (into `out`, for the commit stage)
+    /// and encode the map and the segment table into `body` (the slot after its
+    /// header block). Returns next_seq: the image reflects exactly the chunks
+    /// below it, which must be durable before the image is made current.
+    pub fn checkpoint_image(
+        &mut self,
+        durable_seq: u64,
+        body: &mut [u8],
+        out: &mut Vec<Sealed>,
+    ) -> u64 {
+        self.seal(Stream::User, durable_seq, out);
+        self.seal(Stream::Gc, durable_seq, out);
+        assert!(
+            self.open.iter().all(|c| c.is_none()),
+            "checkpoint with an open chunk"
+        );
+        let map_len = self.geo.logical_blocks as usize * 4;
+        self.map.encode_into(&mut body[..map_len]);
+        let mut off = map_len;
+        for r in self.segs.records() {
+            r.encode(&mut body[off..off + 16]);
+            off += 16;
+        }
+        self.bytes_since_checkpoint = 0;
+        self.next_seq
+    }
+
+    /// Move every entry of `victim` that the map still points at into the GC
+    /// stream. `img` holds the victim's blocks [0, fill), `chunks` its verified
+    /// chunks (or the first damage). Returns (data blocks, virtual records) moved.
+    /// Memory only: the sealed GC chunks go to `out` for the commit stage.
+    pub fn relocate(
+        &mut self,
+        victim: u32,
+        img: &[u8],
+        chunks: std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String>,
+        reserve: u32,
+        durable: u64,
+        out: &mut Vec<Sealed>,
+    ) -> std::result::Result<(u64, u64), RelocateError> {
+        let seg_blocks = self.geo.segment_blocks;
+        let base = victim * seg_blocks;
+        let (mut data_moved, mut virt_moved) = (0u64, 0u64);
+        // the policy says which GC class this victim's data joins, and what
+        // life estimate its output inherits
+        let (class, life) = self.policy.policy().relocation_class(
+            &self.segs.segs[victim as usize],
+            &self.segs,
+            self.gc_classes,
+        );
+        self.gc_slot = GC0 + class;
+        self.gc_src_life = life;
+        for (pos, h) in chunks.map_err(RelocateError::Damaged)? {
+            let mut di = 0u32;
+            for e in &h.entries {
+                if e.lba + e.count as u64 > self.map.len() {
+                    return Err(RelocateError::Damaged(format!(
+                        "chunk seq {} names blocks beyond the volume",
+                        h.seq
+                    )));
+                }
+                for k in 0..e.count as u64 {
+                    let lba = e.lba + k;
+                    match e.kind {
+                        Kind::Data => {
+                            let phys = base + pos as u32 + 1 + di;
+                            di += 1;
+                            if self.map.get(lba) == Loc::Data(phys) {
+                                let off = (pos + 1 + (di - 1) as usize) * BLOCK_BYTES;
+                                let crc = h.block_crcs[(di - 1) as usize];
+                                self.append(
+                                    Stream::Gc,
+                                    lba,
+                                    What::Moved(&img[off..off + BLOCK_BYTES], crc),
+                                    phys,
+                                    reserve,
+                                    durable,
+                                    out,
+                                )
+                                .map_err(|_| RelocateError::NoSpace)?;
+                                data_moved += 1;
+                            }
+                        }
+                        k2 => {
+                            let v = virt_of(k2).expect("virtual kind");
+                            if self.map.get(lba) == Loc::Virtual(v, victim) {
+                                self.append(
+                                    Stream::Gc,
+                                    lba,
+                                    What::Virtual(v),
+                                    victim,
+                                    reserve,
+                                    durable,
+                                    out,
+                                )
+                                .map_err(|_| RelocateError::NoSpace)?;
+                                virt_moved += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let s = &self.segs.segs[victim as usize];
+        if s.live != 0 {
+            return Err(RelocateError::Damaged(format!(
+                "{} live entries point at blocks no chunk in the segment describes",
+                s.live
+            )));
+        }
+        Ok((data_moved, virt_moved))
     }
 
     pub fn user_chunk_age(&self) -> Option<std::time::Duration> {

@@ -12,7 +12,9 @@
 //! progress -> sb. Media IO is done without `core` held, except GC's read of its
 //! victim (see ARCHITECTURE.md for why that is safe and what it costs).
 
-pub(crate) mod core;
+mod commit;
+mod core;
+mod housekeeper;
 mod read;
 mod scrub;
 
@@ -20,26 +22,24 @@ pub use self::scrub::ScrubOutcome;
 
 pub use self::core::GC_CLASSES;
 
+use self::commit::{write_block, Commit};
 use self::core::{Core, NeedSpace, What};
-use crate::checkpoint;
+use self::housekeeper::Housekeeper;
 use crate::error::{Error, Result};
-use crate::format::chunk::{Kind, Stream, NO_SRC};
+use crate::format::chunk::{Stream, NO_SRC};
 use crate::format::superblock::{Superblock, FLAG_CLEAN, NO_CHECKPOINT};
 use crate::format::{is_filled_with, BLOCK_BYTES};
 use crate::gc::{self, GcPolicy};
 use crate::geometry::{self, Geometry};
-use crate::log::Sealed;
 use crate::map::{Loc, Map, Virt};
 use crate::media::{AlignedBuf, Media};
 use crate::recovery;
 use crate::segments::SegState;
 use crate::stats::{Counters, Stats};
-use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::BTreeSet;
+use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 const BS: u64 = BLOCK_BYTES as u64;
 
@@ -109,20 +109,7 @@ pub struct Extent {
     pub zero: bool,
 }
 
-/// What the last mount found (printed by `sluice info` and the server).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct MountReport {
-    pub clean: bool,
-    pub checkpoint_slot: Option<u32>,
-    pub chunks_replayed: u64,
-    pub chunks_discarded: u64,
-    pub notes: Vec<String>,
-    pub mount_ms: u64,
-    /// How often each recovery rule fired during this mount.
-    pub rules: crate::recovery::RecoveryRules,
-    /// Each mount step with its duration in microseconds, in order.
-    pub steps: Vec<(&'static str, u64)>,
-}
+pub use crate::recovery::MountReport;
 
 /// The bytes of one range read by `Volume::read_batch` (an aligned buffer of
 /// whole blocks and where the range sits in it).
@@ -139,79 +126,30 @@ impl std::ops::Deref for ReadBuf {
     }
 }
 
-pub(crate) struct Progress {
-    /// Every chunk with seq < this has been written to the media.
-    pub written_through: u64,
-    completed: BTreeSet<u64>,
-    /// Every chunk with seq < this is durable.
-    pub durable: u64,
-    flushing: bool,
-    /// Lowest `written_through` a waiter in `flush_covering` is waiting for
-    /// (u64::MAX: none). Chunk completions wake waiters only once it is reached,
-    /// so a burst of writes does not wake every flusher for every chunk.
-    wake_written: u64,
-    pub failed: Option<String>,
-}
-
 pub(crate) struct Shared {
     pub media: Arc<dyn Media>,
     pub geo: Geometry,
     pub opts: OpenOptions,
     pub policy: GcPolicy,
+    /// The engine: map, segment table, open chunks (memory only).
     pub core: Mutex<Core>,
-    pub progress: Mutex<Progress>,
-    progress_cv: Condvar,
+    /// Readers hold it shared while they read the media; a segment becomes
+    /// Free only under it exclusively (`barrier`).
     pub reuse: RwLock<()>,
     rmw: Mutex<()>,
-    gc_lock: Mutex<()>,
-    pub ckpt_lock: Mutex<()>,
-    pub sb: Mutex<Superblock>,
-    pub counters: Counters,
+    pub counters: Arc<Counters>,
     /// CRC32C of every physical data block (verified reads; crc_index.rs).
-    pub crc_index: crate::crc_index::CrcIndex,
+    /// The commit stage records each chunk into it just before writing it.
+    pub crc_index: Arc<crate::crc_index::CrcIndex>,
     /// Segments queued for scrub and the scrub walk (scrub.rs).
     scrub: scrub::Scrub,
     closed: AtomicBool,
-    /// `progress.failed` is set (read without the lock by every request).
-    has_failed: AtomicBool,
-    stop: Mutex<bool>,
-    /// Sealed chunks waiting for a writer thread (background mode only).
-    writeq: Mutex<WriteQueue>,
-    /// Writer threads wait here for chunks (one wake per queued chunk).
-    writeq_work: Condvar,
-    /// Submitters wait here while the queue is full.
-    writeq_space: Condvar,
-    async_writes: bool,
-    /// Wakes the housekeeper: at stop, and when writes take free segments below
-    /// the clean-ahead mark (so GC runs there, not in a writer's request path).
-    stop_cv: Condvar,
-    /// Segments beyond the reserve the housekeeper keeps free (or pending) while
-    /// writes go on.
-    clean_mark: u32,
-    /// A writer saw free segments below `reserve + clean_mark` and woke the
-    /// housekeeper; cleared when the housekeeper starts a round.
-    clean_wanted: AtomicBool,
-    checkpoint_interval: u64,
-    reserve: u32,
-    /// When the last host write was accepted (ms since `started`), for idle GC.
-    last_write_ms: std::sync::atomic::AtomicU64,
-    started: std::time::Instant,
+    /// The commit stage: all media writes of the write side.
+    pub(in crate::volume) commit: Arc<Commit>,
+    /// The housekeeper stage: GC, barriers, checkpoints, and the credit
+    /// request threads wait on.
+    pub(in crate::volume) hk: Housekeeper,
 }
-
-/// Chunks handed to the writer threads; bounded by WRITE_QUEUE_BYTES.
-#[derive(Default)]
-pub(crate) struct WriteQueue {
-    chunks: std::collections::VecDeque<Sealed>,
-    bytes: u64,
-    stop: bool,
-    failed: bool,
-}
-
-/// Bytes of sealed chunks that may wait for a writer before appends block.
-const WRITE_QUEUE_BYTES: u64 = 32 << 20;
-/// Writer threads in background mode: enough to keep the device busy while the
-/// threads that fill chunks go on (one writes while another chunk fills).
-const WRITER_THREADS: usize = 2;
 
 pub struct Volume {
     sh: Arc<Shared>,
@@ -344,6 +282,7 @@ impl Volume {
         let mut report = m.report.clone();
         let uuid = m.sb.uuid;
         let mut core = Core::new(geo, uuid, m.map, m.segs, next_seq);
+        core.policy = policy;
         core.gc_classes = policy.gc_classes();
         core.hot_lifetime = policy.hot_lifetime(geo.logical_blocks);
         if policy.decay_hints() {
@@ -353,64 +292,43 @@ impl Volume {
         if core.hot_lifetime > 0 {
             core.last_write = vec![0; geo.logical_blocks as usize];
         }
+        let counters = Arc::new(Counters::default());
+        let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
+        let commit = Arc::new(Commit::new(
+            media.clone(),
+            geo,
+            counters.clone(),
+            crc_index.clone(),
+            m.sb.clone(),
+            next_seq,
+            opts,
+        ));
+        let threaded = opts.background && !opts.read_only;
         let sh = Arc::new(Shared {
             media,
             geo,
             opts: opts.clone(),
             policy,
             core: Mutex::new(core),
-            progress: Mutex::new(Progress {
-                written_through: next_seq,
-                completed: BTreeSet::new(),
-                durable: next_seq,
-                flushing: false,
-                wake_written: u64::MAX,
-                failed: None,
-            }),
-            progress_cv: Condvar::new(),
             reuse: RwLock::new(()),
             rmw: Mutex::new(()),
-            gc_lock: Mutex::new(()),
-            ckpt_lock: Mutex::new(()),
-            sb: Mutex::new(m.sb),
-            counters: Counters::default(),
-            crc_index: crate::crc_index::CrcIndex::new(&geo, uuid),
+            counters,
+            crc_index,
             scrub: scrub::Scrub::new(),
             closed: AtomicBool::new(false),
-            has_failed: AtomicBool::new(false),
-            stop: Mutex::new(false),
-            stop_cv: Condvar::new(),
-            clean_mark: (geo.segment_count / 32).max(2),
-            clean_wanted: AtomicBool::new(false),
-            writeq: Mutex::new(WriteQueue::default()),
-            writeq_work: Condvar::new(),
-            writeq_space: Condvar::new(),
-            async_writes: opts.background && !opts.read_only,
-            checkpoint_interval,
-            reserve: geo.reserve(),
-            last_write_ms: std::sync::atomic::AtomicU64::new(0),
-            started: std::time::Instant::now(),
+            commit,
+            hk: Housekeeper::new(
+                geo.reserve(),
+                (geo.segment_count / 64).max(3),
+                checkpoint_interval,
+                threaded,
+            ),
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
-        let mut writers = Vec::new();
-        if sh.async_writes {
-            for i in 0..WRITER_THREADS {
-                let w = sh.clone();
-                match std::thread::Builder::new()
-                    .name(format!("sluice-writer-{i}"))
-                    .spawn(move || w.writer())
-                {
-                    Ok(h) => writers.push(h),
-                    Err(e) => {
-                        sh.stop_writer_threads(writers);
-                        return Err(Error::Io(e));
-                    }
-                }
-            }
-        }
+        let writers = sh.commit.start_writers()?;
         let t_finish = std::time::Instant::now();
         if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint) {
-            sh.stop_writer_threads(writers);
+            sh.commit.stop_writer_threads(writers);
             return Err(e);
         }
         report
@@ -429,7 +347,7 @@ impl Volume {
             *vol.housekeeper.lock() = Some(
                 std::thread::Builder::new()
                     .name("sluice-housekeeper".into())
-                    .spawn(move || hk.housekeeper())
+                    .spawn(move || hk.housekeeper_thread())
                     .map_err(Error::Io)?,
             );
         }
@@ -452,7 +370,7 @@ impl Volume {
         self.sh.geo
     }
     pub fn uuid(&self) -> [u8; 16] {
-        self.sh.sb.lock().uuid
+        self.sh.commit.sb.lock().uuid
     }
     pub fn gc_policy(&self) -> GcPolicy {
         self.sh.policy
@@ -464,7 +382,7 @@ impl Volume {
         self.sh.opts.read_only
     }
     pub fn superblock(&self) -> Superblock {
-        self.sh.sb.lock().clone()
+        self.sh.commit.sb.lock().clone()
     }
 
     fn check_range(&self, offset: u64, len: u64) -> Result<()> {
@@ -696,7 +614,7 @@ impl Volume {
     /// can be cleaned. Returns how many segments were cleaned.
     pub fn gc_until_free(&self, segments: u32) -> Result<u64> {
         self.check_usable(true)?;
-        self.sh.clean_ahead(segments)
+        self.sh.gc_until_free(segments)
     }
 
     /// Scrub one segment now (the oldest one a failed read marked, else the next
@@ -709,17 +627,15 @@ impl Volume {
     /// Write a checkpoint now.
     pub fn checkpoint(&self) -> Result<()> {
         self.check_usable(true)?;
-        checkpoint::write(&self.sh, false)
+        self.sh.checkpoint_now(false)
     }
 
-    /// Run one round of the housekeeper's work synchronously on this thread
-    /// (seal + flush an idle user chunk, clean ahead with its reuse barrier,
-    /// checkpoint when due). The deterministic simulation drives the housekeeper
-    /// with this instead of the background thread; with `idle_seal_ms: 0` every
-    /// open user chunk counts as idle, so a step does not depend on the clock.
+    /// One round of what the housekeeper thread does (seal and write an idle
+    /// user chunk, clean ahead / GC and the reuse barrier, checkpoint when due),
+    /// synchronously on the caller's thread. Tests drive the schedule with it.
     pub fn housekeeper_step(&self) -> Result<()> {
         self.check_usable(true)?;
-        self.sh.housekeeper_round(self.sh.clean_mark).map(|_| ())
+        self.sh.housekeeper_step().map(|_| ())
     }
 
     /// Stop the housekeeper, write a clean checkpoint. Further calls fail with Closed.
@@ -732,7 +648,7 @@ impl Volume {
             return Ok(());
         }
         self.sh.check_failed()?;
-        let r = checkpoint::write(&self.sh, true);
+        let r = self.sh.checkpoint_now(true);
         self.stop_writers();
         r
     }
@@ -740,12 +656,11 @@ impl Volume {
     /// Writer threads finish what is queued, then exit.
     fn stop_writers(&self) {
         let writers: Vec<_> = self.writers.lock().drain(..).collect();
-        self.sh.stop_writer_threads(writers);
+        self.sh.commit.stop_writer_threads(writers);
     }
 
     fn stop_housekeeper(&self) {
-        *self.sh.stop.lock() = true;
-        self.sh.stop_cv.notify_all();
+        self.sh.hk.stop();
         if let Some(h) = self.housekeeper.lock().take() {
             let _ = h.join();
         }
@@ -765,12 +680,6 @@ impl Drop for Volume {
     }
 }
 
-pub(crate) fn write_block(media: &dyn Media, bytes: &[u8], offset: u64) -> std::io::Result<()> {
-    let mut b = AlignedBuf::new(bytes.len().div_ceil(BLOCK_BYTES) * BLOCK_BYTES);
-    b[..bytes.len()].copy_from_slice(bytes);
-    media.write_at(&b, offset)
-}
-
 impl Shared {
     /// Last step of a read-write mount (`finish`): checkpoint what replay found (or
     /// just mark the volume open), then wipe the first block of segments found free.
@@ -783,53 +692,23 @@ impl Shared {
         // only then tombstone the segments found free. Wiping first would let a
         // power cut in between end the next mount's log at a wiped chunk.
         if needs_checkpoint {
-            checkpoint::write(self, false)?;
+            self.checkpoint_now(false)?;
         } else {
-            self.update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
+            self.commit
+                .update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
         }
         if !wipe.is_empty() {
-            let zero = AlignedBuf::new(BLOCK_BYTES);
-            for &s in wipe {
-                self.media.write_at(&zero, self.geo.segment_offset(s))?;
-            }
-            self.media.flush()?;
+            self.commit.wipe(wipe)?;
         }
         Ok(())
     }
 
-    fn stop_writer_threads(&self, writers: Vec<JoinHandle<()>>) {
-        self.writeq.lock().stop = true;
-        self.writeq_work.notify_all();
-        self.writeq_space.notify_all();
-        for h in writers {
-            let _ = h.join();
-        }
-    }
-
     pub(crate) fn check_failed(&self) -> Result<()> {
-        // every request asks: an atomic, not the progress lock, on the way
-        if !self.has_failed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        match &self.progress.lock().failed {
-            Some(m) => Err(Error::Failed(m.clone())),
-            None => Ok(()),
-        }
-    }
-
-    fn fail(&self, why: String) -> Error {
-        tracing::error!("volume stopped: {why}");
-        let mut p = self.progress.lock();
-        if p.failed.is_none() {
-            p.failed = Some(why.clone());
-            self.has_failed.store(true, Ordering::Release);
-        }
-        self.progress_cv.notify_all();
-        Error::Failed(why)
+        self.commit.check_failed()
     }
 
     pub(crate) fn durable_seq(&self) -> u64 {
-        self.progress.lock().durable
+        self.commit.durable_seq()
     }
 
     fn write_blocks(&self, lba0: u64, data: &[u8]) -> Result<()> {
@@ -867,29 +746,28 @@ impl Shared {
         n: u64,
         what: impl Fn(&Map, u64) -> Option<What<'a>>,
     ) -> Result<()> {
-        self.last_write_ms
-            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.hk.note_write();
+        let reserve = self.hk.reserve;
         let mut i = 0;
         while i < n {
             let mut out = Vec::new();
-            let need_space = {
+            let start = i;
+            let (need_space, level) = {
                 let mut c = self.core.lock();
                 // one look at progress per batch: failure, durable and written marks
                 let (durable, written) = {
-                    let p = self.progress.lock();
+                    let p = self.commit.progress.lock();
                     if let Some(m) = &p.failed {
                         return Err(Error::Failed(m.clone()));
                     }
                     (p.durable, p.written_through)
                 };
                 c.prune_inflight(written);
-                if self.async_writes
-                    && c.segs.free.len() + c.segs.pending.len()
-                        < (self.reserve + self.clean_mark) as usize
-                    && !self.clean_wanted.swap(true, Ordering::AcqRel)
-                {
+                let level = (c.segs.free.len() + c.segs.pending.len()) as u32;
+                let level = level.saturating_sub(reserve);
+                if self.commit.async_writes && level < self.hk.clean_mark {
                     // below the clean-ahead mark: let the housekeeper clean now
-                    self.stop_cv.notify_all();
+                    self.hk.wake();
                 }
                 let mut need = false;
                 while i < n {
@@ -902,7 +780,7 @@ impl Shared {
                         lba0 + i,
                         w,
                         NO_SRC,
-                        self.reserve,
+                        reserve,
                         durable,
                         &mut out,
                     ) {
@@ -913,107 +791,15 @@ impl Shared {
                         }
                     }
                 }
-                need
+                (need, level)
             };
-            self.submit(out)?;
+            self.commit.submit(out)?;
+            self.hk.pace(i - start, level);
             if need_space {
-                self.make_space()?;
+                self.wait_for_space()?;
             }
         }
-        self.maybe_checkpoint()
-    }
-
-    /// Hand sealed chunks to the writer threads (background mode), or write them
-    /// now. Either way every caller that needs them durable waits in
-    /// `flush_covering`, and reads find them in `Core::inflight` meanwhile.
-    pub(crate) fn submit(&self, out: Vec<Sealed>) -> Result<()> {
-        if !self.async_writes || out.is_empty() {
-            return self.write_sealed(out);
-        }
-        let mut q = self.writeq.lock();
-        for s in out {
-            while q.bytes >= WRITE_QUEUE_BYTES && !q.failed && !q.stop {
-                self.writeq_space.wait(&mut q);
-            }
-            if q.failed || q.stop {
-                drop(q);
-                self.check_failed()?;
-                return Err(Error::Closed);
-            }
-            q.bytes += s.bytes().len() as u64;
-            q.chunks.push_back(s);
-            self.writeq_work.notify_one();
-        }
-        Ok(())
-    }
-
-    /// A writer thread: write queued chunks until told to stop and the queue is empty.
-    fn writer(self: Arc<Self>) {
-        loop {
-            let s = {
-                let mut q = self.writeq.lock();
-                loop {
-                    if let Some(s) = q.chunks.pop_front() {
-                        q.bytes -= s.bytes().len() as u64;
-                        break s;
-                    }
-                    if q.stop || q.failed {
-                        return;
-                    }
-                    self.writeq_work.wait(&mut q);
-                }
-            };
-            // cheap when nobody waits (parking_lot checks an atomic first)
-            self.writeq_space.notify_all();
-            if self.write_sealed(vec![s]).is_err() {
-                // the volume has failed (write_sealed said why); wake everyone
-                let mut q = self.writeq.lock();
-                q.failed = true;
-                q.chunks.clear();
-                q.bytes = 0;
-                drop(q);
-                self.writeq_work.notify_all();
-                self.writeq_space.notify_all();
-                return;
-            }
-        }
-    }
-
-    /// Write sealed chunks to the media and record them as written.
-    pub(crate) fn write_sealed(&self, out: Vec<Sealed>) -> Result<()> {
-        for s in out {
-            let phys = s.segment as u64 * self.geo.segment_blocks as u64 + s.start as u64;
-            // reads of its blocks go to the media only after this write
-            self.crc_index.record_chunk(s.segment, s.start, s.bytes());
-            if let Err(e) = self.media.write_at(s.bytes(), self.geo.phys_offset(phys)) {
-                return Err(self.fail(format!(
-                    "writing chunk {} at segment {} block {}: {e}",
-                    s.seq, s.segment, s.start
-                )));
-            }
-            let data = (s.blocks as u64 - 1) * BS;
-            Counters::add(&self.counters.media_chunk_header_bytes, BS);
-            Counters::add(
-                if s.stream == Stream::Gc {
-                    &self.counters.media_gc_data_bytes
-                } else {
-                    &self.counters.media_user_data_bytes
-                },
-                data,
-            );
-            Counters::add(&self.counters.chunks_sealed, 1);
-            let mut p = self.progress.lock();
-            p.completed.insert(s.seq);
-            while p.completed.first() == Some(&p.written_through) {
-                p.completed.pop_first();
-                p.written_through += 1;
-            }
-            if p.written_through >= p.wake_written {
-                p.wake_written = u64::MAX;
-                self.progress_cv.notify_all();
-            }
-        }
-        Ok(())
+        self.after_append()
     }
 
     /// Seal the open user chunk and return once everything before it is durable.
@@ -1027,237 +813,8 @@ impl Shared {
         };
         // Write the sealed chunk here rather than through the queue: the caller
         // waits for it anyway, and a hand-off to a writer thread costs two wakeups.
-        self.write_sealed(out)?;
-        self.flush_covering(target)
-    }
-
-    /// Group commit: return once every chunk with seq < target is durable. One
-    /// media flush serves every caller whose chunks were written before it began.
-    pub(crate) fn flush_covering(&self, target: u64) -> Result<()> {
-        let mut p = self.progress.lock();
-        loop {
-            if let Some(m) = &p.failed {
-                return Err(Error::Failed(m.clone()));
-            }
-            if p.durable >= target {
-                return Ok(());
-            }
-            if p.written_through < target {
-                p.wake_written = p.wake_written.min(target);
-                self.progress_cv.wait(&mut p);
-                continue;
-            }
-            if p.flushing {
-                // the flush in progress wakes everyone when it ends
-                self.progress_cv.wait(&mut p);
-                continue;
-            }
-            p.flushing = true;
-            let upto = p.written_through;
-            drop(p);
-            let r = self.media.flush();
-            Counters::add(&self.counters.media_flushes, 1);
-            p = self.progress.lock();
-            p.flushing = false;
-            match r {
-                Ok(()) => p.durable = p.durable.max(upto),
-                Err(e) => {
-                    drop(p);
-                    return Err(self.fail(format!("media flush: {e}")));
-                }
-            }
-            self.progress_cv.notify_all();
-        }
-    }
-
-    /// Write the superblock (next generation, alternate copy) and flush it.
-    pub(crate) fn update_superblock(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
-        let mut sb = self.sb.lock();
-        let mut next = sb.clone();
-        next.generation += 1;
-        f(&mut next);
-        let offset = (next.generation % 2) * BS;
-        let r = write_block(&*self.media, &next.encode(), offset).and_then(|_| self.media.flush());
-        if let Err(e) = r {
-            return Err(self.fail(format!(
-                "writing superblock copy {}: {e}",
-                next.generation % 2
-            )));
-        }
-        Counters::add(&self.counters.media_superblock_bytes, BS);
-        Counters::add(&self.counters.media_flushes, 1);
-        *sb = next;
-        Ok(())
-    }
-
-    /// Reuse barrier: make every chunk so far durable, record that in the
-    /// superblock, wipe the first block of each emptied segment, then let those
-    /// segments be reused. After it, replay can skip any missing chunk below the
-    /// recorded watermark: such a chunk was dead and its segment reused.
-    pub(crate) fn barrier(&self) -> Result<()> {
-        let mut out = Vec::new();
-        let (target, segs) = {
-            let mut c = self.core.lock();
-            let d = self.durable_seq();
-            c.seal_for_barrier(d, &mut out);
-            (c.next_seq, c.segs.pending.clone())
-        };
-        if segs.is_empty() {
-            return Ok(());
-        }
-        self.submit(out)?;
-        self.flush_covering(target)?;
-        self.update_superblock(|sb| sb.durable_seq = sb.durable_seq.max(target))?;
-        let zero = AlignedBuf::new(BLOCK_BYTES);
-        for &s in &segs {
-            if let Err(e) = self.media.write_at(&zero, self.geo.segment_offset(s)) {
-                return Err(self.fail(format!("wiping segment {s}: {e}")));
-            }
-            Counters::add(&self.counters.media_superblock_bytes, BS);
-        }
-        if let Err(e) = self.media.flush() {
-            return Err(self.fail(format!("media flush: {e}")));
-        }
-        Counters::add(&self.counters.media_flushes, 1);
-        let _w = self.reuse.write();
-        self.core.lock().segs.release(&segs);
-        Counters::add(&self.counters.barriers, 1);
-        Ok(())
-    }
-
-    /// Called when a user append found no segment: clean until one is free beyond
-    /// the reserve, or fail with NoSpace when nothing can be reclaimed.
-    fn make_space(&self) -> Result<()> {
-        let _g = self.gc_lock.lock();
-        let batch = (self.reserve / 2).max(1) as usize;
-        for _ in 0..(self.geo.segment_count as usize * 4 + 64) {
-            let (free, pending) = {
-                let c = self.core.lock();
-                (c.segs.free.len(), c.segs.pending.len())
-            };
-            if free > self.reserve as usize {
-                return Ok(());
-            }
-            if pending > 0 && (free + pending > self.reserve as usize + batch || free <= 1) {
-                self.barrier()?;
-                continue;
-            }
-            if !self.gc_one(1)? {
-                if pending > 0 {
-                    self.barrier()?;
-                    continue;
-                }
-                return Err(Error::NoSpace);
-            }
-        }
-        Err(Error::NoSpace)
-    }
-
-    /// Clean until `want` segments beyond the reserve are free (used by the
-    /// housekeeper ahead of need). Returns segments cleaned.
-    fn clean_ahead(&self, want: u32) -> Result<u64> {
-        let _g = self.gc_lock.lock();
-        let mut cleaned = 0;
-        for _ in 0..self.geo.segment_count * 2 {
-            let (free, pending) = {
-                let c = self.core.lock();
-                (c.segs.free.len() as u32, c.segs.pending.len() as u32)
-            };
-            if free + pending >= self.reserve + want || free <= 1 {
-                break;
-            }
-            // ahead of need, only victims worth it (>= 1/16 of a segment)
-            if !self.gc_one(self.geo.segment_blocks / 16)? {
-                break;
-            }
-            cleaned += 1;
-        }
-        let pending = !self.core.lock().segs.pending.is_empty();
-        if pending {
-            self.barrier()?;
-        }
-        Ok(cleaned)
-    }
-
-    /// Relocate the live entries of one victim segment into the GC stream.
-    /// Returns false when no segment can be cleaned with net gain.
-    fn gc_one(&self, min_gain: u32) -> Result<bool> {
-        let mut out = Vec::new();
-        // 1. Choose the victim and take it out of circulation (no IO under the lock).
-        let (victim, fill, uuid) = {
-            let mut c = self.core.lock();
-            let written = self.progress.lock().written_through;
-            let Some(victim) = gc::pick_victim(&c.segs, self.policy, c.next_seq, written, min_gain)
-            else {
-                return Ok(false);
-            };
-            c.segs.segs[victim as usize].state = SegState::Victim;
-            (victim, c.segs.segs[victim as usize].fill as usize, c.uuid)
-        };
-        // 2. Read it without the lock: a Victim is never reused, and its blocks
-        //    never change while anything may point at them.
-        let mut img = AlignedBuf::new(fill * BLOCK_BYTES);
-        if let Err(e) = self
-            .media
-            .read_at(&mut img, self.geo.segment_offset(victim))
-        {
-            self.core.lock().end_victim(victim);
-            return Err(e.into());
-        }
-        // 3. Check every chunk's CRCs, still without the lock (writers go on).
-        let chunks = parse_victim(&img, &uuid, victim);
-        // 4. Relocate what the map still points at (blocks overwritten meanwhile
-        //    no longer match and are skipped).
-        let moved = {
-            let mut c = self.core.lock();
-            let durable = self.durable_seq();
-            let r = relocate(
-                &mut c,
-                victim,
-                &img,
-                chunks,
-                self.reserve,
-                durable,
-                &mut out,
-            );
-            c.end_victim(victim);
-            match r {
-                Ok(m) => m,
-                Err(RelocateError::Damaged(why)) => {
-                    tracing::error!("segment {victim} is damaged, GC leaves it alone: {why}");
-                    // (if nothing live is left in it, it was made Pending: reusable)
-                    if c.segs.segs[victim as usize].live > 0 {
-                        c.segs.segs[victim as usize].state = SegState::Damaged;
-                    }
-                    (0, 0)
-                }
-                Err(RelocateError::NoSpace) => {
-                    drop(c);
-                    self.submit(out)?;
-                    return Err(Error::NoSpace);
-                }
-            }
-        };
-        self.submit(out)?;
-        Counters::add(&self.counters.gc_runs, 1);
-        Counters::add(&self.counters.gc_blocks_moved, moved.0);
-        Counters::add(&self.counters.gc_virtual_moved, moved.1);
-        Ok(true)
-    }
-
-    /// Checkpoint when enough log has been written since the last one. Callers
-    /// on the write path use a doubled limit when the housekeeper runs, so it is
-    /// normally the housekeeper that pays for checkpoints.
-    fn maybe_checkpoint(&self) -> Result<()> {
-        let limit = if self.opts.background {
-            2 * self.checkpoint_interval
-        } else {
-            self.checkpoint_interval
-        };
-        if self.core.lock().bytes_since_checkpoint >= limit {
-            checkpoint::write_if_due(self, limit)?;
-        }
-        Ok(())
+        self.commit.write_sealed(out)?;
+        self.commit.flush_covering(target)
     }
 
     fn stats(&self) -> Stats {
@@ -1306,85 +863,8 @@ impl Shared {
         drop(c);
         self.counters.snapshot(base)
     }
-
-    /// One round of the housekeeper's work on the caller's thread: seal and flush
-    /// an idle user chunk, clean ahead until `want` segments beyond the reserve
-    /// are free (with the reuse barrier), checkpoint when due. Returns whether it
-    /// cleaned a segment.
-    fn housekeeper_round(&self, want: u32) -> Result<bool> {
-        let idle = self
-            .core
-            .lock()
-            .user_chunk_age()
-            .is_some_and(|a| a >= Duration::from_millis(self.opts.idle_seal_ms));
-        if idle {
-            self.flush()?;
-        }
-        let (free, pending) = {
-            let c = self.core.lock();
-            (c.segs.free.len() as u32, c.segs.pending.len() as u32)
-        };
-        let mut cleaned = false;
-        if free + pending < self.reserve + want {
-            match self.clean_ahead(want) {
-                Ok(n) => cleaned = n > 0,
-                Err(Error::NoSpace) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if self.core.lock().bytes_since_checkpoint >= self.checkpoint_interval {
-            // (re-checked under the checkpoint lock)
-            checkpoint::write_if_due(self, self.checkpoint_interval)?;
-        }
-        Ok(cleaned)
-    }
-
-    /// Background work: seal idle chunks, keep free segments ahead of need,
-    /// checkpoint on schedule. Runs until `stop`.
-    fn housekeeper(self: Arc<Self>) {
-        let tick = Duration::from_millis((self.opts.idle_seal_ms / 2).clamp(10, 100));
-        let ahead = self.clean_mark;
-        let idle_ahead = (self.geo.segment_count / 8).max(ahead);
-        // a round that could clean nothing waits a tick even if writers ask again
-        let mut cleaned_last = false;
-        loop {
-            {
-                let mut stop = self.stop.lock();
-                if *stop {
-                    return;
-                }
-                if !(self.clean_wanted.swap(false, Ordering::AcqRel) && cleaned_last) {
-                    self.stop_cv.wait_for(&mut stop, tick);
-                    self.clean_wanted.store(false, Ordering::Release);
-                }
-                if *stop {
-                    return;
-                }
-            }
-            if self.check_failed().is_err() {
-                return;
-            }
-            // After a second without writes, clean further ahead so the next
-            // burst finds free segments instead of waiting for GC.
-            let idle_ms = (self.started.elapsed().as_millis() as u64)
-                .saturating_sub(self.last_write_ms.load(Ordering::Relaxed));
-            let want = if idle_ms >= 1000 { idle_ahead } else { ahead };
-            let r = self.housekeeper_round(want);
-            cleaned_last = matches!(r, Ok(true));
-            if let Err(e) = r {
-                tracing::error!("housekeeper: {e}");
-            }
-        }
-    }
 }
 
-pub(crate) enum RelocateError {
-    Damaged(String),
-    NoSpace,
-}
-
-/// Move every entry of `victim` that the map still points at into the GC stream.
-/// `img` holds the victim's blocks [0, fill). Returns (data blocks, virtual records) moved.
 /// The chunks of a victim segment's image, each verified (header CRC, uuid,
 /// every data block's CRC), with their block positions; Err names the first
 /// damage. Pure computation: GC runs it without the engine lock.
@@ -1412,95 +892,58 @@ pub(crate) fn parse_victim(
         .collect())
 }
 
-pub(crate) fn relocate(
-    c: &mut Core,
-    victim: u32,
-    img: &[u8],
-    chunks: std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String>,
-    reserve: u32,
-    durable: u64,
-    out: &mut Vec<Sealed>,
-) -> std::result::Result<(u64, u64), RelocateError> {
-    let seg_blocks = c.geo.segment_blocks;
-    let base = victim * seg_blocks;
-    let (mut data_moved, mut virt_moved) = (0u64, 0u64);
-    // Generational policies: data relocated k times joins GC class k+1 (capped).
-    let gen = c.segs.segs[victim as usize].gen as usize;
-    c.gc_slot = self::core::GC0 - 1 + (gen + 1).clamp(1, c.gc_classes);
-    // decay-cb: GC output from victims estimated cold goes to its own class,
-    // and the segments it fills inherit the victim's estimate as their prior.
-    c.gc_src_life = 0.0;
-    if c.segs.half_life > 0 {
-        let life = crate::gc::est_life(&c.segs.segs[victim as usize], &c.segs);
-        c.gc_src_life = life as f32;
-        let class = crate::gc::decay_class(life, c.segs.mean_life);
-        c.gc_slot = self::core::GC0 + class.min(c.gc_classes - 1);
-    }
-    for (pos, h) in chunks.map_err(RelocateError::Damaged)? {
-        let mut di = 0u32;
-        for e in &h.entries {
-            if e.lba + e.count as u64 > c.map.len() {
-                return Err(RelocateError::Damaged(format!(
-                    "chunk seq {} names blocks beyond the volume",
-                    h.seq
-                )));
-            }
-            for k in 0..e.count as u64 {
-                let lba = e.lba + k;
-                match e.kind {
-                    Kind::Data => {
-                        let phys = base + pos as u32 + 1 + di;
-                        di += 1;
-                        if c.map.get(lba) == Loc::Data(phys) {
-                            let off = (pos + 1 + (di - 1) as usize) * BLOCK_BYTES;
-                            let crc = h.block_crcs[(di - 1) as usize];
-                            c.append(
-                                Stream::Gc,
-                                lba,
-                                What::Moved(&img[off..off + BLOCK_BYTES], crc),
-                                phys,
-                                reserve,
-                                durable,
-                                out,
-                            )
-                            .map_err(|_| RelocateError::NoSpace)?;
-                            data_moved += 1;
-                        }
-                    }
-                    k2 => {
-                        let v = self::core::virt_of(k2).expect("virtual kind");
-                        if c.map.get(lba) == Loc::Virtual(v, victim) {
-                            c.append(
-                                Stream::Gc,
-                                lba,
-                                What::Virtual(v),
-                                victim,
-                                reserve,
-                                durable,
-                                out,
-                            )
-                            .map_err(|_| RelocateError::NoSpace)?;
-                            virt_moved += 1;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    let s = &c.segs.segs[victim as usize];
-    if s.live != 0 {
-        return Err(RelocateError::Damaged(format!(
-            "{} live entries point at blocks no chunk in the segment describes",
-            s.live
-        )));
-    }
-    Ok((data_moved, virt_moved))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::media::MemMedia;
+
+    /// A driven housekeeper step is the whole round: with writes pausing
+    /// short of the reserve (no inline cleaning) it cleans (ahead to the mark)
+    /// through the reuse barrier, and writes the checkpoint that fell due.
+    #[test]
+    fn housekeeper_step_cleans_ahead_and_checkpoints() {
+        let blocks = 1024u64;
+        let geo = Geometry::for_logical(blocks, 32, 0.25);
+        let create = CreateOptions {
+            logical_bytes: Some(blocks * BS),
+            overprovision: 0.25,
+            segment_bytes: 32 * BS,
+            gc_policy: GcPolicy::Greedy,
+        };
+        let open = OpenOptions {
+            background: false,
+            checkpoint_interval_bytes: Some(1 << 40),
+            ..Default::default()
+        };
+        let media = Arc::new(MemMedia::new(geo.media_bytes()));
+        let vol = Volume::create(media, &create, &open).unwrap();
+        let reserve = vol.sh.hk.reserve;
+        let mark = vol.sh.hk.clean_mark;
+        let mut x = 1u8;
+        let mut lba = 0u64;
+        // overwrite until the free segments are below the mark but above the
+        // reserve (the append path would clean only at the reserve)
+        loop {
+            let (free, pending) = vol.sh.free_pending();
+            if free + pending < reserve + mark || free <= reserve + 1 {
+                break;
+            }
+            vol.write(lba * BS, &[x; BLOCK_BYTES], false).unwrap();
+            lba = (lba + 7) % blocks;
+            x = x.wrapping_add(1).max(1);
+        }
+        vol.flush().unwrap();
+        let before = vol.stats();
+        vol.sh.core.lock().bytes_since_checkpoint = vol.sh.hk.checkpoint_interval;
+        vol.housekeeper_step().unwrap();
+        let after = vol.stats();
+        assert!(
+            after.reuse_barriers > before.reuse_barriers,
+            "the step freed"
+        );
+        assert!(after.segments_free > before.segments_free);
+        assert_eq!(after.checkpoints, before.checkpoints + 1, "checkpoint due");
+    }
 
     /// decay-cb: relocated data keeps its victim's estimated life (the GC
     /// output segment's prior) and joins the GC class of that life.

@@ -1,0 +1,403 @@
+//! Commit stage: owns every media write of the write side. It takes plans from
+//! the engine (sealed chunks, segments to wipe, checkpoint images) and turns them
+//! into IO: the bounded write queue and its writer threads, chunk completion
+//! (`written_through`), group commit (`durable`), the superblock, segment wipes
+//! and checkpoint slot writes. It never touches the map or the segment table.
+//!
+//! Invariants kept here:
+//! - `written_through` only rises, and only past seqs whose chunk is written;
+//! - `durable <= written_through` at all times, and `durable` rises only after a
+//!   media flush that began once every chunk below it was written;
+//! - the superblock's generation rises by one per write, alternating copies, and
+//!   its `durable_seq` never falls;
+//! - once `failed` is set, no further media write is started by this stage.
+
+use super::OpenOptions;
+use crate::crc_index::CrcIndex;
+use crate::error::{Error, Result};
+use crate::format::chunk::Stream;
+use crate::format::superblock::Superblock;
+use crate::format::BLOCK_BYTES;
+use crate::geometry::Geometry;
+use crate::log::Sealed;
+use crate::media::{AlignedBuf, Media};
+use crate::stats::Counters;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+const BS: u64 = BLOCK_BYTES as u64;
+
+/// Bytes of sealed chunks that may wait for a writer before appends block.
+pub(in crate::volume) const WRITE_QUEUE_BYTES: u64 = 32 << 20;
+/// Writer threads in background mode: enough to keep the device busy while the
+/// threads that fill chunks go on (one writes while another chunk fills).
+pub(in crate::volume) const WRITER_THREADS: usize = 2;
+
+pub(in crate::volume) struct Progress {
+    /// Every chunk with seq < this has been written to the media.
+    pub written_through: u64,
+    completed: BTreeSet<u64>,
+    /// Every chunk with seq < this is durable.
+    pub durable: u64,
+    flushing: bool,
+    /// Lowest `written_through` a waiter in `flush_covering` is waiting for
+    /// (u64::MAX: none). Chunk completions wake waiters only once it is reached,
+    /// so a burst of writes does not wake every flusher for every chunk.
+    wake_written: u64,
+    pub failed: Option<String>,
+}
+
+/// Chunks handed to the writer threads; bounded by WRITE_QUEUE_BYTES.
+#[derive(Default)]
+struct WriteQueue {
+    chunks: VecDeque<Sealed>,
+    bytes: u64,
+    stop: bool,
+    failed: bool,
+}
+
+/// The commit stage. Request threads reach it only through `submit` (hand over
+/// sealed chunks) and `flush_covering` (wait for durability); the housekeeper
+/// also through `write_checkpoint`, `wipe` and `update_superblock`.
+pub(in crate::volume) struct Commit {
+    media: Arc<dyn Media>,
+    geo: Geometry,
+    counters: Arc<Counters>,
+    /// Verified reads' CRC index: each chunk is recorded just before its write.
+    crc_index: Arc<CrcIndex>,
+    pub progress: Mutex<Progress>,
+    /// `progress.failed` is set (read without the lock by every request).
+    has_failed: AtomicBool,
+    progress_cv: Condvar,
+    /// The superblock as last written (leaf lock).
+    pub sb: Mutex<Superblock>,
+    writeq: Mutex<WriteQueue>,
+    /// Writer threads wait here for chunks (one wake per queued chunk).
+    writeq_work: Condvar,
+    /// Submitters wait here while the queue is full.
+    writeq_space: Condvar,
+    /// Writer threads run (background mode): `submit` queues instead of writing.
+    pub async_writes: bool,
+}
+
+pub(in crate::volume) fn write_block(
+    media: &dyn Media,
+    bytes: &[u8],
+    offset: u64,
+) -> std::io::Result<()> {
+    let mut b = AlignedBuf::new(bytes.len().div_ceil(BLOCK_BYTES) * BLOCK_BYTES);
+    b[..bytes.len()].copy_from_slice(bytes);
+    media.write_at(&b, offset)
+}
+
+impl Commit {
+    pub fn new(
+        media: Arc<dyn Media>,
+        geo: Geometry,
+        counters: Arc<Counters>,
+        crc_index: Arc<CrcIndex>,
+        sb: Superblock,
+        next_seq: u64,
+        opts: &OpenOptions,
+    ) -> Commit {
+        Commit {
+            media,
+            geo,
+            counters,
+            crc_index,
+            has_failed: AtomicBool::new(false),
+            progress: Mutex::new(Progress {
+                written_through: next_seq,
+                completed: BTreeSet::new(),
+                durable: next_seq,
+                flushing: false,
+                wake_written: u64::MAX,
+                failed: None,
+            }),
+            progress_cv: Condvar::new(),
+            sb: Mutex::new(sb),
+            writeq: Mutex::new(WriteQueue::default()),
+            writeq_work: Condvar::new(),
+            writeq_space: Condvar::new(),
+            async_writes: opts.background && !opts.read_only,
+        }
+    }
+
+    pub fn check_failed(&self) -> Result<()> {
+        // every request asks: an atomic, not the progress lock, on the way
+        if !self.has_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match &self.progress.lock().failed {
+            Some(m) => Err(Error::Failed(m.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Stop the volume: every later call fails with this reason.
+    pub fn fail(&self, why: String) -> Error {
+        tracing::error!("volume stopped: {why}");
+        let mut p = self.progress.lock();
+        if p.failed.is_none() {
+            p.failed = Some(why.clone());
+            self.has_failed.store(true, Ordering::Release);
+        }
+        self.progress_cv.notify_all();
+        Error::Failed(why)
+    }
+
+    pub fn durable_seq(&self) -> u64 {
+        self.progress.lock().durable
+    }
+
+    /// Start the writer threads (background mode).
+    pub fn start_writers(self: &Arc<Self>) -> Result<Vec<JoinHandle<()>>> {
+        let mut writers = Vec::new();
+        if self.async_writes {
+            for i in 0..WRITER_THREADS {
+                let w = self.clone();
+                match std::thread::Builder::new()
+                    .name(format!("sluice-writer-{i}"))
+                    .spawn(move || w.writer())
+                {
+                    Ok(h) => writers.push(h),
+                    Err(e) => {
+                        self.stop_writer_threads(writers);
+                        return Err(Error::Io(e));
+                    }
+                }
+            }
+        }
+        Ok(writers)
+    }
+
+    /// Writer threads finish what is queued, then exit.
+    pub fn stop_writer_threads(&self, writers: Vec<JoinHandle<()>>) {
+        self.writeq.lock().stop = true;
+        self.writeq_work.notify_all();
+        self.writeq_space.notify_all();
+        for h in writers {
+            let _ = h.join();
+        }
+    }
+
+    /// Hand sealed chunks to the writer threads (background mode), or write them
+    /// now. Either way every caller that needs them durable waits in
+    /// `flush_covering`, and reads find them in `Core::inflight` meanwhile.
+    pub fn submit(&self, out: Vec<Sealed>) -> Result<()> {
+        if !self.async_writes || out.is_empty() {
+            return self.write_sealed(out);
+        }
+        let mut q = self.writeq.lock();
+        for s in out {
+            while q.bytes >= WRITE_QUEUE_BYTES && !q.failed && !q.stop {
+                self.writeq_space.wait(&mut q);
+            }
+            if q.failed || q.stop {
+                drop(q);
+                self.check_failed()?;
+                return Err(Error::Closed);
+            }
+            q.bytes += s.bytes().len() as u64;
+            q.chunks.push_back(s);
+            self.writeq_work.notify_one();
+        }
+        Ok(())
+    }
+
+    /// A writer thread: write queued chunks until told to stop and the queue is empty.
+    fn writer(self: Arc<Self>) {
+        loop {
+            let s = {
+                let mut q = self.writeq.lock();
+                loop {
+                    if let Some(s) = q.chunks.pop_front() {
+                        q.bytes -= s.bytes().len() as u64;
+                        break s;
+                    }
+                    if q.stop || q.failed {
+                        return;
+                    }
+                    self.writeq_work.wait(&mut q);
+                }
+            };
+            // cheap when nobody waits (parking_lot checks an atomic first)
+            self.writeq_space.notify_all();
+            if self.write_sealed(vec![s]).is_err() {
+                // the volume has failed (write_sealed said why); wake everyone
+                let mut q = self.writeq.lock();
+                q.failed = true;
+                q.chunks.clear();
+                q.bytes = 0;
+                drop(q);
+                self.writeq_work.notify_all();
+                self.writeq_space.notify_all();
+                return;
+            }
+        }
+    }
+
+    /// Write sealed chunks to the media and record them as written.
+    pub fn write_sealed(&self, out: Vec<Sealed>) -> Result<()> {
+        for s in out {
+            // a sealed chunk goes to the media exactly once, after its seal
+            assert!(s.blocks >= 1 && s.start + s.blocks <= self.geo.segment_blocks);
+            let phys = s.segment as u64 * self.geo.segment_blocks as u64 + s.start as u64;
+            // reads of its blocks go to the media only after this write
+            self.crc_index.record_chunk(s.segment, s.start, s.bytes());
+            if let Err(e) = self.media.write_at(s.bytes(), self.geo.phys_offset(phys)) {
+                return Err(self.fail(format!(
+                    "writing chunk {} at segment {} block {}: {e}",
+                    s.seq, s.segment, s.start
+                )));
+            }
+            let data = (s.blocks as u64 - 1) * BS;
+            Counters::add(&self.counters.media_chunk_header_bytes, BS);
+            Counters::add(
+                if s.stream == Stream::Gc {
+                    &self.counters.media_gc_data_bytes
+                } else {
+                    &self.counters.media_user_data_bytes
+                },
+                data,
+            );
+            Counters::add(&self.counters.chunks_sealed, 1);
+            let mut p = self.progress.lock();
+            assert!(s.seq >= p.written_through, "chunk {} written twice", s.seq);
+            let fresh = p.completed.insert(s.seq);
+            assert!(fresh, "chunk {} written twice", s.seq);
+            while p.completed.first() == Some(&p.written_through) {
+                p.completed.pop_first();
+                p.written_through += 1;
+            }
+            if p.written_through >= p.wake_written {
+                p.wake_written = u64::MAX;
+                self.progress_cv.notify_all();
+            }
+        }
+        Ok(())
+    }
+
+    /// Group commit: return once every chunk with seq < target is durable. One
+    /// media flush serves every caller whose chunks were written before it began.
+    pub fn flush_covering(&self, target: u64) -> Result<()> {
+        let mut p = self.progress.lock();
+        loop {
+            if let Some(m) = &p.failed {
+                return Err(Error::Failed(m.clone()));
+            }
+            if p.durable >= target {
+                return Ok(());
+            }
+            if p.written_through < target {
+                p.wake_written = p.wake_written.min(target);
+                self.progress_cv.wait(&mut p);
+                continue;
+            }
+            if p.flushing {
+                // the flush in progress wakes everyone when it ends
+                self.progress_cv.wait(&mut p);
+                continue;
+            }
+            p.flushing = true;
+            let upto = p.written_through;
+            drop(p);
+            let r = self.media.flush();
+            Counters::add(&self.counters.media_flushes, 1);
+            p = self.progress.lock();
+            p.flushing = false;
+            match r {
+                Ok(()) => {
+                    assert!(upto <= p.written_through, "durable passes written");
+                    p.durable = p.durable.max(upto)
+                }
+                Err(e) => {
+                    drop(p);
+                    return Err(self.fail(format!("media flush: {e}")));
+                }
+            }
+            self.progress_cv.notify_all();
+        }
+    }
+
+    /// Write the superblock (next generation, alternate copy) and flush it.
+    pub fn update_superblock(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
+        let mut sb = self.sb.lock();
+        let mut next = sb.clone();
+        next.generation += 1;
+        f(&mut next);
+        assert!(
+            next.durable_seq >= sb.durable_seq,
+            "superblock durable point falls"
+        );
+        let offset = (next.generation % 2) * BS;
+        let r = write_block(&*self.media, &next.encode(), offset).and_then(|_| self.media.flush());
+        if let Err(e) = r {
+            return Err(self.fail(format!(
+                "writing superblock copy {}: {e}",
+                next.generation % 2
+            )));
+        }
+        Counters::add(&self.counters.media_superblock_bytes, BS);
+        Counters::add(&self.counters.media_flushes, 1);
+        *sb = next;
+        Ok(())
+    }
+
+    /// Wipe the first block of each segment (tombstones) and flush.
+    pub fn wipe(&self, segs: &[u32]) -> Result<()> {
+        let zero = AlignedBuf::new(BLOCK_BYTES);
+        for &s in segs {
+            if let Err(e) = self.media.write_at(&zero, self.geo.segment_offset(s)) {
+                return Err(self.fail(format!("wiping segment {s}: {e}")));
+            }
+            Counters::add(&self.counters.media_superblock_bytes, BS);
+        }
+        if let Err(e) = self.media.flush() {
+            return Err(self.fail(format!("media flush: {e}")));
+        }
+        Counters::add(&self.counters.media_flushes, 1);
+        Ok(())
+    }
+
+    /// Write a checkpoint image (header block + body, built by the engine) to
+    /// the slot the superblock does not name, flush it, then make it current.
+    /// The caller has made every chunk below `next_seq` durable.
+    pub fn write_checkpoint(&self, img: &AlignedBuf, next_seq: u64, clean: bool) -> Result<()> {
+        assert!(
+            self.durable_seq() >= next_seq,
+            "checkpoint before its chunks"
+        );
+        let slot = if self.sb.lock().checkpoint_slot == 0 {
+            1
+        } else {
+            0
+        };
+        let r = self
+            .media
+            .write_at(img, self.geo.checkpoint_offset[slot as usize])
+            .and_then(|_| self.media.flush());
+        if let Err(e) = r {
+            return Err(Error::Failed(format!(
+                "writing checkpoint slot {slot}: {e}"
+            )));
+        }
+        Counters::add(&self.counters.media_checkpoint_bytes, img.len() as u64);
+        Counters::add(&self.counters.media_flushes, 1);
+        self.update_superblock(|sb| {
+            sb.checkpoint_slot = slot;
+            sb.checkpoint_next_seq = next_seq;
+            sb.durable_seq = sb.durable_seq.max(next_seq);
+            if clean {
+                sb.flags |= crate::format::superblock::FLAG_CLEAN;
+            } else {
+                sb.flags &= !crate::format::superblock::FLAG_CLEAN;
+            }
+        })?;
+        Counters::add(&self.counters.checkpoints, 1);
+        Ok(())
+    }
+}

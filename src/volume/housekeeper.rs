@@ -1,0 +1,601 @@
+//! Housekeeper stage: the only code that runs GC, reuse barriers and
+//! checkpoints. It asks the engine for plans (victim relocations, segments to
+//! free, checkpoint images) and hands their IO to the commit stage.
+//!
+//! Who runs it: the housekeeper thread in background mode; `Volume::
+//! housekeeper_step` (tests drive it); `Volume::checkpoint`, `gc_until_free`
+//! and `close`; and in deterministic mode (no threads) the request thread
+//! itself, inline, where the housekeeper thread would have been woken. Every one
+//! of them holds `round` for the whole round, so housekeeping is never concurrent
+//! with itself.
+//!
+//! Request threads meet the housekeeper only through credit:
+//! - hard credit: an append that finds no free segment beyond the reserve waits
+//!   for a housekeeper round (`wait_for_space`) instead of cleaning itself;
+//! - pacing: while free segments are below the clean-ahead mark, each append
+//!   batch waits for a slot from a rate that follows what GC frees (`pace`), so
+//!   waiting is spread thinly over every write instead of stalling a few;
+//! - the log written since the last checkpoint is bounded: past twice the
+//!   interval, writers wait for the housekeeper's checkpoint.
+//!
+//! Invariants: a segment goes Pending -> Free only in `barrier`, after the
+//! superblock records a durable point covering every chunk that emptied it and
+//! its first block is wiped; a checkpoint is made current only after every chunk
+//! it reflects is durable.
+
+use super::core::RelocateError;
+use super::{parse_victim, Shared};
+use crate::checkpoint;
+use crate::error::{Error, Result};
+use crate::format::BLOCK_BYTES;
+use crate::gc;
+use crate::media::AlignedBuf;
+use crate::segments::SegState;
+use crate::stats::Counters;
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Wake {
+    stop: bool,
+    /// A request thread asked for a round (below the clean-ahead mark, out of
+    /// space, or the checkpoint is due).
+    wanted: bool,
+}
+
+/// Rounds the housekeeper started and finished, for request threads waiting on
+/// credit: a waiter needs a round that started after it registered.
+#[derive(Default)]
+struct Credit {
+    started: u64,
+    done: u64,
+    /// Last round whose foreground clean found no space to reclaim.
+    nospace: u64,
+    /// Reuse barriers that handed segments back to the free list.
+    released: u64,
+    /// Request threads waiting for space.
+    waiting: u32,
+}
+
+pub(in crate::volume) struct Housekeeper {
+    /// Held for one whole round of housekeeping (GC, barrier, checkpoint).
+    round: Mutex<()>,
+    wake: Mutex<Wake>,
+    wake_cv: Condvar,
+    credit: Mutex<Credit>,
+    credit_cv: Condvar,
+    /// Pacing: the next free slot (ns since `started`) and the admitted rate in
+    /// host blocks per second (0: unpaced).
+    next_slot_ns: AtomicU64,
+    rate_bits: AtomicU64,
+    /// Net blocks GC has freed and when the rate was last measured.
+    freed: AtomicU64,
+    freed_mark: Mutex<(Instant, u64)>,
+    /// Segments beyond the reserve the housekeeper keeps free (or pending).
+    pub clean_mark: u32,
+    pub reserve: u32,
+    pub checkpoint_interval: u64,
+    /// When the last host write was accepted (ms since `started`), for idle GC.
+    last_write_ms: AtomicU64,
+    started: Instant,
+    /// A background housekeeper thread runs (else request threads do its work inline).
+    threaded: bool,
+}
+
+impl Housekeeper {
+    pub fn new(reserve: u32, clean_mark: u32, checkpoint_interval: u64, threaded: bool) -> Self {
+        Housekeeper {
+            round: Mutex::new(()),
+            wake: Mutex::new(Wake::default()),
+            wake_cv: Condvar::new(),
+            credit: Mutex::new(Credit::default()),
+            credit_cv: Condvar::new(),
+            next_slot_ns: AtomicU64::new(0),
+            rate_bits: AtomicU64::new(0),
+            freed: AtomicU64::new(0),
+            freed_mark: Mutex::new((Instant::now(), 0)),
+            clean_mark,
+            reserve,
+            checkpoint_interval,
+            last_write_ms: AtomicU64::new(0),
+            started: Instant::now(),
+            threaded,
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    /// Ask the housekeeper thread for a round (no-op once one is asked for).
+    pub fn wake(&self) {
+        let mut w = self.wake.lock();
+        if !w.wanted {
+            w.wanted = true;
+            self.wake_cv.notify_one();
+        }
+    }
+
+    /// Ask for a round and wake the thread even if a round was already asked
+    /// for (a request thread waits on it).
+    fn wake_now(&self) {
+        self.wake.lock().wanted = true;
+        self.wake_cv.notify_one();
+    }
+
+    pub fn stop(&self) {
+        self.wake.lock().stop = true;
+        self.wake_cv.notify_all();
+        self.credit_cv.notify_all();
+    }
+
+    fn stopping(&self) -> bool {
+        self.wake.lock().stop
+    }
+
+    pub fn note_write(&self) {
+        self.last_write_ms
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Measured rate (blocks/s) at which GC frees space; updated by the
+    /// housekeeper at most every 50 ms, averaged over the last ~second.
+    fn note_freed(&self, blocks: u64) {
+        let total = self.freed.fetch_add(blocks, Ordering::Relaxed) + blocks;
+        let mut m = self.freed_mark.lock();
+        let dt = m.0.elapsed().as_secs_f64();
+        if dt >= 0.05 {
+            let r = (total - m.1) as f64 / dt;
+            let old = f64::from_bits(self.rate_bits.load(Ordering::Relaxed));
+            let w = dt.min(1.0);
+            let new = if old > 0.0 { old + (r - old) * w } else { r };
+            self.rate_bits.store(new.to_bits(), Ordering::Relaxed);
+            *m = (Instant::now(), total);
+        }
+    }
+
+    /// Pacing (background mode): wait for `blocks` slots at a rate of the GC's
+    /// measured freeing rate scaled by how full the reservoir of free segments
+    /// is (`level` of `clean_mark`): balance at half the mark, slower below it.
+    pub fn pace(&self, blocks: u64, level: u32) {
+        if !self.threaded || level >= self.clean_mark || blocks == 0 {
+            return;
+        }
+        let gc_rate = f64::from_bits(self.rate_bits.load(Ordering::Relaxed));
+        if gc_rate <= 0.0 {
+            return;
+        }
+        let scale = (2.0 * level as f64 / self.clean_mark as f64).max(0.125);
+        let rate = gc_rate * scale;
+        let step = (blocks as f64 * 1e9 / rate) as u64;
+        let now = self.now_ns();
+        let mut cur = self.next_slot_ns.load(Ordering::Relaxed);
+        let slot = loop {
+            // a slot never lies more than 100 ms ahead: the rate is a guess
+            let start = cur.max(now).min(now + 100_000_000);
+            match self.next_slot_ns.compare_exchange_weak(
+                cur,
+                start + step,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break start,
+                Err(c) => cur = c,
+            }
+        };
+        if slot > now + 20_000 {
+            std::thread::sleep(Duration::from_nanos(slot - now));
+        }
+    }
+}
+
+impl Shared {
+    /// A user append found no free segment beyond the reserve. Background mode:
+    /// wait for a housekeeper round that started after this call (hard credit);
+    /// NoSpace if that round could reclaim nothing. Deterministic mode: run the
+    /// foreground clean here, as the housekeeper.
+    pub(in crate::volume) fn wait_for_space(&self) -> Result<()> {
+        if !self.hk.threaded {
+            let _r = self.hk.round.lock();
+            return self.make_space();
+        }
+        self.wait_round(true)
+    }
+
+    /// Wait for the next full housekeeper round (background mode).
+    fn wait_round(&self, space: bool) -> Result<()> {
+        let (need, released) = {
+            let mut cr = self.hk.credit.lock();
+            if space {
+                cr.waiting += 1;
+            }
+            (cr.started + 1, cr.released)
+        };
+        self.hk.wake_now();
+        let mut cr = self.hk.credit.lock();
+        let r = loop {
+            if space && cr.released > released {
+                // a barrier freed segments meanwhile: try again
+                break Ok(());
+            }
+            if cr.done >= need {
+                break if space && cr.nospace >= need {
+                    Err(Error::NoSpace)
+                } else {
+                    Ok(())
+                };
+            }
+            if let Err(e) = self.commit.check_failed() {
+                break Err(e);
+            }
+            if self.hk.stopping() {
+                break Err(Error::Closed);
+            }
+            self.hk
+                .credit_cv
+                .wait_for(&mut cr, Duration::from_millis(50));
+        };
+        if space {
+            cr.waiting -= 1;
+        }
+        r
+    }
+
+    /// After an append batch: checkpoint when due. Deterministic mode writes it
+    /// here (as the housekeeper); background mode wakes the housekeeper, and
+    /// waits for it only when the log since the last checkpoint passes twice the
+    /// interval (so the replay window stays bounded).
+    pub(in crate::volume) fn after_append(&self) -> Result<()> {
+        let since = self.core.lock().bytes_since_checkpoint;
+        let interval = self.hk.checkpoint_interval;
+        if since < interval {
+            return Ok(());
+        }
+        if !self.hk.threaded {
+            let _r = self.hk.round.lock();
+            return self.checkpoint_if_due(interval);
+        }
+        if since < 2 * interval {
+            self.hk.wake();
+            return Ok(());
+        }
+        self.wait_round(false)
+    }
+
+    /// One round of housekeeping on the caller's thread: seal and write an idle
+    /// user chunk, clean (foreground for waiting writers, then ahead to the
+    /// mark), run the reuse barrier, checkpoint when due.
+    /// Driven by a test, a step never looks at the clock (no idle extension of
+    /// the clean-ahead mark), so a seeded schedule replays exactly.
+    pub(crate) fn housekeeper_step(&self) -> Result<bool> {
+        self.step(false)
+    }
+
+    /// One round; `idle_ahead`: clean further ahead after a second without
+    /// writes (the background thread only).
+    fn step(&self, idle_ahead: bool) -> Result<bool> {
+        let _r = self.hk.round.lock();
+        let (round, writers_wait) = {
+            let mut cr = self.hk.credit.lock();
+            cr.started += 1;
+            (cr.started, cr.waiting > 0)
+        };
+        let mut done = false;
+        let r = self.round(round, writers_wait, idle_ahead, &mut done);
+        if !done {
+            self.round_done(round, false);
+        }
+        r
+    }
+
+    /// Tell request threads waiting on credit that this round's foreground
+    /// part is over (`nospace`: it could reclaim nothing).
+    fn round_done(&self, round: u64, nospace: bool) {
+        {
+            let mut cr = self.hk.credit.lock();
+            cr.done = round;
+            if nospace {
+                cr.nospace = round;
+            }
+        }
+        self.hk.credit_cv.notify_all();
+    }
+
+    fn round(
+        &self,
+        round: u64,
+        writers_wait: bool,
+        idle_ahead: bool,
+        done: &mut bool,
+    ) -> Result<bool> {
+        self.commit.check_failed()?;
+        let idle = self
+            .core
+            .lock()
+            .user_chunk_age()
+            .is_some_and(|a| a >= Duration::from_millis(self.opts.idle_seal_ms));
+        if idle {
+            self.flush()?;
+        }
+        let (free, pending) = self.free_pending();
+        if writers_wait || free <= self.hk.reserve {
+            match self.make_space() {
+                Ok(()) => {}
+                Err(Error::NoSpace) => {
+                    self.round_done(round, true);
+                    *done = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !*done {
+            // waiting writers go on now, not after the clean-ahead below
+            self.round_done(round, false);
+            *done = true;
+        }
+        // After a second without writes, clean further ahead so the next burst
+        // finds free segments instead of waiting for GC.
+        let ahead = self.hk.clean_mark;
+        let idle_ms = (self.hk.started.elapsed().as_millis() as u64)
+            .saturating_sub(self.hk.last_write_ms.load(Ordering::Relaxed));
+        let want = if idle_ahead && idle_ms >= 1000 {
+            (self.geo.segment_count / 8).max(ahead)
+        } else {
+            ahead
+        };
+        let mut cleaned = 0;
+        if free + pending < self.hk.reserve + want {
+            match self.clean_ahead(want) {
+                Ok(n) => cleaned = n,
+                Err(Error::NoSpace) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // emptied segments are freed once free ones run near the reserve, not
+        // when a writer reaches it (each barrier drains the write queue, so
+        // not on every round)
+        let (free, pending) = self.free_pending();
+        if pending > 0 && free <= self.hk.reserve + 1 {
+            self.barrier()?;
+        }
+        self.checkpoint_if_due(self.hk.checkpoint_interval)?;
+        Ok(cleaned > 0)
+    }
+
+    pub(in crate::volume) fn free_pending(&self) -> (u32, u32) {
+        let c = self.core.lock();
+        (c.segs.free.len() as u32, c.segs.pending.len() as u32)
+    }
+
+    /// The housekeeper thread: a round whenever a request thread asks or a tick
+    /// passes; rounds back to back while they make progress and writes wait.
+    pub(in crate::volume) fn housekeeper_thread(self: Arc<Self>) {
+        let tick = Duration::from_millis((self.opts.idle_seal_ms / 2).clamp(10, 100));
+        let mut progressed = false;
+        loop {
+            // writers waiting for space get a round even if the last one could
+            // clean nothing; otherwise such a round waits a tick
+            let urgent = self.hk.credit.lock().waiting > 0;
+            {
+                let mut w = self.hk.wake.lock();
+                if w.stop {
+                    return;
+                }
+                if !(w.wanted && (progressed || urgent)) {
+                    self.hk.wake_cv.wait_for(&mut w, tick);
+                }
+                if w.stop {
+                    return;
+                }
+                w.wanted = false;
+            }
+            if self.commit.check_failed().is_err() {
+                // wake waiting writers: they see the failure
+                self.hk.credit_cv.notify_all();
+                return;
+            }
+            match self.step(true) {
+                Ok(p) => progressed = p,
+                Err(e) => {
+                    progressed = false;
+                    tracing::error!("housekeeper: {e}");
+                }
+            }
+            // keep going while below the mark and cleaning helps
+            let (free, pending) = self.free_pending();
+            if progressed && free + pending < self.hk.reserve + self.hk.clean_mark {
+                self.hk.wake.lock().wanted = true;
+            }
+        }
+    }
+
+    /// Checkpoint when at least `limit` bytes of chunks were sealed since the last.
+    fn checkpoint_if_due(&self, limit: u64) -> Result<()> {
+        if self.core.lock().bytes_since_checkpoint >= limit {
+            self.write_checkpoint(false)?;
+        }
+        Ok(())
+    }
+
+    /// Write a checkpoint of the current state (`clean`: a clean close). The
+    /// caller holds the round lock (or is the mount, before any other thread).
+    fn write_checkpoint(&self, clean: bool) -> Result<()> {
+        let geo = self.geo;
+        let mut img = AlignedBuf::new(geo.checkpoint_slot_bytes as usize);
+        let mut out = Vec::new();
+        let (next_seq, uuid) = {
+            let mut c = self.core.lock();
+            let d = self.commit.durable_seq();
+            let n = c.checkpoint_image(d, &mut img[BLOCK_BYTES..], &mut out);
+            (n, c.uuid)
+        };
+        self.commit.submit(out)?;
+        self.commit.flush_covering(next_seq)?;
+        checkpoint::finish_image(&mut img, &geo, uuid, next_seq);
+        self.commit.write_checkpoint(&img, next_seq, clean)
+    }
+
+    /// Checkpoint now, as the housekeeper (any thread).
+    pub(in crate::volume) fn checkpoint_now(&self, clean: bool) -> Result<()> {
+        let _r = self.hk.round.lock();
+        self.write_checkpoint(clean)
+    }
+
+    /// Clean ahead now, as the housekeeper (any thread).
+    pub(in crate::volume) fn gc_until_free(&self, want: u32) -> Result<u64> {
+        let _r = self.hk.round.lock();
+        self.clean_ahead(want)
+    }
+
+    /// Reuse barrier: make every chunk so far durable, record that in the
+    /// superblock, wipe the first block of each emptied segment, then let those
+    /// segments be reused. After it, replay can skip any missing chunk below the
+    /// recorded watermark: such a chunk was dead and its segment reused.
+    pub(in crate::volume) fn barrier(&self) -> Result<()> {
+        let mut out = Vec::new();
+        let (target, segs) = {
+            let mut c = self.core.lock();
+            let d = self.commit.durable_seq();
+            c.seal_for_barrier(d, &mut out);
+            (c.next_seq, c.segs.pending.clone())
+        };
+        if segs.is_empty() {
+            return Ok(());
+        }
+        // 1. every chunk so far durable; 2. the superblock records it
+        self.commit.submit(out)?;
+        self.commit.flush_covering(target)?;
+        self.commit
+            .update_superblock(|sb| sb.durable_seq = sb.durable_seq.max(target))?;
+        assert!(self.commit.sb.lock().durable_seq >= target, "barrier order");
+        // 3. tombstones, flushed; 4. only then reusable
+        self.commit.wipe(&segs)?;
+        {
+            let _w = self.reuse.write();
+            self.core.lock().segs.release(&segs);
+        }
+        self.hk.credit.lock().released += 1;
+        self.hk.credit_cv.notify_all();
+        Counters::add(&self.counters.barriers, 1);
+        Ok(())
+    }
+
+    /// Foreground clean: until one segment is free beyond the reserve, or
+    /// NoSpace when nothing can be reclaimed.
+    fn make_space(&self) -> Result<()> {
+        let reserve = self.hk.reserve;
+        let batch = (reserve / 2).max(1);
+        for _ in 0..(self.geo.segment_count as usize * 4 + 64) {
+            let (free, pending) = self.free_pending();
+            if free > reserve {
+                return Ok(());
+            }
+            if pending > 0 && (free + pending > reserve + batch || free <= 1) {
+                self.barrier()?;
+                continue;
+            }
+            if !self.gc_one(1)? {
+                if pending > 0 {
+                    self.barrier()?;
+                    continue;
+                }
+                return Err(Error::NoSpace);
+            }
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// Clean until `want` segments beyond the reserve are free or pending;
+    /// frees them with a barrier every few victims so writers see free segments
+    /// soon. Returns segments cleaned.
+    fn clean_ahead(&self, want: u32) -> Result<u64> {
+        let reserve = self.hk.reserve;
+        let mut cleaned = 0;
+        for _ in 0..self.geo.segment_count * 2 {
+            let (free, pending) = self.free_pending();
+            if free + pending >= reserve + want || free <= 1 {
+                break;
+            }
+            let waiting = self.hk.credit.lock().waiting > 0;
+            if pending >= 4 || (pending > 0 && (free <= reserve + 1 || waiting)) {
+                self.barrier()?;
+            }
+            // a checkpoint falling due is written between victims, so writers
+            // bounded by the replay window do not wait for a whole clean-ahead
+            self.checkpoint_if_due(self.hk.checkpoint_interval)?;
+            // ahead of need, only victims worth it (>= 1/16 of a segment)
+            if !self.gc_one(self.geo.segment_blocks / 16)? {
+                break;
+            }
+            cleaned += 1;
+        }
+        if self.free_pending().1 > 0 {
+            self.barrier()?;
+        }
+        Ok(cleaned)
+    }
+
+    /// Relocate the live entries of one victim segment into the GC stream.
+    /// Returns false when no segment can be cleaned with net gain.
+    pub(in crate::volume) fn gc_one(&self, min_gain: u32) -> Result<bool> {
+        let mut out = Vec::new();
+        // 1. Choose the victim and take it out of circulation (no IO under the lock).
+        let (victim, fill, uuid) = {
+            let mut c = self.core.lock();
+            let written = self.commit.progress.lock().written_through;
+            let Some(victim) = gc::pick_victim(&c.segs, self.policy, c.next_seq, written, min_gain)
+            else {
+                return Ok(false);
+            };
+            let s = &mut c.segs.segs[victim as usize];
+            assert_eq!(s.state, SegState::Closed, "GC victim must be closed");
+            s.state = SegState::Victim;
+            (victim, s.fill as usize, c.uuid)
+        };
+        // 2. Read it without the lock: a Victim is never reused, and its blocks
+        //    never change while anything may point at them.
+        let mut img = AlignedBuf::new(fill * BLOCK_BYTES);
+        if let Err(e) = self
+            .media
+            .read_at(&mut img, self.geo.segment_offset(victim))
+        {
+            self.core.lock().end_victim(victim);
+            return Err(e.into());
+        }
+        // 3. Check every chunk's CRCs, still without the lock (writers go on).
+        let chunks = parse_victim(&img, &uuid, victim);
+        // 4. Relocate what the map still points at (blocks overwritten meanwhile
+        //    no longer match and are skipped).
+        let moved = {
+            let mut c = self.core.lock();
+            let durable = self.commit.durable_seq();
+            let r = c.relocate(victim, &img, chunks, self.hk.reserve, durable, &mut out);
+            c.end_victim(victim);
+            match r {
+                Ok(m) => m,
+                Err(RelocateError::Damaged(why)) => {
+                    tracing::error!("segment {victim} is damaged, GC leaves it alone: {why}");
+                    // (if nothing live is left in it, it was made Pending: reusable)
+                    if c.segs.segs[victim as usize].live > 0 {
+                        c.segs.segs[victim as usize].state = SegState::Damaged;
+                    }
+                    (0, 0)
+                }
+                Err(RelocateError::NoSpace) => {
+                    drop(c);
+                    self.commit.submit(out)?;
+                    return Err(Error::NoSpace);
+                }
+            }
+        };
+        self.commit.submit(out)?;
+        self.hk
+            .note_freed((fill as u64).saturating_sub(moved.0 + moved.0 / 255 + 1));
+        Counters::add(&self.counters.gc_runs, 1);
+        Counters::add(&self.counters.gc_blocks_moved, moved.0);
+        Counters::add(&self.counters.gc_virtual_moved, moved.1);
+        Ok(true)
+    }
+}
