@@ -499,10 +499,51 @@ pub struct Base {
 
 /// Step 2. Newest usable checkpoint slot, else the older one (if the superblock
 /// allows it), else an empty map.
-pub fn load_checkpoint(media: &dyn Media, sb: &Superblock, report: &mut MountReport) -> Base {
+///
+/// `sb_fallback`: one superblock copy was unusable, so `sb` may be the older
+/// copy: the lost one may have named a newer checkpoint slot and cleared (or set)
+/// the clean flag after it. Then the clean flag is not trusted (the log is
+/// scanned) and the newest valid slot is used whatever `sb` names: a slot that
+/// verifies was written in full after every chunk below its next_seq was flushed
+/// (checkpoint::write), so it is a durable state of the volume either way.
+pub fn load_checkpoint(
+    media: &dyn Media,
+    sb: &Superblock,
+    sb_fallback: bool,
+    report: &mut MountReport,
+) -> Base {
     let geo = Geometry::from_superblock(sb);
     let mut loaded = None;
-    if sb.checkpoint_slot != NO_CHECKPOINT {
+    if sb_fallback {
+        let mut best: Option<(u32, checkpoint::Loaded)> = None;
+        for slot in [0u32, 1] {
+            match checkpoint::load(media, sb, slot) {
+                Ok(l) => {
+                    if best.as_ref().is_none_or(|(_, b)| l.next_seq > b.next_seq) {
+                        best = Some((slot, l));
+                    }
+                }
+                Err(e) => report
+                    .notes
+                    .push(format!("checkpoint slot {slot} is unusable: {e}")),
+            }
+        }
+        if let Some((slot, _)) = &best {
+            if *slot != sb.checkpoint_slot {
+                report.rules.checkpoint_slot_fallback += 1;
+                report.notes.push(format!(
+                    "using checkpoint slot {slot}, the newest valid one (the usable superblock copy names {})",
+                    if sb.checkpoint_slot == NO_CHECKPOINT { "none".to_string() } else { format!("slot {}", sb.checkpoint_slot) }
+                ));
+            }
+        } else if sb.checkpoint_slot != NO_CHECKPOINT {
+            report.rules.full_rebuild += 1;
+            report
+                .notes
+                .push("no usable checkpoint: rebuilding the map from every segment".into());
+        }
+        loaded = best;
+    } else if sb.checkpoint_slot != NO_CHECKPOINT {
         for slot in [sb.checkpoint_slot, 1 - sb.checkpoint_slot] {
             match checkpoint::load(media, sb, slot) {
                 Ok(l) if slot == sb.checkpoint_slot || l.next_seq <= sb.checkpoint_next_seq => {
@@ -534,7 +575,7 @@ pub fn load_checkpoint(media: &dyn Media, sb: &Superblock, report: &mut MountRep
         .as_ref()
         .is_some_and(|(s, _)| *s == sb.checkpoint_slot);
     report.checkpoint_slot = loaded.as_ref().map(|(s, _)| *s);
-    let clean = sb.is_clean() && (newest || sb.checkpoint_slot == NO_CHECKPOINT);
+    let clean = !sb_fallback && sb.is_clean() && (newest || sb.checkpoint_slot == NO_CHECKPOINT);
     report.clean = clean;
     if clean {
         report.rules.clean_mount += 1;
@@ -803,9 +844,9 @@ fn timed<T>(report: &mut MountReport, name: &'static str, t: std::time::Instant,
 /// holds no damage below the durable watermark (`sluice check` lists each).
 pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
     let mut report = MountReport::default();
-    let (sb, _) = read_superblocks(media)?;
+    let (sb, copies) = read_superblocks(media)?;
     let geo = Geometry::from_superblock(&sb);
-    let base = load_checkpoint(media, &sb, &mut report);
+    let base = load_checkpoint(media, &sb, copies.iter().any(|c| c.is_err()), &mut report);
     if base.clean {
         return Ok(Vec::new());
     }
@@ -828,9 +869,10 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
         }
     }
     let geo = Geometry::from_superblock(&sb);
+    let sb_fallback = copies.iter().any(|c| c.is_err());
 
     let t = std::time::Instant::now();
-    let base = load_checkpoint(media, &sb, &mut report);
+    let base = load_checkpoint(media, &sb, sb_fallback, &mut report);
     let mut base = timed(&mut report, "load_checkpoint", t, base);
     let clean = base.clean;
     let mut fills: Vec<u32> = base.records.iter().map(|r| r.fill).collect();
@@ -863,6 +905,28 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             &mut report,
         )?;
         timed(&mut report, "replay", t, ());
+        if sb_fallback && report.rules.log_end_at_missing_seq > 0 {
+            // The lost copy may have held a higher watermark (a reuse barrier
+            // after the kept copy): the missing chunk may be a dead one whose
+            // segment was wiped, and the discarded chunks after it flushed
+            // writes. A power cut can leave the same picture (a lost tail), and
+            // nothing on the media tells the two apart: refuse, never guess.
+            report.rules.damage_refused += 1;
+            let (bad, lost) = match copies.iter().position(|c| c.is_err()) {
+                Some(i) => (i, copies[i].as_ref().err().cloned().unwrap_or_default()),
+                None => (0, String::new()),
+            };
+            let end = report
+                .notes
+                .iter()
+                .rev()
+                .find(|n| n.starts_with("log ends at seq"));
+            return Err(Error::Corrupt(format!(
+                "superblock copy {bad} is unusable ({lost}) and the other copy may be older; the {}, {} newer chunk(s) after it. The lost copy may have recorded a watermark that makes that gap a dead chunk of a reused segment and the newer chunks flushed writes: refusing to mount rather than discard them",
+                end.map_or("log has a gap", |n| n.split(" (").next().unwrap_or(n)),
+                report.chunks_discarded
+            )));
+        }
         for (seg, sc) in scans.iter().enumerate() {
             if let Some(walk) = &sc.walk {
                 if !walk.chunks.is_empty() && !ignore.contains(&(seg as u32)) {
