@@ -267,6 +267,8 @@ fn classify(b: &[u8], uuid: &[u8; 16], seg: u32, min_seq: u64, prev: Option<u64>
             ),
         },
         Err(_) if b[..512].iter().all(|&x| x == 0) => Class::Zero,
+        // a wipe, whole or torn at any subset of its sectors (`chunk::tombstone`)
+        Err(_) if chunk::has_tombstone_sector(b, uuid, seg) => Class::Zero,
         Err(e) => {
             let ours = b[..8] == chunk::CHUNK_MAGIC
                 && &b[16..32] == uuid
@@ -1046,6 +1048,36 @@ mod tests {
                 .chunks
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_torn_tombstone_ends_the_walk_but_a_flipped_bit_is_damage() {
+        // block 0 holds dead chunk 5; the barrier's tombstone reached the media
+        // in only some of its 512-byte sectors (sector 0 still the old header)
+        let mut tomb = vec![0u8; BLOCK_BYTES];
+        chunk::tombstone(&mut tomb, &UUID, 3);
+        for landed in [vec![3usize], vec![1, 7], vec![0], vec![2, 4, 6]] {
+            let mut img = image(16, &[5, 6, 7], 3);
+            for &s in &landed {
+                img[s * 512..(s + 1) * 512].copy_from_slice(&tomb[s * 512..(s + 1) * 512]);
+            }
+            let w = walk(&img, 1);
+            assert!(
+                w.chunks.is_empty() && w.bad.is_empty(),
+                "sectors {landed:?}"
+            );
+            assert_eq!((w.stop, w.valid_end), (Stop::Zero, 0), "sectors {landed:?}");
+        }
+        // a tombstone of another segment or volume is no wipe of this block
+        let mut other = vec![0u8; BLOCK_BYTES];
+        chunk::tombstone(&mut other, &UUID, 4);
+        let mut img = image(16, &[5, 6, 7], 3);
+        img[512..1024].copy_from_slice(&other[512..1024]);
+        assert_eq!(walk(&img, 1).bad.len(), 1);
+        // one flipped bit in the header is damage, not a wipe
+        let mut img = image(16, &[5, 6, 7], 3);
+        img[1000] ^= 4;
+        assert_eq!(walk(&img, 1).bad.len(), 1);
     }
 
     #[test]

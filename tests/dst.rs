@@ -194,14 +194,11 @@ fn trace(p: &[Planned]) -> String {
     s
 }
 
-/// Whether a power cut may tear a write of zeros (the reuse barrier's and the
-/// mount's wipe of a segment's first block) at a non-prefix subset of its
-/// sectors. Off by default: today's recovery refuses to mount when a torn wipe
-/// leaves a chunk header below the durable watermark that fails its CRC (found
-/// by this test, seed 15, still there at seed 45 with the recovery fixes: see
-/// `dst_regression_torn_wipe_refuses_mount`).
-/// SLUICE_DST_TORN_WIPES=1 turns it on; make it the default once recovery
-/// tells a torn wipe from damage.
+/// Whether a power cut may tear a write of all zeros at a non-prefix subset of
+/// its sectors (off by default). The engine's wipes used to be such writes and
+/// are now tombstone patterns (`chunk::tombstone`), which the sim tears like any
+/// other write; SLUICE_DST_TORN_WIPES=1 also tears what is left (zero writes of
+/// older volumes' wipes, never issued by today's engine).
 fn torn_wipes() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     TORN_WIPES.with(|c| c.get())
@@ -1241,25 +1238,18 @@ fn dst_soak() {
     }
 }
 
-/// Regression (found by this test; fails on today's engine, hence ignored):
-/// a power cut inside a housekeeper step's reuse barrier, after the superblock
-/// raised the durable watermark and while the barrier's wipe of a dead segment's
-/// block 0 (zeros over the header of a dead chunk) sat in the write cache. The
-/// wipe reached the media torn (some 512-byte sectors zero, the rest still the
-/// old header), so the header fails its CRC with magic, uuid and seq intact.
-/// Recovery walks the segment, resyncs onto the dead chunks after it, finds an
-/// invalid chunk below the watermark and refuses to mount ("fails verification
-/// although a flush had made it durable"): a plain power cut makes the volume
-/// unmountable. First seen at seed 15 (no longer hit there since the recovery
-/// rewrite: the one walker and `judge` did not fix it); seed 45 hits it on the
-/// current engine (cut before media op 504, loss KeepAll: torn wipe of segment 0
-/// block 0, dead chunk seq 149; `SLUICE_DST_TORN_WIPES=1 scripts/dst 45`).
-/// Nothing on the media tells that block from a bit flip in a live chunk's
-/// header: the fix is a wipe pattern recognisable in every sector (the barrier's
-/// and finish's wipe write it, recovery treats a block 0 with any such sector as
-/// a tombstone), a format change in the volume's wipe code.
+/// Regression (found by this test, fixed): a power cut inside a housekeeper
+/// step's reuse barrier, after the superblock raised the durable watermark and
+/// while the barrier's wipe of a dead segment's block 0 sat in the write cache.
+/// The wipe (then zeros) reached the media torn, so the dead chunk's header
+/// failed its CRC with magic, uuid and seq intact, and recovery refused to mount
+/// (seeds 15 and 45 with torn zero writes). Fixed by the tombstone pattern
+/// (`chunk::tombstone`: every 512-byte sector names the wipe, and recovery takes
+/// a block 0 with any such sector for a tombstone). Wipes are no longer writes
+/// of zeros, so the sim now tears them in every run, and this seed no longer
+/// reaches the same cut; `recovery::tests::a_torn_tombstone_ends_the_walk_but_a_
+/// flipped_bit_is_damage` covers the case directly (it fails without the fix).
 #[test]
-#[ignore]
 fn dst_regression_torn_wipe_refuses_mount() {
     TORN_WIPES.with(|c| c.set(true));
     if let Err(e) = run_seed(45, 1, false, None) {

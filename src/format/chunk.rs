@@ -29,6 +29,41 @@ fn header_crc(block: &[u8]) -> u32 {
     let crc = crc32c::crc32c_append(crc, &[0u8; 8]);
     crc32c::crc32c_append(crc, &block[HEADER_BYTES..BLOCK_BYTES])
 }
+/// Magic of a tombstone sector (see `tombstone`).
+pub const TOMB_MAGIC: [u8; 8] = *b"SLUICETB";
+/// Bytes of a tombstone sector that identify it: magic, volume uuid, segment.
+const TOMB_ID_BYTES: usize = 28;
+const SECTOR_BYTES: usize = 512;
+
+/// The block the reuse barrier (and mount) writes over a segment's first block.
+/// Every 512-byte sector starts with `TOMB_MAGIC`, the volume's uuid and the
+/// segment number (the rest is zero), so a wipe torn by a power cut at any
+/// subset of its sectors is still recognisable as a wipe from any one sector
+/// that landed, while no bit flip in a chunk header can make a sector look like
+/// one. (Format v1 volumes made before this wrote zeros; a zero first sector
+/// still reads as a tombstone.)
+pub fn tombstone(block: &mut [u8], uuid: &[u8; 16], segment: u32) {
+    assert_eq!(block.len(), BLOCK_BYTES, "a tombstone is one block");
+    block.fill(0);
+    for sector in block.chunks_exact_mut(SECTOR_BYTES) {
+        sector[0..8].copy_from_slice(&TOMB_MAGIC);
+        sector[8..24].copy_from_slice(uuid);
+        sector[24..28].copy_from_slice(&segment.to_le_bytes());
+    }
+}
+
+/// Whether any 512-byte sector of `block` is a tombstone sector of this volume
+/// and segment: the barrier issued a wipe of this block (whole or torn).
+pub fn has_tombstone_sector(block: &[u8], uuid: &[u8; 16], segment: u32) -> bool {
+    let mut id = [0u8; TOMB_ID_BYTES];
+    id[0..8].copy_from_slice(&TOMB_MAGIC);
+    id[8..24].copy_from_slice(uuid);
+    id[24..28].copy_from_slice(&segment.to_le_bytes());
+    block
+        .chunks_exact(SECTOR_BYTES)
+        .any(|sector| sector[..TOMB_ID_BYTES] == id)
+}
+
 /// Smallest segment the format allows (32 KiB); tests use tiny segments.
 pub const MIN_SEGMENT_BLOCKS: u32 = 8;
 /// Largest logical block address an entry can carry (56 bits).

@@ -347,11 +347,14 @@ impl Commit {
         Ok(())
     }
 
-    /// Wipe the first block of each segment (tombstones) and flush.
+    /// Write a tombstone (`chunk::tombstone`) over the first block of each
+    /// segment and flush.
     pub fn wipe(&self, segs: &[u32]) -> Result<()> {
-        let zero = AlignedBuf::new(BLOCK_BYTES);
+        let uuid = self.sb.lock().uuid;
+        let mut tomb = AlignedBuf::new(BLOCK_BYTES);
         for &s in segs {
-            if let Err(e) = self.media.write_at(&zero, self.geo.segment_offset(s)) {
+            crate::format::chunk::tombstone(&mut tomb, &uuid, s);
+            if let Err(e) = self.media.write_at(&tomb, self.geo.segment_offset(s)) {
                 return Err(self.fail(format!("wiping segment {s}: {e}")));
             }
             Counters::add(&self.counters.media_superblock_bytes, BS);
