@@ -31,7 +31,9 @@ fn layers() -> BTreeMap<&'static str, u32> {
         (3, &["volume"][..]),
         (
             4,
-            &["bench", "nbd", "trace", "sim", "metrics", "cli", "main", "lib"][..],
+            &[
+                "bench", "nbd", "trace", "sim", "metrics", "cli", "main", "lib",
+            ][..],
         ),
     ] {
         for &name in mods {

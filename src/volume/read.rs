@@ -185,7 +185,8 @@ impl Shared {
                 let (p, i) = (p0 as u32 + j as u32, i0 + j);
                 let block = &out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
                 let ok = match self.crc_index.expected(p) {
-                    Expect::Crc(want) => block_crc(block) == want, // MUTANT: read-crc
+                    // MUTANT: read-crc s|block_crc(block) == want|true|
+                    Expect::Crc(want) => block_crc(block) == want,
                     Expect::NotLoaded | Expect::Unverifiable => false,
                 };
                 if !ok {
