@@ -241,7 +241,7 @@ fn bench_json_carries_the_access_pattern_random_in_front_sequential_behind() {
     let t = target::open(
         &TargetSpec::parse(&spec).unwrap(),
         &OpenSpec {
-            create_size: 16 << 20,
+            create_size: 128 << 20,
             overprovision: 0.2,
             writes: true,
             force: false,
@@ -258,8 +258,11 @@ fn bench_json_carries_the_access_pattern_random_in_front_sequential_behind() {
     assert!(ap.host.requests > 100, "{ap:?}");
     assert!(ap.host.sequential_share < 0.3, "host {:?}", ap.host);
     assert!(ap.media.requests > 0);
-    // A 16 MiB volume switches 4 MiB segments and writes checkpoints often, so the
-    // media share is lower than on a real volume; still far above the host's.
+    // The 16 MiB region lives in a 128 MiB volume: on a volume no larger than the
+    // region, GC, barriers and checkpoints of 4 MiB segments dominate the media
+    // writes (0.42 sequential in one run), which is not what a real volume shows.
+    // A small volume still switches segments and writes checkpoints often, so
+    // the share stays below a real volume's; it is still far above the host's.
     assert!(
         ap.media.sequential_share > 0.5
             && ap.media.sequential_share > ap.host.sequential_share + 0.3,
