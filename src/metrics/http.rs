@@ -12,16 +12,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Bind `addr` ("127.0.0.1:9100", ":9100" or a port) and serve until `stop` is set.
-/// Returns the bound address.
-pub fn spawn(addr: &str, ep: Arc<Endpoint>, stop: Arc<AtomicBool>) -> std::io::Result<SocketAddr> {
-    let addr = if let Some(p) = addr.strip_prefix(':') {
+/// ":9100" or "9100" means the loopback address; anything else is taken as given.
+fn with_host(addr: &str) -> String {
+    if let Some(p) = addr.strip_prefix(':') {
         format!("127.0.0.1:{p}")
     } else if addr.parse::<u16>().is_ok() {
         format!("127.0.0.1:{addr}")
     } else {
         addr.to_string()
-    };
+    }
+}
+
+/// Bind `addr` ("127.0.0.1:9100", ":9100" or a port) and serve until `stop` is set.
+/// Returns the bound address.
+pub fn spawn(addr: &str, ep: Arc<Endpoint>, stop: Arc<AtomicBool>) -> std::io::Result<SocketAddr> {
+    let addr = with_host(addr);
     let l = TcpListener::bind(&addr)?;
     l.set_nonblocking(true)?;
     let bound = l.local_addr()?;
@@ -103,13 +108,7 @@ pub fn fetch(addr: &str) -> std::io::Result<String> {
         .trim_start_matches("http://")
         .trim_end_matches("/metrics")
         .trim_end_matches('/');
-    let addr = if let Some(p) = addr.strip_prefix(':') {
-        format!("127.0.0.1:{p}")
-    } else if addr.parse::<u16>().is_ok() {
-        format!("127.0.0.1:{addr}")
-    } else {
-        addr.to_string()
-    };
+    let addr = with_host(addr);
     let sa: SocketAddr = std::net::ToSocketAddrs::to_socket_addrs(&addr)?
         .next()
         .ok_or_else(|| std::io::Error::other(format!("{addr}: no address")))?;

@@ -46,18 +46,12 @@ impl Pattern {
                 .map(|(k, &n)| (Log2Hist::upper(k), n))
                 .collect()
         };
-        PatternSnapshot {
-            requests: seq + rnd,
-            sequential: seq,
-            random: rnd,
-            sequential_share: if seq + rnd == 0 {
-                0.0
-            } else {
-                seq as f64 / (seq + rnd) as f64
-            },
-            seek_bytes: buckets(&self.seek_bytes),
-            size_bytes: buckets(&self.size_bytes),
-        }
+        PatternSnapshot::new(
+            seq,
+            rnd,
+            buckets(&self.seek_bytes),
+            buckets(&self.size_bytes),
+        )
     }
 }
 
@@ -74,6 +68,21 @@ pub struct PatternSnapshot {
 }
 
 impl PatternSnapshot {
+    fn new(seq: u64, rnd: u64, seek_bytes: Vec<(u64, u64)>, size_bytes: Vec<(u64, u64)>) -> Self {
+        PatternSnapshot {
+            requests: seq + rnd,
+            sequential: seq,
+            random: rnd,
+            sequential_share: if seq + rnd == 0 {
+                0.0
+            } else {
+                seq as f64 / (seq + rnd) as f64
+            },
+            seek_bytes,
+            size_bytes,
+        }
+    }
+
     /// The counts accumulated since `earlier` (same stream).
     pub fn since(&self, earlier: &PatternSnapshot) -> PatternSnapshot {
         let sub = |a: &[(u64, u64)], b: &[(u64, u64)]| -> Vec<(u64, u64)> {
@@ -87,18 +96,12 @@ impl PatternSnapshot {
         };
         let seq = self.sequential.saturating_sub(earlier.sequential);
         let rnd = self.random.saturating_sub(earlier.random);
-        PatternSnapshot {
-            requests: seq + rnd,
-            sequential: seq,
-            random: rnd,
-            sequential_share: if seq + rnd == 0 {
-                0.0
-            } else {
-                seq as f64 / (seq + rnd) as f64
-            },
-            seek_bytes: sub(&self.seek_bytes, &earlier.seek_bytes),
-            size_bytes: sub(&self.size_bytes, &earlier.size_bytes),
-        }
+        PatternSnapshot::new(
+            seq,
+            rnd,
+            sub(&self.seek_bytes, &earlier.seek_bytes),
+            sub(&self.size_bytes, &earlier.size_bytes),
+        )
     }
 }
 
