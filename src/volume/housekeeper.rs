@@ -76,6 +76,7 @@ pub(in crate::volume) struct Housekeeper {
     /// Segments beyond the reserve the housekeeper keeps free (or pending).
     pub clean_mark: u32,
     pub reserve: u32,
+    segment_blocks: u32,
     pub checkpoint_interval: u64,
     /// When the last host write was accepted (ms since `started`), for idle GC.
     last_write_ms: AtomicU64,
@@ -85,7 +86,13 @@ pub(in crate::volume) struct Housekeeper {
 }
 
 impl Housekeeper {
-    pub fn new(reserve: u32, clean_mark: u32, checkpoint_interval: u64, threaded: bool) -> Self {
+    pub fn new(
+        reserve: u32,
+        clean_mark: u32,
+        segment_blocks: u32,
+        checkpoint_interval: u64,
+        threaded: bool,
+    ) -> Self {
         Housekeeper {
             round: Mutex::new(()),
             wake: Mutex::new(Wake::default()),
@@ -98,6 +105,7 @@ impl Housekeeper {
             freed_mark: Mutex::new((Instant::now(), 0)),
             clean_mark,
             reserve,
+            segment_blocks,
             checkpoint_interval,
             last_write_ms: AtomicU64::new(0),
             started: Instant::now(),
@@ -156,10 +164,13 @@ impl Housekeeper {
         }
     }
 
-    /// Pacing (background mode): wait for `blocks` slots at a rate of the GC's
-    /// measured freeing rate scaled by how full the reservoir of free segments
-    /// is (`level` of `clean_mark`): balance at half the mark, slower below it.
-    pub fn pace(&self, blocks: u64, level: u32) {
+    /// Pacing (background mode): below the clean-ahead mark (`level` free or
+    /// pending segments beyond the reserve), wait for `blocks` slots at a rate
+    /// of the GC's measured freeing rate scaled by how full the reservoir is
+    /// (`headroom` blocks of the mark's): balance at half the mark, slower
+    /// below it. The scale follows headroom block by block, so the admitted
+    /// rate moves smoothly instead of in steps of a segment.
+    pub fn pace(&self, blocks: u64, level: u32, headroom: u64) {
         if !self.threaded || level >= self.clean_mark || blocks == 0 {
             return;
         }
@@ -167,7 +178,8 @@ impl Housekeeper {
         if gc_rate <= 0.0 {
             return;
         }
-        let scale = (2.0 * level as f64 / self.clean_mark as f64).max(0.125);
+        let mark_blocks = self.clean_mark as f64 * self.segment_blocks as f64;
+        let scale = (2.0 * headroom as f64 / mark_blocks).clamp(0.125, 2.0);
         let rate = gc_rate * scale;
         let step = (blocks as f64 * 1e9 / rate) as u64;
         let now = self.now_ns();

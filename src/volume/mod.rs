@@ -320,6 +320,7 @@ impl Volume {
             hk: Housekeeper::new(
                 geo.reserve(),
                 (geo.segment_count / 64).max(3),
+                geo.segment_blocks,
                 checkpoint_interval,
                 threaded,
             ),
@@ -752,7 +753,7 @@ impl Shared {
         while i < n {
             let mut out = Vec::new();
             let start = i;
-            let (need_space, level) = {
+            let (need_space, level, headroom) = {
                 let mut c = self.core.lock();
                 // one look at progress per batch: failure, durable and written marks
                 let (durable, written) = {
@@ -791,10 +792,10 @@ impl Shared {
                         }
                     }
                 }
-                (need, level)
+                (need, level, c.headroom_blocks(reserve))
             };
             self.commit.submit(out)?;
-            self.hk.pace(i - start, level);
+            self.hk.pace(i - start, level, headroom);
             if need_space {
                 self.wait_for_space()?;
             }
