@@ -242,6 +242,23 @@ fn exports_from_a_config_file() {
     assert_eq!(st.code(), Some(0));
     assert!(is_clean(&a) && is_clean(&b) && is_clean(&c));
 
+    // A name both on the command line and in the file is refused.
+    let out = Command::new(BIN)
+        .args(["serve", "--socket"])
+        .arg(&sock)
+        .arg(format!("--export=beta={}", a.display()))
+        .arg("--config")
+        .arg(&conf)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("\"beta\"") && err.contains("also given on the command line"),
+        "{err}"
+    );
+    assert!(is_clean(&a), "a refused start touched a volume");
+
     // A bad file names itself and the line, and nothing is served.
     std::fs::write(
         &conf,

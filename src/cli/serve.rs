@@ -426,6 +426,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         };
         specs.push(plain(name, Path::new(path)));
     }
+    // --create makes the first export of the command line, never one of the file's.
+    let create_first = a.create && !specs.is_empty();
     if let Some(file) = &a.config {
         for mut e in exports::load(file)? {
             e.read_only |= a.read_only;
@@ -529,7 +531,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let mut exports: Vec<Export> = Vec::new();
     let mut locks = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
-        match open_volume(&spec.path, &a, a.create && i == 0, spec.read_only) {
+        match open_volume(&spec.path, &a, create_first && i == 0, spec.read_only) {
             Ok((vol, lock)) => {
                 locks.push(lock);
                 exports.push(Export {
