@@ -11,15 +11,17 @@
 # debugfs) against the checksums the guest printed.
 #
 # Cases (each ends in a PASS/FAIL line; exit status 1 if any failed):
-#   ext4-4k     nbd-client -b 4096: mkfs.ext4, mount, files, rm half, fstrim,
-#               umount, e2fsck -f clean, remount, checksums
+#   ext4-4k     nbd-client -b 4096: mkfs.ext4, mount, files, rm half of them and
+#               a 6 MiB one whose extents filefrag printed, fstrim, umount,
+#               e2fsck -f clean, remount, checksums
 #   ext4-512    the same with nbd-client -b 512 (512 B logical blocks, 1 KiB ext4 blocks)
 #   multi-conn  the same over two connections (nbd-client -C 2)
 #   read-only   an export marked read_only in the config: the device is read-only,
 #               a write fails, its content is what the host put there
 #   host-*      after the guest: `sluice check` clean, e2fsck -fn of the image read
 #               back with nbdcopy clean, every kept file's sha256 (debugfs) equals
-#               the guest's, every deleted file gone
+#               the guest's, every deleted file gone, the 6 MiB file's blocks holes
+#               in `nbdinfo --map` (fstrim reached sluice)
 #
 # Usage: scripts/kernel-nbd.sh            (builds nothing: uses target/release/sluice)
 # Exit:  0 every case passed, 1 a case failed, 2 it could not run here (install,
@@ -128,6 +130,7 @@ build_initramfs() {
   copy_bin "$x/sbin/nbd-client" sbin/nbd-client
   copy_bin "$x/sbin/mke2fs" sbin/mke2fs
   copy_bin "$x/sbin/e2fsck" sbin/e2fsck
+  copy_bin "$x/usr/sbin/filefrag" sbin/filefrag
   ln -s mke2fs "$ROOTFS/sbin/mkfs.ext4"
   [ -f "$x/etc/mke2fs.conf" ] && cp "$x/etc/mke2fs.conf" "$ROOTFS/etc/"
   cp "$CACHE"/modules/*.ko "$ROOTFS/modules/"
@@ -154,7 +157,11 @@ EOF
 PORT=$(sed -n 's/.*knbd_port=\([0-9]*\).*/\1/p' /proc/cmdline)
 ip link set lo up; ip link set eth0 up; ip addr add 10.0.2.15/24 dev eth0
 HOST=10.0.2.2
-echo "KNBD guest up: kernel $(uname -r), server $HOST:$PORT"
+# the e1000 link comes up a moment after "ip link set up": wait (20 s at most)
+# until slirp answers a ping, so the first nbd-client does not race it
+i=0
+until ping -c 1 -W 1 $HOST >/dev/null 2>&1 || [ $i -ge 20 ]; do sleep 1; i=$((i+1)); done
+echo "KNBD guest up: kernel $(uname -r), server $HOST:$PORT (network after ${i} s)"
 
 fail() { echo "KNBD-CASE $CASE FAIL: $*"; umount /mnt 2>/dev/null; nbd-client -d /dev/nbd0 >/dev/null 2>&1; return 1; }
 step() { echo "KNBD $CASE: $*"; }
@@ -186,8 +193,17 @@ fs_case() {  # fs_case CASE EXPORT BLOCK MKFS-OPTS CONNECTIONS [nbd-client optio
     i=$((i+1))
   done
   dd if=/dev/urandom of=/mnt/big bs=1M count=6 2>/dev/null || { fail "write big"; return; }
+  dd if=/dev/urandom of=/mnt/big2 bs=1M count=6 2>/dev/null || { fail "write big2"; return; }
   sync
-  step "wrote $(du -sk /mnt | cut -f1) KiB; deleting the odd files"
+  # where big2 lives on the device (bytes), for the host to check after fstrim
+  filefrag -e /mnt/big2 >/tmp/frag.$CASE || { fail "filefrag"; return; }
+  awk '/blocks of [0-9]+ bytes/ {bs = $(NF-1)}
+       /\.\./ && $1 ~ /^[0-9]+:$/ {split($0, f, ":"); split(f[3], p, "\\.\\.");
+                                   print "KNBD-TRIMMED", c, p[1] * bs, (f[4] + 0) * bs}' \
+    c="$CASE" /tmp/frag.$CASE >/tmp/trimmed.$CASE
+  [ -s /tmp/trimmed.$CASE ] || { cat /tmp/frag.$CASE; fail "no extents for big2"; return; }
+  step "wrote $(du -sk /mnt | cut -f1) KiB; deleting big2 and the odd files"
+  rm /mnt/big2; echo "KNBD-GONE $CASE /big2"
   i=1; while [ $i -lt 24 ]; do rm /mnt/d/sub/f$i; echo "KNBD-GONE $CASE /d/sub/f$i"; i=$((i+2)); done
   sync
   local trimmed
@@ -201,6 +217,7 @@ fs_case() {  # fs_case CASE EXPORT BLOCK MKFS-OPTS CONNECTIONS [nbd-client optio
   (cd /mnt && sha256sum -c -s /tmp/sums.$CASE) || { fail "contents differ after remount"; return; }
   umount /mnt
   sed "s|^\([0-9a-f]*\)  \./|KNBD-SUM $CASE \1 /|" /tmp/sums.$CASE
+  cat /tmp/trimmed.$CASE
   nbd-client -d /dev/nbd0 >/dev/null 2>&1 || { fail "nbd-client -d"; return; }
   echo "KNBD-CASE $CASE PASS"
 }
@@ -354,7 +371,21 @@ host_check() {  # host_check CASE VOLUME: prints PASS or FAIL: why
   "$SLUICE" check "$V/$n.img" >"$WORK/check.$n" 2>&1 || { echo "FAIL: sluice check: $(tail -3 "$WORK/check.$n")"; return; }
   start_server "$WORK/rb.$n" "$V/$n.img" --read-only --socket "$WORK/rb.$n.sock"
   timeout 60 nbdcopy "$URI" "$img" || { stop_server; echo "FAIL: nbdcopy"; return; }
+  timeout 60 nbdinfo --map "$URI" >"$WORK/map.$n" || { stop_server; echo "FAIL: nbdinfo --map"; return; }
   stop_server
+  # The deleted big2's blocks must be holes now (fstrim -> NBD_CMD_TRIM -> sluice
+  # drops them; base:allocation type 3 = hole,zero), not merely free in ext4.
+  # sluice trims whole 4 KiB blocks (a trim is advisory), so with 1 KiB ext4
+  # blocks the partial 4 KiB blocks at an extent's ends may keep their data.
+  local trims off len bad trimmed=0
+  trims=$(tr -d '\r' <"$WORK/console.log" | sed -n "s/^KNBD-TRIMMED $c //p")
+  [ -n "$trims" ] || { echo "FAIL: no extents of the deleted big2 from the guest"; return; }
+  while read -r off len; do
+    bad=$(awk -v a=$(((off + 4095) / 4096 * 4096)) -v e=$(((off + len) / 4096 * 4096)) \
+      '$1 < e && $1 + $2 > a && $3 % 2 == 0 {print; exit}' "$WORK/map.$n")
+    [ -z "$bad" ] || { echo "FAIL: the deleted big2's blocks at $off+$len are not holes after fstrim (map: $bad)"; return; }
+    trimmed=$((trimmed + len))
+  done <<<"$trims"
   e2fsck -f -n "$img" >"$WORK/e2fsck.$n" 2>&1 || { echo "FAIL: e2fsck -fn of the image read back"; return; }
   local sums gone nsum=0 h p got
   sums=$(tr -d '\r' <"$WORK/console.log" | sed -n "s/^KNBD-SUM $c //p")
@@ -368,7 +399,7 @@ host_check() {  # host_check CASE VOLUME: prints PASS or FAIL: why
   for p in $gone; do
     debugfs -R "stat $p" "$img" 2>&1 | grep -q 'File not found' || { echo "FAIL: deleted $p still there"; return; }
   done
-  echo "PASS ($nsum files equal, $(echo $gone | wc -w) deleted ones gone, check and e2fsck clean)"
+  echo "PASS ($nsum files equal, $(echo $gone | wc -w) deleted ones gone, big2's $((trimmed >> 20)) MiB holes, check and e2fsck clean)"
 }
 HORDER=()
 for pair in ext4-4k:fs4k ext4-512:fs512 multi-conn:mc; do

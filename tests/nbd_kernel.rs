@@ -2,7 +2,7 @@
 //! `scripts/kernel-nbd.sh` (Debian's 6.1 kernel under qemu TCG with a busybox
 //! initramfs; nbd-client, ext4 with mkfs/fstrim/e2fsck at 4 KiB and 512 B block
 //! sizes, two connections, a read-only export; then `sluice check` and every
-//! file read back on the host). About 40 s here once the packages are cached.
+//! file read back on the host). 40-70 s here once the packages are cached.
 //! A loud SKIP when it cannot run (exit status 2: no qemu, no packages), a
 //! failure under env CI.
 
