@@ -24,6 +24,11 @@ impl Drop for Serve {
 /// Start `serve --create --metrics 127.0.0.1:0`; returns the server, its NBD URI
 /// and its metrics address.
 fn start(dir: &std::path::Path) -> (Serve, String, String) {
+    start_with(dir, &[])
+}
+
+/// `start` with more `serve` arguments.
+fn start_with(dir: &std::path::Path, extra: &[&str]) -> (Serve, String, String) {
     let mut child = Command::new(BIN)
         .args([
             "serve",
@@ -36,6 +41,7 @@ fn start(dir: &std::path::Path) -> (Serve, String, String) {
             "--metrics",
             "127.0.0.1:0",
         ])
+        .args(extra)
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -317,4 +323,27 @@ fn info_shows_lifetime_counters_after_the_server_stops() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("lifetime      WA "), "{out}");
     assert!(out.contains("2.7 MiB written by clients"), "{out}");
+}
+
+/// `--no-access-pattern` keeps the other metrics and leaves the access-pattern
+/// counters at zero (scripts/bench-metrics.sh measures their cost apart with it).
+#[test]
+fn no_access_pattern_turns_only_the_pattern_counters_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, uri, addr) = start_with(dir.path(), &["--no-access-pattern"]);
+    let c = NbdClient::connect(&uri).unwrap();
+    random_writes(&c, 300, 5);
+    c.flush().unwrap();
+    let m = scrape(&addr);
+    assert_eq!(m["sluice_requests_total{op=\"write\"}"], 300.0);
+    let pattern: f64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("sluice_access_requests_total"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(
+        pattern, 0.0,
+        "access-pattern counters counted with --no-access-pattern"
+    );
+    c.disconnect();
 }

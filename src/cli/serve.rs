@@ -124,6 +124,11 @@ pub struct Args {
     /// loopback unless an address says otherwise). `sluice top ADDR` reads them.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// With --metrics, leave out the access-pattern counters (sequential share,
+    /// seek and size histograms, host and media): to measure their cost apart
+    /// (scripts/bench-metrics.sh).
+    #[arg(long, requires = "metrics")]
+    pub no_access_pattern: bool,
     /// Capture every request (time, op, offset, length) to FILE in sluice's trace
     /// format, replayable with `sluice replay --format sluice` (default export only).
     #[arg(long, value_name = "FILE")]
@@ -359,7 +364,7 @@ fn open_volume(
         .with_context(|| format!("opening {}", path.display()))?;
     // `--metrics` counts media bytes by class through a thin wrapper (run()
     // enabled the metrics before any volume was opened).
-    let media: Arc<dyn Media> = if a.metrics.is_some() {
+    let media: Arc<dyn Media> = if a.metrics.is_some() && !a.no_access_pattern {
         Arc::new(sluice::metrics::MeteredMedia { inner: file })
     } else {
         Arc::new(file)
@@ -500,6 +505,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
 
     let metrics = a.metrics.as_ref().map(|_| sluice::metrics::enable());
+    if a.no_access_pattern {
+        sluice::metrics::set_access_pattern(false);
+    }
     let mut exports: Vec<Export> = Vec::new();
     let mut locks = Vec::new();
     for (i, (name, path)) in specs.iter().enumerate() {

@@ -91,6 +91,14 @@ pub struct Metrics {
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
+/// The access-pattern counters (host side here, media side by `MeteredMedia`).
+static PATTERN: AtomicBool = AtomicBool::new(true);
+
+/// Turn the host access-pattern counters on or off (on by default); the media
+/// side is counted only when the volume's media is a `MeteredMedia`.
+pub fn set_access_pattern(on: bool) {
+    PATTERN.store(on, Relaxed);
+}
 static GLOBAL: OnceLock<Metrics> = OnceLock::new();
 /// Clock ticks per microsecond (f64 bits), set by `enable`.
 static TICKS_PER_US: AtomicU64 = AtomicU64::new(0);
@@ -170,7 +178,7 @@ pub fn done(kind: Req, offset: u64, len: u64, ok: bool, t0: Option<Started>) {
     if !ok {
         m.errors[k].fetch_add(1, Relaxed);
     }
-    if kind != Req::Flush {
+    if kind != Req::Flush && PATTERN.load(Relaxed) {
         m.host.observe(offset, len);
     }
 }
