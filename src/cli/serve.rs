@@ -532,14 +532,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     let recorder = match &a.record {
-        Some(p) => Some(Arc::new(
-            sluice::trace::Recorder::create(p)
+        Some(p) => {
+            let r = sluice::trace::Recorder::create(p)
                 .and_then(|r| {
                     r.comment(&sluice::trace::VolumeInfo::of(&exports[0].vol).line())?;
                     Ok(r)
                 })
-                .with_context(|| format!("creating trace file {}", p.display()))?,
-        )),
+                .with_context(|| format!("creating trace file {}", p.display()));
+            match r {
+                Ok(r) => Some(Arc::new(r)),
+                Err(e) => {
+                    // close what was mounted: a bad --record path is no crash
+                    for x in &exports {
+                        let _ = x.vol.close();
+                    }
+                    cleanup_socket();
+                    return Err(e);
+                }
+            }
+        }
         None => None,
     };
     exports[0].recorder = recorder.clone();
@@ -604,7 +615,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let r = e.vol.flush().and_then(|_| {
             let st = e.vol.stats();
             eprintln!(
-                "sluice: {}: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), WA {:.2}",
+                "sluice: {}: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), WA {:.3}",
                 path.display(),
                 st.host_write_bytes as f64 / 1048576.0,
                 st.host_read_bytes as f64 / 1048576.0,
