@@ -75,6 +75,8 @@ fn run_all(dir: &Path, w: Workload) -> Report {
 
 #[test]
 fn grid_smoke_fills_the_seed_table() {
+    // the access-pattern counters (as `sluice bench` turns them on)
+    sluice::metrics::enable();
     let dir = tempfile::tempdir().unwrap();
     let rep = run_all(dir.path(), Workload::Grid);
     // one panel per request type and thread count; the access pattern of the

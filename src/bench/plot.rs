@@ -83,8 +83,15 @@ fn phase_panels(r: &Report) -> Figure {
             );
             for (i, t) in r.targets.iter().enumerate() {
                 for ph in t.phases.iter().filter(|p| p.name == "steady") {
-                    p.lines
-                        .push((i, ph.samples.iter().map(|s| (s.t_s, s.iops)).collect()));
+                    // a partial last interval would draw a false drop
+                    p.lines.push((
+                        i,
+                        ph.samples
+                            .iter()
+                            .filter(|s| !s.partial)
+                            .map(|s| (s.t_s, s.iops))
+                            .collect(),
+                    ));
                 }
             }
             rows.push(vec![p]);
