@@ -378,6 +378,11 @@ fn a_recorded_session_replays_to_its_live_write_amplification() {
     // heavy load the two drift apart: 1.17 vs 1.13 on a loaded machine, 1.22 vs
     // 1.14 with seven cargo jobs beside it. The bound here is what stays true
     // under load; without the recorded geometry the replay is off by ~15%.
+    // Branch obs, load average 12-23 (four engineers building on 2 cores), three
+    // runs: live 1.202 / 1.215 / 1.201, replayed 1.190 / 1.193 / 1.198 (1.0%,
+    // 1.8%, 0.3%). The replay does not yet reproduce the live housekeeper's
+    // rounds (the trace carries requests and flushes, not GC rounds, idle seals
+    // or checkpoints), so 5% is not guaranteed under load and the bound stays.
     assert!(
         (replayed - live).abs() / live <= 0.10,
         "live WA {live}, replayed WA {replayed}"
