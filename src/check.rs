@@ -4,8 +4,12 @@
 //! data, and finally that each mapped data block is described by a verified chunk
 //! entry for that logical block with a matching block CRC.
 //!
+//! The report carries each finding twice: as fields a script can test
+//! (`superblock_copies`, `checkpoint_slots`, `mount_result`, `found`) and as the
+//! sentences `sluice check` prints for people. `check_with` reports progress.
+//!
 //! Invariant: a clean report means every readable block's content is what the
-//! chunk that wrote it recorded.
+//! chunk that wrote it recorded; `found` and `damage` list the same problems.
 
 use crate::checkpoint;
 use crate::format::chunk::{self, Kind};
@@ -16,6 +20,72 @@ use crate::media::{AlignedBuf, Media};
 use crate::recovery;
 use crate::segments::SegState;
 use serde::Serialize;
+
+/// One superblock copy, as found.
+#[derive(Debug, Clone, Serialize)]
+pub struct CopyCheck {
+    pub copy: u32,
+    pub ok: bool,
+    pub generation: Option<u64>,
+    /// The decoder's reason when not ok.
+    pub cause: Option<String>,
+}
+
+/// One checkpoint slot, as found.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlotCheck {
+    pub slot: u32,
+    /// "ok", "damaged" (the current slot), "unusable" (the older one), "none"
+    /// (never written).
+    pub state: &'static str,
+    pub current: bool,
+    pub next_seq: Option<u64>,
+    pub cause: Option<String>,
+}
+
+/// The read-only mount check runs.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MountCheck {
+    pub ok: bool,
+    /// Closed cleanly (no replay needed).
+    pub clean: bool,
+    pub chunks_replayed: u64,
+    pub chunks_discarded: u64,
+    /// Each recovery rule that fired, with its count.
+    pub rules: std::collections::BTreeMap<&'static str, u64>,
+    pub cause: Option<String>,
+}
+
+/// One problem, located: `kind` says what, the other fields where.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Found {
+    /// "superblock", "checkpoint", "mount", "log", "segment_read",
+    /// "chunk_data", "chunk_header", "walk_end", "map_mismatch", "bad_blocks".
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub byte: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lba: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lbas: Option<Vec<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phys: Option<u32>,
+    /// The decoder's or the media's reason, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+}
 
 #[derive(Debug, Default, Serialize)]
 pub struct CheckReport {
@@ -29,74 +99,189 @@ pub struct CheckReport {
     pub damage: Vec<String>,
     /// Things worth knowing that are not damage (e.g. a crash was recovered).
     pub notes: Vec<String>,
+    pub superblock_copies: Vec<CopyCheck>,
+    pub checkpoint_slots: Vec<SlotCheck>,
+    pub mount_result: MountCheck,
+    /// The problems of `damage`, as fields.
+    pub found: Vec<Found>,
 }
 
 impl CheckReport {
     pub fn is_clean(&self) -> bool {
         self.damage.is_empty()
     }
+    fn add(&mut self, f: Found, text: String) {
+        self.found.push(f);
+        self.damage.push(text);
+    }
+}
+
+/// Where a check is: `step` ("superblocks", "checkpoints", "mount", "segments",
+/// "map") and, for the long steps, `done` of `total` units.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub step: &'static str,
+    pub done: u64,
+    pub total: u64,
 }
 
 pub fn check(media: &dyn Media) -> CheckReport {
+    check_with(media, &mut |_| {})
+}
+
+/// `check`, calling `progress` at each step and as segments and map entries are
+/// verified.
+pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> CheckReport {
     let mut r = CheckReport::default();
+    let mut step = |step, done, total| progress(Progress { step, done, total });
+    step("superblocks", 0, 2);
     let (sb, copies) = match recovery::read_superblocks(media) {
         Ok(x) => x,
         Err(e) => {
-            r.damage.push(e.to_string());
+            r.mount_result.cause = Some(e.to_string());
+            r.add(
+                Found {
+                    kind: "superblock",
+                    cause: Some(e.to_string()),
+                    ..Found::default()
+                },
+                e.to_string(),
+            );
             return r;
         }
     };
     for (i, c) in copies.iter().enumerate() {
         match c {
-            Ok(s) => r
-                .superblocks
-                .push(format!("copy {i}: ok (generation {})", s.generation)),
+            Ok(s) => {
+                r.superblocks
+                    .push(format!("copy {i}: ok (generation {})", s.generation));
+                r.superblock_copies.push(CopyCheck {
+                    copy: i as u32,
+                    ok: true,
+                    generation: Some(s.generation),
+                    cause: None,
+                });
+            }
             Err(e) => {
                 r.superblocks.push(format!("copy {i}: damaged ({e})"));
-                r.damage.push(format!(
-                    "superblock copy {i} at byte {}: {e}",
-                    i * BLOCK_BYTES
-                ));
+                r.superblock_copies.push(CopyCheck {
+                    copy: i as u32,
+                    ok: false,
+                    generation: None,
+                    cause: Some(e.clone()),
+                });
+                r.add(
+                    Found {
+                        kind: "superblock",
+                        copy: Some(i as u32),
+                        byte: Some((i * BLOCK_BYTES) as u64),
+                        cause: Some(e.clone()),
+                        ..Found::default()
+                    },
+                    format!("superblock copy {i} at byte {}: {e}", i * BLOCK_BYTES),
+                );
             }
         }
     }
+    step("checkpoints", 0, 2);
     for slot in 0..2u32 {
         if sb.checkpoint_slot == NO_CHECKPOINT {
             r.checkpoints.push(format!("slot {slot}: none written yet"));
+            r.checkpoint_slots.push(SlotCheck {
+                slot,
+                state: "none",
+                current: false,
+                next_seq: None,
+                cause: None,
+            });
             continue;
         }
         let current = slot == sb.checkpoint_slot;
+        let mut sc = SlotCheck {
+            slot,
+            state: "ok",
+            current,
+            next_seq: None,
+            cause: None,
+        };
         match checkpoint::load(media, &sb, slot) {
-            Ok(l) => r.checkpoints.push(format!(
-                "slot {slot}: ok (next_seq {}){}",
-                l.next_seq,
-                if current { ", current" } else { "" }
-            )),
-            Err(e) if current => {
-                r.checkpoints
-                    .push(format!("slot {slot}: damaged ({e}), current"));
-                r.damage.push(format!(
-                    "checkpoint slot {slot} (current) at byte {}: {e}",
-                    sb.checkpoint_offset[slot as usize]
+            Ok(l) => {
+                sc.next_seq = Some(l.next_seq);
+                r.checkpoints.push(format!(
+                    "slot {slot}: ok (next_seq {}){}",
+                    l.next_seq,
+                    if current { ", current" } else { "" }
                 ));
             }
-            Err(e) => r
-                .checkpoints
-                .push(format!("slot {slot}: not usable ({e}); older, not needed")),
+            Err(e) if current => {
+                sc.state = "damaged";
+                sc.cause = Some(e.clone());
+                r.checkpoints
+                    .push(format!("slot {slot}: damaged ({e}), current"));
+                let byte = sb.checkpoint_offset[slot as usize];
+                r.add(
+                    Found {
+                        kind: "checkpoint",
+                        slot: Some(slot),
+                        byte: Some(byte),
+                        cause: Some(e.clone()),
+                        ..Found::default()
+                    },
+                    format!("checkpoint slot {slot} (current) at byte {byte}: {e}"),
+                );
+            }
+            Err(e) => {
+                sc.state = "unusable";
+                sc.cause = Some(e.clone());
+                r.checkpoints
+                    .push(format!("slot {slot}: not usable ({e}); older, not needed"));
+            }
         }
+        r.checkpoint_slots.push(sc);
     }
+    step("mount", 0, 1);
     let m = match recovery::mount(media) {
         Ok(m) => m,
         Err(e) => {
             r.mount = format!("fails: {e}");
-            r.damage.push(format!("mount: {e}"));
+            r.mount_result.cause = Some(e.to_string());
+            r.add(
+                Found {
+                    kind: "mount",
+                    cause: Some(e.to_string()),
+                    ..Found::default()
+                },
+                format!("mount: {e}"),
+            );
             // every damaged place below the durable point, not just the first
             if let Ok(all) = recovery::damage(media) {
-                r.damage
-                    .extend(all.into_iter().map(|d| format!("log damage at {d}")));
+                for d in all {
+                    r.add(
+                        Found {
+                            kind: "log",
+                            cause: Some(d.clone()),
+                            ..Found::default()
+                        },
+                        format!("log damage at {d}"),
+                    );
+                }
             }
             return r;
         }
+    };
+    r.mount_result = MountCheck {
+        ok: true,
+        clean: m.report.clean,
+        chunks_replayed: m.report.chunks_replayed,
+        chunks_discarded: m.report.chunks_discarded,
+        rules: m
+            .report
+            .rules
+            .named()
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        cause: None,
     };
     r.mount = format!(
         "ok ({} chunks replayed, {} discarded, {})",
@@ -114,7 +299,9 @@ pub fn check(media: &dyn Media) -> CheckReport {
     // phys block -> (lba, crc ok) for every data block of every verified chunk.
     let mut described: std::collections::HashMap<u32, (u64, bool)> =
         std::collections::HashMap::new();
+    let nseg = geo.segment_count as u64;
     for seg in 0..geo.segment_count {
+        step("segments", seg as u64, nseg);
         let info = m.segs.segs[seg as usize];
         if info.state != SegState::Closed || info.fill == 0 {
             continue;
@@ -122,31 +309,64 @@ pub fn check(media: &dyn Media) -> CheckReport {
         r.segments_checked += 1;
         let mut img = AlignedBuf::new(info.fill as usize * BLOCK_BYTES);
         if let Err(e) = media.read_at(&mut img, geo.segment_offset(seg)) {
-            r.damage.push(format!("segment {seg}: read failed: {e}"));
+            r.add(
+                Found {
+                    kind: "segment_read",
+                    segment: Some(seg),
+                    cause: Some(e.to_string()),
+                    ..Found::default()
+                },
+                format!("segment {seg}: read failed: {e}"),
+            );
             continue;
         }
         // The one chunk walker, over the segment up to its fill.
         let mut rules = recovery::RecoveryRules::default();
         let walk = recovery::walk_image(&img, 0, &sb.uuid, seg, 0, &mut rules);
         for b in &walk.bad {
-            r.damage.push(match &b.kind {
-                recovery::BadKind::Data { seq } => format!(
-                    "segment {seg} block {}: chunk seq {seq} fails its checksum ({})",
-                    b.pos, b.why
-                ),
-                recovery::BadKind::Header { .. } => format!(
-                    "{}: chunk header unreadable ({}); {} block(s) up to the next valid chunk are unverifiable",
-                    b.place(),
-                    b.why,
-                    b.blocks
-                ),
-            });
+            let mut f = Found {
+                kind: "chunk_data",
+                segment: Some(seg),
+                block: Some(b.pos),
+                blocks: Some(b.blocks as u64),
+                cause: Some(b.why.clone()),
+                ..Found::default()
+            };
+            let text = match &b.kind {
+                recovery::BadKind::Data { seq } => {
+                    f.seq = Some(*seq);
+                    format!(
+                        "segment {seg} block {}: chunk seq {seq} fails its checksum ({})",
+                        b.pos, b.why
+                    )
+                }
+                recovery::BadKind::Header { hint } => {
+                    f.kind = "chunk_header";
+                    f.seq = *hint;
+                    format!(
+                        "{}: chunk header unreadable ({}); {} block(s) up to the next valid chunk are unverifiable",
+                        b.place(),
+                        b.why,
+                        b.blocks
+                    )
+                }
+            };
+            r.add(f, text);
         }
         if walk.stop != recovery::Stop::End {
-            r.damage.push(format!(
-                "segment {seg}: the chunk walk ends at block {} before the segment's fill {}",
-                walk.valid_end, info.fill
-            ));
+            r.add(
+                Found {
+                    kind: "walk_end",
+                    segment: Some(seg),
+                    block: Some(walk.valid_end),
+                    blocks: Some(info.fill as u64),
+                    ..Found::default()
+                },
+                format!(
+                    "segment {seg}: the chunk walk ends at block {} before the segment's fill {}",
+                    walk.valid_end, info.fill
+                ),
+            );
         }
         r.chunks_verified += walk.chunks.len() as u64;
         for f in &walk.chunks {
@@ -171,11 +391,26 @@ pub fn check(media: &dyn Media) -> CheckReport {
     }
     let mut bad_blocks = 0u64;
     let mut first_bad = Vec::new();
+    step("segments", nseg, nseg);
+    let nmap = m.map.len();
     for (lba, loc) in m.map.iter().enumerate() {
+        if lba % (1 << 20) == 0 {
+            step("map", lba as u64, nmap);
+        }
         if let Loc::Data(p) = loc {
             match described.get(&p) {
                 Some(&(l, true)) if l == lba as u64 => r.data_blocks_verified += 1,
-                Some(&(l, _)) if l != lba as u64 => r.damage.push(format!("logical block {lba} maps to physical block {p}, which a chunk records as logical block {l}")),
+                Some(&(l, _)) if l != lba as u64 => r.add(
+                    Found {
+                        kind: "map_mismatch",
+                        lba: Some(lba as u64),
+                        phys: Some(p),
+                        seq: None,
+                        cause: Some(format!("recorded as logical block {l}")),
+                        ..Found::default()
+                    },
+                    format!("logical block {lba} maps to physical block {p}, which a chunk records as logical block {l}"),
+                ),
                 _ => {
                     bad_blocks += 1;
                     if first_bad.len() < 8 {
@@ -185,8 +420,15 @@ pub fn check(media: &dyn Media) -> CheckReport {
             }
         }
     }
+    step("map", nmap, nmap);
     if bad_blocks > 0 {
-        r.damage.push(format!("{bad_blocks} live data block(s) fail their block checksum or lie in an unverifiable chunk (logical blocks {first_bad:?}{})", if bad_blocks > 8 { ", ..." } else { "" }));
+        let f = Found {
+            kind: "bad_blocks",
+            blocks: Some(bad_blocks),
+            lbas: Some(first_bad.iter().map(|&l| l as u64).collect()),
+            ..Found::default()
+        };
+        r.add(f, format!("{bad_blocks} live data block(s) fail their block checksum or lie in an unverifiable chunk (logical blocks {first_bad:?}{})", if bad_blocks > 8 { ", ..." } else { "" }));
     }
     r
 }

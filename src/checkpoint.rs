@@ -7,7 +7,9 @@
 //! Invariant: a checkpoint with next_seq = C reflects exactly the chunks with seq < C,
 //! and all of those are durable before the superblock names it.
 
-use crate::format::checkpoint::{body_bytes, decode_segments, CheckpointHeader, SegmentRecord};
+use crate::format::checkpoint::{
+    body_bytes, decode_segments, CheckpointHeader, Lifetime, SegmentRecord,
+};
 use crate::format::superblock::Superblock;
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
@@ -15,8 +17,15 @@ use crate::map::Map;
 use crate::media::{AlignedBuf, Media};
 
 /// Complete a checkpoint image whose body (map + segment records, after the
-/// header block) the engine has filled: compute the body CRC and write the header.
-pub fn finish_image(img: &mut [u8], geo: &Geometry, uuid: [u8; 16], next_seq: u64) {
+/// header block) the engine has filled: compute the body CRC and write the header
+/// (with the lifetime counters as of this checkpoint).
+pub fn finish_image(
+    img: &mut [u8],
+    geo: &Geometry,
+    uuid: [u8; 16],
+    next_seq: u64,
+    lifetime: Lifetime,
+) {
     let body_len = body_bytes(geo.logical_blocks, geo.segment_count) as usize;
     let header = CheckpointHeader {
         uuid,
@@ -28,6 +37,7 @@ pub fn finish_image(img: &mut [u8], geo: &Geometry, uuid: [u8; 16], next_seq: u6
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0),
+        lifetime: Some(lifetime),
     };
     img[..BLOCK_BYTES].copy_from_slice(&header.encode());
 }
@@ -37,6 +47,8 @@ pub struct Loaded {
     pub map: Map,
     pub segments: Vec<SegmentRecord>,
     pub next_seq: u64,
+    /// Lifetime counters (None: written by a build that did not keep them).
+    pub lifetime: Option<Lifetime>,
 }
 
 /// Read and verify checkpoint `slot`; the error says what is wrong with it.
@@ -65,6 +77,7 @@ pub fn load(media: &dyn Media, sb: &Superblock, slot: u32) -> std::result::Resul
         map,
         segments,
         next_seq: h.next_seq,
+        lifetime: h.lifetime,
     })
 }
 

@@ -1,11 +1,15 @@
 //! Engine errors, each with the errno an NBD frontend should answer with.
+//!
+//! Invariant: a message is said once. A variant that prints a wrapped error in
+//! its own message does not also expose it as `source()`, so a chain printer
+//! (`anyhow`'s `{:#}`) does not repeat it ("... (os error 28): ... (os error 28)").
 
 use crate::format::FormatError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("I/O error: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error("no space left: live data and the GC reserve fill the volume")]
     NoSpace,
     #[error("request {offset}+{len} is beyond the end of the volume ({size} bytes)")]
@@ -17,7 +21,7 @@ pub enum Error {
     #[error("damaged volume: {0}")]
     Corrupt(String),
     #[error("on-disk structure rejected: {0}")]
-    Format(#[from] FormatError),
+    Format(FormatError),
     #[error("volume stopped after an earlier media error: {0}")]
     Failed(String),
     #[error("logical block {lba} fails its checksum (segment {segment}, {chunk})")]
@@ -28,6 +32,18 @@ pub enum Error {
     },
     #[error("volume is closed")]
     Closed,
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Io(e)
+    }
+}
+
+impl From<FormatError> for Error {
+    fn from(e: FormatError) -> Error {
+        Error::Format(e)
+    }
 }
 
 impl Error {
@@ -51,3 +67,20 @@ impl Error {
 const HOST_FULL: &str = "(os error 28)";
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chain printer the CLI uses prints an I/O error's errno once.
+    #[test]
+    fn a_chain_printer_says_the_errno_once() {
+        let e = anyhow::Error::from(Error::from(std::io::Error::from_raw_os_error(28)))
+            .context("creating a volume on v.img");
+        let s = format!("{e:#}");
+        assert_eq!(s.matches("(os error 28)").count(), 1, "{s}");
+        let e = anyhow::Error::from(Error::from(FormatError::Checksum));
+        let s = format!("{e:#}");
+        assert_eq!(s.matches("checksum mismatch").count(), 1, "{s}");
+    }
+}

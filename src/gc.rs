@@ -277,6 +277,8 @@ pub fn age_class(age: Option<u64>, hot_lifetime: u64) -> usize {
 
 /// Number of GC output classes (generations 1..=GC_CLASSES, the last one absorbing older).
 pub const GC_CLASSES: usize = 3;
+// the lifetime counters (checkpoint header) count moves per class for this many
+const _: () = assert!(GC_CLASSES <= crate::format::checkpoint::LIFETIME_GC_CLASSES);
 
 /// Lifetime threshold as a fraction of the logical size (SLUICE_HOT_LIFETIME
 /// overrides it for experiments).

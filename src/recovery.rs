@@ -119,6 +119,9 @@ pub struct Mounted {
     pub map: Map,
     pub segs: SegmentTable,
     pub next_seq: u64,
+    /// Lifetime counters of the checkpoint mount started from (None: none
+    /// recorded). Work after that checkpoint is not in them.
+    pub lifetime: Option<crate::format::checkpoint::Lifetime>,
     /// Replay ran (or a fallback was taken): persist the result before writing.
     pub needs_checkpoint: bool,
     /// Free segments whose first block still holds an old chunk header.
@@ -497,6 +500,7 @@ pub struct Base {
     /// The checkpoint reflects exactly the chunks with seq < c_next.
     pub c_next: u64,
     pub clean: bool,
+    pub lifetime: Option<crate::format::checkpoint::Lifetime>,
 }
 
 /// Step 2. Newest usable checkpoint slot, else the older one (if the superblock
@@ -582,12 +586,13 @@ pub fn load_checkpoint(
     if clean {
         report.rules.clean_mount += 1;
     }
-    let (map, records, c_next) = match loaded {
-        Some((_, l)) => (l.map, l.segments, l.next_seq),
+    let (map, records, c_next, lifetime) = match loaded {
+        Some((_, l)) => (l.map, l.segments, l.next_seq, l.lifetime),
         None => (
             Map::new(geo.logical_blocks),
             checkpoint::empty_records(geo.segment_count),
             1,
+            None,
         ),
     };
     Base {
@@ -595,6 +600,7 @@ pub fn load_checkpoint(
         records,
         c_next,
         clean,
+        lifetime,
     }
 }
 
@@ -965,6 +971,7 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
         map: base.map,
         segs,
         next_seq,
+        lifetime: base.lifetime,
         needs_checkpoint: !clean,
         wipe,
         report: std::mem::take(report),

@@ -1,6 +1,10 @@
 //! Stats: counters kept by the volume and the snapshot reported by `sluice info`,
 //! `sluice bench` and the NBD server.
+//!
+//! Invariant: the session counters only grow; the lifetime view is the
+//! checkpointed `lifetime_base` (fixed at mount) plus the session counters.
 
+use crate::format::checkpoint::{Lifetime, LIFETIME_GC_CLASSES};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -21,6 +25,10 @@ pub struct Counters {
     pub gc_runs: AtomicU64,
     pub gc_blocks_moved: AtomicU64,
     pub gc_virtual_moved: AtomicU64,
+    /// GC runs and blocks (data + virtual) moved, by the GC output class the
+    /// policy sent the victim's data to (gc.rs `relocation_class`).
+    pub gc_class_runs: [AtomicU64; LIFETIME_GC_CLASSES],
+    pub gc_class_blocks_moved: [AtomicU64; LIFETIME_GC_CLASSES],
     pub checkpoints: AtomicU64,
     pub barriers: AtomicU64,
     /// Reads answered EIO because a block failed its CRC (verified reads).
@@ -29,11 +37,68 @@ pub struct Counters {
     pub scrub_bytes: AtomicU64,
     /// Damaged live blocks and chunk headers the scrub found.
     pub scrub_errors: AtomicU64,
+    /// Lifetime counters of the checkpoint this mount started from (set once,
+    /// at mount; `mounts` already counts this mount).
+    pub lifetime_base: Lifetime,
 }
 
 impl Counters {
     pub fn add(c: &AtomicU64, v: u64) {
         c.fetch_add(v, Relaxed);
+    }
+
+    /// Counters for a mount that starts from `base`.
+    pub fn with_lifetime(base: Lifetime) -> Counters {
+        Counters {
+            lifetime_base: base,
+            ..Counters::default()
+        }
+    }
+
+    /// The lifetime view now: the mount's base plus this session, and `extra`
+    /// (writes about to happen that the caller wants included: a checkpoint's
+    /// own slot and superblock write).
+    pub fn lifetime(&self, extra: &Lifetime) -> Lifetime {
+        let g = |c: &AtomicU64| c.load(Relaxed);
+        let b = &self.lifetime_base;
+        let mut l = Lifetime {
+            since_unix_s: b.since_unix_s,
+            mounts: b.mounts + extra.mounts,
+            host_write_bytes: b.host_write_bytes
+                + g(&self.host_write_bytes)
+                + extra.host_write_bytes,
+            host_zero_bytes: b.host_zero_bytes + g(&self.host_zero_bytes) + extra.host_zero_bytes,
+            host_trim_bytes: b.host_trim_bytes + g(&self.host_trim_bytes) + extra.host_trim_bytes,
+            media_user_data_bytes: b.media_user_data_bytes
+                + g(&self.media_user_data_bytes)
+                + extra.media_user_data_bytes,
+            media_gc_data_bytes: b.media_gc_data_bytes
+                + g(&self.media_gc_data_bytes)
+                + extra.media_gc_data_bytes,
+            media_chunk_header_bytes: b.media_chunk_header_bytes
+                + g(&self.media_chunk_header_bytes)
+                + extra.media_chunk_header_bytes,
+            media_checkpoint_bytes: b.media_checkpoint_bytes
+                + g(&self.media_checkpoint_bytes)
+                + extra.media_checkpoint_bytes,
+            media_superblock_bytes: b.media_superblock_bytes
+                + g(&self.media_superblock_bytes)
+                + extra.media_superblock_bytes,
+            media_flushes: b.media_flushes + g(&self.media_flushes) + extra.media_flushes,
+            checkpoints: b.checkpoints + g(&self.checkpoints) + extra.checkpoints,
+            gc_runs: b.gc_runs + g(&self.gc_runs) + extra.gc_runs,
+            gc_blocks_moved: b.gc_blocks_moved + g(&self.gc_blocks_moved) + extra.gc_blocks_moved,
+            gc_virtual_moved: b.gc_virtual_moved
+                + g(&self.gc_virtual_moved)
+                + extra.gc_virtual_moved,
+            gc_class_blocks_moved: [0; LIFETIME_GC_CLASSES],
+        };
+        for k in 0..LIFETIME_GC_CLASSES {
+            l.gc_class_blocks_moved[k] = b.gc_class_blocks_moved[k]
+                + g(&self.gc_class_blocks_moved[k])
+                + extra.gc_class_blocks_moved[k];
+        }
+        l
     }
 }
 
@@ -59,6 +124,9 @@ pub struct Stats {
     pub gc_runs: u64,
     pub gc_blocks_moved: u64,
     pub gc_virtual_moved: u64,
+    /// GC runs and blocks moved (data + virtual) per GC output class.
+    pub gc_class_runs: [u64; LIFETIME_GC_CLASSES],
+    pub gc_class_blocks_moved: [u64; LIFETIME_GC_CLASSES],
     pub checkpoints: u64,
     pub reuse_barriers: u64,
     pub segments_total: u32,
@@ -78,6 +146,11 @@ pub struct Stats {
     pub scrub_errors: u64,
     /// RAM of the CRC index (4 B per physical block, 8 B per segment).
     pub crc_index_bytes: u64,
+    /// Counters over the volume's life (persisted in each checkpoint; after a
+    /// crash, what the last checkpoint recorded plus this session).
+    pub lifetime: Lifetime,
+    /// lifetime media bytes / lifetime host bytes written.
+    pub lifetime_write_amplification: f64,
 }
 
 impl Counters {
@@ -108,12 +181,16 @@ impl Counters {
         s.gc_runs = g(&self.gc_runs);
         s.gc_blocks_moved = g(&self.gc_blocks_moved);
         s.gc_virtual_moved = g(&self.gc_virtual_moved);
+        s.gc_class_runs = std::array::from_fn(|k| g(&self.gc_class_runs[k]));
+        s.gc_class_blocks_moved = std::array::from_fn(|k| g(&self.gc_class_blocks_moved[k]));
         s.checkpoints = g(&self.checkpoints);
         s.reuse_barriers = g(&self.barriers);
         s.crc_errors = g(&self.crc_errors);
         s.scrub_segments = g(&self.scrub_segments);
         s.scrub_bytes = g(&self.scrub_bytes);
         s.scrub_errors = g(&self.scrub_errors);
+        s.lifetime = self.lifetime(&Lifetime::default());
+        s.lifetime_write_amplification = s.lifetime.write_amplification();
         s
     }
 }

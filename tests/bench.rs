@@ -75,8 +75,26 @@ fn run_all(dir: &Path, w: Workload) -> Report {
 
 #[test]
 fn grid_smoke_fills_the_seed_table() {
+    // the access-pattern counters (as `sluice bench` turns them on)
+    sluice::metrics::enable();
     let dir = tempfile::tempdir().unwrap();
     let rep = run_all(dir.path(), Workload::Grid);
+    // one panel per request type and thread count; the access pattern of the
+    // in-process sluice target, host against media
+    let svg = bench::plot::svg(&rep).unwrap();
+    for title in [
+        "random read, 1 thread",
+        "random write, 1 thread",
+        "Sequential share of requests",
+        "Seek distance of random requests",
+        "Request size",
+    ] {
+        assert!(svg.contains(title), "no panel {title:?} in the grid chart");
+    }
+    assert!(
+        svg.contains(".vol host") && svg.contains(".vol media"),
+        "no host and media series in the legend"
+    );
     for t in &rep.targets {
         let pre = t.prefill.as_ref().expect("grid prefills");
         assert_eq!(pre.bytes, 48 * MIB, "prefill writes the region once");

@@ -333,3 +333,136 @@ fn batched_reads_match_single_reads_on_file_media() {
         assert_eq!(&res.as_ref().unwrap()[..], want, "range {off}+{len}");
     }
 }
+
+/// `n` random 4 KiB overwrites over the first `blocks` blocks.
+fn random_writes(vol: &Volume, blocks: u64, n: u64, seed: u64) {
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed);
+    for i in 0..n {
+        let b = rand::Rng::gen_range(&mut rng, 0..blocks);
+        vol.write(b * BS as u64, &payload(BS, i, Fill::Random), false)
+            .unwrap();
+    }
+}
+
+/// Lifetime counters (docs/format.md §4.3) survive a clean close exactly, and a
+/// crash as what the last checkpoint recorded; the session counters restart.
+#[test]
+fn lifetime_counters_persist_in_the_checkpoint() {
+    let (create, bytes) = small_create(256, 0.2);
+    let media = Arc::new(MemMedia::new(bytes));
+    let m = || media.clone() as Arc<dyn Media>;
+    let vol = Volume::create(m(), &create, &det_open(1 << 40)).unwrap();
+    let created = vol.superblock().created_unix_s;
+    random_writes(&vol, 256, 3000, 0);
+    vol.close().unwrap();
+    let s1 = vol.stats();
+    assert!(s1.gc_runs > 0, "the workload should make GC run");
+    assert_eq!(s1.lifetime.host_write_bytes, 3000 * BS as u64);
+    drop(vol);
+
+    // clean close: the next mount starts from exactly the last session's totals
+    let vol = open(m(), &det_open(1 << 40));
+    let s2 = vol.stats();
+    let l = s2.lifetime;
+    assert_eq!(l.since_unix_s, created, "counting started at create");
+    assert_eq!(l.host_write_bytes, s1.host_write_bytes);
+    // this mount marked the volume open (one superblock write): in its session
+    assert_eq!(s2.media_write_bytes, 4096);
+    assert_eq!(l.media_write_bytes(), s1.media_write_bytes + 4096);
+    assert_eq!(l.media_gc_data_bytes, s1.media_gc_data_bytes);
+    assert_eq!(l.media_checkpoint_bytes, s1.media_checkpoint_bytes);
+    assert_eq!(l.media_superblock_bytes, s1.media_superblock_bytes + 4096);
+    assert_eq!(l.gc_runs, s1.gc_runs);
+    assert_eq!(l.gc_blocks_moved, s1.gc_blocks_moved);
+    assert_eq!(l.gc_class_blocks_moved, s1.gc_class_blocks_moved);
+    assert_eq!(l.mounts, 2);
+    assert_eq!(vol.stats().host_write_bytes, 0, "session counters restart");
+    let wa = (s1.media_write_bytes + 4096) as f64 / s1.host_write_bytes as f64;
+    assert!((s2.lifetime_write_amplification - wa).abs() < 1e-9);
+
+    // crash after a checkpoint: lifetime = the checkpoint's value (the writes
+    // after it are not counted), plus what the recovery mount itself writes
+    vol.write(0, &payload(64 * BS, 9, Fill::Random), true)
+        .unwrap();
+    vol.checkpoint().unwrap();
+    let at_ckpt = vol.stats().lifetime;
+    vol.write(0, &payload(64 * BS, 10, Fill::Random), true)
+        .unwrap();
+    drop(vol); // crash
+    let vol = open(m(), &det_open(1 << 40));
+    let l = vol.stats().lifetime;
+    assert_eq!(l.host_write_bytes, at_ckpt.host_write_bytes);
+    assert_eq!(
+        l.host_write_bytes,
+        s1.host_write_bytes + 64 * BS as u64,
+        "writes after the last checkpoint are not in the lifetime counters"
+    );
+    assert!(l.media_user_data_bytes >= at_ckpt.media_user_data_bytes);
+    assert_eq!(l.mounts, 3);
+}
+
+/// A checkpoint written before the counters existed (bytes 64.. of its header
+/// zero, as format v1 always wrote them) still mounts: counting starts now.
+#[test]
+fn a_checkpoint_without_lifetime_counters_still_mounts() {
+    use sluice::format::superblock::Superblock;
+    let (create, bytes) = small_create(256, 0.2);
+    let media = Arc::new(MemMedia::new(bytes));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    vol.write(0, &payload(32 * BS, 1, Fill::Random), true)
+        .unwrap();
+    vol.close().unwrap();
+    drop(vol);
+    let img = media.image();
+    let sb = Superblock::decode(&img[..BS])
+        .or_else(|_| Superblock::decode(&img[BS..2 * BS]))
+        .unwrap();
+    let sb = [0, 1]
+        .into_iter()
+        .filter_map(|i| Superblock::decode(&img[i * BS..(i + 1) * BS]).ok())
+        .max_by_key(|s| s.generation)
+        .unwrap_or(sb);
+    let off = sb.checkpoint_offset[sb.checkpoint_slot as usize] as usize;
+    let mut h = img[off..off + BS].to_vec();
+    assert_eq!(&h[64..68], b"LIFE");
+    h[64..4092].fill(0);
+    let crc = crc32c::crc32c(&h[..4092]);
+    h[4092..].copy_from_slice(&crc.to_le_bytes());
+    media.poke(off as u64, &h);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let vol = open(media.clone() as Arc<dyn Media>, &det_open(1 << 40));
+    assert!(vol.mount_report().clean, "the old-style checkpoint is used");
+    let l = vol.stats().lifetime;
+    assert_eq!((l.host_write_bytes, l.mounts), (0, 1));
+    assert!(l.since_unix_s >= before, "counting starts at this mount");
+    let mut buf = vec![0u8; 32 * BS];
+    vol.read(0, &mut buf).unwrap();
+    assert_eq!(buf, payload(32 * BS, 1, Fill::Random));
+}
+
+/// GC moves are counted per GC output class: a generational policy sends data
+/// GC moved again to its next class.
+#[test]
+fn gc_moves_are_counted_per_class() {
+    let (mut create, bytes) = small_create(256, 0.2);
+    create.gc_policy = sluice::GcPolicy::Generational;
+    let media = Arc::new(MemMedia::new(bytes));
+    let vol = Volume::create(media as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    random_writes(&vol, 256, 6000, 1);
+    vol.flush().unwrap();
+    let s = vol.stats();
+    assert!(s.gc_runs > 0);
+    assert_eq!(s.gc_class_runs.iter().sum::<u64>(), s.gc_runs);
+    assert_eq!(
+        s.gc_class_blocks_moved.iter().sum::<u64>(),
+        s.gc_blocks_moved + s.gc_virtual_moved
+    );
+    assert!(
+        s.gc_class_blocks_moved[1] > 0,
+        "data moved twice joins class 1: {:?}",
+        s.gc_class_blocks_moved
+    );
+}

@@ -378,6 +378,11 @@ fn a_recorded_session_replays_to_its_live_write_amplification() {
     // heavy load the two drift apart: 1.17 vs 1.13 on a loaded machine, 1.22 vs
     // 1.14 with seven cargo jobs beside it. The bound here is what stays true
     // under load; without the recorded geometry the replay is off by ~15%.
+    // Branch obs, load average 12-23 (four engineers building on 2 cores), three
+    // runs: live 1.202 / 1.215 / 1.201, replayed 1.190 / 1.193 / 1.198 (1.0%,
+    // 1.8%, 0.3%). The replay does not yet reproduce the live housekeeper's
+    // rounds (the trace carries requests and flushes, not GC rounds, idle seals
+    // or checkpoints), so 5% is not guaranteed under load and the bound stays.
     assert!(
         (replayed - live).abs() / live <= 0.10,
         "live WA {live}, replayed WA {replayed}"
@@ -428,4 +433,246 @@ fn spec_small() -> OpenSpec {
         create_size: 16 * MIB,
         ..spec(false)
     }
+}
+
+/// Count of `needle` in `s`.
+fn count(s: &str, needle: &str) -> usize {
+    s.matches(needle).count()
+}
+
+/// Every error a user can provoke from the CLI says its errno once (the issue saw
+/// "... (os error 28): ... (os error 28)": an I/O error printed by its wrapper and
+/// again as the wrapper's source). The full-filesystem case needs a small tmpfs
+/// (root); without it that part is a SKIP (a failure under CI).
+#[test]
+fn errors_say_their_errno_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("adir")).unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["info", "missing.img"],
+        vec!["check", "missing.img"],
+        vec!["serve", "missing.img", "--socket", "s.sock"],
+        vec!["info", "adir"],
+        vec!["check", "adir"],
+        vec!["serve", "adir", "--socket", "s.sock"],
+        vec!["create", "adir", "--size", "64M"],
+        vec!["create", "nodir/v.img", "--size", "64M"],
+        vec!["create", "v.img", "--size", "12Q"],
+        vec!["replay", "--trace", "missing.trace"],
+    ];
+    for args in &cases {
+        let o = sluice(args, d);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(count(&err, "(os error") <= 1, "{args:?}: {err}");
+        for line in err.lines() {
+            if let Some((a, b)) = line.rsplit_once(": ") {
+                assert!(!a.ends_with(b), "{args:?} repeats itself: {line}");
+            }
+        }
+    }
+    // A create that fails on a full filesystem: the errno once, no file left.
+    let small = d.join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2M", "tmpfs"])
+        .arg(&small)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        let why = "mounting a 2 MiB tmpfs needs root";
+        if std::env::var_os("CI").is_some() {
+            panic!("errors_say_their_errno_once cannot run: {why} (CI is set)");
+        }
+        eprintln!("\n*** SKIP: errors_say_their_errno_once (full filesystem part): {why} ***\n");
+        return;
+    }
+    let o = sluice(
+        &[
+            "create",
+            "small/big.img",
+            "--size",
+            "8G",
+            "--segment-size",
+            "1M",
+        ],
+        d,
+    );
+    let left = small.join("big.img").exists();
+    let _ = Command::new("umount").arg(&small).status();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(count(&err, "(os error 28)"), 1, "{err}");
+    assert!(!left, "a create that failed left its file behind");
+}
+
+/// Strings of a JSON value outside the keys in `free` (paths, decoder reasons).
+fn strings(v: &serde_json::Value, free: &[&str], out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| strings(x, free, out)),
+        serde_json::Value::Object(o) => {
+            for (k, x) in o {
+                if !free.contains(&k.as_str()) {
+                    strings(x, free, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `check` shows progress without a terminal (a line per step), and `check
+/// --json` is fields, not sentences: damage is located by kind, slot, byte.
+#[test]
+fn check_reports_progress_and_json_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = sluice(&["create", "v.img", "--size", "64M"], d);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // a served-and-closed volume has a checkpoint in each slot after two mounts
+    for _ in 0..2 {
+        let media = Arc::new(sluice::media::FileMedia::open(&d.join("v.img"), false).unwrap());
+        let vol = Volume::open(media, &OpenOptions::default()).unwrap();
+        vol.write(0, &[5u8; 8192], false).unwrap();
+        vol.close().unwrap();
+    }
+    let o = sluice(&["check", "v.img"], d);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    for step in ["superblocks", "checkpoints", "mount", "segments", "map"] {
+        assert!(
+            err.contains(&format!("sluice check: {step} ")),
+            "no progress line for {step}: {err}"
+        );
+    }
+    let v = json_of(&sluice(&["check", "v.img", "--json"], d));
+    assert_eq!(v["mount"]["ok"], true);
+    assert_eq!(v["superblocks"][0]["ok"], true);
+    assert_eq!(v["checkpoints"].as_array().unwrap().len(), 2);
+    // damage the current checkpoint's header: located by kind, slot and byte
+    let slot = v["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["current"] == true)
+        .expect("a current slot")["slot"]
+        .as_u64()
+        .unwrap();
+    let sb = sluice::format::superblock::Superblock::decode(
+        &std::fs::read(d.join("v.img")).unwrap()[..4096],
+    )
+    .unwrap();
+    let off = sb.checkpoint_offset[slot as usize];
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(d.join("v.img"))
+            .unwrap();
+        f.write_all_at(&[0xEE; 8], off + 40).unwrap();
+    }
+    let o = sluice(&["check", "v.img", "--json"], d);
+    assert_eq!(o.status.code(), Some(1), "damage exits 1");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let dmg = v["damage"].as_array().unwrap();
+    assert_eq!(v["damage_count"], dmg.len());
+    let c = dmg
+        .iter()
+        .find(|x| x["kind"] == "checkpoint")
+        .unwrap_or_else(|| panic!("no checkpoint damage in {v}"));
+    assert_eq!(
+        (c["slot"].as_u64(), c["byte"].as_u64()),
+        (Some(slot), Some(off))
+    );
+    let mut s = Vec::new();
+    strings(&v, &["path", "cause"], &mut s);
+    assert!(
+        s.iter().all(|x| !x.contains(' ')),
+        "check --json holds sentences: {s:?}"
+    );
+    // text mode keeps the sentences
+    let o = sluice(&["check", "v.img"], d);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("DAMAGE      checkpoint slot"), "{out}");
+}
+
+/// Every option of every subcommand says what it does (the issue found six
+/// without help text).
+#[test]
+fn every_option_has_help_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut missing = vec![];
+    for sub in [
+        "create",
+        "serve",
+        "info",
+        "check",
+        "bench",
+        "replay",
+        "sim",
+        "top",
+        "completions",
+        "man",
+    ] {
+        let o = sluice(&[sub, "--help"], dir.path());
+        assert!(o.status.success(), "{sub} --help");
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut in_options = false;
+        for (i, l) in lines.iter().enumerate() {
+            if l.trim_end() == "Options:" || l.trim_end() == "Arguments:" {
+                in_options = true;
+                continue;
+            }
+            if in_options && !l.starts_with(' ') && !l.is_empty() {
+                in_options = false;
+            }
+            let t = l.trim_start();
+            let indent = l.len() - t.len();
+            if !in_options || !(2..=6).contains(&indent) || t.is_empty() {
+                continue;
+            }
+            // "--flag <X>  help" on one line, or the help on the next, deeper line
+            let spec_end = t.find("  ").unwrap_or(t.len());
+            let same_line = !t[spec_end..].trim().is_empty();
+            let next_line = lines.get(i + 1).is_some_and(|n| {
+                let nt = n.trim_start();
+                !nt.is_empty() && n.len() - nt.len() > indent + 2
+            });
+            if !same_line && !next_line {
+                missing.push(format!("{sub}: {t}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "options without help: {missing:?}");
+}
+
+/// `serve --record` into a path that cannot be created fails without leaving the
+/// volume it had mounted looking crashed.
+#[test]
+fn a_bad_record_path_leaves_the_volume_closed_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(sluice(&["create", "v.img", "--size", "64M"], d)
+        .status
+        .success());
+    let o = sluice(
+        &[
+            "serve",
+            "v.img",
+            "--socket",
+            "s.sock",
+            "--record",
+            "nodir/x.trace",
+        ],
+        d,
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("creating trace file nodir/x.trace"), "{err}");
+    let v = json_of(&sluice(&["info", "v.img", "--json"], d));
+    assert_eq!(v["clean"], true, "the failed serve left the volume unclean");
 }

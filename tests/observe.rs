@@ -24,6 +24,11 @@ impl Drop for Serve {
 /// Start `serve --create --metrics 127.0.0.1:0`; returns the server, its NBD URI
 /// and its metrics address.
 fn start(dir: &std::path::Path) -> (Serve, String, String) {
+    start_with(dir, &[])
+}
+
+/// `start` with more `serve` arguments.
+fn start_with(dir: &std::path::Path, extra: &[&str]) -> (Serve, String, String) {
     let mut child = Command::new(BIN)
         .args([
             "serve",
@@ -36,6 +41,7 @@ fn start(dir: &std::path::Path) -> (Serve, String, String) {
             "--metrics",
             "127.0.0.1:0",
         ])
+        .args(extra)
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -272,4 +278,72 @@ fn bench_json_carries_the_access_pattern_random_in_front_sequential_behind() {
     );
     let json = serde_json::to_value(&r).unwrap();
     assert!(json["access_pattern"]["media"]["size_bytes"].is_array());
+}
+
+/// Lifetime counters outlive the server: after it stops, `info` (a read-only
+/// mount) shows what clients wrote and the lifetime WA, from the checkpoint.
+#[test]
+fn info_shows_lifetime_counters_after_the_server_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let (srv, uri, addr) = start(dir.path());
+    let c = NbdClient::connect(&uri).unwrap();
+    random_writes(&c, 700, 4);
+    c.flush().unwrap();
+    let live = scrape(&addr);
+    assert_eq!(
+        live["sluice_lifetime_bytes_total{class=\"host_write\"}"],
+        700.0 * 4096.0
+    );
+    let classes: f64 = (0..3)
+        .map(|k| live[&format!("sluice_gc_class_blocks_moved_total{{gc_class=\"{k}\"}}")])
+        .sum();
+    assert_eq!(
+        classes,
+        live["sluice_gc_blocks_moved_total{class=\"data\"}"]
+            + live["sluice_gc_blocks_moved_total{class=\"virtual\"}"]
+    );
+    c.disconnect();
+    drop(srv); // SIGTERM: clean close, final checkpoint
+    let o = Command::new(BIN)
+        .args(["info", "v.img", "--json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let lt = &v["stats"]["lifetime"];
+    assert_eq!(lt["host_write_bytes"], 700 * 4096, "{lt}");
+    assert!(lt["media_user_data_bytes"].as_u64().unwrap() >= 700 * 4096);
+    assert!(v["stats"]["lifetime_write_amplification"].as_f64().unwrap() >= 1.0);
+    let o = Command::new(BIN)
+        .args(["info", "v.img"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("lifetime      WA "), "{out}");
+    assert!(out.contains("2.7 MiB written by clients"), "{out}");
+}
+
+/// `--no-access-pattern` keeps the other metrics and leaves the access-pattern
+/// counters at zero (scripts/bench-metrics.sh measures their cost apart with it).
+#[test]
+fn no_access_pattern_turns_only_the_pattern_counters_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, uri, addr) = start_with(dir.path(), &["--no-access-pattern"]);
+    let c = NbdClient::connect(&uri).unwrap();
+    random_writes(&c, 300, 5);
+    c.flush().unwrap();
+    let m = scrape(&addr);
+    assert_eq!(m["sluice_requests_total{op=\"write\"}"], 300.0);
+    let pattern: f64 = m
+        .iter()
+        .filter(|(k, _)| k.starts_with("sluice_access_requests_total"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(
+        pattern, 0.0,
+        "access-pattern counters counted with --no-access-pattern"
+    );
+    c.disconnect();
 }

@@ -217,6 +217,21 @@ pub fn check_checkpoint_header(data: &[u8]) {
         Ok(&h),
         "checkpoint header round-trip"
     );
+    // the lifetime counters (bytes 64..4092) are optional: without them the
+    // header decodes to the same v1 fields, and a decoded count is in range
+    let mut v1 = b[..BLOCK_BYTES].to_vec();
+    v1[64..BLOCK_BYTES - 4].fill(0);
+    reseal_block(&mut v1);
+    let old = CheckpointHeader::decode(&v1).expect("header without lifetime counters");
+    assert_eq!(old.lifetime, None, "zero bytes mean no lifetime counters");
+    assert_eq!(
+        CheckpointHeader {
+            lifetime: None,
+            ..h.clone()
+        },
+        old,
+        "lifetime counters change a v1 field"
+    );
 }
 
 /// Geometry for the body decoders. Input: [control][logical_blocks u64][segment_count
@@ -615,8 +630,15 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         segment_count: 20,
         body_crc: 0xdead_beef,
         created_unix_ns: 0,
+        lifetime: None,
     };
     out.push(("checkpoint_header", "basic".into(), with(0, &h.encode())));
+    let l = checkpoint::Lifetime::from_fields(&(1..=18).map(|i| i * 4096).collect::<Vec<u64>>());
+    let h = CheckpointHeader {
+        lifetime: Some(l),
+        ..h
+    };
+    out.push(("checkpoint_header", "lifetime".into(), with(0, &h.encode())));
 
     // Checkpoint body: map values of every form, then segment records.
     let (lb, sc, sbk) = (64u64, 8u32, 16u32);

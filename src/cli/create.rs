@@ -113,6 +113,7 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
         }
     }
     let exists = a.path.exists();
+    let fresh = !exists;
     if exists && !a.force {
         refuse_if_in_use(&a.path)?;
     }
@@ -123,7 +124,6 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
         ),
         (false, Some(size)) | (true, Some(size)) if !is_block_device(&a.path) => {
             let need = Geometry::for_logical(size / 4096, seg_blocks as u32, op).media_bytes();
-            let fresh = !exists;
             let made = FileMedia::create(&a.path, need)
                 .with_context(|| format!("creating {} ({})", a.path.display(), human(need)))
                 .and_then(|m| {
@@ -169,8 +169,12 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
         gc_policy: a.gc,
     };
     let vol = Volume::create(media, &opts, &sluice::OpenOptions::default())
-        .with_context(|| format!("creating a volume on {}", a.path.display()))?;
-    Ok(vol)
+        .with_context(|| format!("creating a volume on {}", a.path.display()));
+    if vol.is_err() && fresh && !is_block_device(&a.path) {
+        // a half-formatted new file is no volume: leave nothing behind
+        let _ = std::fs::remove_file(&a.path);
+    }
+    vol
 }
 
 fn is_block_device(p: &Path) -> bool {

@@ -180,6 +180,33 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             st.map_bytes_per_block,
             human(st.segment_table_bytes)
         );
+        let lt = &st.lifetime;
+        println!(
+            "lifetime      WA {:.3}: {} written by clients -> {} to the media (user data {}, GC {}, headers {}, checkpoints {}, superblocks {}), since {}",
+            lt.write_amplification(),
+            human(lt.host_write_bytes),
+            human(lt.media_write_bytes()),
+            human(lt.media_user_data_bytes),
+            human(lt.media_gc_data_bytes),
+            human(lt.media_chunk_header_bytes),
+            human(lt.media_checkpoint_bytes),
+            human(lt.media_superblock_bytes),
+            since(lt.since_unix_s)
+        );
+        println!(
+            "lifetime GC   {} runs, {} blocks moved ({} data, {} virtual; by GC class {}), {} mounts, {} checkpoints",
+            lt.gc_runs,
+            lt.gc_blocks_moved + lt.gc_virtual_moved,
+            lt.gc_blocks_moved,
+            lt.gc_virtual_moved,
+            lt.gc_class_blocks_moved
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join("/"),
+            lt.mounts,
+            lt.checkpoints
+        );
         match &live {
             Some(m) => {
                 let g = |k: &str| m.get(k).copied().unwrap_or(0.0);
@@ -206,6 +233,70 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// A Unix time as UTC `YYYY-MM-DD HH:MM`.
+fn since(unix_s: u64) -> String {
+    let days = (unix_s / 86400) as i64;
+    let rem = unix_s % 86400;
+    // civil-from-days (Howard Hinnant)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
+/// Progress of `check` on stderr: a bar on a terminal (as bench), else one
+/// line when each step starts and every 2 s within a long step.
+fn check_progress() -> impl FnMut(sluice::check::Progress) {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    let bar = if tty {
+        let pb = indicatif::ProgressBar::new(1);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "[{elapsed_precise}] {bar:30.cyan/blue} {percent:>3}% {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut last_step = "";
+    let mut last = std::time::Instant::now();
+    move |p: sluice::check::Progress| {
+        if tty {
+            if p.step != last_step {
+                bar.set_message(p.step);
+            }
+            bar.set_length(p.total.max(1));
+            bar.set_position(p.done);
+            if p.step == "map" && p.done == p.total {
+                bar.finish_and_clear();
+            }
+        } else if p.step != last_step || last.elapsed().as_secs_f64() >= 2.0 {
+            last = std::time::Instant::now();
+            eprintln!(
+                "sluice check: {} {}/{} ({:.0}%)",
+                p.step,
+                p.done,
+                p.total,
+                100.0 * p.done as f64 / p.total.max(1) as f64
+            );
+        }
+        last_step = p.step;
+    }
 }
 
 pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
@@ -236,22 +327,24 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
-    let r = sluice::check::check(&media);
+    let r = sluice::check::check_with(&media, &mut check_progress());
     if a.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "path": a.path,
                 "clean": r.is_clean(),
-                // Machine-readable counts; `report` keeps the sentences for people.
-                "superblock_copies_ok": r.superblocks.iter().filter(|s| s.contains(": ok")).count(),
-                "checkpoint_slots_ok": r.checkpoints.iter().filter(|s| s.contains(": ok")).count(),
-                "mount_ok": r.mount.starts_with("ok"),
+                "superblock_copies_ok": r.superblock_copies.iter().filter(|c| c.ok).count(),
+                "checkpoint_slots_ok": r.checkpoint_slots.iter().filter(|c| c.state == "ok").count(),
+                "mount_ok": r.mount_result.ok,
                 "segments_checked": r.segments_checked,
                 "chunks_verified": r.chunks_verified,
                 "data_blocks_verified": r.data_blocks_verified,
-                "damage_count": r.damage.len(),
-                "report": r
+                "damage_count": r.found.len(),
+                "superblocks": r.superblock_copies,
+                "checkpoints": r.checkpoint_slots,
+                "mount": r.mount_result,
+                "damage": r.found,
             }))?
         );
     } else {

@@ -130,6 +130,11 @@ pub struct Args {
     /// loopback unless an address says otherwise). `sluice top ADDR` reads them.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// With --metrics, leave out the access-pattern counters (sequential share,
+    /// seek and size histograms, host and media): to measure their cost apart
+    /// (scripts/bench-metrics.sh).
+    #[arg(long, requires = "metrics")]
+    pub no_access_pattern: bool,
     /// Capture every request (time, op, offset, length) to FILE in sluice's trace
     /// format, replayable with `sluice replay --format sluice` (default export only).
     #[arg(long, value_name = "FILE")]
@@ -366,7 +371,7 @@ fn open_volume(
         FileMedia::open(path, read_only).with_context(|| format!("opening {}", path.display()))?;
     // `--metrics` counts media bytes by class through a thin wrapper (run()
     // enabled the metrics before any volume was opened).
-    let media: Arc<dyn Media> = if a.metrics.is_some() {
+    let media: Arc<dyn Media> = if a.metrics.is_some() && !a.no_access_pattern {
         Arc::new(sluice::metrics::MeteredMedia { inner: file })
     } else {
         Arc::new(file)
@@ -528,6 +533,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     };
 
     let metrics = a.metrics.as_ref().map(|_| sluice::metrics::enable());
+    if a.no_access_pattern {
+        sluice::metrics::set_access_pattern(false);
+    }
     let mut exports: Vec<Export> = Vec::new();
     let mut locks = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
@@ -555,14 +563,25 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     let recorder = match &a.record {
-        Some(p) => Some(Arc::new(
-            sluice::trace::Recorder::create(p)
+        Some(p) => {
+            let r = sluice::trace::Recorder::create(p)
                 .and_then(|r| {
                     r.comment(&sluice::trace::VolumeInfo::of(&exports[0].vol).line())?;
                     Ok(r)
                 })
-                .with_context(|| format!("creating trace file {}", p.display()))?,
-        )),
+                .with_context(|| format!("creating trace file {}", p.display()));
+            match r {
+                Ok(r) => Some(Arc::new(r)),
+                Err(e) => {
+                    // close what was mounted: a bad --record path is no crash
+                    for x in &exports {
+                        let _ = x.vol.close();
+                    }
+                    cleanup_socket();
+                    return Err(e);
+                }
+            }
+        }
         None => None,
     };
     exports[0].recorder = recorder.clone();
@@ -632,7 +651,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         let r = e.vol.flush().and_then(|_| {
             let st = e.vol.stats();
             eprintln!(
-                "sluice: {}: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), WA {:.2}",
+                "sluice: {}: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), WA {:.3}",
                 path.display(),
                 st.host_write_bytes as f64 / 1048576.0,
                 st.host_read_bytes as f64 / 1048576.0,

@@ -207,12 +207,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// WA against the effective spare (over-provisioning plus the GC reserve and the
+/// open segments' slack, `drive::effective_spare`), the x of Desnoyers' curve:
+/// measured points and the analytic curve share one axis, each point labelled with
+/// the nominal `--overprovision` it was created with.
 fn plot(path: &std::path::Path, pts: &[Point]) -> anyhow::Result<()> {
     use plotters::prelude::*;
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE)
-        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    let xmax = pts.iter().map(|p| p.overprovision_pct).fold(10.0, f64::max) * 1.05;
+    let e = |e: &dyn std::fmt::Display| anyhow::anyhow!("plot: {e}");
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let x_of = |p: &Point| p.effective_spare * 100.0;
+    let xmax = pts.iter().map(x_of).fold(10.0, f64::max) * 1.08;
     let ymax = pts
         .iter()
         .map(|p| p.measured.wa.max(p.analytic_greedy_uniform.unwrap_or(0.0)))
@@ -220,31 +225,40 @@ fn plot(path: &std::path::Path, pts: &[Point]) -> anyhow::Result<()> {
         .min(30.0)
         * 1.1;
     let mut ch = ChartBuilder::on(&root)
-        .caption(
-            "Write amplification vs over-provisioning",
-            ("sans-serif", 20),
-        )
-        .margin(10)
-        .x_label_area_size(40)
+        .caption("Write amplification vs effective spare", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(45)
         .y_label_area_size(50)
         .build_cartesian_2d(0.0..xmax, 0.0..ymax)
-        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+        .map_err(|x| e(&x))?;
     ch.configure_mesh()
-        .x_desc("over-provisioning %")
+        .x_desc(
+            "effective spare % (over-provisioning + GC reserve; labels: nominal --overprovision)",
+        )
         .y_desc("WA")
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(225, 225, 225))
         .draw()
-        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    let analytic: Vec<(f64, f64)> = (30..=int(xmax * 10.0))
+        .map_err(|x| e(&x))?;
+    let analytic: Vec<(f64, f64)> = (10..=int(xmax * 10.0))
         .filter_map(|i| {
             let op = i as f64 / 10.0;
-            greedy_wa_analytic(op / 100.0).map(|a| (op, a.min(ymax)))
+            greedy_wa_analytic(op / 100.0)
+                .filter(|a| *a <= ymax)
+                .map(|a| (op, a))
         })
         .collect();
-    ch.draw_series(LineSeries::new(analytic, &BLACK))
-        .map_err(|e| anyhow::anyhow!("plot: {e}"))?
+    ch.draw_series(LineSeries::new(analytic, BLACK.stroke_width(1)))
+        .map_err(|x| e(&x))?
         .label("analytic greedy, uniform (Desnoyers)")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
-    let colors = [RED, BLUE, GREEN, MAGENTA, CYAN];
+    let colors = [
+        RGBColor(0, 114, 178),
+        RGBColor(230, 159, 0),
+        RGBColor(0, 158, 115),
+        RGBColor(204, 121, 167),
+        RGBColor(213, 94, 0),
+    ];
     let mut keys: Vec<(String, &str)> = pts
         .iter()
         .map(|p| (p.workload.clone(), p.gc_policy))
@@ -252,24 +266,43 @@ fn plot(path: &std::path::Path, pts: &[Point]) -> anyhow::Result<()> {
     keys.dedup();
     for (i, k) in keys.iter().enumerate() {
         let c = colors[i % colors.len()];
-        let series: Vec<(f64, f64)> = pts
+        let mine: Vec<&Point> = pts
             .iter()
             .filter(|p| p.workload == k.0 && p.gc_policy == k.1)
-            .map(|p| (p.overprovision_pct, p.measured.wa))
             .collect();
-        ch.draw_series(LineSeries::new(series.clone(), c))
-            .map_err(|e| anyhow::anyhow!("plot: {e}"))?
-            .label(format!("{} {}", k.0, k.1))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
-        ch.draw_series(series.into_iter().map(|p| Circle::new(p, 3, c.filled())))
-            .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+        let series: Vec<(f64, f64)> = mine.iter().map(|p| (x_of(p), p.measured.wa)).collect();
+        ch.draw_series(LineSeries::new(series.clone(), c.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label(format!("measured: {} {}", k.0, k.1))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        let marker = i % 3;
+        ch.draw_series(series.iter().map(|&p| {
+            EmptyElement::at(p)
+                + match marker {
+                    0 => Circle::new((0, 0), 5, c.filled()).into_dyn(),
+                    1 => TriangleMarker::new((0, 0), 6, c.filled()).into_dyn(),
+                    _ => Rectangle::new([(-5, -5), (5, 5)], c.filled()).into_dyn(),
+                }
+        }))
+        .map_err(|x| e(&x))?;
+        ch.draw_series(mine.iter().map(|p| {
+            EmptyElement::at((x_of(p), p.measured.wa))
+                + Text::new(
+                    format!("OP {:.0}%", p.overprovision_pct),
+                    (8, -18),
+                    ("sans-serif", 13).into_font().color(&c),
+                )
+        }))
+        .map_err(|x| e(&x))?;
     }
+    // upper right, where WA curves (falling with spare) leave room
     ch.configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .border_style(BLACK)
         .background_style(WHITE)
         .draw()
-        .map_err(|e| anyhow::anyhow!("plot: {e}"))?;
-    root.present().map_err(|e| anyhow::anyhow!("plot: {e}"))?;
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
     Ok(())
 }
 

@@ -3,8 +3,13 @@
 //! chunks. Layout of a slot: one header block, then the body (map as u32 LE per
 //! logical block, then 16 bytes per segment), padded to whole blocks.
 //!
+//! The header's formerly reserved bytes 64.. may carry the volume's lifetime
+//! counters (`Lifetime`, tag `LIFE`): optional, ignored by readers that predate
+//! them, all-zero = absent (docs/format.md §4.3).
+//!
 //! Invariant: a checkpoint is used only if its header CRC and its body CRC verify
-//! and its geometry matches the superblock.
+//! and its geometry matches the superblock; the lifetime counters never make a
+//! checkpoint unusable (a bad counter block decodes as absent).
 
 use super::*;
 
@@ -33,6 +38,139 @@ pub fn slot_bytes(logical_blocks: u64, segment_count: u32) -> u64 {
     b + body_bytes(logical_blocks, segment_count).div_ceil(b) * b
 }
 
+/// Tag at header offset 64 that marks the lifetime counter block.
+pub const LIFETIME_TAG: [u8; 4] = *b"LIFE";
+/// Header offset of the tag; the u16 field count follows at +4, the u64
+/// fields at +8.
+pub const LIFETIME_OFFSET: usize = 64;
+/// Most u64 fields the header has room for (up to the CRC at 4092).
+pub const LIFETIME_MAX_FIELDS: usize = (BLOCK_BYTES - 4 - LIFETIME_OFFSET - 8) / 8;
+/// GC output classes counted per class (the engine uses at most this many).
+pub const LIFETIME_GC_CLASSES: usize = 3;
+
+/// Counters over the volume's whole life (since `since_unix_s`), carried in the
+/// checkpoint header. Field order is the on-disk order; new fields are only ever
+/// appended (a reader takes the fields it knows, missing ones are 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Lifetime {
+    /// When counting started: the volume's creation, or the first mount by a
+    /// build that keeps these counters (seconds since the Unix epoch).
+    pub since_unix_s: u64,
+    pub mounts: u64,
+    pub host_write_bytes: u64,
+    pub host_zero_bytes: u64,
+    pub host_trim_bytes: u64,
+    pub media_user_data_bytes: u64,
+    pub media_gc_data_bytes: u64,
+    pub media_chunk_header_bytes: u64,
+    pub media_checkpoint_bytes: u64,
+    pub media_superblock_bytes: u64,
+    pub media_flushes: u64,
+    pub checkpoints: u64,
+    pub gc_runs: u64,
+    pub gc_blocks_moved: u64,
+    pub gc_virtual_moved: u64,
+    /// Data and virtual blocks GC moved into each GC output class.
+    pub gc_class_blocks_moved: [u64; LIFETIME_GC_CLASSES],
+}
+
+impl Lifetime {
+    /// The fields in on-disk order.
+    pub fn fields(&self) -> Vec<u64> {
+        let mut v = vec![
+            self.since_unix_s,
+            self.mounts,
+            self.host_write_bytes,
+            self.host_zero_bytes,
+            self.host_trim_bytes,
+            self.media_user_data_bytes,
+            self.media_gc_data_bytes,
+            self.media_chunk_header_bytes,
+            self.media_checkpoint_bytes,
+            self.media_superblock_bytes,
+            self.media_flushes,
+            self.checkpoints,
+            self.gc_runs,
+            self.gc_blocks_moved,
+            self.gc_virtual_moved,
+        ];
+        v.extend_from_slice(&self.gc_class_blocks_moved);
+        v
+    }
+
+    /// Build from fields in on-disk order; missing trailing fields are 0,
+    /// fields beyond the known ones are ignored.
+    pub fn from_fields(f: &[u64]) -> Lifetime {
+        let g = |i: usize| f.get(i).copied().unwrap_or(0);
+        let mut l = Lifetime {
+            since_unix_s: g(0),
+            mounts: g(1),
+            host_write_bytes: g(2),
+            host_zero_bytes: g(3),
+            host_trim_bytes: g(4),
+            media_user_data_bytes: g(5),
+            media_gc_data_bytes: g(6),
+            media_chunk_header_bytes: g(7),
+            media_checkpoint_bytes: g(8),
+            media_superblock_bytes: g(9),
+            media_flushes: g(10),
+            checkpoints: g(11),
+            gc_runs: g(12),
+            gc_blocks_moved: g(13),
+            gc_virtual_moved: g(14),
+            gc_class_blocks_moved: [0; LIFETIME_GC_CLASSES],
+        };
+        for (k, c) in l.gc_class_blocks_moved.iter_mut().enumerate() {
+            *c = g(15 + k);
+        }
+        l
+    }
+
+    /// Every media byte the volume wrote.
+    pub fn media_write_bytes(&self) -> u64 {
+        self.media_user_data_bytes
+            + self.media_gc_data_bytes
+            + self.media_chunk_header_bytes
+            + self.media_checkpoint_bytes
+            + self.media_superblock_bytes
+    }
+
+    /// Media bytes / host bytes written (0 when nothing was written).
+    pub fn write_amplification(&self) -> f64 {
+        if self.host_write_bytes == 0 {
+            0.0
+        } else {
+            self.media_write_bytes() as f64 / self.host_write_bytes as f64
+        }
+    }
+
+    /// Write the counter block into a checkpoint header block.
+    fn encode_into(&self, b: &mut [u8]) {
+        let f = self.fields();
+        b[LIFETIME_OFFSET..LIFETIME_OFFSET + 4].copy_from_slice(&LIFETIME_TAG);
+        put_u16(b, LIFETIME_OFFSET + 4, f.len() as u16);
+        for (i, v) in f.iter().enumerate() {
+            put_u64(b, LIFETIME_OFFSET + 8 + i * 8, *v);
+        }
+    }
+
+    /// Read the counter block of a (CRC-verified) header block: None when
+    /// absent (no tag: written before the counters existed) or malformed.
+    fn decode_from(b: &[u8]) -> Option<Lifetime> {
+        if b[LIFETIME_OFFSET..LIFETIME_OFFSET + 4] != LIFETIME_TAG {
+            return None;
+        }
+        let n = get_u16(b, LIFETIME_OFFSET + 4) as usize;
+        if n > LIFETIME_MAX_FIELDS {
+            return None;
+        }
+        let f: Vec<u64> = (0..n)
+            .map(|i| get_u64(b, LIFETIME_OFFSET + 8 + i * 8))
+            .collect();
+        Some(Lifetime::from_fields(&f))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointHeader {
     pub uuid: [u8; 16],
@@ -42,6 +180,8 @@ pub struct CheckpointHeader {
     pub segment_count: u32,
     pub body_crc: u32,
     pub created_unix_ns: u64,
+    /// Lifetime counters as of this checkpoint (None: not recorded).
+    pub lifetime: Option<Lifetime>,
 }
 
 impl CheckpointHeader {
@@ -55,6 +195,9 @@ impl CheckpointHeader {
         put_u32(&mut b, 48, self.segment_count);
         put_u32(&mut b, 52, self.body_crc);
         put_u64(&mut b, 56, self.created_unix_ns);
+        if let Some(l) = &self.lifetime {
+            l.encode_into(&mut b);
+        }
         let crc = crc32c::crc32c(&b[..BLOCK_BYTES - 4]);
         put_u32(&mut b, BLOCK_BYTES - 4, crc);
         b
@@ -84,6 +227,7 @@ impl CheckpointHeader {
             segment_count: get_u32(b, 48),
             body_crc: get_u32(b, 52),
             created_unix_ns: get_u64(b, 56),
+            lifetime: Lifetime::decode_from(b),
         })
     }
 }
@@ -152,12 +296,63 @@ mod tests {
             segment_count: 8,
             body_crc: 5,
             created_unix_ns: 6,
+            lifetime: None,
         };
         let b = h.encode();
         assert_eq!(CheckpointHeader::decode(&b).unwrap(), h);
+        // no counters: the bytes after created_unix_ns stay zero (what v1 wrote)
+        assert!(b[64..4092].iter().all(|&x| x == 0));
         let mut bad = b.clone();
         bad[40] ^= 1;
         assert_eq!(CheckpointHeader::decode(&bad), Err(FormatError::Checksum));
         assert_eq!(slot_bytes(1024, 8), 4096 + 8192);
+    }
+
+    #[test]
+    fn lifetime_counters_roundtrip_at_their_documented_offsets() {
+        let l = Lifetime::from_fields(&(1..=18).collect::<Vec<u64>>());
+        assert_eq!(l.fields(), (1..=18).collect::<Vec<u64>>());
+        let h = CheckpointHeader {
+            uuid: [1; 16],
+            next_seq: 9,
+            logical_blocks: 100,
+            segment_count: 8,
+            body_crc: 5,
+            created_unix_ns: 6,
+            lifetime: Some(l),
+        };
+        let b = h.encode();
+        assert_eq!(CheckpointHeader::decode(&b).unwrap(), h);
+        // docs/format.md §4.3: tag at 64, count at 68, fields LE u64 from 72
+        assert_eq!(&b[64..68], b"LIFE");
+        assert_eq!(u16::from_le_bytes([b[68], b[69]]), 18);
+        assert_eq!(u64::from_le_bytes(b[72..80].try_into().unwrap()), 1);
+        assert_eq!(u64::from_le_bytes(b[88..96].try_into().unwrap()), 3);
+        // the fields a v1 reader knows are where they were
+        assert_eq!(u64::from_le_bytes(b[32..40].try_into().unwrap()), 9);
+        // a later build's extra fields are ignored, fewer fields read as 0
+        let mut more = b.clone();
+        put_u16(&mut more, 68, 20);
+        put_u64(&mut more, 72 + 18 * 8, 77);
+        let crc = crc32c::crc32c(&more[..4092]);
+        put_u32(&mut more, 4092, crc);
+        assert_eq!(CheckpointHeader::decode(&more).unwrap().lifetime, Some(l));
+        let mut fewer = b.clone();
+        put_u16(&mut fewer, 68, 2);
+        let crc = crc32c::crc32c(&fewer[..4092]);
+        put_u32(&mut fewer, 4092, crc);
+        let got = CheckpointHeader::decode(&fewer).unwrap().lifetime.unwrap();
+        assert_eq!(
+            (got.since_unix_s, got.mounts, got.host_write_bytes),
+            (1, 2, 0)
+        );
+        // a count past the header's room is malformed: counters absent, header fine
+        let mut huge = b.clone();
+        put_u16(&mut huge, 68, u16::MAX);
+        let crc = crc32c::crc32c(&huge[..4092]);
+        put_u32(&mut huge, 4092, crc);
+        let d = CheckpointHeader::decode(&huge).unwrap();
+        assert_eq!((d.lifetime, d.next_seq), (None, 9));
+        assert_eq!(LIFETIME_MAX_FIELDS, 502);
     }
 }

@@ -91,6 +91,14 @@ pub struct Metrics {
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
+/// The access-pattern counters (host side here, media side by `MeteredMedia`).
+static PATTERN: AtomicBool = AtomicBool::new(true);
+
+/// Turn the host access-pattern counters on or off (on by default); the media
+/// side is counted only when the volume's media is a `MeteredMedia`.
+pub fn set_access_pattern(on: bool) {
+    PATTERN.store(on, Relaxed);
+}
 static GLOBAL: OnceLock<Metrics> = OnceLock::new();
 /// Clock ticks per microsecond (f64 bits), set by `enable`.
 static TICKS_PER_US: AtomicU64 = AtomicU64::new(0);
@@ -170,7 +178,7 @@ pub fn done(kind: Req, offset: u64, len: u64, ok: bool, t0: Option<Started>) {
     if !ok {
         m.errors[k].fetch_add(1, Relaxed);
     }
-    if kind != Req::Flush {
+    if kind != Req::Flush && PATTERN.load(Relaxed) {
         m.host.observe(offset, len);
     }
 }
@@ -429,6 +437,62 @@ pub fn render(vol: &Volume, m: &Metrics, wa_last_minute: f64) -> String {
         "sluice_gc_blocks_moved_total",
         "class=\"virtual\"",
         st.gc_virtual_moved,
+    );
+    t.head(
+        "sluice_gc_class_runs_total",
+        "counter",
+        "GC victims cleaned, by the GC output class the policy sent their data to (0 = first relocation; generational and SepBIT-style policies use 1 and 2 for older data).",
+    );
+    for (k, v) in st.gc_class_runs.iter().enumerate() {
+        t.val(
+            "sluice_gc_class_runs_total",
+            &format!("gc_class=\"{k}\""),
+            v,
+        );
+    }
+    t.head(
+        "sluice_gc_class_blocks_moved_total",
+        "counter",
+        "Blocks (data and virtual) GC moved, by GC output class.",
+    );
+    for (k, v) in st.gc_class_blocks_moved.iter().enumerate() {
+        t.val(
+            "sluice_gc_class_blocks_moved_total",
+            &format!("gc_class=\"{k}\""),
+            v,
+        );
+    }
+    t.head(
+        "sluice_lifetime_bytes_total",
+        "counter",
+        "Bytes over the volume's life (persisted in each checkpoint; after a crash, the last checkpoint's value plus this session): host writes and media writes by class.",
+    );
+    let lt = &st.lifetime;
+    for (class, v) in [
+        ("host_write", lt.host_write_bytes),
+        ("user_data", lt.media_user_data_bytes),
+        ("gc", lt.media_gc_data_bytes),
+        ("headers", lt.media_chunk_header_bytes),
+        ("checkpoints", lt.media_checkpoint_bytes),
+        ("superblocks", lt.media_superblock_bytes),
+    ] {
+        t.val(
+            "sluice_lifetime_bytes_total",
+            &format!("class=\"{class}\""),
+            v,
+        );
+    }
+    t.one(
+        "sluice_lifetime_write_amplification",
+        "gauge",
+        "Media bytes written per host byte written over the volume's life.",
+        st.lifetime_write_amplification,
+    );
+    t.one(
+        "sluice_lifetime_gc_runs_total",
+        "counter",
+        "GC victims cleaned over the volume's life.",
+        lt.gc_runs,
     );
     t.one(
         "sluice_checkpoints_total",

@@ -476,7 +476,7 @@ impl Core {
         reserve: u32,
         durable: u64,
         out: &mut Vec<Sealed>,
-    ) -> std::result::Result<(u64, u64), RelocateError> {
+    ) -> std::result::Result<(u64, u64, usize), RelocateError> {
         let seg_blocks = self.geo.segment_blocks;
         let base = victim * seg_blocks;
         let (mut data_moved, mut virt_moved) = (0u64, 0u64);
@@ -547,7 +547,7 @@ impl Core {
                 s.live
             )));
         }
-        Ok((data_moved, virt_moved))
+        Ok((data_moved, virt_moved, class))
     }
 
     /// Blocks writers can still take before the reserve: free and pending

@@ -27,6 +27,7 @@ use super::core::RelocateError;
 use super::{parse_victim, Shared};
 use crate::checkpoint;
 use crate::error::{Error, Result};
+use crate::format::checkpoint::Lifetime;
 use crate::format::BLOCK_BYTES;
 use crate::gc;
 use crate::media::AlignedBuf;
@@ -470,7 +471,17 @@ impl Shared {
         };
         self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(next_seq)?;
-        checkpoint::finish_image(&mut img, &geo, uuid, next_seq);
+        // the lifetime counters it records include its own writes: the slot,
+        // its flush, and the superblock write that makes it current
+        let own = Lifetime {
+            media_checkpoint_bytes: img.len() as u64,
+            media_superblock_bytes: BLOCK_BYTES as u64,
+            media_flushes: 2,
+            checkpoints: 1,
+            ..Lifetime::default()
+        };
+        let lifetime = self.counters.lifetime(&own);
+        checkpoint::finish_image(&mut img, &geo, uuid, next_seq, lifetime);
         self.commit.write_checkpoint(&img, next_seq, clean)?;
         self.hk.credit.lock().checkpoints += 1;
         self.hk.credit_cv.notify_all();
@@ -614,14 +625,14 @@ impl Shared {
             let r = c.relocate(victim, &img, chunks, self.hk.reserve, durable, &mut out);
             c.end_victim(victim);
             match r {
-                Ok(m) => m,
+                Ok((d, v, class)) => (d, v, Some(class)),
                 Err(RelocateError::Damaged(why)) => {
                     tracing::error!("segment {victim} is damaged, GC leaves it alone: {why}");
                     // (if nothing live is left in it, it was made Pending: reusable)
                     if c.segs.segs[victim as usize].live > 0 {
                         c.segs.segs[victim as usize].state = SegState::Damaged;
                     }
-                    (0, 0)
+                    (0, 0, None)
                 }
                 Err(RelocateError::NoSpace) => {
                     drop(c);
@@ -636,6 +647,10 @@ impl Shared {
         Counters::add(&self.counters.gc_runs, 1);
         Counters::add(&self.counters.gc_blocks_moved, moved.0);
         Counters::add(&self.counters.gc_virtual_moved, moved.1);
+        if let Some(k) = moved.2.filter(|&k| k < self.counters.gc_class_runs.len()) {
+            Counters::add(&self.counters.gc_class_runs[k], 1);
+            Counters::add(&self.counters.gc_class_blocks_moved[k], moved.0 + moved.1);
+        }
         Ok(true)
     }
 }

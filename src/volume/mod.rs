@@ -26,6 +26,7 @@ use self::commit::{write_block, Commit};
 use self::core::{Core, NeedSpace, What};
 use self::housekeeper::Housekeeper;
 use crate::error::{Error, Result};
+use crate::format::checkpoint::Lifetime;
 use crate::format::chunk::{Stream, NO_SRC};
 use crate::format::superblock::{Superblock, FLAG_CLEAN, NO_CHECKPOINT};
 use crate::format::{is_filled_with, BLOCK_BYTES};
@@ -292,7 +293,23 @@ impl Volume {
         if core.hot_lifetime > 0 {
             core.last_write = vec![0; geo.logical_blocks as usize];
         }
-        let counters = Arc::new(Counters::default());
+        // lifetime counters: the checkpoint's, or (none recorded) counting
+        // starts at create when no checkpoint was ever written, else now
+        let mut lifetime = m.lifetime.unwrap_or_else(|| Lifetime {
+            since_unix_s: if m.sb.checkpoint_slot == NO_CHECKPOINT {
+                m.sb.created_unix_s
+            } else {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0)
+            },
+            ..Lifetime::default()
+        });
+        if !opts.read_only {
+            lifetime.mounts += 1;
+        }
+        let counters = Arc::new(Counters::with_lifetime(lifetime));
         let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
         let commit = Arc::new(Commit::new(
             media.clone(),
@@ -845,6 +862,8 @@ impl Shared {
             gc_runs: 0,
             gc_blocks_moved: 0,
             gc_virtual_moved: 0,
+            gc_class_runs: [0; crate::format::checkpoint::LIFETIME_GC_CLASSES],
+            gc_class_blocks_moved: [0; crate::format::checkpoint::LIFETIME_GC_CLASSES],
             checkpoints: 0,
             reuse_barriers: 0,
             segments_total: c.segs.count(),
@@ -863,6 +882,8 @@ impl Shared {
             scrub_bytes: 0,
             scrub_errors: 0,
             crc_index_bytes: self.crc_index.memory_bytes(),
+            lifetime: Default::default(),
+            lifetime_write_amplification: 0.0,
         };
         drop(c);
         self.counters.snapshot(base)
