@@ -47,13 +47,22 @@ fn crashed_image() -> (Vec<u8>, Vec<u8>) {
 
 fn assert_content(img: Vec<u8>, want: &[u8], what: &str) {
     let media = Arc::new(FaultMedia::from_image(img));
-    let vol = Volume::open(media as Arc<dyn Media>, &det_open(1 << 40))
+    let vol = Volume::open(media.clone() as Arc<dyn Media>, &det_open(1 << 40))
         .unwrap_or_else(|e| panic!("{what}: remount fails: {e}"));
     let mut got = vec![0u8; want.len()];
     vol.read(0, &mut got).unwrap();
     let bad =
         (0..want.len() / BS).find(|&b| got[b * BS..(b + 1) * BS] != want[b * BS..(b + 1) * BS]);
     assert!(bad.is_none(), "{what}: flushed block {} lost", bad.unwrap());
+    // Every block may read right and the map still point into a tombstoned
+    // segment, which the next reuse or crash loses (DST finding B): check it.
+    let rep = sluice::check::check(&*media);
+    assert!(
+        rep.is_clean(),
+        "{what}: check after the remount: {:?}; mount notes: {:?}",
+        rep.damage,
+        vol.mount_report().notes
+    );
 }
 
 #[test]
