@@ -60,7 +60,7 @@ echo "== mount after a clean close"
 measure clean
 
 echo "== crash: 4 KiB random writes for ${crash_after}s, then kill -9"
-"$sluice" bench steady --quiet --target "sluice:$vol" --region "$size" --duration 1h \
+"$sluice" bench steady --quiet --force --target "sluice:$vol" --region "$size" --duration 1h \
     --interval 5 >/dev/null 2>&1 &
 bench_pid=$!
 sleep "$crash_after"

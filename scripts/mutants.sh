@@ -154,6 +154,9 @@ EOF
 apply_read_crc() {
   marker read-crc
 }
+apply_durable_damage_dropped() {
+  replace src/recovery.rs '(BadKind::Data { seq }, _) => (c_next..w).contains(seq),' '(BadKind::Data { seq: _ }, _) => false,'
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -168,6 +171,7 @@ run nbd-drops-fua volatile_cache
 run file-flush-noop volatile_cache
 run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
+run durable-damage-dropped dst header_flips
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

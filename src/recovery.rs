@@ -859,9 +859,15 @@ pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
 /// Mount `media`: the named steps above, each timed in `report.steps`. Performs
 /// no writes.
 pub fn mount(media: &dyn Media) -> Result<Mounted> {
-    let mut report = MountReport::default();
+    mount_with(media, &mut MountReport::default())
+}
+
+/// `mount` with the report kept by the caller, so a mount that refuses still
+/// tells which rules fired on the way (`damage_refused` among them). On success
+/// the report moves into `Mounted::report`.
+pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
     let t = std::time::Instant::now();
-    let (sb, copies) = timed(&mut report, "read_superblocks", t, read_superblocks(media)?);
+    let (sb, copies) = timed(report, "read_superblocks", t, read_superblocks(media)?);
     for (i, c) in copies.iter().enumerate() {
         if let Err(e) = c {
             report.notes.push(format!(
@@ -874,8 +880,8 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
     let sb_fallback = copies.iter().any(|c| c.is_err());
 
     let t = std::time::Instant::now();
-    let base = load_checkpoint(media, &sb, sb_fallback, &mut report);
-    let mut base = timed(&mut report, "load_checkpoint", t, base);
+    let base = load_checkpoint(media, &sb, sb_fallback, report);
+    let mut base = timed(report, "load_checkpoint", t, base);
     let clean = base.clean;
     let mut fills: Vec<u32> = base.records.iter().map(|r| r.fill).collect();
     let mut last_seq: Vec<u64> = base.records.iter().map(|r| r.last_seq).collect();
@@ -884,8 +890,8 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
 
     if !clean {
         let t = std::time::Instant::now();
-        let scans = scan_segments(media, &geo, &sb.uuid, &base, &mut report)?;
-        let scans = timed(&mut report, "scan_segments", t, scans);
+        let scans = scan_segments(media, &geo, &sb.uuid, &base, report)?;
+        let scans = timed(report, "scan_segments", t, scans);
 
         let t = std::time::Instant::now();
         let (w, damage, ignore) = judge(&scans, base.c_next, sb.durable_seq, &mut report.rules);
@@ -904,9 +910,9 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
             base.c_next,
             w,
             &mut last_seq,
-            &mut report,
+            report,
         )?;
-        timed(&mut report, "replay", t, ());
+        timed(report, "replay", t, ());
         if sb_fallback && report.rules.log_end_at_missing_seq > 0 {
             // The lost copy may have held a higher watermark (a reuse barrier
             // after the kept copy): the missing chunk may be a dead one whose
@@ -950,7 +956,7 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
         &last_seq,
         clean.then_some(&base.records[..]),
     )?;
-    timed(&mut report, "rebuild_segments", t, ());
+    timed(report, "rebuild_segments", t, ());
     wipe.retain(|&s| segs.segs[s as usize].state == SegState::Free);
     report.rules.free_segment_wipe_scheduled += wipe.len() as u64;
     Ok(Mounted {
@@ -961,7 +967,7 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
         next_seq,
         needs_checkpoint: !clean,
         wipe,
-        report,
+        report: std::mem::take(report),
     })
 }
 
@@ -1048,6 +1054,22 @@ mod tests {
                 .chunks
                 .is_empty()
         );
+    }
+
+    /// `chunk_past_segment_end`: a header with a valid checksum that claims
+    /// more blocks than its segment (or the walked area) has left. No bit flip
+    /// or torn write makes one (the checksum covers the length), so the DST
+    /// cannot reach this rule; this test does.
+    #[test]
+    fn a_chunk_longer_than_what_is_left_is_bad_data_with_its_seq() {
+        let img = image(16, &[5, 6, 7], 3);
+        let mut rules = RecoveryRules::default();
+        let w = walk_image(&img[..5 * BLOCK_BYTES], 0, &UUID, 3, 1, &mut rules);
+        assert_eq!(rules.chunk_past_segment_end, 1);
+        assert_eq!(w.chunks.iter().map(|c| c.seq).collect::<Vec<_>>(), [5, 6]);
+        assert_eq!(w.bad.len(), 1);
+        assert_eq!(w.bad[0].kind, BadKind::Data { seq: 7 });
+        assert_eq!((w.valid_end, w.stop), (4, Stop::Tail));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Service conventions of `sluice serve`: bind before mount (a bad socket path
 //! or a busy port leaves the volume untouched and clean), SIGHUP drains and
 //! closes like SIGTERM, several exports from one server (selected by name,
-//! listed by NBD_OPT_LIST), `--fork` with `--pid-file`, readiness notification
+//! listed by NBD_OPT_LIST, or from a `--config` file), `--fork` with `--pid-file`, readiness notification
 //! (NOTIFY_SOCKET) and systemd socket activation (LISTEN_FDS).
 
 mod nbd_common;
@@ -163,6 +163,121 @@ fn several_exports_selected_by_name_and_listed() {
     let st = nbd_common::wait_timeout(&mut child, Duration::from_secs(30)).unwrap();
     assert_eq!(st.code(), Some(0));
     assert!(is_clean(&a) && is_clean(&b));
+}
+
+#[test]
+fn exports_from_a_config_file() {
+    require_tools!("exports_from_a_config_file", "nbdinfo", "nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        dir.path().join("a.img"),
+        dir.path().join("b.img"),
+        dir.path().join("c.img"),
+    );
+    create(&a, "64M");
+    create(&b, "128M");
+    create(&c, "32M");
+    let conf = dir.path().join("exports.toml");
+    // b by a path relative to the file's directory, c read-only
+    std::fs::write(
+        &conf,
+        format!(
+            "# test exports\n[[export]]\nname = \"alpha\"\npath = \"{}\"\n\n\
+             [[export]]\nname = \"beta\"\npath = \"b.img\"\ndescription = \"the second one\"\n\n\
+             [[export]]\nname = \"gamma\"\npath = \"{}\"\nread_only = true\n",
+            a.display(),
+            c.display()
+        ),
+    )
+    .unwrap();
+    let sock = dir.path().join("s.sock");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--socket"])
+        .arg(&sock)
+        .arg("--config")
+        .arg(&conf)
+        .current_dir("/")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(
+        line.trim(),
+        format!("nbd+unix:///alpha?socket={}", sock.display())
+    );
+    let uri = |name: &str| format!("nbd+unix:///{name}?socket={}", sock.display());
+    let list = nbd_common::stdout(
+        Command::new("nbdinfo")
+            .arg("--list")
+            .arg(format!("nbd+unix://?socket={}", sock.display())),
+    );
+    for want in ["alpha", "beta", "gamma", "the second one"] {
+        assert!(list.contains(want), "{want} missing from:\n{list}");
+    }
+    let info =
+        |name: &str| nbd_common::stdout(Command::new("nbdinfo").arg("--json").arg(uri(name)));
+    let (ia, ib, ic) = (info("alpha"), info("beta"), info("gamma"));
+    assert!(ia.contains("\"export-size\": 67108864"), "{ia}");
+    assert!(ib.contains("\"export-size\": 134217728"), "{ib}");
+    assert!(ia.contains("\"is_read_only\": false"), "{ia}");
+    assert!(ic.contains("\"is_read_only\": true"), "{ic}");
+    roundtrip(&uri("alpha"), dir.path(), 3);
+    roundtrip(&uri("beta"), dir.path(), 4);
+    let src = dir.path().join("in3.bin");
+    let w = Command::new("nbdcopy")
+        .arg(&src)
+        .arg(uri("gamma"))
+        .output()
+        .unwrap();
+    assert!(
+        !w.status.success(),
+        "a write to the read-only export succeeded"
+    );
+    term(child.id() as i32, libc::SIGTERM);
+    let st = nbd_common::wait_timeout(&mut child, Duration::from_secs(30)).unwrap();
+    assert_eq!(st.code(), Some(0));
+    assert!(is_clean(&a) && is_clean(&b) && is_clean(&c));
+
+    // A name both on the command line and in the file is refused.
+    let out = Command::new(BIN)
+        .args(["serve", "--socket"])
+        .arg(&sock)
+        .arg(format!("--export=beta={}", a.display()))
+        .arg("--config")
+        .arg(&conf)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("\"beta\"") && err.contains("also given on the command line"),
+        "{err}"
+    );
+    assert!(is_clean(&a), "a refused start touched a volume");
+
+    // A bad file names itself and the line, and nothing is served.
+    std::fs::write(
+        &conf,
+        "[[export]]\nname = \"x\"\npath = \"a.img\"\nreadonly = true\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--socket"])
+        .arg(&sock)
+        .arg("--config")
+        .arg(&conf)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("{}: line 4:", conf.display())) && err.contains("readonly"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 mod bench;
 mod create;
+mod exports;
 mod info;
 mod replay;
 mod serve;
@@ -9,6 +10,14 @@ mod sim;
 mod top;
 
 use clap::{Parser, Subcommand};
+
+/// `sluice serve --help` after the options: examples, then an exports file.
+fn serve_after_help() -> String {
+    format!(
+        "Prints the NBD URI to connect to on stdout.\n\nExamples:\n  sluice serve vol.img --socket /tmp/vol.sock\n  sluice serve vol.img --port 10809 --export-name vol\n  sluice serve --create vol.img --size 10G --socket /tmp/vol.sock\n  sluice serve vol.img --socket /tmp/vol.sock --read-only --pid-file /run/sluice.pid\n  sluice serve --config /etc/sluice/exports.toml --port 10809\n\nThen, for example:\n  nbdinfo 'nbd+unix:///?socket=/tmp/vol.sock'\n  qemu-img convert -n -O raw disk.img 'nbd+unix:///?socket=/tmp/vol.sock'\n  nbdfuse /mnt/vol 'nbd+unix:///?socket=/tmp/vol.sock'\n\nAn exports file for --config (TOML):\n{}",
+        exports::EXAMPLE
+    )
+}
 
 #[derive(Parser)]
 #[command(
@@ -51,9 +60,7 @@ pub enum Cmd {
     )]
     Sim(sim::Args),
     /// Export a volume over NBD (Unix socket or TCP) until SIGINT/SIGTERM.
-    #[command(
-        after_help = "Prints the NBD URI to connect to on stdout.\n\nExamples:\n  sluice serve vol.img --socket /tmp/vol.sock\n  sluice serve vol.img --port 10809 --export-name vol\n  sluice serve --create vol.img --size 10G --socket /tmp/vol.sock\n  sluice serve vol.img --socket /tmp/vol.sock --read-only --pid-file /run/sluice.pid\n\nThen, for example:\n  nbdinfo 'nbd+unix:///?socket=/tmp/vol.sock'\n  qemu-img convert -n -O raw disk.img 'nbd+unix:///?socket=/tmp/vol.sock'\n  nbdfuse /mnt/vol 'nbd+unix:///?socket=/tmp/vol.sock'"
-    )]
+    #[command(after_help = serve_after_help())]
     Serve(Box<serve::Args>),
     /// Live view of a serving volume (IOPS, MB/s, WA, GC, free space, access pattern)
     /// from its metrics endpoint (`sluice serve --metrics ADDR`).

@@ -8,6 +8,7 @@
 //! it accepted; one server per volume (flock).
 
 use super::create;
+use super::exports;
 use anyhow::{bail, Context};
 use sluice::media::{FileMedia, Media};
 use sluice::nbd::{Export, Listener, Server, ServerConfig, TlsFiles, TlsMode};
@@ -49,7 +50,12 @@ pub struct Args {
     /// export name the client asks for, all listed by NBD_OPT_LIST.
     #[arg(long = "export", value_name = "NAME=PATH")]
     pub exports: Vec<String>,
-    /// Export read-only: writes, trims and zeroes fail with EPERM.
+    /// Exports from a TOML file: one [[export]] table each with name, path and
+    /// optionally read_only and description (example below). Adds to PATH and
+    /// --export.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Export read-only (every export): writes, trims and zeroes fail with EPERM.
     #[arg(short = 'r', long)]
     pub read_only: bool,
     /// Write the server's pid here once it is listening; removed at exit.
@@ -332,6 +338,7 @@ fn open_volume(
     path: &Path,
     a: &Args,
     create_it: bool,
+    read_only: bool,
 ) -> anyhow::Result<(Arc<Volume>, std::fs::File)> {
     if create_it && !path.exists() {
         let Some(size) = a.size else {
@@ -354,9 +361,9 @@ fn open_volume(
             path.display()
         );
     }
-    let lock = lock_volume(path, a.read_only)?;
-    let file = FileMedia::open(path, a.read_only)
-        .with_context(|| format!("opening {}", path.display()))?;
+    let lock = lock_volume(path, read_only)?;
+    let file =
+        FileMedia::open(path, read_only).with_context(|| format!("opening {}", path.display()))?;
     // `--metrics` counts media bytes by class through a thin wrapper (run()
     // enabled the metrics before any volume was opened).
     let media: Arc<dyn Media> = if a.metrics.is_some() {
@@ -368,7 +375,7 @@ fn open_volume(
         bail!("--scrub-rate must be above 0 (leave it out to turn scrub off)");
     }
     let opts = OpenOptions {
-        read_only: a.read_only,
+        read_only,
         verify_reads: !a.no_verify_reads,
         scrub_rate: a.scrub_rate,
         ..OpenOptions::default()
@@ -403,25 +410,46 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.create && a.read_only {
         bail!("--create and --read-only do not go together: create the volume first");
     }
-    let mut specs: Vec<(String, PathBuf)> = Vec::new();
+    let mut specs: Vec<exports::ExportSpec> = Vec::new();
+    let plain = |name: &str, path: &Path| exports::ExportSpec {
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        read_only: a.read_only,
+        description: None,
+    };
     if let Some(p) = &a.path {
-        specs.push((a.export_name.clone(), p.clone()));
+        specs.push(plain(&a.export_name, p));
     }
     for e in &a.exports {
         let Some((name, path)) = e.split_once('=') else {
             bail!("--export wants NAME=PATH, got {e:?}");
         };
-        specs.push((name.to_string(), PathBuf::from(path)));
+        specs.push(plain(name, Path::new(path)));
+    }
+    // --create makes the first export of the command line, never one of the file's.
+    let create_first = a.create && !specs.is_empty();
+    if let Some(file) = &a.config {
+        for mut e in exports::load(file)? {
+            e.read_only |= a.read_only;
+            if specs.iter().any(|s| s.name == e.name) {
+                bail!(
+                    "export name {:?} of {} is also given on the command line",
+                    e.name,
+                    file.display()
+                );
+            }
+            specs.push(e);
+        }
     }
     if specs.is_empty() {
-        bail!("give a volume PATH or at least one --export NAME=PATH");
+        bail!("give a volume PATH, --export NAME=PATH or --config FILE");
     }
-    for (i, (name, _)) in specs.iter().enumerate() {
-        if name.len() > 4096 || name.contains('\0') {
+    for (i, s) in specs.iter().enumerate() {
+        if s.name.len() > 4096 || s.name.contains('\0') {
             bail!("export names must be at most 4096 bytes without NUL");
         }
-        if specs[..i].iter().any(|(n, _)| n == name) {
-            bail!("export name {name:?} given twice");
+        if specs[..i].iter().any(|o| o.name == s.name) {
+            bail!("export name {:?} given twice", s.name);
         }
     }
     if a.shared == 0 || a.workers == 0 || a.workers > 1024 {
@@ -502,15 +530,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let metrics = a.metrics.as_ref().map(|_| sluice::metrics::enable());
     let mut exports: Vec<Export> = Vec::new();
     let mut locks = Vec::new();
-    for (i, (name, path)) in specs.iter().enumerate() {
-        match open_volume(path, &a, a.create && i == 0) {
+    for (i, spec) in specs.iter().enumerate() {
+        match open_volume(&spec.path, &a, create_first && i == 0, spec.read_only) {
             Ok((vol, lock)) => {
                 locks.push(lock);
                 exports.push(Export {
-                    name: name.clone(),
-                    description: format!("sluice volume {}", path.display()),
+                    name: spec.name.clone(),
+                    description: spec
+                        .description
+                        .clone()
+                        .unwrap_or_else(|| format!("sluice volume {}", spec.path.display())),
                     vol,
-                    read_only: a.read_only,
+                    read_only: spec.read_only,
                     recorder: None,
                 });
             }
@@ -567,15 +598,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let server = Server::new(exports.clone(), cfg)?;
     {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", uri(&addr, &specs[0].0, tls == TlsMode::Require))?;
+        writeln!(
+            out,
+            "{}",
+            uri(&addr, &specs[0].name, tls == TlsMode::Require)
+        )?;
         out.flush()?;
     }
-    for (e, (_, path)) in exports.iter().zip(&specs) {
+    for (e, spec) in exports.iter().zip(&specs) {
         eprintln!(
             "sluice: serving {} ({}{}) at {}",
-            path.display(),
+            spec.path.display(),
             human(e.vol.size_bytes()),
-            if a.read_only { ", read-only" } else { "" },
+            if e.read_only { ", read-only" } else { "" },
             uri(&addr, &e.name, tls == TlsMode::Require)
         );
     }
@@ -592,7 +627,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             .with_context(|| format!("writing {}", p.display()))?;
     }
     let mut closed = Ok(());
-    for (e, (_, path)) in exports.iter().zip(&specs) {
+    for (e, spec) in exports.iter().zip(&specs) {
+        let path = &spec.path;
         let r = e.vol.flush().and_then(|_| {
             let st = e.vol.stats();
             eprintln!(

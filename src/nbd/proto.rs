@@ -275,11 +275,13 @@ pub fn option_reply(option: u32, reply: u32, payload: &[u8]) -> Vec<u8> {
     b
 }
 
-/// NBD_REP_SERVER payload for one export.
-pub fn rep_server(name: &str) -> Vec<u8> {
-    let mut b = Vec::with_capacity(4 + name.len());
+/// NBD_REP_SERVER payload for one export: its name, then its description (the
+/// rest of the payload, as the spec allows; `nbdinfo --list` shows it).
+pub fn rep_server(name: &str, description: &str) -> Vec<u8> {
+    let mut b = Vec::with_capacity(4 + name.len() + description.len());
     b.extend_from_slice(&(name.len() as u32).to_be_bytes());
     b.extend_from_slice(name.as_bytes());
+    b.extend_from_slice(description.as_bytes());
     b
 }
 

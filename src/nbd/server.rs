@@ -1343,7 +1343,11 @@ impl Server {
                         reply(wr, proto::REP_ERR_INVALID, b"LIST takes no data")?;
                     } else {
                         for e in &self.exports {
-                            reply(wr, proto::REP_SERVER, &proto::rep_server(&e.name))?;
+                            reply(
+                                wr,
+                                proto::REP_SERVER,
+                                &proto::rep_server(&e.name, &e.description),
+                            )?;
                         }
                         reply(wr, proto::REP_ACK, &[])?;
                     }

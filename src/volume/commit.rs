@@ -32,6 +32,11 @@ const BS: u64 = BLOCK_BYTES as u64;
 
 /// Bytes of sealed chunks that may wait for a writer before appends block.
 pub(in crate::volume) const WRITE_QUEUE_BYTES: u64 = 32 << 20;
+/// The housekeeper's share of the queue: its chunks (GC output, barrier and
+/// checkpoint seals) wait once the queue holds this much, so a GC burst never
+/// fills the whole queue and the last quarter stays for request threads (a
+/// user append blocked behind GC output was the write tail).
+pub(in crate::volume) const HOUSEKEEPER_QUEUE_BYTES: u64 = WRITE_QUEUE_BYTES / 4 * 3;
 /// Writer threads in background mode: enough to keep the device busy while the
 /// threads that fill chunks go on (one writes while another chunk fills).
 pub(in crate::volume) const WRITER_THREADS: usize = 2;
@@ -188,12 +193,22 @@ impl Commit {
     /// now. Either way every caller that needs them durable waits in
     /// `flush_covering`, and reads find them in `Core::inflight` meanwhile.
     pub fn submit(&self, out: Vec<Sealed>) -> Result<()> {
+        self.submit_within(out, WRITE_QUEUE_BYTES)
+    }
+
+    /// `submit` for the housekeeper: waits while the queue holds
+    /// `HOUSEKEEPER_QUEUE_BYTES`, leaving the rest to request threads.
+    pub fn submit_housekeeping(&self, out: Vec<Sealed>) -> Result<()> {
+        self.submit_within(out, HOUSEKEEPER_QUEUE_BYTES)
+    }
+
+    fn submit_within(&self, out: Vec<Sealed>, limit: u64) -> Result<()> {
         if !self.async_writes || out.is_empty() {
             return self.write_sealed(out);
         }
         let mut q = self.writeq.lock();
         for s in out {
-            while q.bytes >= WRITE_QUEUE_BYTES && !q.failed && !q.stop {
+            while q.bytes >= limit && !q.failed && !q.stop {
                 self.writeq_space.wait(&mut q);
             }
             if q.failed || q.stop {

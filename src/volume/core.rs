@@ -550,6 +550,22 @@ impl Core {
         Ok((data_moved, virt_moved))
     }
 
+    /// Blocks writers can still take before the reserve: free and pending
+    /// segments beyond `reserve`, plus the room left in the open segments. It
+    /// moves by one block per append and by a victim's net gain per GC run
+    /// (pacing follows it; counting whole segments moves the rate in steps).
+    pub fn headroom_blocks(&self, reserve: u32) -> u64 {
+        let b = self.geo.segment_blocks as u64;
+        let spare = (self.segs.free.len() + self.segs.pending.len()) as u64;
+        let room: u64 = self
+            .open_seg
+            .iter()
+            .flatten()
+            .map(|&s| b.saturating_sub(self.segs.segs[s as usize].fill as u64))
+            .sum();
+        spare.saturating_sub(reserve as u64) * b + room
+    }
+
     pub fn user_chunk_age(&self) -> Option<std::time::Duration> {
         self.open[..GC0]
             .iter()

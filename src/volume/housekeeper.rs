@@ -57,6 +57,9 @@ struct Credit {
     released: u64,
     /// Request threads waiting for space.
     waiting: u32,
+    /// Checkpoints written (request threads bounded by the replay window wait
+    /// for the next one).
+    checkpoints: u64,
 }
 
 pub(in crate::volume) struct Housekeeper {
@@ -76,6 +79,7 @@ pub(in crate::volume) struct Housekeeper {
     /// Segments beyond the reserve the housekeeper keeps free (or pending).
     pub clean_mark: u32,
     pub reserve: u32,
+    segment_blocks: u32,
     pub checkpoint_interval: u64,
     /// When the last host write was accepted (ms since `started`), for idle GC.
     last_write_ms: AtomicU64,
@@ -85,7 +89,13 @@ pub(in crate::volume) struct Housekeeper {
 }
 
 impl Housekeeper {
-    pub fn new(reserve: u32, clean_mark: u32, checkpoint_interval: u64, threaded: bool) -> Self {
+    pub fn new(
+        reserve: u32,
+        clean_mark: u32,
+        segment_blocks: u32,
+        checkpoint_interval: u64,
+        threaded: bool,
+    ) -> Self {
         Housekeeper {
             round: Mutex::new(()),
             wake: Mutex::new(Wake::default()),
@@ -98,6 +108,7 @@ impl Housekeeper {
             freed_mark: Mutex::new((Instant::now(), 0)),
             clean_mark,
             reserve,
+            segment_blocks,
             checkpoint_interval,
             last_write_ms: AtomicU64::new(0),
             started: Instant::now(),
@@ -156,10 +167,13 @@ impl Housekeeper {
         }
     }
 
-    /// Pacing (background mode): wait for `blocks` slots at a rate of the GC's
-    /// measured freeing rate scaled by how full the reservoir of free segments
-    /// is (`level` of `clean_mark`): balance at half the mark, slower below it.
-    pub fn pace(&self, blocks: u64, level: u32) {
+    /// Pacing (background mode): below the clean-ahead mark (`level` free or
+    /// pending segments beyond the reserve), wait for `blocks` slots at a rate
+    /// of the GC's measured freeing rate scaled by how full the reservoir is
+    /// (`headroom` blocks of the mark's): balance at half the mark, slower
+    /// below it. The scale follows headroom block by block, so the admitted
+    /// rate moves smoothly instead of in steps of a segment.
+    pub fn pace(&self, blocks: u64, level: u32, headroom: u64) {
         if !self.threaded || level >= self.clean_mark || blocks == 0 {
             return;
         }
@@ -167,7 +181,8 @@ impl Housekeeper {
         if gc_rate <= 0.0 {
             return;
         }
-        let scale = (2.0 * level as f64 / self.clean_mark as f64).max(0.125);
+        let mark_blocks = self.clean_mark as f64 * self.segment_blocks as f64;
+        let scale = (2.0 * headroom as f64 / mark_blocks).clamp(0.125, 2.0);
         let rate = gc_rate * scale;
         let step = (blocks as f64 * 1e9 / rate) as u64;
         let now = self.now_ns();
@@ -201,27 +216,26 @@ impl Shared {
             let _r = self.hk.round.lock();
             return self.make_space();
         }
-        self.wait_round(true)
+        self.wait_round()
     }
 
-    /// Wait for the next full housekeeper round (background mode).
-    fn wait_round(&self, space: bool) -> Result<()> {
+    /// Wait for the next housekeeper round's foreground clean, or for a barrier
+    /// that freed segments meanwhile (background mode).
+    fn wait_round(&self) -> Result<()> {
         let (need, released) = {
             let mut cr = self.hk.credit.lock();
-            if space {
-                cr.waiting += 1;
-            }
+            cr.waiting += 1;
             (cr.started + 1, cr.released)
         };
         self.hk.wake_now();
         let mut cr = self.hk.credit.lock();
         let r = loop {
-            if space && cr.released > released {
+            if cr.released > released {
                 // a barrier freed segments meanwhile: try again
                 break Ok(());
             }
             if cr.done >= need {
-                break if space && cr.nospace >= need {
+                break if cr.nospace >= need {
                     Err(Error::NoSpace)
                 } else {
                     Ok(())
@@ -237,18 +251,17 @@ impl Shared {
                 .credit_cv
                 .wait_for(&mut cr, Duration::from_millis(50));
         };
-        if space {
-            cr.waiting -= 1;
-        }
+        cr.waiting -= 1;
         r
     }
 
     /// After an append batch: checkpoint when due. Deterministic mode writes it
     /// here (as the housekeeper); background mode wakes the housekeeper, and
     /// waits for it only when the log since the last checkpoint passes twice the
-    /// interval (so the replay window stays bounded).
-    pub(in crate::volume) fn after_append(&self) -> Result<()> {
-        let since = self.core.lock().bytes_since_checkpoint;
+    /// interval (so the replay window stays bounded). `since`: the log bytes
+    /// since the last checkpoint as the append's last batch saw them (no second
+    /// trip through the engine lock).
+    pub(in crate::volume) fn after_append(&self, since: u64) -> Result<()> {
         let interval = self.hk.checkpoint_interval;
         if since < interval {
             return Ok(());
@@ -261,7 +274,31 @@ impl Shared {
             self.hk.wake();
             return Ok(());
         }
-        self.wait_round(false)
+        self.wait_checkpoint(2 * interval)
+    }
+
+    /// Wait until the log since the last checkpoint is below `limit` bytes
+    /// (background mode): woken by each checkpoint the housekeeper writes, not
+    /// by the end of a round (a round can clean ahead for a long time after its
+    /// checkpoint; waiting for the round made this the longest write stall).
+    fn wait_checkpoint(&self, limit: u64) -> Result<()> {
+        loop {
+            let seen = self.hk.credit.lock().checkpoints;
+            if self.core.lock().bytes_since_checkpoint < limit {
+                return Ok(());
+            }
+            self.commit.check_failed()?;
+            if self.hk.stopping() {
+                return Err(Error::Closed);
+            }
+            self.hk.wake_now();
+            let mut cr = self.hk.credit.lock();
+            if cr.checkpoints == seen {
+                self.hk
+                    .credit_cv
+                    .wait_for(&mut cr, Duration::from_millis(50));
+            }
+        }
     }
 
     /// One round of housekeeping on the caller's thread: seal and write an idle
@@ -431,10 +468,13 @@ impl Shared {
             let n = c.checkpoint_image(d, &mut img[BLOCK_BYTES..], &mut out);
             (n, c.uuid)
         };
-        self.commit.submit(out)?;
+        self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(next_seq)?;
         checkpoint::finish_image(&mut img, &geo, uuid, next_seq);
-        self.commit.write_checkpoint(&img, next_seq, clean)
+        self.commit.write_checkpoint(&img, next_seq, clean)?;
+        self.hk.credit.lock().checkpoints += 1;
+        self.hk.credit_cv.notify_all();
+        Ok(())
     }
 
     /// Checkpoint now, as the housekeeper (any thread).
@@ -465,7 +505,7 @@ impl Shared {
             return Ok(());
         }
         // 1. every chunk so far durable; 2. the superblock records it
-        self.commit.submit(out)?;
+        self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(target)?;
         self.commit
             .update_superblock(|sb| sb.durable_seq = sb.durable_seq.max(target))?;
@@ -585,12 +625,12 @@ impl Shared {
                 }
                 Err(RelocateError::NoSpace) => {
                     drop(c);
-                    self.commit.submit(out)?;
+                    self.commit.submit_housekeeping(out)?;
                     return Err(Error::NoSpace);
                 }
             }
         };
-        self.commit.submit(out)?;
+        self.commit.submit_housekeeping(out)?;
         self.hk
             .note_freed((fill as u64).saturating_sub(moved.0 + moved.0 / 255 + 1));
         Counters::add(&self.counters.gc_runs, 1);

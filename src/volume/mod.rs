@@ -320,6 +320,7 @@ impl Volume {
             hk: Housekeeper::new(
                 geo.reserve(),
                 (geo.segment_count / 64).max(3),
+                geo.segment_blocks,
                 checkpoint_interval,
                 threaded,
             ),
@@ -748,11 +749,12 @@ impl Shared {
     ) -> Result<()> {
         self.hk.note_write();
         let reserve = self.hk.reserve;
+        let mut since_checkpoint = 0;
         let mut i = 0;
         while i < n {
             let mut out = Vec::new();
             let start = i;
-            let (need_space, level) = {
+            let (need_space, level, headroom, log_bytes) = {
                 let mut c = self.core.lock();
                 // one look at progress per batch: failure, durable and written marks
                 let (durable, written) = {
@@ -791,15 +793,17 @@ impl Shared {
                         }
                     }
                 }
-                (need, level)
+                let log_bytes = c.bytes_since_checkpoint;
+                (need, level, c.headroom_blocks(reserve), log_bytes)
             };
+            since_checkpoint = log_bytes;
             self.commit.submit(out)?;
-            self.hk.pace(i - start, level);
+            self.hk.pace(i - start, level, headroom);
             if need_space {
                 self.wait_for_space()?;
             }
         }
-        self.after_append()
+        self.after_append(since_checkpoint)
     }
 
     /// Seal the open user chunk and return once everything before it is durable.
