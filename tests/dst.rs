@@ -205,6 +205,14 @@ fn torn_wipes() -> bool {
         || *ON.get_or_init(|| std::env::var("SLUICE_DST_TORN_WIPES").is_ok_and(|v| v == "1"))
 }
 
+/// `check_image` cuts every recovering mount that tombstones segments before each
+/// of its media ops, every loss (SLUICE_DST_EVERY_MOUNT_CUT=1; finding B's
+/// mechanism, exhaustively: slow, use SLUICE_DST_STRIDE).
+fn every_mount_cut() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SLUICE_DST_EVERY_MOUNT_CUT").is_ok_and(|v| v == "1"))
+}
+
 thread_local! {
     /// Per-thread override of `torn_wipes` (regression test).
     static TORN_WIPES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -514,7 +522,9 @@ impl Tally {
 }
 
 /// Mount `img` (crashing during recovery first when `rng` says so), read it back
-/// and check it with the oracle and `sluice check`.
+/// and check it with the oracle and `sluice check`. With SLUICE_DST_EVERY_MOUNT_CUT=1,
+/// a recovering mount that tombstones segments is also cut before each of its
+/// media ops in turn (every loss), and each of those images is checked.
 fn check_image(
     img: Vec<u8>,
     sh: Shape,
@@ -525,9 +535,36 @@ fn check_image(
     mount_cut: bool,
     t: &mut Tally,
 ) -> Result<(), String> {
+    if every_mount_cut() {
+        let m = Arc::new(SimMedia::from_image(img.clone()));
+        let vol = Volume::open(m.clone() as Arc<dyn Media>, &open_opts(sh, false))
+            .map_err(|e| format!("mount (before the mount crash) failed: {e}"))?;
+        let wipes = vol.mount_report().rules.free_segment_wipe_scheduled;
+        let n = m.ops();
+        drop(vol);
+        if wipes > 0 {
+            for cut in 0..n {
+                for loss in [Loss::KeepAll, Loss::DropAll, Loss::Subset] {
+                    let m = Arc::new(SimMedia::from_image(img.clone()));
+                    m.cut_at_op(cut);
+                    if Volume::open(m.clone() as Arc<dyn Media>, &open_opts(sh, false)).is_ok() {
+                        return Err(format!(
+                            "mount succeeded although power was cut at its media op {cut} of {n}"
+                        ));
+                    }
+                    let crashed = m.crash_image_opts(loss, rng.gen(), torn_wipes());
+                    t.mount_cuts += 1;
+                    let how = format!(
+                        "1 mount crash (cut before mount media op {cut} of {n}, loss {loss:?})"
+                    );
+                    check_mounted(crashed, sh, o, started, required, rng, t, &how)?;
+                }
+            }
+        }
+    }
     let mut img = img;
-    let mut crashes = 0;
-    while mount_cut && crashes < 2 && (crashes == 0 || rng.gen_bool(0.3)) {
+    let mut crashes = Vec::new();
+    while mount_cut && crashes.len() < 2 && (crashes.is_empty() || rng.gen_bool(0.3)) {
         // count the mount's media operations, then cut power at one of them
         let m = Arc::new(SimMedia::from_image(img.clone()));
         let vol = Volume::open(m.clone() as Arc<dyn Media>, &open_opts(sh, false))
@@ -549,22 +586,52 @@ fn check_image(
         }
         let loss = [Loss::Subset, Loss::KeepAll, Loss::DropAll][rng.gen_range(0..3)];
         img = m.crash_image_opts(loss, rng.gen(), torn_wipes());
-        crashes += 1;
+        crashes.push(format!(
+            "cut before mount media op {cut} of {n}, loss {loss:?}"
+        ));
         t.mount_cuts += 1;
     }
+    // (the mount crashes are named in every error: finding B stayed undiagnosed
+    // while its message hid that the failing image came from a crashed mount)
+    let how = if crashes.is_empty() {
+        "0 mount crashes".to_string()
+    } else {
+        format!(
+            "{} mount crash(es) ({})",
+            crashes.len(),
+            crashes.join("; then ")
+        )
+    };
+    check_mounted(img, sh, o, started, required, rng, t, &how)
+}
+
+/// The final mount of a crash image: read everything back, check it with the
+/// oracle and `sluice check`, sometimes go on writing and close. `how` names the
+/// mount crashes that made `img`.
+#[allow(clippy::too_many_arguments)]
+fn check_mounted(
+    img: Vec<u8>,
+    sh: Shape,
+    o: &Oracle,
+    started: usize,
+    required: &dyn Fn(usize) -> bool,
+    rng: &mut SmallRng,
+    t: &mut Tally,
+    how: &str,
+) -> Result<(), String> {
     let m = Arc::new(SimMedia::from_image(img));
     let vol = Volume::open(m.clone() as Arc<dyn Media>, &open_opts(sh, false))
-        .map_err(|e| format!("mount failed after {crashes} mount crash(es): {e}"))?;
+        .map_err(|e| format!("mount failed after {how}: {e}"))?;
     t.mounted(&vol);
     let mut buf = vec![0u8; (sh.blocks as usize) * BS];
     vol.read(0, &mut buf).map_err(|e| format!("read: {e}"))?;
     let actual: Vec<Option<u64>> = buf.chunks(BS).map(|b| Some(block_hash(b))).collect();
     o.verify(&actual, started, required)
-        .map_err(|e| format!("after {crashes} mount crash(es): {e}"))?;
+        .map_err(|e| format!("after {how}: {e}"))?;
     let rep = sluice::check::check(&*m);
     if !rep.is_clean() {
         return Err(format!(
-            "check after mount: {:?}; mount notes: {:?}; check notes: {:?}",
+            "check after mount (after {how}): {:?}; mount notes: {:?}; check notes: {:?}",
             rep.damage,
             vol.mount_report().notes,
             rep.notes
@@ -592,7 +659,9 @@ fn check_image(
 /// chunk header records (what recovery's `judge` takes for W).
 fn unprotected_tail(img: &[u8], geo: &Geometry) -> Vec<(u64, u64)> {
     let sbs: Vec<_> = (0..2)
-        .filter_map(|i| sluice::format::superblock::Superblock::decode(&img[i * BS..(i + 1) * BS]).ok())
+        .filter_map(|i| {
+            sluice::format::superblock::Superblock::decode(&img[i * BS..(i + 1) * BS]).ok()
+        })
         .collect();
     let Some(uuid) = sbs.first().map(|s| s.uuid) else {
         return Vec::new();
@@ -603,11 +672,16 @@ fn unprotected_tail(img: &[u8], geo: &Geometry) -> Vec<(u64, u64)> {
     for seg in 0..geo.segment_count {
         let at = geo.segment_offset(seg) as usize;
         let mut rules = sluice::recovery::RecoveryRules::default();
-        let walk = sluice::recovery::walk_image(&img[at..at + seg_bytes], 0, &uuid, seg, 0, &mut rules);
+        let walk =
+            sluice::recovery::walk_image(&img[at..at + seg_bytes], 0, &uuid, seg, 0, &mut rules);
         for f in walk.chunks {
             w = w.max(f.header.durable_seq);
             let start = (at + f.pos as usize * BS) as u64;
-            chunks.push((f.seq, start, start + f.header.total_blocks() as u64 * BS as u64));
+            chunks.push((
+                f.seq,
+                start,
+                start + f.header.total_blocks() as u64 * BS as u64,
+            ));
         }
     }
     chunks
@@ -1021,11 +1095,7 @@ fn env_u64(k: &str, d: u64) -> u64 {
 /// kind contains). A seed that stops at one is counted and printed, not failed,
 /// so the sweep keeps guarding everything else; SLUICE_DST_STRICT=1 fails on
 /// them too. Remove an entry when its fix lands.
-const KNOWN_FINDINGS: [(&str, &[&str]); 1] = [(
-    // dst_regression_recovery_maps_blocks_into_wiped_segments
-    "replay ends the log early and leaves live blocks in wiped segments",
-    &["check after mount", "bad magic", "log ends at seq"],
-)];
+const KNOWN_FINDINGS: [(&str, &[&str]); 0] = [];
 
 fn known_finding(e: &str) -> Option<&'static str> {
     if std::env::var("SLUICE_DST_STRICT").is_ok_and(|v| v == "1") {
@@ -1130,7 +1200,8 @@ fn dst_seeded_sweep() {
     let first = env_u64("SLUICE_DST_BASE", 1);
     let seeds = env_u64("SLUICE_DST_SEEDS", 100_000);
     let t0 = std::time::Instant::now();
-    let (t, done, ops, fail) = run_seeds(first, seeds, want, 2, None, None, 1);
+    let stride = env_u64("SLUICE_DST_STRIDE", 1);
+    let (t, done, ops, fail) = run_seeds(first, seeds, want, 2, None, None, stride);
     println!(
         "dst: seeds {first}..{} ({done} seeds), {ops} media ops cut at, in {:.1}s",
         first + done,
@@ -1317,29 +1388,60 @@ fn dst_regression_superblock_fallback_loses_a_fua_write() {
     }
 }
 
-/// Regression (found by this test; fails on today's engine, hence ignored):
-/// seed 19, power cut before media op 700 (inside housekeeper step op 524),
-/// with an empty write cache (media op 699 was a flush, so the image is exactly
-/// what the engine had written). The mount succeeds and every block reads the
-/// right value, but its notes say "log ends at seq 209 (not found; the crash
-/// lost it); 1 newer chunk(s) discarded", and `sluice check` then finds 7 live
-/// blocks (logical 16, 18, 20, 31, 38, 47, 56) in segments 2, 3 and 5, whose
-/// first block the reuse barrier had already wiped (media op 689 wiped segment
-/// 3): the map points into wiped segments, which a later crash or reuse can
-/// lose. Seeds 51 and 54 fail the same way. Not diagnosed yet; the facts point
-/// at replay ending the log at a seq that is missing although everything was
-/// flushed (a chunk that was never written, or one in a wiped segment above the
-/// watermark), discarding the newer chunk that moved those blocks out.
-/// `scripts/dst 19` prints the op trace and the media ops before the cut.
-/// Status on the engine with the recovery fixes (one walker with resync,
-/// `judge`, checkpoint-before-wipe at mount): seeds 19, 51 and 54 pass, and no
-/// seed hit it in strict sweeps of seeds 1-44 (torn wipes on, until seed 45
-/// stopped at finding A) and 45-114 and 1000-1103 (torn wipes off). The root
-/// cause was not identified, so whether it is fixed or only no longer reached
-/// (the fixes change the media op trace of every seed that reopens) is open;
-/// the entry stays in KNOWN_FINDINGS.
+/// Regression (found by this test as finding B; fixed before it was found, by
+/// 33fdb25 "finish_mount checkpoints before it wipes", which the DST branch did
+/// not have until the merge 89e7dda; 53c3fa5 is the last commit that fails).
+/// Seed 19 failed at the crash point "before media op 700" (inside housekeeper
+/// step op 524), but the image that failed was not that crash image: the sweep
+/// had also cut power during its recovery mount (`check_image`'s random mount
+/// cut: mount media op 3 of 7, loss Subset), and the error did not say so (it
+/// does now). What happened, with the chunk seqs of 53c3fa5's engine:
+/// - op 524's housekeeper step sealed user chunk 208 (flushed), then GC sealed
+///   209 (segment 5 block 14, filling its GC output segment 5) and, cleaning
+///   segment 5 itself, 210 (segment 4 block 0) with the relocations out of it;
+///   media ops 697-699 wrote both and flushed. Chunk headers record only the
+///   chunks durable at their seal, so 210's says 209 (W = 209), and the power
+///   cut came before the barrier's superblock write (durable_seq stayed 206).
+/// - The recovering mount replayed 204..210 (checkpoint next_seq 204) and found
+///   segments 2 and 5 free, so `finish_mount` tombstoned them, flushed, and only
+///   then wrote its checkpoint (next_seq 211). The power cut fell between the
+///   two (mount media op 3 of 7): the wipes were durable, the checkpoint not.
+/// - The next mount saw segment 5's block 0 wiped, so chunks 205 and 209 in it
+///   were invisible; W was still 209 (superblock 206, header of 210 says 209).
+///   205 < W was skipped as dead, 209 >= W ended the log ("log ends at seq 209
+///   (not found; the crash lost it); 1 newer chunk(s) discarded") and 210 was
+///   discarded. The map was checkpoint 204's plus chunks 204 and 206-208: it
+///   pointed at the blocks' old places in segments 3 (tombstoned by the barrier
+///   of media op 689, after 205 moved them out), 2 and 5. Only block 0 of those
+///   segments was wiped, so every block read right, but `sluice check` found
+///   the 7 live blocks in wiped segments. Seeds 51 (log end 154, 155 discarded)
+///   and 54 (log end 80, 81 discarded; the cut dropped the mount's unflushed
+///   superblock write, so its flushed checkpoint slot was not current) are the
+///   same.
+///
+/// So seq 209 was written and flushed; it went missing because the recovering
+/// mount tombstoned its segment before persisting a durable point above it. The
+/// rule the mount broke is the reuse barrier's: a segment's first block may be
+/// wiped only after the superblock records a watermark above every chunk in it.
+/// `Shared::finish_mount` now writes the checkpoint (superblock durable_seq =
+/// next_seq, above every chunk seen) before `commit.wipe`, and the barrier
+/// persists its target before its wipes (asserted), so no tombstone can hide a
+/// chunk at or above W: after the checkpoint, the next mount starts at its
+/// next_seq and needs no chunk below it; before it, nothing was wiped. The same
+/// order alone makes seeds 19, 51 and 54 and a strict sweep of seeds 1-120 pass
+/// on 53c3fa5. `tests/mount_power_cut.rs` cuts a recovering mount at every
+/// write and fails with the old order put back into today's engine (checked on
+/// 4ef9a54 and after the merge of 579a4c2);
+/// `power_cut_at_every_write_of_a_recovering_mount_leaves_no_live_block_in_a_wiped_segment`
+/// builds this finding's picture (chunks after the checkpoint that change no
+/// content; the note "log ends at seq 5 (not found; the crash lost it)", then
+/// EIO from a wiped segment). 4ef9a54's engine does not reach the state
+/// in the DST even with the old order put back: with
+/// `SLUICE_DST_EVERY_MOUNT_CUT=1` (each wiping mount cut before every one of
+/// its media ops, every loss) seeds 1-90 at `SLUICE_DST_STRIDE=4` and seeds 19,
+/// 51, 54 at stride 1 passed with `finish_mount` wiping first (a chunk the
+/// mount frees must be at or above W, which the DST workloads no longer make).
 #[test]
-#[ignore]
 fn dst_regression_recovery_maps_blocks_into_wiped_segments() {
     if let Err(e) = run_seed(19, 1, false, None) {
         panic!("{e}");
