@@ -232,6 +232,9 @@ struct RecvBuf {
     zeroed: usize,
     /// The session failed (a bad record): every later read fails with this.
     tls_failed: Option<String>,
+    /// TLS: ciphertext arrived that gave no plaintext yet (part of a record):
+    /// a request has started, as far as the request timeout is concerned.
+    partial_record: bool,
 }
 
 /// Plaintext one TLS refill decrypts at most (rustls takes at most one full
@@ -251,6 +254,7 @@ impl RecvBuf {
             eof: false,
             zeroed: 0,
             tls_failed: None,
+            partial_record: false,
         }
     }
     fn get_ref(&self) -> &Stream {
@@ -316,6 +320,7 @@ impl RecvBuf {
                 Ok(0) => return Ok(got), // end of the session (or `out` is full)
                 Ok(n) => {
                     got += n;
+                    self.partial_record = false;
                     if got == out.len() || self.cipher.is_empty() {
                         return Ok(got);
                     }
@@ -325,8 +330,9 @@ impl RecvBuf {
                         return if got > 0 { Ok(got) } else { Err(e) };
                     }
                     read_socket = true;
-                    if Self::read_socket(self.stream.fd(), &mut self.cipher, self.cap)? == 0 {
-                        self.eof = true;
+                    match Self::read_socket(self.stream.fd(), &mut self.cipher, self.cap)? {
+                        0 => self.eof = true,
+                        _ => self.partial_record = true,
                     }
                 }
                 Err(e) => {
@@ -1690,6 +1696,9 @@ impl Server {
             }
             if got == h.len() {
                 break;
+            }
+            if rd.partial_record {
+                started.get_or_insert_with(Instant::now);
             }
             if let Some(t) = started {
                 if t.elapsed() >= self.cfg.request_timeout {
