@@ -10,7 +10,13 @@
 //!   writer thread that delivers replies the socket could not take at once;
 //! - a shared worker pool runs reads, flushes, FUA writes and block status.
 //!   Writes, trims and zeroes without FUA only append to the engine's open chunk,
-//!   so the reader runs them itself and batches their replies.
+//!   so the reader runs them itself and batches their replies. READs go to a
+//!   per-connection queue served by at most `READ_WORKERS` pool workers at a
+//!   time, each taking everything queued as one batch (one media submission,
+//!   one reply write); a READ that is all the client asked for runs on the
+//!   reader;
+//! - after STARTTLS the same threads do TLS (`tls::Session`): the reader
+//!   decrypts, replies are sealed under the writer lock; no TLS thread.
 //!
 //! Invariants:
 //! - no shared thread ever blocks on a client's socket: workers send replies with
@@ -63,6 +69,11 @@ const MAX_EXTENTS: usize = 1024;
 /// Pipelined READs already in the receive buffer that one worker serves together
 /// (one media submission, one reply write).
 const MAX_READ_BATCH: usize = 64;
+/// Workers that serve one connection's READs at once. Each takes every READ
+/// queued (up to `MAX_READ_BATCH`) per media submission, so a busy
+/// connection's reads reach the device in batches and a worker is woken per
+/// batch, not per request; two let one batch's media reads overlap the next.
+const READ_WORKERS: usize = 2;
 /// Receive buffer of one connection (allocated uninitialised: idle connections
 /// touch only the pages their requests use).
 const READ_BUFFER_BYTES: usize = 256 << 10;
@@ -584,6 +595,11 @@ impl Pool {
         self.cv.notify_one();
     }
 
+    /// Other jobs are waiting for a worker.
+    fn busy(&self) -> bool {
+        !self.q.lock().0.is_empty()
+    }
+
     fn work(&self) {
         loop {
             let job = {
@@ -649,6 +665,14 @@ struct Writer {
     closing: bool,
 }
 
+/// READs of one connection received and waiting for a worker, and the
+/// workers serving them (at most `READ_WORKERS`).
+#[derive(Default)]
+struct ReadQueue {
+    q: VecDeque<Request>,
+    workers: usize,
+}
+
 /// Requests and payload bytes in flight on one connection.
 #[derive(Default)]
 struct Budget {
@@ -670,6 +694,7 @@ struct Conn {
     writer_cv: Condvar,
     budget: Mutex<Budget>,
     budget_cv: Condvar,
+    reads: Mutex<ReadQueue>,
 }
 
 impl Conn {
@@ -960,6 +985,44 @@ impl Conn {
             bytes: batch.iter().map(|r| r.length as u64).sum(),
         };
         self.send(&parts, rel);
+    }
+
+    /// Queue checked READs (reader thread) for this connection's read
+    /// workers, and start one more unless `READ_WORKERS` already serve it
+    /// (they take these after their current batch).
+    fn queue_reads(self: &Arc<Self>, pool: &Arc<Pool>, batch: Vec<Request>) {
+        let mut rq = self.reads.lock();
+        rq.q.extend(batch);
+        if rq.workers >= READ_WORKERS {
+            return;
+        }
+        rq.workers += 1;
+        drop(rq);
+        let (c, p) = (self.clone(), pool.clone());
+        pool.submit(Box::new(move || c.serve_reads(p)));
+    }
+
+    /// A read worker: serve the queued READs in batches until none is left,
+    /// giving the worker to other jobs between batches when they wait.
+    fn serve_reads(self: Arc<Self>, pool: Arc<Pool>) {
+        loop {
+            let batch: Vec<Request> = {
+                let mut rq = self.reads.lock();
+                if rq.q.is_empty() {
+                    rq.workers -= 1;
+                    return;
+                }
+                let n = rq.q.len().min(MAX_READ_BATCH);
+                rq.q.drain(..n).collect()
+            };
+            self.execute_reads(&batch);
+            if pool.busy() {
+                // fairness: continue behind the jobs waiting
+                let p = pool.clone();
+                pool.submit(Box::new(move || self.serve_reads(p)));
+                return;
+            }
+        }
     }
 
     /// Capture the request for `serve --record`.
@@ -1404,6 +1467,7 @@ impl Server {
             writer_cv: Condvar::new(),
             budget: Mutex::new(Budget::default()),
             budget_cv: Condvar::new(),
+            reads: Mutex::new(ReadQueue::default()),
         });
         let c = conn.clone();
         let writer = std::thread::Builder::new()
@@ -1831,8 +1895,18 @@ impl Server {
                     rd.consume(proto::REQUEST_BYTES);
                     batch.push(n);
                 }
-                let c = conn.clone();
-                self.pool.submit(Box::new(move || c.execute_reads(&batch)));
+                // All the client asked for, and nothing else queued: serve it
+                // here (a hand-off to a worker costs a wakeup and a switch).
+                let alone = self.cfg.inline_writes
+                    && rd.would_wait(1)
+                    && conn.in_flight() == batch.len()
+                    && conn.reads.lock().workers == 0;
+                if alone {
+                    conn.flush_pending();
+                    conn.execute_reads(&batch);
+                } else {
+                    conn.queue_reads(&self.pool, batch);
+                }
                 continue;
             }
             let mut payload = Vec::new();
