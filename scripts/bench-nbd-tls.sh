@@ -2,7 +2,9 @@
 # bench-nbd-tls.sh: the cost of TLS. fio's nbd engine (libnbd) against one
 # `sluice serve` over TCP without TLS and one with --tls=require, same volume
 # size, same run, 4 KiB randwrite then randread at queue depth 32. Prints IOPS
-# and the TLS/plain ratio. A test CA is made with openssl in a temp dir.
+# and the TLS/plain ratio, and the server's CPU per request (utime+stime of
+# the server process over the timed run / requests). A test CA is made with
+# openssl in a temp dir.
 #
 # Env: RUNTIME=10 SIZE_MB=1024 DIR=/var/tmp/sluice-bench-tls SLUICE=target/release/sluice
 set -euo pipefail
@@ -27,7 +29,8 @@ trap cleanup EXIT
 # looks in $HOME/.pki/libnbd, so fio runs with a HOME that holds the test CA.
 mkdir -p "$DIR/home/.pki/libnbd"
 cp "$DIR/pki/ca-cert.pem" "$DIR/home/.pki/libnbd/"
-run() { # mode case -> IOPS
+ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+run() { # mode case -> "IOPS CPU-us-per-request"
   local mode=$1 case=$2 img="$DIR/$1.img" extra=() uri
   rm -f "$img"; "$SLUICE" create "$img" --size "${SIZE_MB}M" >/dev/null
   [ "$mode" = tls ] && extra=(--tls-certificates "$DIR/pki")
@@ -42,13 +45,16 @@ run() { # mode case -> IOPS
   if [ "$case" = randread ]; then
     HOME="$DIR/home" fio --name=fill --ioengine=nbd --uri="$uri" --rw=write --bs=1M --iodepth=8 --size=$size --refill_buffers >/dev/null
   fi
-  HOME="$DIR/home" fio --name=b --ioengine=nbd --uri="$uri" --rw="$case" --bs=4k --iodepth=32 --size=$size \
+  local t0; t0=$(ticks "$PID")
+  local iops; iops=$(HOME="$DIR/home" fio --name=b --ioengine=nbd --uri="$uri" --rw="$case" --bs=4k --iodepth=32 --size=$size \
       --time_based --runtime="$RUNTIME" --refill_buffers --output-format=json \
-    2>/dev/null | python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))'
+    2>/dev/null | python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))')
+  local t1; t1=$(ticks "$PID")
+  echo "$iops $(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,$iops*$RUNTIME):.1f}')")"
   kill "$PID"; wait "$PID" 2>/dev/null || true; PID=
 }
-printf '%-10s %10s %10s %8s\n' case plain tls tls/plain
+printf '%-10s %10s %10s %8s %14s %12s\n' case plain tls tls/plain 'plain us/req' 'tls us/req'
 for c in randwrite randread; do
-  p=$(run plain $c); t=$(run tls $c)
-  printf '%-10s %10s %10s %7.2fx\n' $c "$p" "$t" "$(python3 -c "print($t/$p)")"
+  read -r p pc < <(run plain $c); read -r t tc < <(run tls $c)
+  printf '%-10s %10s %10s %7.2fx %14s %12s\n' $c "$p" "$t" "$(python3 -c "print($t/$p)")" "$pc" "$tc"
 done

@@ -5,6 +5,8 @@
 //! stallers are dropped after the request timeout. Also: the connection limit
 //! answers with a clear refusal, the idle timeout, NBD_CMD_DISC with a nonzero
 //! offset (no reply, close), and the memory 1,000 idle connections cost.
+//! The stalls are repeated inside TLS (STARTTLS, a rustls client): TLS is done
+//! by the connection's own threads, and must keep the same guarantees.
 
 mod nbd_common;
 
@@ -21,7 +23,7 @@ fn connect(sock: &Path) -> UnixStream {
     s
 }
 
-fn option(s: &mut UnixStream, opt: u32, data: &[u8]) {
+fn option(s: &mut impl Write, opt: u32, data: &[u8]) {
     let mut b = IHAVEOPT.to_be_bytes().to_vec();
     b.extend_from_slice(&opt.to_be_bytes());
     b.extend_from_slice(&(data.len() as u32).to_be_bytes());
@@ -30,7 +32,7 @@ fn option(s: &mut UnixStream, opt: u32, data: &[u8]) {
 }
 
 /// One option reply: (type, payload).
-fn option_reply(s: &mut UnixStream) -> (u32, Vec<u8>) {
+fn option_reply(s: &mut impl Read) -> (u32, Vec<u8>) {
     let mut h = [0u8; 20];
     s.read_exact(&mut h).unwrap();
     assert_eq!(u64::from_be_bytes(h[0..8].try_into().unwrap()), REPLY_MAGIC);
@@ -66,7 +68,7 @@ fn ready(sock: &Path) -> UnixStream {
     try_ready(sock).expect("handshake")
 }
 
-fn request(s: &mut UnixStream, cmd: u16, cookie: u64, offset: u64, length: u32) {
+fn request(s: &mut impl Write, cmd: u16, cookie: u64, offset: u64, length: u32) {
     let r = Request {
         flags: 0,
         cmd,
@@ -78,7 +80,7 @@ fn request(s: &mut UnixStream, cmd: u16, cookie: u64, offset: u64, length: u32) 
 }
 
 /// (errno, cookie, data) of a simple reply.
-fn simple_reply(s: &mut UnixStream, data: usize) -> (u32, u64, Vec<u8>) {
+fn simple_reply(s: &mut impl Read, data: usize) -> (u32, u64, Vec<u8>) {
     let mut h = [0u8; 16];
     s.read_exact(&mut h).unwrap();
     assert_eq!(
@@ -359,6 +361,233 @@ fn a_thousand_idle_connections_cost_under_100_mib() {
         (during - before) / 1024
     );
     drop(conns);
+    let (code, err) = srv.stop();
+    assert_eq!(code, Some(0), "{err}");
+}
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, UnixStream>;
+
+/// A test CA and a server certificate for "localhost" in `dir` (qemu-nbd's
+/// layout: ca-cert.pem, server-cert.pem, server-key.pem), made by openssl.
+fn make_certs(dir: &Path) {
+    let run = |args: &[&str]| {
+        nbd_common::run(
+            std::process::Command::new("openssl")
+                .current_dir(dir)
+                .args(args),
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut a = vec!["req", "-x509"];
+    a.extend_from_slice(&ec);
+    a.extend_from_slice(&["-keyout", "ca-key.pem", "-out", "ca-cert.pem", "-days", "2"]);
+    a.extend_from_slice(&["-subj", "/CN=test CA"]);
+    run(&a);
+    let mut a = vec!["req"];
+    a.extend_from_slice(&ec);
+    a.extend_from_slice(&[
+        "-keyout",
+        "server-key.pem",
+        "-out",
+        "s.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    run(&a);
+    std::fs::write(
+        dir.join("s.ext"),
+        "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "s.csr",
+        "-CA",
+        "ca-cert.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-out",
+        "server-cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "s.ext",
+    ]);
+}
+
+fn client_config(dir: &Path) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(dir.join("ca-cert.pem")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    std::sync::Arc::new(cfg)
+}
+
+/// Greeting, flags, STARTTLS, the TLS handshake, then GO "" inside TLS.
+fn tls_ready(sock: &Path, cfg: &std::sync::Arc<rustls::ClientConfig>) -> Tls {
+    let mut s = connect(sock);
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())
+        .unwrap();
+    option(&mut s, OPT_STARTTLS, &[]);
+    assert_eq!(option_reply(&mut s).0, REP_ACK);
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(cfg.clone(), name).unwrap();
+    let mut t = rustls::StreamOwned::new(conn, s);
+    let mut d = 0u32.to_be_bytes().to_vec();
+    d.extend_from_slice(&0u16.to_be_bytes());
+    option(&mut t, OPT_GO, &d);
+    loop {
+        let (k, p) = option_reply(&mut t);
+        if k == REP_ACK {
+            return t;
+        }
+        assert_eq!(
+            k & (1 << 31),
+            0,
+            "GO refused: {}",
+            String::from_utf8_lossy(&p)
+        );
+    }
+}
+
+/// As `closed_by`, through TLS: the server's close (with or without
+/// close_notify) or a reset counts.
+fn tls_closed_by(t: &mut Tls, deadline: Instant) -> bool {
+    t.sock
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut b = vec![0u8; 1 << 20];
+    while Instant::now() < deadline {
+        match t.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn stalled_tls_clients_cost_only_their_own_connections() {
+    require_tools!("nbd_independence", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    std::fs::create_dir(&pki).unwrap();
+    make_certs(&pki);
+    let cfg = client_config(&pki);
+    let img = dir.path().join("vol.img");
+    let srv = Server::start(
+        dir.path(),
+        &img,
+        "256M",
+        &[
+            "--tls",
+            "on",
+            "--tls-certificates",
+            pki.to_str().unwrap(),
+            "--request-timeout",
+            "4",
+        ],
+    );
+    let sock = srv.sock.clone();
+    const MIB: usize = 1 << 20;
+    let data = pattern(11, 16 * MIB);
+    {
+        let mut c = tls_ready(&sock, &cfg);
+        for i in 0..16u64 {
+            request(&mut c, CMD_WRITE, i, i * MIB as u64, MIB as u32);
+            c.write_all(&data[i as usize * MIB..(i as usize + 1) * MIB])
+                .unwrap();
+            assert_eq!(simple_reply(&mut c, 0), (0, i, vec![]));
+        }
+    }
+
+    let mut stallers: Vec<(&str, Tls)> = Vec::new();
+    for i in 0..8u64 {
+        // 1. asks for 16 MiB of READs, never reads a reply
+        let mut t = tls_ready(&sock, &cfg);
+        for k in 0..16u64 {
+            request(&mut t, CMD_READ, k, ((i + k) % 16) * MIB as u64, MIB as u32);
+        }
+        stallers.push(("stopped reading replies", t));
+        // 2. half a request header (a whole TLS record holding 10 bytes)
+        let mut t = tls_ready(&sock, &cfg);
+        let r = Request {
+            flags: 0,
+            cmd: CMD_READ,
+            cookie: 1,
+            offset: 0,
+            length: 4096,
+        }
+        .encode();
+        t.write_all(&r[..10]).unwrap();
+        stallers.push(("half a request header", t));
+        // 3. half a write payload
+        let mut t = tls_ready(&sock, &cfg);
+        request(&mut t, CMD_WRITE, 1, 32 * MIB as u64, 65536);
+        t.write_all(&[0x5a; 1000]).unwrap();
+        stallers.push(("half a write payload", t));
+        // 4. half a TLS record: its header promises 4 KiB, 100 bytes come
+        let mut t = tls_ready(&sock, &cfg);
+        let mut rec = vec![23u8, 3, 3, 0x10, 0];
+        rec.extend_from_slice(&[0u8; 100]);
+        t.sock.write_all(&rec).unwrap();
+        stallers.push(("sent half a TLS record", t));
+    }
+
+    // Another TLS client's 4 KiB READs complete promptly meanwhile.
+    let mut good = tls_ready(&sock, &cfg);
+    let mut worst = Duration::ZERO;
+    for i in 0..300u64 {
+        let off = (i * 7919 * 4096) % (16 * MIB as u64);
+        let t = Instant::now();
+        request(&mut good, CMD_READ, i, off, 4096);
+        let (e, c, d) = simple_reply(&mut good, 4096);
+        worst = worst.max(t.elapsed());
+        assert_eq!((e, c), (0, i));
+        assert_eq!(d, &data[off as usize..off as usize + 4096]);
+    }
+    eprintln!("slowest 4 KiB READ over TLS with 32 stalled TLS connections: {worst:?}");
+    assert!(
+        worst < Duration::from_secs(2),
+        "a READ took {worst:?} while other clients stalled"
+    );
+
+    // Every staller is dropped after the request timeout (4 s).
+    std::thread::sleep(Duration::from_secs(6));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for (how, t) in stallers.iter_mut() {
+        assert!(
+            tls_closed_by(t, deadline),
+            "a TLS client that {how} was not dropped"
+        );
+    }
+    request(&mut good, CMD_READ, 999, 0, 4096);
+    assert_eq!(simple_reply(&mut good, 4096).2, &data[..4096]);
+    drop(good);
     let (code, err) = srv.stop();
     assert_eq!(code, Some(0), "{err}");
 }

@@ -10,7 +10,13 @@
 //!   writer thread that delivers replies the socket could not take at once;
 //! - a shared worker pool runs reads, flushes, FUA writes and block status.
 //!   Writes, trims and zeroes without FUA only append to the engine's open chunk,
-//!   so the reader runs them itself and batches their replies.
+//!   so the reader runs them itself and batches their replies. READs go to a
+//!   per-connection queue served by at most `READ_WORKERS` pool workers at a
+//!   time, each taking everything queued as one batch (one media submission,
+//!   one reply write); a READ that is all the client asked for runs on the
+//!   reader;
+//! - after STARTTLS the same threads do TLS (`tls::Session`): the reader
+//!   decrypts, replies are sealed under the writer lock; no TLS thread.
 //!
 //! Invariants:
 //! - no shared thread ever blocks on a client's socket: workers send replies with
@@ -63,6 +69,11 @@ const MAX_EXTENTS: usize = 1024;
 /// Pipelined READs already in the receive buffer that one worker serves together
 /// (one media submission, one reply write).
 const MAX_READ_BATCH: usize = 64;
+/// Workers that serve one connection's READs at once. Each takes every READ
+/// queued (up to `MAX_READ_BATCH`) per media submission, so a busy
+/// connection's reads reach the device in batches and a worker is woken per
+/// batch, not per request; two let one batch's media reads overlap the next.
+const READ_WORKERS: usize = 2;
 /// Receive buffer of one connection (allocated uninitialised: idle connections
 /// touch only the pages their requests use).
 const READ_BUFFER_BYTES: usize = 256 << 10;
@@ -70,8 +81,6 @@ const READ_BUFFER_BYTES: usize = 256 << 10;
 const MAX_REFUSERS: usize = 16;
 /// Stack of a connection's writer thread (it only polls and sends).
 const WRITER_STACK: usize = 128 << 10;
-/// Stack of a connection's TLS pump thread (rustls record processing).
-const TLS_STACK: usize = 512 << 10;
 
 #[derive(Clone)]
 pub struct ServerConfig {
@@ -214,13 +223,34 @@ impl Write for Stream {
 /// uninitialised capacity (allocated at first use), so an idle connection
 /// costs only the pages of what it received (std's BufReader zero-fills its
 /// whole buffer at the first read through a `Read` impl like `Stream`'s).
+/// After STARTTLS it holds the ciphertext read from the socket too, and
+/// decrypts it into the buffer through the connection's TLS session.
 struct RecvBuf {
     stream: Stream,
-    /// Received bytes; `buf[pos..]` not consumed yet.
+    /// Received bytes (plaintext); `buf[pos..]` not consumed yet.
     buf: Vec<u8>,
     pos: usize,
     cap: usize,
+    /// The TLS session after STARTTLS.
+    tls: Option<Arc<tls::Session>>,
+    /// Ciphertext read from the socket, `cipher[cpos..]` not given to rustls yet.
+    cipher: Vec<u8>,
+    cpos: usize,
+    /// The socket reached its end (TLS: rustls still has to be told).
+    eof: bool,
+    /// Bytes at the start of `buf`'s allocation known to be initialised
+    /// (rustls copies plaintext into initialised memory only).
+    zeroed: usize,
+    /// The session failed (a bad record): every later read fails with this.
+    tls_failed: Option<String>,
+    /// TLS: ciphertext arrived that gave no plaintext yet (part of a record):
+    /// a request has started, as far as the request timeout is concerned.
+    partial_record: bool,
 }
+
+/// Plaintext one TLS refill decrypts at most (rustls takes at most one full
+/// record's worth of ciphertext per step anyway).
+const TLS_REFILL_BYTES: usize = 64 << 10;
 
 impl RecvBuf {
     fn new(stream: Stream, cap: usize) -> RecvBuf {
@@ -229,6 +259,13 @@ impl RecvBuf {
             buf: Vec::new(),
             pos: 0,
             cap,
+            tls: None,
+            cipher: Vec::new(),
+            cpos: 0,
+            eof: false,
+            zeroed: 0,
+            tls_failed: None,
+            partial_record: false,
         }
     }
     fn get_ref(&self) -> &Stream {
@@ -244,30 +281,112 @@ impl RecvBuf {
             self.buf.clear();
         }
     }
-    /// One read from the socket into the (empty) buffer.
-    fn refill(&mut self) -> io::Result<usize> {
-        debug_assert!(self.buffer().is_empty());
-        self.buf.clear();
-        self.pos = 0;
-        if self.buf.capacity() < self.cap {
-            self.buf.reserve_exact(self.cap);
+    /// One read(2) from the socket into `v`'s spare capacity (at most `cap`).
+    fn read_socket(fd: RawFd, v: &mut Vec<u8>, cap: usize) -> io::Result<usize> {
+        if v.capacity() - v.len() < cap {
+            v.reserve_exact(cap);
         }
-        let spare = self.buf.spare_capacity_mut();
+        let spare = v.spare_capacity_mut();
         // SAFETY: read(2) into the vector's spare capacity, then extend its
         // length by exactly the bytes the kernel wrote.
         let n = unsafe {
             libc::read(
-                self.stream.fd(),
+                fd,
                 spare.as_mut_ptr() as *mut libc::c_void,
-                spare.len(),
+                spare.len().min(cap),
             )
         };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: see above; n <= spare.len().
-        unsafe { self.buf.set_len(n as usize) };
+        unsafe { v.set_len(v.len() + n as usize) };
         Ok(n as usize)
+    }
+    /// TLS: plaintext into `out`, decrypting what was received, and reading
+    /// the socket once (waiting up to its read timeout) when that gives none.
+    /// Decrypts until `out` is full or the ciphertext received is used up, one
+    /// step (about a record) per session lock. `WouldBlock` when the records
+    /// received so far hold no plaintext yet (the caller checks its deadlines
+    /// and calls again).
+    fn tls_read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let Some(tls) = self.tls.clone() else {
+            return self.stream.read(out);
+        };
+        if let Some(e) = &self.tls_failed {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e.clone()));
+        }
+        let mut got = 0;
+        let mut read_socket = false;
+        loop {
+            let mut input = &self.cipher[self.cpos..];
+            let before = input.len();
+            let r = tls.read(&mut input, self.eof, &mut out[got..]);
+            self.cpos += before - input.len();
+            if self.cpos == self.cipher.len() {
+                self.cipher.clear();
+                self.cpos = 0;
+            }
+            match r {
+                Ok(0) => return Ok(got), // end of the session (or `out` is full)
+                Ok(n) => {
+                    got += n;
+                    self.partial_record = false;
+                    if got == out.len() || self.cipher.is_empty() {
+                        return Ok(got);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if got > 0 || read_socket {
+                        return if got > 0 { Ok(got) } else { Err(e) };
+                    }
+                    read_socket = true;
+                    match Self::read_socket(self.stream.fd(), &mut self.cipher, self.cap)? {
+                        0 => self.eof = true,
+                        _ => self.partial_record = true,
+                    }
+                }
+                Err(e) => {
+                    self.tls_failed = Some(e.to_string());
+                    // the plaintext before the bad record first, then the error
+                    return if got > 0 { Ok(got) } else { Err(e) };
+                }
+            }
+        }
+    }
+    /// A read now would wait for the client: fewer than `n` bytes of
+    /// plaintext received and no ciphertext left to decrypt.
+    fn would_wait(&self, n: usize) -> bool {
+        self.buffer().len() < n && self.cpos == self.cipher.len()
+    }
+    /// One read from the socket (through TLS after STARTTLS) into the (empty)
+    /// buffer.
+    fn refill(&mut self) -> io::Result<usize> {
+        debug_assert!(self.buffer().is_empty());
+        self.buf.clear();
+        self.pos = 0;
+        if self.tls.is_none() {
+            return Self::read_socket(self.stream.fd(), &mut self.buf, self.cap);
+        }
+        let win = self.cap.clamp(1, TLS_REFILL_BYTES);
+        if self.buf.capacity() < win {
+            self.buf.reserve_exact(win);
+        }
+        if self.zeroed < win {
+            // once per connection: rustls writes into initialised bytes only
+            for b in &mut self.buf.spare_capacity_mut()[..win] {
+                b.write(0);
+            }
+            self.zeroed = win;
+        }
+        // SAFETY: the first `zeroed` bytes of the allocation were initialised
+        // above, and are only ever overwritten with bytes since.
+        unsafe { self.buf.set_len(win) };
+        let mut buf = std::mem::take(&mut self.buf);
+        let r = self.tls_read(&mut buf);
+        buf.truncate(*r.as_ref().unwrap_or(&0));
+        self.buf = buf;
+        r
     }
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.buffer().is_empty() {
@@ -281,7 +400,7 @@ impl Read for RecvBuf {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.buffer().is_empty() {
             if out.len() >= self.cap {
-                return self.stream.read(out);
+                return self.tls_read(out);
             }
             self.refill()?;
         }
@@ -289,6 +408,30 @@ impl Read for RecvBuf {
         out[..n].copy_from_slice(&self.buffer()[..n]);
         self.consume(n);
         Ok(n)
+    }
+}
+
+/// The handshake's reply side: the socket, through TLS after STARTTLS
+/// (blocking writes, bounded by the socket's write timeout).
+struct HsOut {
+    stream: Stream,
+    tls: Option<Arc<tls::Session>>,
+}
+
+impl Write for HsOut {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match &self.tls {
+            None => self.stream.write(b),
+            Some(t) => {
+                let mut sealed = Vec::with_capacity(b.len() + 64);
+                t.seal(&[b], &mut sealed)?;
+                self.stream.write_all(&sealed)?;
+                Ok(b.len())
+            }
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -452,6 +595,11 @@ impl Pool {
         self.cv.notify_one();
     }
 
+    /// Other jobs are waiting for a worker.
+    fn busy(&self) -> bool {
+        !self.q.lock().0.is_empty()
+    }
+
     fn work(&self) {
         loop {
             let job = {
@@ -504,6 +652,8 @@ struct Writer {
     /// Replies batched by the reader thread, not yet sent.
     pending: Vec<u8>,
     pending_rel: Release,
+    /// TLS: the records of the send in progress (reused between sends).
+    sealed: Vec<u8>,
     /// Bytes the socket did not take: only the writer thread sends these.
     backlog: Vec<u8>,
     backlog_rel: Release,
@@ -513,6 +663,14 @@ struct Writer {
     broken: bool,
     /// The reader is done and every reply was handed over: the writer may exit.
     closing: bool,
+}
+
+/// READs of one connection received and waiting for a worker, and the
+/// workers serving them (at most `READ_WORKERS`).
+#[derive(Default)]
+struct ReadQueue {
+    q: VecDeque<Request>,
+    workers: usize,
 }
 
 /// Requests and payload bytes in flight on one connection.
@@ -529,10 +687,14 @@ struct Conn {
     neg: Negotiated,
     max_bytes: u64,
     reply_timeout: Duration,
+    /// The TLS session after STARTTLS: replies are sealed under the writer
+    /// lock (lock order: writer -> session).
+    tls: Option<Arc<tls::Session>>,
     writer: Mutex<Writer>,
     writer_cv: Condvar,
     budget: Mutex<Budget>,
     budget_cv: Condvar,
+    reads: Mutex<ReadQueue>,
 }
 
 impl Conn {
@@ -594,6 +756,8 @@ impl Conn {
     /// Send `parts` (after any batched replies) without blocking: what the
     /// socket does not take goes to the backlog for the writer thread. `rel` is
     /// released once these bytes are on the wire (or dropped with the client).
+    /// With TLS the bytes are sealed here, under the writer lock, so records
+    /// leave in the order they were sealed.
     fn send(&self, parts: &[&[u8]], rel: Release) {
         let mut w = self.writer.lock();
         let mut rel = rel;
@@ -604,36 +768,63 @@ impl Conn {
             self.release(rel);
             return;
         }
-        if w.draining || !w.backlog.is_empty() {
-            let pending = std::mem::take(&mut w.pending);
-            w.backlog.extend_from_slice(&pending);
-            for p in parts {
-                w.backlog.extend_from_slice(p);
-            }
-            w.backlog_rel.add(rel);
-            w.pending = pending;
-            w.pending.clear();
-            self.writer_cv.notify_one();
-            return;
-        }
-        let pending = std::mem::take(&mut w.pending);
+        let mut pending = std::mem::take(&mut w.pending);
+        let mut sealed = std::mem::take(&mut w.sealed);
         let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
         if !pending.is_empty() {
             all.push(&pending);
         }
         all.extend_from_slice(parts);
-        let total: usize = all.iter().map(|p| p.len()).sum();
-        match send_now(w.stream.fd(), &all, total) {
-            Ok(n) if n == total => {
-                w.pending = pending;
-                w.pending.clear();
-                drop(w);
-                self.release(rel);
+        let mut failed = None;
+        if let Some(tls) = &self.tls {
+            sealed.clear();
+            match tls.seal(&all, &mut sealed) {
+                Ok(()) => {
+                    all.clear();
+                    if !sealed.is_empty() {
+                        all.push(&sealed);
+                    }
+                }
+                Err(e) => failed = Some(e),
             }
+        }
+        let rel = match failed {
+            None => self.deliver(&mut w, &all, rel),
+            Some(e) => self.fail(&mut w, e, rel),
+        };
+        drop(all);
+        if !w.broken {
+            pending.clear();
+            w.pending = pending;
+            if sealed.capacity() <= REPLY_BATCH_BYTES * 4 {
+                sealed.clear();
+                w.sealed = sealed;
+            }
+        }
+        drop(w);
+        if let Some(rel) = rel {
+            self.release(rel);
+        }
+    }
+
+    /// Send `all` now or queue it behind the backlog; returns the budget to
+    /// give back now (None: it went to the backlog with the bytes).
+    fn deliver(&self, w: &mut Writer, all: &[&[u8]], rel: Release) -> Option<Release> {
+        let total: usize = all.iter().map(|p| p.len()).sum();
+        if w.draining || !w.backlog.is_empty() {
+            for p in all {
+                w.backlog.extend_from_slice(p);
+            }
+            w.backlog_rel.add(rel);
+            self.writer_cv.notify_one();
+            return None;
+        }
+        match send_now(w.stream.fd(), all, total) {
+            Ok(n) if n == total => Some(rel),
             Ok(mut n) => {
                 // The socket is full: the rest waits for the writer thread.
                 let mut backlog = Vec::with_capacity(total - n);
-                for p in &all {
+                for p in all {
                     if n >= p.len() {
                         n -= p.len();
                     } else {
@@ -643,19 +834,21 @@ impl Conn {
                 }
                 w.backlog = backlog;
                 w.backlog_rel = rel;
-                w.pending = pending;
-                w.pending.clear();
                 self.writer_cv.notify_one();
+                None
             }
-            Err(e) => {
-                tracing::debug!("nbd: connection {}: reply not delivered: {e}", self.id);
-                w.broken = true;
-                w.stream.shutdown(Shutdown::Both);
-                w.pending = Vec::new();
-                drop(w);
-                self.release(rel);
-            }
+            Err(e) => self.fail(w, e, rel),
         }
+    }
+
+    /// The client cannot be sent to: mark the connection broken.
+    fn fail(&self, w: &mut Writer, e: io::Error, rel: Release) -> Option<Release> {
+        tracing::debug!("nbd: connection {}: reply not delivered: {e}", self.id);
+        w.broken = true;
+        w.stream.shutdown(Shutdown::Both);
+        w.pending = Vec::new();
+        w.sealed = Vec::new();
+        Some(rel)
     }
 
     /// Batch a reply (reader thread); sent when the reader is about to block.
@@ -686,7 +879,9 @@ impl Conn {
     fn flush_pending(&self) {
         let has = {
             let w = self.writer.lock();
-            !w.pending.is_empty() || w.pending_rel.requests > 0
+            !w.pending.is_empty()
+                || w.pending_rel.requests > 0
+                || self.tls.as_ref().is_some_and(|t| t.wants_write())
         };
         if has {
             self.send(&[], Release::default());
@@ -790,6 +985,44 @@ impl Conn {
             bytes: batch.iter().map(|r| r.length as u64).sum(),
         };
         self.send(&parts, rel);
+    }
+
+    /// Queue checked READs (reader thread) for this connection's read
+    /// workers, and start one more unless `READ_WORKERS` already serve it
+    /// (they take these after their current batch).
+    fn queue_reads(self: &Arc<Self>, pool: &Arc<Pool>, batch: Vec<Request>) {
+        let mut rq = self.reads.lock();
+        rq.q.extend(batch);
+        if rq.workers >= READ_WORKERS {
+            return;
+        }
+        rq.workers += 1;
+        drop(rq);
+        let (c, p) = (self.clone(), pool.clone());
+        pool.submit(Box::new(move || c.serve_reads(p)));
+    }
+
+    /// A read worker: serve the queued READs in batches until none is left,
+    /// giving the worker to other jobs between batches when they wait.
+    fn serve_reads(self: Arc<Self>, pool: Arc<Pool>) {
+        loop {
+            let batch: Vec<Request> = {
+                let mut rq = self.reads.lock();
+                if rq.q.is_empty() {
+                    rq.workers -= 1;
+                    return;
+                }
+                let n = rq.q.len().min(MAX_READ_BATCH);
+                rq.q.drain(..n).collect()
+            };
+            self.execute_reads(&batch);
+            if pool.busy() {
+                // fairness: continue behind the jobs waiting
+                let p = pool.clone();
+                pool.submit(Box::new(move || self.serve_reads(p)));
+                return;
+            }
+        }
     }
 
     /// Capture the request for `serve --record`.
@@ -1197,10 +1430,13 @@ impl Server {
     fn connection(self: &Arc<Self>, id: u64, stream: Stream) -> io::Result<&'static str> {
         stream.set_nonblocking(false)?;
         stream.set_write_timeout(Some(self.cfg.handshake_timeout))?;
-        let mut wr = stream.try_clone()?;
+        let mut wr = HsOut {
+            stream: stream.try_clone()?,
+            tls: None,
+        };
         let mut rd = RecvBuf::new(stream, READ_BUFFER_BYTES);
         let deadline = Instant::now() + self.cfg.handshake_timeout;
-        let Some((neg, export)) = self.handshake(id, &mut rd, &mut wr, deadline)? else {
+        let Some((neg, export)) = self.handshake(&mut rd, &mut wr, deadline)? else {
             return Ok("handshake ended");
         };
         let tick = self
@@ -1216,10 +1452,12 @@ impl Server {
             neg,
             max_bytes: self.cfg.max_inflight_bytes,
             reply_timeout: self.cfg.request_timeout,
+            tls: wr.tls,
             writer: Mutex::new(Writer {
-                stream: wr,
+                stream: wr.stream,
                 pending: Vec::new(),
                 pending_rel: Release::default(),
+                sealed: Vec::new(),
                 backlog: Vec::new(),
                 backlog_rel: Release::default(),
                 draining: false,
@@ -1229,6 +1467,7 @@ impl Server {
             writer_cv: Condvar::new(),
             budget: Mutex::new(Budget::default()),
             budget_cv: Condvar::new(),
+            reads: Mutex::new(ReadQueue::default()),
         });
         let c = conn.clone();
         let writer = std::thread::Builder::new()
@@ -1238,6 +1477,10 @@ impl Server {
         let r = self.transmission(&conn, &mut rd);
         conn.flush_pending();
         conn.drain();
+        if let Some(t) = &conn.tls {
+            t.close();
+            conn.flush_pending();
+        }
         {
             let mut w = conn.writer.lock();
             w.closing = true;
@@ -1252,9 +1495,8 @@ impl Server {
     /// disconnected.
     fn handshake(
         &self,
-        id: u64,
         rd: &mut RecvBuf,
-        wr: &mut Stream,
+        wr: &mut HsOut,
         deadline: Instant,
     ) -> io::Result<Option<(Negotiated, Export)>> {
         wr.write_all(&proto::greeting())?;
@@ -1286,7 +1528,7 @@ impl Server {
                     return Ok(None);
                 }
             };
-            let reply = |wr: &mut Stream, kind: u32, payload: &[u8]| {
+            let reply = |wr: &mut HsOut, kind: u32, payload: &[u8]| {
                 wr.write_all(&proto::option_reply(opt, kind, payload))
             };
             if len > proto::MAX_OPTION_BYTES {
@@ -1379,17 +1621,12 @@ impl Server {
                         tracing::debug!("nbd: handshake: plaintext after STARTTLS");
                         return Ok(None);
                     }
-                    let mut sock = wr.try_clone()?;
-                    let session = tls::accept(cfg, &mut sock, deadline)?;
-                    let (a, b) = UnixStream::pair()?;
-                    std::thread::Builder::new()
-                        .name(format!("nbd-tls-{id}"))
-                        .stack_size(TLS_STACK)
-                        .spawn(move || tls::pump(session, sock, b))?;
-                    let a2 = a.try_clone()?;
-                    a.set_write_timeout(Some(self.cfg.handshake_timeout))?;
-                    *rd = RecvBuf::new(Stream::Unix(a2), READ_BUFFER_BYTES);
-                    *wr = Stream::Unix(a);
+                    let session = Arc::new(tls::accept(cfg, &mut wr.stream, deadline)?);
+                    wr.stream
+                        .set_write_timeout(Some(self.cfg.handshake_timeout))?;
+                    // From here on the reader decrypts and replies are sealed.
+                    rd.tls = Some(session.clone());
+                    wr.tls = Some(session);
                     // The spec: what was negotiated before TLS is forgotten.
                     structured = false;
                     base_allocation = false;
@@ -1528,6 +1765,9 @@ impl Server {
             if got == h.len() {
                 break;
             }
+            if rd.partial_record {
+                started.get_or_insert_with(Instant::now);
+            }
             if let Some(t) = started {
                 if t.elapsed() >= self.cfg.request_timeout {
                     return Err(io::Error::new(
@@ -1598,7 +1838,7 @@ impl Server {
     /// Read requests until DISC, EOF, a broken frame, a timeout or shutdown.
     fn transmission(&self, conn: &Arc<Conn>, rd: &mut RecvBuf) -> io::Result<&'static str> {
         loop {
-            if rd.buffer().len() < proto::REQUEST_BYTES {
+            if rd.would_wait(proto::REQUEST_BYTES) {
                 // About to block on the socket: deliver batched replies first.
                 conn.flush_pending();
             }
@@ -1659,13 +1899,23 @@ impl Server {
                     rd.consume(proto::REQUEST_BYTES);
                     batch.push(n);
                 }
-                let c = conn.clone();
-                self.pool.submit(Box::new(move || c.execute_reads(&batch)));
+                // All the client asked for, and nothing else queued: serve it
+                // here (a hand-off to a worker costs a wakeup and a switch).
+                let alone = self.cfg.inline_writes
+                    && rd.would_wait(1)
+                    && conn.in_flight() == batch.len()
+                    && conn.reads.lock().workers == 0;
+                if alone {
+                    conn.flush_pending();
+                    conn.execute_reads(&batch);
+                } else {
+                    conn.queue_reads(&self.pool, batch);
+                }
                 continue;
             }
             let mut payload = Vec::new();
             if r.cmd == proto::CMD_WRITE {
-                if rd.buffer().len() < r.length as usize {
+                if rd.would_wait(r.length as usize) {
                     conn.flush_pending();
                 }
                 match self.read_payload(rd, r.length as usize) {
@@ -1689,7 +1939,7 @@ impl Server {
             // A request that waits for the media (FLUSH, FUA) runs here too when it
             // is all the client has asked for: nothing else to overlap it with, and
             // a hand-off to the pool costs a wakeup and a context switch.
-            let alone = rd.buffer().is_empty() && conn.in_flight() == 1;
+            let alone = rd.would_wait(1) && conn.in_flight() == 1;
             let inline = self.cfg.inline_writes
                 && ((mutating && !fua) || (alone && (mutating || r.cmd == proto::CMD_FLUSH)));
             if inline {

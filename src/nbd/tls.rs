@@ -1,24 +1,27 @@
 //! TLS for NBD (`NBD_OPT_STARTTLS`) with rustls: loading certificates in the
-//! qemu-nbd / nbdkit layout, and the per-connection pump that carries the
-//! rest of the connection through TLS.
+//! qemu-nbd / nbdkit layout, the handshake, and `Session`, the per-connection
+//! TLS state that the connection's own threads use after STARTTLS.
 //!
-//! After STARTTLS the connection's reader and writer talk plain NBD to one end
-//! of a Unix socket pair; a pump thread owned by that connection moves bytes
-//! between the other end and the client's socket through a rustls session. So
-//! the request path is the same with and without TLS, and the pump blocks only
-//! its own thread (a client that stops reading fills the pair, and the
-//! connection's writer times out as without TLS).
+//! There is no TLS thread: the connection's reader decrypts what it received
+//! into its receive buffer (`Session::read`), and whoever sends a reply (the
+//! reader, a worker, under the connection's writer lock) encrypts it into a
+//! buffer (`Session::seal`) and sends that with the same non-blocking send and
+//! backlog as plaintext. So the request path costs no thread hand-off more with
+//! TLS than without, and the independence guarantees are the same: the session
+//! lock is held only for memory work (decrypting or encrypting at most one
+//! read's worth of records), never across socket IO, so no worker waits on a
+//! client's socket through it.
 //!
-//! Invariant: no plaintext ever reaches the client socket after STARTTLS was
-//! acknowledged; buffers are bounded (rustls' buffer limit, one 64 KiB chunk
-//! each way).
+//! Invariants: no plaintext reaches the client socket after STARTTLS was
+//! acknowledged; records leave in the order they were sealed (sealing and
+//! sending happen under one writer lock); buffers are bounded (rustls' buffer
+//! limit, and the caller's input and output buffers).
 
+use parking_lot::Mutex;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::ServerConnection;
 use std::io::{self, Read, Write};
-use std::os::unix::io::{AsRawFd, RawFd};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -97,17 +100,15 @@ pub fn server_config(files: &TlsFiles) -> anyhow::Result<Arc<rustls::ServerConfi
     Ok(Arc::new(cfg))
 }
 
-/// Plaintext bytes rustls may hold before the pump stops reading from the
-/// server side (bounds memory per connection).
+/// Plaintext or ciphertext bytes rustls may buffer for one connection.
 const TLS_BUFFER: usize = 256 << 10;
-const CHUNK: usize = 64 << 10;
 
 /// Run the TLS handshake on `sock` (blocking, until `deadline`).
 pub fn accept(
     cfg: &Arc<rustls::ServerConfig>,
     sock: &mut super::server::Stream,
     deadline: Instant,
-) -> io::Result<ServerConnection> {
+) -> io::Result<Session> {
     let mut tls = ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;
     tls.set_buffer_limit(Some(TLS_BUFFER));
     while tls.is_handshaking() {
@@ -125,162 +126,90 @@ pub fn accept(
     while tls.wants_write() {
         tls.write_tls(sock)?;
     }
-    Ok(tls)
+    Ok(Session {
+        conn: Mutex::new(tls),
+    })
 }
 
-fn would_block(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
+/// One connection's TLS session after the handshake, shared by its reader
+/// (decrypts) and its reply side (encrypts). Only memory work under the lock.
+pub struct Session {
+    conn: Mutex<ServerConnection>,
 }
 
-/// Move bytes between the client (`sock`, TLS) and the server side (`inner`,
-/// plaintext) until either side is done. Runs on the connection's own thread.
-pub fn pump(mut tls: ServerConnection, mut sock: super::server::Stream, mut inner: UnixStream) {
-    if let Err(e) = pump_inner(&mut tls, &mut sock, &mut inner) {
-        tracing::debug!("nbd: TLS session ended: {e}");
-    }
-    let _ = inner.shutdown(std::net::Shutdown::Both);
-    sock.shutdown(std::net::Shutdown::Both);
-}
-
-fn pump_inner(
-    tls: &mut ServerConnection,
-    sock: &mut super::server::Stream,
-    inner: &mut UnixStream,
-) -> io::Result<()> {
-    sock.set_nonblocking(true)?;
-    inner.set_nonblocking(true)?;
-    let sfd: RawFd = sock.fd();
-    let ifd: RawFd = inner.as_raw_fd();
-    // plaintext from the client waiting for `inner`, and from `inner` for rustls
-    let mut to_inner: Vec<u8> = Vec::new();
-    let mut to_inner_off = 0;
-    let mut from_inner: Vec<u8> = Vec::new();
-    let mut from_inner_off = 0;
-    let mut scratch = vec![0u8; CHUNK];
-    let mut client_eof = false;
-    let mut inner_eof = false;
-    loop {
-        // deliver what we can without waiting
-        while tls.wants_write() {
-            match tls.write_tls(sock) {
-                Ok(_) => {}
-                Err(e) if would_block(&e) => break,
+impl Session {
+    /// Decrypt: feed ciphertext from `input` (advanced past what rustls took)
+    /// until some plaintext is ready, and copy it into `out` (not empty).
+    /// `Ok(0)`: the client ended the session (close_notify, or `eof`: the
+    /// socket reached its end; a missing close_notify is an ordinary
+    /// disconnect for NBD). `WouldBlock`: `input` is used up and more
+    /// ciphertext is needed. `InvalidData`: a bad record; rustls queued an
+    /// alert, which the next `seal` sends.
+    pub fn read(&self, input: &mut &[u8], eof: bool, out: &mut [u8]) -> io::Result<usize> {
+        let mut c = self.conn.lock();
+        let mut eof_told = false;
+        loop {
+            match c.reader().read(out) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                 Err(e) => return Err(e),
             }
-        }
-        if to_inner_off < to_inner.len() {
-            match inner.write(&to_inner[to_inner_off..]) {
-                Ok(n) => to_inner_off += n,
-                Err(e) if would_block(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if to_inner_off == to_inner.len() {
-            to_inner.clear();
-            to_inner_off = 0;
-            // more plaintext from rustls
-            match tls.reader().read(&mut scratch) {
-                Ok(0) => client_eof = true,
-                Ok(n) => {
-                    to_inner.extend_from_slice(&scratch[..n]);
+            if input.is_empty() {
+                if eof && !eof_told {
+                    // tells rustls the transport ended (read_tls of nothing)
+                    c.read_tls(&mut io::empty())?;
+                    eof_told = true;
                     continue;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if from_inner_off < from_inner.len() {
-            match tls.writer().write(&from_inner[from_inner_off..]) {
-                Ok(n) => from_inner_off += n,
-                Err(e) => return Err(e),
-            }
-            if from_inner_off == from_inner.len() {
-                from_inner.clear();
-                from_inner_off = 0;
-            }
-        }
-        if client_eof && to_inner.is_empty() {
-            let _ = inner.shutdown(std::net::Shutdown::Write);
-        }
-        if inner_eof && from_inner.is_empty() && !tls.wants_write() {
-            return Ok(());
-        }
-        if client_eof && inner_eof {
-            return Ok(());
-        }
-        // wait for something to do
-        let mut fds = [
-            libc::pollfd {
-                fd: sfd,
-                events: 0,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: ifd,
-                events: 0,
-                revents: 0,
-            },
-        ];
-        if !client_eof && to_inner.is_empty() {
-            fds[0].events |= libc::POLLIN;
-        }
-        if tls.wants_write() {
-            fds[0].events |= libc::POLLOUT;
-        }
-        if !inner_eof && from_inner.is_empty() {
-            fds[1].events |= libc::POLLIN;
-        }
-        if !to_inner.is_empty() {
-            fds[1].events |= libc::POLLOUT;
-        }
-        // a side at EOF with nothing to send would wake poll at once (POLLHUP)
-        if client_eof && !tls.wants_write() {
-            fds[0].fd = -1;
-        }
-        if inner_eof && to_inner.is_empty() {
-            fds[1].fd = -1;
-        }
-        // SAFETY: two valid pollfds for the duration of the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if fds[0].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
-            && !client_eof
-            && to_inner.is_empty()
-        {
-            match tls.read_tls(sock) {
-                Ok(0) => client_eof = true,
-                Ok(_) => {
-                    if let Err(e) = tls.process_new_packets() {
-                        let _ = tls.write_tls(sock);
-                        return Err(io::Error::new(io::ErrorKind::InvalidData, e));
-                    }
+                if eof {
+                    return Ok(0);
                 }
-                Err(e) if would_block(&e) => {}
-                Err(e) => return Err(e),
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            if c.read_tls(input)? == 0 {
+                return Ok(0); // close_notify received: rustls reads no more
+            }
+            if let Err(e) = c.process_new_packets() {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
         }
-        if fds[1].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
-            && !inner_eof
-            && from_inner.is_empty()
-        {
-            match inner.read(&mut scratch) {
-                Ok(0) => {
-                    inner_eof = true;
-                    tls.send_close_notify();
-                }
-                Ok(n) => from_inner.extend_from_slice(&scratch[..n]),
-                Err(e) if would_block(&e) => {}
-                Err(e) => return Err(e),
+    }
+
+    /// Encrypt `parts` (in order, as few records as their size allows) and
+    /// append the records to `out`, after anything else the session had to
+    /// send (alerts, key updates, close_notify).
+    pub fn seal(&self, parts: &[&[u8]], out: &mut Vec<u8>) -> io::Result<()> {
+        let mut c = self.conn.lock();
+        let mut slices: Vec<io::IoSlice<'_>> = parts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| io::IoSlice::new(p))
+            .collect();
+        let mut rest = &mut slices[..];
+        loop {
+            while c.wants_write() {
+                c.write_tls(out)?;
             }
+            if rest.is_empty() {
+                return Ok(());
+            }
+            let n = c.writer().write_vectored(rest)?;
+            if n == 0 && !c.wants_write() {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            io::IoSlice::advance_slices(&mut rest, n);
         }
+    }
+
+    /// Records are waiting to be sent (e.g. an alert or a key update the
+    /// reader's decrypting produced): the next `seal` returns them.
+    pub fn wants_write(&self) -> bool {
+        self.conn.lock().wants_write()
+    }
+
+    /// Queue close_notify (sent by the next `seal`).
+    pub fn close(&self) {
+        self.conn.lock().send_close_notify();
     }
 }
