@@ -67,13 +67,15 @@ const REPLY_BATCH_BYTES: usize = 64 << 10;
 /// Most extents in one BLOCK_STATUS reply.
 const MAX_EXTENTS: usize = 1024;
 /// Pipelined READs already in the receive buffer that one worker serves together
-/// (one media submission, one reply write).
-const MAX_READ_BATCH: usize = 64;
-/// Workers that serve one connection's READs at once. Each takes every READ
+/// (one media submission, one reply write). Small, because a batch's replies
+/// leave when its slowest read completes: 4 workers x 8 keep a QD32 client's
+/// reads in flight at the device (docs/nbd.md, the read-queue A/B).
+const MAX_READ_BATCH: usize = 8;
+/// Workers that serve one connection's READs at once. Each takes the READs
 /// queued (up to `MAX_READ_BATCH`) per media submission, so a busy
 /// connection's reads reach the device in batches and a worker is woken per
-/// batch, not per request; two let one batch's media reads overlap the next.
-const READ_WORKERS: usize = 2;
+/// batch, not per request; several let batches' media reads overlap.
+const READ_WORKERS: usize = 4;
 /// Receive buffer of one connection (allocated uninitialised: idle connections
 /// touch only the pages their requests use).
 const READ_BUFFER_BYTES: usize = 256 << 10;
