@@ -13,11 +13,15 @@
 #     median of the per-round ratios with its interquartile range.
 # Budget (issue 11): on/off IOPS >= 0.98; on/nopat IOPS >= 0.97.
 # Not a test. Usage: scripts/bench-metrics.sh
-# Env: ROUNDS=30 RUNTIME=3 (seconds per fio run) SIZE=1G IODEPTH=32
+# Env: ROUNDS=30 RUNTIME=3 (seconds per fio run) SIZE=4G (each volume)
+#      REGION=1G (what fio writes: a quarter of the volume keeps GC cheap and
+#      steady, so a round does not land in or out of a GC spell by chance)
+#      IODEPTH=32
 set -euo pipefail
 ROUNDS=${ROUNDS:-30}
 RUNTIME=${RUNTIME:-3}
-SIZE=${SIZE:-1G}
+SIZE=${SIZE:-4G}
+REGION=${REGION:-1G}
 IODEPTH=${IODEPTH:-32}
 SLUICE=$(realpath "${SLUICE:-target/release/sluice}")
 DIR=$(mktemp -d)
@@ -53,7 +57,7 @@ for round in $(seq "$ROUNDS"); do
     p=${pid[$mode]}
     cpu0=$(awk '{print $14+$15}' "/proc/$p/stat")
     fio --name=rw --ioengine=nbd --uri="nbd+unix:///?socket=$DIR/$mode.sock" \
-      --rw=randwrite --bs=4k --iodepth="$IODEPTH" --size="$SIZE" \
+      --rw=randwrite --bs=4k --iodepth="$IODEPTH" --size="$REGION" \
       --runtime="$RUNTIME" --time_based --randseed="$round" \
       --output-format=json --output=fio.json >/dev/null 2>&1
     cpu1=$(awk '{print $14+$15}' "/proc/$p/stat")
