@@ -729,7 +729,8 @@ pub fn judge(
 
 /// Step 4b: apply the found chunks in seq order from `c_next`. A missing seq below
 /// W is a dead chunk whose segment was reused (skip it); the first missing seq at
-/// or above W ends the log. Returns the next seq to use.
+/// or above W ends the log. Returns the seq after every chunk seen (the mount adds
+/// `unseen_chunks_bound`).
 pub fn replay(
     map: &mut Map,
     geo: &Geometry,
@@ -792,6 +793,22 @@ pub fn replay(
         expected = f.seq + 1;
     }
     Ok(expected.max(max_seen.map_or(0, |s| s + 1)))
+}
+
+/// How far above every chunk it saw a recovering mount starts numbering. The
+/// crash may have left chunks on the media that no walk reaches: a reused
+/// segment's first chunk lost (its block 0 still the barrier's tombstone, so the
+/// segment is not walked) with later chunks of it written. Each such chunk was
+/// sealed after the last durable one (which the walk does see) and, not being
+/// durable, still owned its own media blocks, so there are fewer of them than
+/// media blocks. New chunks must be numbered above them: a chunk later written
+/// at the same place with the same or a lower seq would let a second crash bring
+/// one back as part of the log. Capped at 2^31 (8 TiB of 4 KiB blocks), which
+/// keeps a jump far inside `replay`'s 2^32 plausibility window for seqs. The
+/// mount raises every segment's `last_seq` by the same amount, so GC's age
+/// (next seq minus last seq) is not distorted by the jump.
+pub fn unseen_chunks_bound(geo: &Geometry) -> u64 {
+    (geo.segment_count as u64 * geo.segment_blocks as u64).min(1 << 31)
 }
 
 /// Step 5: live counts from the map; segments with nothing live are free.
@@ -919,6 +936,11 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
             report,
         )?;
         timed(report, "replay", t, ());
+        let jump = unseen_chunks_bound(&geo);
+        next_seq += jump;
+        for s in last_seq.iter_mut().filter(|s| **s > 0) {
+            *s += jump;
+        }
         if sb_fallback && report.rules.log_end_at_missing_seq > 0 {
             // The lost copy may have held a higher watermark (a reuse barrier
             // after the kept copy): the missing chunk may be a dead one whose

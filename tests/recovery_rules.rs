@@ -126,3 +126,57 @@ fn the_first_missing_seq_above_the_watermark_ends_the_log() {
         "chunk s+1 was applied although s is missing: not a prefix of the log"
     );
 }
+
+#[test]
+fn a_recovering_mount_numbers_new_chunks_above_chunks_it_could_not_see() {
+    // A reused segment X: the reuse barrier's tombstone is in its block 0, the
+    // crash lost X's first new chunk K0 (in flight, unflushed) but not the
+    // next one, K1, written out of order behind it. Recovery does not walk a
+    // segment whose block 0 is a tombstone, so K1 is never seen. If the mount
+    // then numbered new chunks from K0's seq, a later chunk at K1's position
+    // (X reused again with a first chunk of K0's length) would carry K1's seq
+    // or more; a crash that loses that one brings K1 back, on top of flushed
+    // writes made after this mount: stale data read as current. So the seqs
+    // after a recovering mount must lie above every chunk the media may hold.
+    // The image is built from a real volume: K0 and K1 are written and flushed,
+    // then K0's header block becomes a tombstone of X (the picture the crash
+    // leaves; K1's own durable_seq field is never read, X is not walked).
+    let (create, media_bytes) = small_create(BLOCKS, 0.10);
+    let media = Arc::new(MemMedia::new(media_bytes));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    vol.write(0, &payload(7 * BS, 1, Fill::Random), false)
+        .unwrap();
+    vol.flush().unwrap();
+    vol.write(64 * BS as u64, &payload(7 * BS, 2, Fill::Random), false)
+        .unwrap();
+    vol.flush().unwrap();
+    drop(vol); // crash: no checkpoint since creation
+    let mut img = media.image();
+    let sb = newest_sb(&img);
+    let seg_bytes = sb.segment_blocks as usize * 4096;
+    let (x, k0, k1) = (0..sb.segment_count as usize)
+        .find_map(|s| {
+            let at = sb.data_offset as usize + s * seg_bytes;
+            let k0 = ChunkHeader::decode(&img[at..at + 4096]).ok()?;
+            let next = at + (1 + k0.data_blocks as usize) * 4096;
+            let k1 = ChunkHeader::decode(&img[next..next + 4096]).ok()?;
+            (k0.data_blocks == 7 && k1.seq == k0.seq + 1).then_some((s, k0, k1))
+        })
+        .expect("a segment holding K0 at block 0 and K1 right after it");
+    let at = sb.data_offset as usize + x * seg_bytes;
+    sluice::format::chunk::tombstone(&mut img[at..at + 4096], &sb.uuid, x as u32);
+    let media = Arc::new(MemMedia::from_image(img));
+    let vol = Volume::open(media.clone() as Arc<dyn Media>, &det_open(1 << 40)).unwrap();
+    let rep = vol.mount_report().clone();
+    assert!(!rep.clean);
+    assert!(rep.rules.tombstone_seen >= 1, "{:?}", rep.rules);
+    vol.close().unwrap();
+    let sb = newest_sb(&media.image());
+    assert!(
+        sb.checkpoint_next_seq > k1.seq,
+        "new chunks are numbered from {} although chunk {} (K0 was {}) may lie on the media unseen",
+        sb.checkpoint_next_seq,
+        k1.seq,
+        k0.seq
+    );
+}
