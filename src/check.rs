@@ -290,7 +290,8 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
         if m.report.clean {
             "clean"
         } else {
-            "after a crash"
+            // a crash, or a volume still in use (`check --force`)
+            "not closed cleanly"
         }
     );
     r.notes.extend(m.report.notes.iter().cloned());

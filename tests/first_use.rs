@@ -246,6 +246,13 @@ fn a_served_volume_reads_as_in_use_not_crashed() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(2), "{out}{err}");
     assert!(err.contains("in use"), "{err}");
+    assert!(!out.contains("not closed cleanly"), "{out}");
+    // --force checks the live state, and says why it reads as not closed cleanly
+    let o = sluice(&["check", "v.img", "--force"], dir.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(err.contains("is in use: checking its live on-disk state"), "{err}");
+    assert!(out.contains("not closed cleanly"), "{out}");
     assert!(!out.contains("after a crash"), "{out}");
 }
 

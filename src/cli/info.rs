@@ -320,6 +320,13 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
         );
         return Ok(2);
     }
+    if a.force && in_use(&a.path) {
+        eprintln!(
+            "sluice: note: {} is in use: checking its live on-disk state, which reads as not \
+             closed cleanly and may lack writes the server has not flushed yet",
+            a.path.display()
+        );
+    }
     let media = match FileMedia::open(&a.path, true) {
         Ok(m) => m,
         Err(e) => {
