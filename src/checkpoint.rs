@@ -25,6 +25,7 @@ pub fn finish_image(
     uuid: [u8; 16],
     next_seq: u64,
     lifetime: Lifetime,
+    created_unix_ns: u64,
 ) {
     let body_len = body_bytes(geo.logical_blocks, geo.segment_count) as usize;
     let header = CheckpointHeader {
@@ -33,10 +34,7 @@ pub fn finish_image(
         logical_blocks: geo.logical_blocks,
         segment_count: geo.segment_count,
         body_crc: crc32c::crc32c(&img[BLOCK_BYTES..BLOCK_BYTES + body_len]),
-        created_unix_ns: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0),
+        created_unix_ns,
         lifetime: Some(lifetime),
     };
     img[..BLOCK_BYTES].copy_from_slice(&header.encode());

@@ -42,4 +42,4 @@ pub mod volume;
 pub use error::{Error, Result};
 pub use gc::GcPolicy;
 pub use stats::Stats;
-pub use volume::{CreateOptions, Extent, MountReport, OpenOptions, Volume};
+pub use volume::{CreateOptions, Extent, MountReport, OpenOptions, Volume, WallClock};

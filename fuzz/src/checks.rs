@@ -370,6 +370,7 @@ fn build_base_images() -> [Vec<u8>; 2] {
         overprovision: 0.25,
         segment_bytes: SEGMENT_BYTES,
         gc_policy: sluice::GcPolicy::Greedy,
+        ..Default::default()
     };
     let open = sluice::OpenOptions {
         background: false,

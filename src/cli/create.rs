@@ -167,6 +167,7 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
         overprovision: op,
         segment_bytes: a.segment_size,
         gc_policy: a.gc,
+        ..Default::default()
     };
     let vol = Volume::create(media, &opts, &sluice::OpenOptions::default())
         .with_context(|| format!("creating a volume on {}", a.path.display()));

@@ -323,6 +323,7 @@ pub fn build_with(
             overprovision: s.overprovision,
             segment_bytes: s.segment_bytes,
             gc_policy: s.policy,
+            ..Default::default()
         },
         &crate::OpenOptions {
             background,

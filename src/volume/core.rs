@@ -92,18 +92,13 @@ pub struct Core {
     pub killed_pending: [bool; SLOTS],
     /// Recycled chunk image buffers (each MAX_CHUNK_BLOCKS blocks).
     pool: Vec<AlignedBuf>,
+    /// Source of chunk header timestamps (the mount's `OpenOptions::clock`).
+    pub clock: super::WallClock,
 }
 
 const POOL_BUFFERS: usize = 32;
 
 pub use crate::map::{kind_of, virt_of};
-
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
 
 impl Core {
     pub fn new(geo: Geometry, uuid: [u8; 16], map: Map, segs: SegmentTable, next_seq: u64) -> Core {
@@ -126,6 +121,7 @@ impl Core {
             bytes_since_checkpoint: 0,
             killed_pending: [false; SLOTS],
             pool: Vec::new(),
+            clock: super::WallClock::System,
         }
     }
 
@@ -183,7 +179,7 @@ impl Core {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let sealed = ch.seal(seq, durable_seq, self.uuid, now_ns());
+        let sealed = ch.seal(seq, durable_seq, self.uuid, self.clock.unix_ns());
         let seg_blocks = self.seg_blocks();
         let info = &mut self.segs.segs[sealed.segment as usize];
         // chunks of a segment are sealed in place order and seq order

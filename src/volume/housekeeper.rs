@@ -481,7 +481,14 @@ impl Shared {
             ..Lifetime::default()
         };
         let lifetime = self.counters.lifetime(&own);
-        checkpoint::finish_image(&mut img, &geo, uuid, next_seq, lifetime);
+        checkpoint::finish_image(
+            &mut img,
+            &geo,
+            uuid,
+            next_seq,
+            lifetime,
+            self.opts.clock.unix_ns(),
+        );
         self.commit.write_checkpoint(&img, next_seq, clean)?;
         self.hk.credit.lock().checkpoints += 1;
         self.hk.credit_cv.notify_all();

@@ -44,6 +44,38 @@ use std::thread::JoinHandle;
 
 const BS: u64 = BLOCK_BYTES as u64;
 
+/// Where the wall-clock times the engine writes to the media come from: the
+/// superblock's creation time, every chunk header's and checkpoint header's
+/// timestamp, the lifetime counters' start. They are for people and tools
+/// (`sluice info`); no decision of the engine or of recovery reads them.
+/// `Fixed` is for the deterministic simulator (tests/dst.rs): with the system
+/// clock, two runs of one seed write different bytes into those fields, and a
+/// sweep that picks what to damage by looking at the bytes no longer replays
+/// the seed exactly.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WallClock {
+    #[default]
+    System,
+    /// Every timestamp is this many nanoseconds since the Unix epoch.
+    Fixed(u64),
+}
+
+impl WallClock {
+    pub fn unix_ns(self) -> u64 {
+        match self {
+            WallClock::System => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+            WallClock::Fixed(ns) => ns,
+        }
+    }
+
+    pub fn unix_s(self) -> u64 {
+        self.unix_ns() / 1_000_000_000
+    }
+}
+
 /// Options fixed at create time.
 #[derive(Debug, Clone)]
 pub struct CreateOptions {
@@ -53,6 +85,11 @@ pub struct CreateOptions {
     pub overprovision: f64,
     pub segment_bytes: u64,
     pub gc_policy: GcPolicy,
+    /// The volume's uuid; None = random. Like `clock`, set by the deterministic
+    /// simulator so that one seed writes the same bytes every run.
+    pub uuid: Option<[u8; 16]>,
+    /// Source of the superblock's creation time.
+    pub clock: WallClock,
 }
 
 impl Default for CreateOptions {
@@ -62,6 +99,8 @@ impl Default for CreateOptions {
             overprovision: geometry::DEFAULT_OVERPROVISION,
             segment_bytes: geometry::DEFAULT_SEGMENT_BYTES,
             gc_policy: gc::DEFAULT_POLICY,
+            uuid: None,
+            clock: WallClock::System,
         }
     }
 }
@@ -84,6 +123,9 @@ pub struct OpenOptions {
     pub verify_reads: bool,
     /// Background scrub rate in bytes per second (None: no scrub thread).
     pub scrub_rate: Option<u64>,
+    /// Source of the timestamps this mount writes (chunk and checkpoint
+    /// headers, lifetime counters' start); see `WallClock`.
+    pub clock: WallClock,
 }
 
 impl Default for OpenOptions {
@@ -96,6 +138,7 @@ impl Default for OpenOptions {
             gc_policy: None,
             verify_reads: true,
             scrub_rate: None,
+            clock: WallClock::System,
         }
     }
 }
@@ -160,10 +203,6 @@ pub struct Volume {
     report: MountReport,
 }
 
-fn random_uuid() -> [u8; 16] {
-    rand::random()
-}
-
 impl Volume {
     /// Write a fresh, empty volume onto `media` (destroying what was there).
     pub fn format(media: &dyn Media, opts: &CreateOptions) -> Result<Superblock> {
@@ -219,7 +258,7 @@ impl Volume {
             ));
         }
         let sb = Superblock {
-            uuid: random_uuid(),
+            uuid: opts.uuid.unwrap_or_else(rand::random),
             generation: 1,
             logical_blocks: geo.logical_blocks,
             segment_blocks: geo.segment_blocks,
@@ -232,10 +271,7 @@ impl Volume {
             checkpoint_slot: NO_CHECKPOINT,
             checkpoint_next_seq: 1,
             durable_seq: 1,
-            created_unix_s: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            created_unix_s: opts.clock.unix_s(),
             gc_policy: opts.gc_policy.id(),
         };
         // Wipe the superblocks and the first block of every segment so no stale
@@ -284,6 +320,7 @@ impl Volume {
         let uuid = m.sb.uuid;
         let mut core = Core::new(geo, uuid, m.map, m.segs, next_seq);
         core.policy = policy;
+        core.clock = opts.clock;
         core.gc_classes = policy.gc_classes();
         core.hot_lifetime = policy.hot_lifetime(geo.logical_blocks);
         if policy.decay_hints() {
@@ -299,10 +336,7 @@ impl Volume {
             since_unix_s: if m.sb.checkpoint_slot == NO_CHECKPOINT {
                 m.sb.created_unix_s
             } else {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0)
+                opts.clock.unix_s()
             },
             ..Lifetime::default()
         });
@@ -934,6 +968,7 @@ mod tests {
             overprovision: 0.25,
             segment_bytes: 32 * BS,
             gc_policy: GcPolicy::Greedy,
+            ..Default::default()
         };
         let open = OpenOptions {
             background: false,
@@ -981,6 +1016,7 @@ mod tests {
             overprovision: 0.10,
             segment_bytes: 32 * BS,
             gc_policy: GcPolicy::DecayCb,
+            ..Default::default()
         };
         let open = OpenOptions {
             background: false,

@@ -17,6 +17,7 @@ pub fn small_create(logical_blocks: u64, op: f64) -> (CreateOptions, u64) {
         overprovision: op,
         segment_bytes: 128 << 10,
         gc_policy: GcPolicy::Greedy,
+        ..Default::default()
     };
     let g = Geometry::for_logical(logical_blocks, 32, op);
     (c, g.media_bytes())
