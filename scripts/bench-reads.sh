@@ -35,7 +35,7 @@ for round in $(seq "$ROUNDS"); do
   for t in "${order[@]}"; do args+=(--target "$t"); done
   "$SLUICE" bench grid "${args[@]}" --size "$SIZE" --region "$REGION" --sizes 4K \
     --threads "$THREADS" --seconds "$CELL" --seed "$round" --force --quiet \
-    --json "round-$round.json" >/dev/null
+    --json "round-$round.json" >/dev/null 2>grid.err || { cat grid.err >&2; exit 1; }
   python3 - "$round" "round-$round.json" >> rounds.txt <<'PY'
 import json, sys
 r, path = sys.argv[1], sys.argv[2]

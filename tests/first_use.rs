@@ -251,7 +251,10 @@ fn a_served_volume_reads_as_in_use_not_crashed() {
     let o = sluice(&["check", "v.img", "--force"], dir.path());
     let err = String::from_utf8_lossy(&o.stderr);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(err.contains("is in use: checking its live on-disk state"), "{err}");
+    assert!(
+        err.contains("is in use: checking its live on-disk state"),
+        "{err}"
+    );
     assert!(out.contains("not closed cleanly"), "{out}");
     assert!(!out.contains("after a crash"), "{out}");
 }
