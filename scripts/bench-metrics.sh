@@ -18,6 +18,7 @@
 #      steady, so a round does not land in or out of a GC spell by chance)
 #      IODEPTH=32
 set -euo pipefail
+SCRIPTS=$(cd "$(dirname "$0")" && pwd)
 ROUNDS=${ROUNDS:-30}
 RUNTIME=${RUNTIME:-3}
 SIZE=${SIZE:-4G}
@@ -71,18 +72,13 @@ PY
     tail -1 rounds.txt | awk '{printf "round %s %-5s iops %8.0f  server cpu us/write %6.2f\n", $1, $2, $3, $4}'
   done
 done
-python3 - rounds.txt <<'PY'
+PYTHONPATH="$SCRIPTS" python3 - rounds.txt <<'PY'
 import sys, statistics as st
 rows = [l.split() for l in open(sys.argv[1])]
 by = {}
 for r, mode, iops, cpu in rows:
     by.setdefault(int(r), {})[mode] = (float(iops), float(cpu))
-def q(v):
-    v = sorted(v)
-    if len(v) < 4:
-        return st.median(v), v[0], v[-1]
-    qs = st.quantiles(v, n=4)
-    return st.median(v), qs[0], qs[2]
+from rounds import median_iqr as q
 print(f"\n{len(by)} rounds: median of per-round ratios [interquartile range]")
 for name, a, b in [("metrics without access pattern", "nopat", "off"),
                    ("metrics with access pattern", "on", "off"),

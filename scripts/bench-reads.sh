@@ -15,6 +15,7 @@
 #      REGION=1G (what is read: prefilled every round) THREADS=1,32
 #      DIR=/var/tmp/sluice-bench-reads SLUICE=target/release/sluice
 set -euo pipefail
+SCRIPTS=$(cd "$(dirname "$0")" && pwd)
 ROUNDS=${ROUNDS:-10}
 CELL=${CELL:-3}
 SIZE=${SIZE:-4G}
@@ -47,17 +48,12 @@ for t in json.load(open(path))["targets"]:
 PY
   grep "^$round " rounds.txt | awk '{printf "round %s %-10s x%-3s %9.0f IOPS\n", $1, $2, $3, $4}'
 done
-python3 - rounds.txt <<'PY'
+PYTHONPATH="$SCRIPTS" python3 - rounds.txt <<'PY'
 import sys, statistics as st
 by = {}
 for r, label, th, iops in (l.split() for l in open(sys.argv[1])):
     by.setdefault((int(r), int(th)), {})[label] = float(iops)
-def q(v):
-    v = sorted(v)
-    if len(v) < 4:
-        return st.median(v), v[0], v[-1]
-    qs = st.quantiles(v, n=4)
-    return qs[1], qs[0], qs[2]
+from rounds import median_iqr as q
 print()
 print(f"{'ratio':<24} {'threads':>7} {'median':>7} {'IQR':>17} {'rounds':>6}")
 for num, den, name in (("verified", "unverified", "verified / unverified"),
