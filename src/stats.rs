@@ -194,3 +194,68 @@ impl Counters {
         s
     }
 }
+
+/// Host bytes written below which a WA figure mostly measures the fixed cost of
+/// checkpoints and superblocks (each checkpoint writes the whole map), not the
+/// write path: one 4 KiB write followed by a clean close reads "WA 264".
+pub const WA_MEANINGFUL_BYTES: u64 = 64 << 20;
+
+/// "WA x.xxx" for people: with a note when too little was written for the
+/// figure to describe the write path (the data-path WA, without checkpoints and
+/// superblocks, is given then), and "n/a" when nothing was written. The number
+/// stays first so scripts that grep `WA [0-9.]*` keep working.
+pub fn wa_text(host_write_bytes: u64, media_write_bytes: u64, fixed_bytes: u64) -> String {
+    if host_write_bytes == 0 {
+        return "WA n/a (nothing written)".to_string();
+    }
+    let wa = media_write_bytes as f64 / host_write_bytes as f64;
+    if host_write_bytes >= WA_MEANINGFUL_BYTES {
+        return format!("WA {wa:.3}");
+    }
+    let data = media_write_bytes.saturating_sub(fixed_bytes) as f64 / host_write_bytes as f64;
+    format!(
+        "WA {wa:.3} (only {} written: the fixed cost of checkpoints and superblocks, {}, \
+         dominates below {}; data path WA {data:.3})",
+        crate::size::human(host_write_bytes),
+        crate::size::human(fixed_bytes),
+        crate::size::human(WA_MEANINGFUL_BYTES)
+    )
+}
+
+impl Stats {
+    /// This session's WA in words (`wa_text`).
+    pub fn wa_text(&self) -> String {
+        wa_text(
+            self.host_write_bytes,
+            self.media_write_bytes,
+            self.media_checkpoint_bytes + self.media_superblock_bytes,
+        )
+    }
+
+    /// The volume's lifetime WA in words (`wa_text`).
+    pub fn lifetime_wa_text(&self) -> String {
+        let l = &self.lifetime;
+        wa_text(
+            l.host_write_bytes,
+            l.media_write_bytes(),
+            l.media_checkpoint_bytes + l.media_superblock_bytes,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wa_text_says_when_the_figure_means_little() {
+        assert_eq!(wa_text(0, 8192, 8192), "WA n/a (nothing written)");
+        let small = wa_text(4096, 4096 * 264, 4096 * 262);
+        assert!(
+            small.starts_with("WA 264.000 (only 4.0 KiB written"),
+            "{small}"
+        );
+        assert!(small.ends_with("data path WA 2.000)"), "{small}");
+        assert_eq!(wa_text(100 << 20, 120 << 20, 1 << 20), "WA 1.200");
+    }
+}

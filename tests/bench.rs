@@ -105,6 +105,14 @@ fn grid_smoke_fills_the_seed_table() {
             if p.skipped.is_none() {
                 assert!(p.ops > 0 && p.iops > 0.0 && p.latency.p99_us > 0.0);
                 assert_eq!(p.bytes, p.ops * p.block_bytes);
+                // what each operation cost in CPU, next to its speed
+                let c = p.cpu.expect("a measured phase reports its CPU");
+                assert!(c.user_s + c.sys_s > 0.0, "{c:?}");
+                let per_op = (c.user_s + c.sys_s) * 1e6 / p.ops as f64;
+                assert!(
+                    (c.us_per_op - per_op).abs() < 1e-6 * per_op.max(1.0),
+                    "{c:?}"
+                );
             }
         }
         assert!(t.find("randwrite", 4096, 4).unwrap().measured());
@@ -113,6 +121,8 @@ fn grid_smoke_fills_the_seed_table() {
     assert!(text.contains("Random Read Tests") && text.contains("Random Write Tests"));
     assert!(text.contains("4 Threads") && text.contains("1 Thread"));
     assert!(text.lines().any(|l| l.starts_with("256K")));
+    let all = bench::report::render(&rep);
+    assert!(all.contains("CPU us per operation"), "{all}");
     // in-process sluice reports write amplification, raw files do not
     assert!(rep.targets[0].write_amplification.is_some());
     assert!(rep.targets[1].write_amplification.is_none());

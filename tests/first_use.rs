@@ -257,6 +257,15 @@ fn a_served_volume_reads_as_in_use_not_crashed() {
     );
     assert!(out.contains("not closed cleanly"), "{out}");
     assert!(!out.contains("after a crash"), "{out}");
+    // ... and its JSON says the volume is in use, so a script can tell
+    let o = sluice(&["check", "v.img", "--force", "--json"], dir.path());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["in_use"], true, "{v}");
+    // the lifetime counters of a live volume are the last checkpoint's: said so
+    let o = sluice(&["info", "v.img"], dir.path());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("as of the last checkpoint"), "{out}");
+    assert!(out.contains("WA n/a (nothing written)"), "{out}");
 }
 
 fn json_of(o: &std::process::Output) -> serde_json::Value {

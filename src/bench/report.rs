@@ -83,6 +83,14 @@ fn grid_sizes_threads(t: &TargetRun) -> (Vec<u64>, Vec<usize>) {
 }
 
 /// The seed's grid layout for one target.
+/// "CPU 12.3 us/op (user 8.1 s, sys 4.2 s), 1.23 cores": what a result costs.
+pub fn cpu_line(c: &super::run::Cpu) -> String {
+    format!(
+        "CPU {:.1} us/op (user {:.2} s, sys {:.2} s), {:.2} cores busy",
+        c.us_per_op, c.user_s, c.sys_s, c.cores
+    )
+}
+
 pub fn grid_table(t: &TargetRun) -> String {
     let (sizes, threads) = grid_sizes_threads(t);
     let mut o = String::new();
@@ -129,6 +137,40 @@ pub fn grid_table(t: &TargetRun) -> String {
             line.push_str("   ");
         }
         let _ = writeln!(o, "{line}{}", size_label(b));
+    }
+    o
+}
+
+/// CPU microseconds per operation of every grid cell (process CPU, user + sys):
+/// how many cores a given speed needs.
+fn grid_cpu(t: &TargetRun) -> String {
+    let (sizes, threads) = grid_sizes_threads(t);
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{}: CPU us per operation (user + sys, this process)",
+        t.target
+    );
+    let mut h = format!("{:<7}", "Size");
+    for name in ["read", "write"] {
+        for th in &threads {
+            let _ = write!(h, "{:>12}", format!("{name} x{th}"));
+        }
+    }
+    let _ = writeln!(o, "{h}");
+    for &b in &sizes {
+        let mut line = format!("{:<7}", size_label(b));
+        for name in ["randread", "randwrite"] {
+            for &th in &threads {
+                let c = t
+                    .find(name, b, th)
+                    .filter(|p| p.measured())
+                    .and_then(|p| p.cpu);
+                let v = c.map_or("-".to_string(), |c| format!("{:.1}", c.us_per_op));
+                let _ = write!(line, "{v:>12}");
+            }
+        }
+        let _ = writeln!(o, "{line}");
     }
     o
 }
@@ -283,6 +325,9 @@ fn steady_table(r: &Report) -> String {
                 .map(|w| format!(", write amplification {w:.2}"))
                 .unwrap_or_default()
         );
+        if let Some(c) = &p.cpu {
+            let _ = writeln!(o, "{}", cpu_line(c));
+        }
         if let Some(ss) = &t.steady_state {
             let _ = writeln!(
                 o,
@@ -404,6 +449,20 @@ fn ceiling_table(r: &Report) -> String {
     o
 }
 
+/// Every measured phase's CPU cost (grid and steady print theirs in place).
+fn phase_cpu(r: &Report) -> String {
+    let mut o = String::new();
+    for t in &r.targets {
+        for p in t.phases.iter().filter(|p| p.measured()) {
+            if let Some(c) = &p.cpu {
+                let label = format!("{} {} {}", t.target, p.name, size_label(p.block_bytes));
+                let _ = writeln!(o, "{:<48} {}", short(&label, 48), cpu_line(c));
+            }
+        }
+    }
+    o
+}
+
 fn fill_table(r: &Report) -> String {
     let mut o = String::new();
     for t in &r.targets {
@@ -446,6 +505,10 @@ pub fn render(r: &Report) -> String {
                 o.push_str(&grid_table(t));
                 o.push('\n');
             }
+            for t in &r.targets {
+                o.push_str(&grid_cpu(t));
+                o.push('\n');
+            }
             if let Some(base) = r.targets.first() {
                 for t in r.targets.iter().skip(1) {
                     o.push_str(&grid_ratios(base, t));
@@ -458,6 +521,12 @@ pub fn render(r: &Report) -> String {
         Workload::Mix => o.push_str(&mix_table(r)),
         Workload::Ceiling => o.push_str(&ceiling_table(r)),
         Workload::Fill => o.push_str(&fill_table(r)),
+    }
+    if matches!(
+        r.workload,
+        Workload::Slog | Workload::Mix | Workload::Ceiling
+    ) {
+        o.push_str(&phase_cpu(r));
     }
     for t in &r.targets {
         if let Some(e) = &t.error {

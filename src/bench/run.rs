@@ -127,6 +127,50 @@ pub struct PhaseResult {
     pub complete: bool,
     pub skipped: Option<String>,
     pub error: Option<String>,
+    /// CPU time of this process over the phase (every thread: the workload's,
+    /// and for an in-process sluice target its writers, housekeeper and reads;
+    /// an NBD server's CPU is in its own process and not counted here).
+    pub cpu: Option<Cpu>,
+}
+
+/// Process CPU over a phase, from `getrusage(RUSAGE_SELF)` read once at each end
+/// (no per-IO clock reads).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct Cpu {
+    pub user_s: f64,
+    pub sys_s: f64,
+    /// (user + sys) microseconds per operation of the phase.
+    pub us_per_op: f64,
+    /// (user + sys) / wall seconds: how many cores the phase kept busy.
+    pub cores: f64,
+}
+
+/// (user, system) CPU seconds this process has used so far.
+pub fn process_cpu() -> (f64, f64) {
+    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF cannot fail.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    (s(ru.ru_utime), s(ru.ru_stime))
+}
+
+impl Cpu {
+    /// CPU used since `start` (a `process_cpu()` reading) by `ops` operations in
+    /// `seconds` of wall time.
+    pub fn since(start: (f64, f64), ops: u64, seconds: f64) -> Cpu {
+        let (u, s) = process_cpu();
+        let (user_s, sys_s) = ((u - start.0).max(0.0), (s - start.1).max(0.0));
+        Cpu {
+            user_s,
+            sys_s,
+            us_per_op: if ops == 0 {
+                0.0
+            } else {
+                (user_s + sys_s) * 1e6 / ops as f64
+            },
+            cores: (user_s + sys_s) / seconds.max(1e-9),
+        }
+    }
 }
 
 impl PhaseResult {
@@ -147,6 +191,7 @@ impl PhaseResult {
             complete: false,
             skipped: None,
             error: None,
+            cpu: None,
         }
     }
     pub fn skipped(spec: &PhaseSpec, why: String) -> PhaseResult {
@@ -274,6 +319,7 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
         ctx.observer.advance(spec.duration.as_secs_f64());
         return PhaseResult::skipped(spec, why);
     }
+    let cpu0 = process_cpu();
     let start = Instant::now();
     let sh = Shared {
         t,
@@ -396,6 +442,7 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
         complete,
         skipped: None,
         error,
+        cpu: Some(Cpu::since(cpu0, ops, seconds)),
     }
 }
 
@@ -461,6 +508,7 @@ pub fn run_slog(t: &dyn Target, spec: &SlogSpec, ctx: &Ctx) -> PhaseResult {
     let mut hist = Histogram::default();
     let mut ops = 0u64;
     let mut error = None;
+    let cpu0 = process_cpu();
     let start = Instant::now();
     let mut reported = 0.0;
     std::thread::scope(|s| {
@@ -546,5 +594,6 @@ pub fn run_slog(t: &dyn Target, spec: &SlogSpec, ctx: &Ctx) -> PhaseResult {
     res.latency = Latency::from_histogram(&hist);
     res.complete = error.is_none() && !ctx.stopped();
     res.error = error;
+    res.cpu = Some(Cpu::since(cpu0, ops, seconds));
     res
 }

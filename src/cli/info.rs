@@ -182,8 +182,9 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         );
         let lt = &st.lifetime;
         println!(
-            "lifetime      WA {:.3}: {} written by clients -> {} to the media (user data {}, GC {}, headers {}, checkpoints {}, superblocks {}), since {}",
-            lt.write_amplification(),
+            "lifetime      {}{}: {} written by clients -> {} to the media (user data {}, GC {}, headers {}, checkpoints {}, superblocks {}), since {}",
+            if busy { "(as of the last checkpoint) " } else { "" },
+            st.lifetime_wa_text(),
             human(lt.host_write_bytes),
             human(lt.media_write_bytes()),
             human(lt.media_user_data_bytes),
@@ -312,7 +313,8 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
             return Ok(2);
         }
     }
-    if in_use(&a.path) && !a.force {
+    let busy = in_use(&a.path);
+    if busy && !a.force {
         eprintln!(
             "sluice: error: {} is in use by a running sluice server (it holds the volume's lock); \
              stop the server to check it, or pass --force to check the live on-disk state",
@@ -320,7 +322,7 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
         );
         return Ok(2);
     }
-    if a.force && in_use(&a.path) {
+    if busy {
         eprintln!(
             "sluice: note: {} is in use: checking its live on-disk state, which reads as not \
              closed cleanly and may lack writes the server has not flushed yet",
@@ -341,6 +343,7 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
             serde_json::to_string_pretty(&serde_json::json!({
                 "path": a.path,
                 "clean": r.is_clean(),
+                "in_use": busy,
                 "superblock_copies_ok": r.superblock_copies.iter().filter(|c| c.ok).count(),
                 "checkpoint_slots_ok": r.checkpoint_slots.iter().filter(|c| c.state == "ok").count(),
                 "mount_ok": r.mount_result.ok,
