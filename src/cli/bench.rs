@@ -3,6 +3,7 @@
 //! progress bar, and print / save the results. Ctrl-C stops the run and prints what
 //! was measured so far (a second Ctrl-C exits at once).
 
+use sluice::media::outfile::{self, Output};
 use anyhow::{bail, Context};
 use sluice::bench::run::{Ctx, Observer};
 use sluice::bench::target::{self, OpenSpec, TargetSpec};
@@ -251,6 +252,36 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
         }
     }
+    // Output files are judged before anything runs (media::outfile): a bad
+    // name fails now, not after the benchmark.
+    let volumes: Vec<PathBuf> = specs
+        .iter()
+        .filter_map(|(_, s)| match s {
+            TargetSpec::Sluice(p)
+            | TargetSpec::SluiceNoVerify(p)
+            | TargetSpec::File(p)
+            | TargetSpec::Dev(p) => Some(p.clone()),
+            TargetSpec::Nbd(_) => None,
+        })
+        .collect();
+    let json_out = Output {
+        flag: "--json",
+        force: Some(a.force),
+        ours: is_bench_json,
+        volumes: &volumes,
+    };
+    let plot_out = Output {
+        flag: "--plot",
+        force: Some(a.force),
+        ours: outfile::nothing_is_ours,
+        volumes: &volumes,
+    };
+    if let Some(p) = &a.json {
+        json_out.check(p)?;
+    }
+    if let Some(p) = &a.plot {
+        plot_out.check(p)?;
+    }
     // Open (and safety-check) every target before measuring anything.
     let mut targets = Vec::new();
     for (label, s) in &specs {
@@ -309,13 +340,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     print!("{}", b::report::render(&report));
     std::io::Write::flush(&mut std::io::stdout())?;
     if let Some(p) = &a.json {
-        let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
+        let mut j = serde_json::to_vec_pretty(&report)?;
+        j.push(b'\n');
+        json_out
+            .write(p, &j)
             .with_context(|| format!("writing {}", p.display()))?;
         eprintln!("wrote {}", p.display());
     }
     if let Some(p) = &a.plot {
-        b::plot::write(&report, p)?;
+        plot_out
+            .write(p, b::plot::svg(&report)?.as_bytes())
+            .with_context(|| format!("writing {}", p.display()))?;
         eprintln!("wrote {}", p.display());
     }
     Ok(if report.interrupted {
@@ -325,6 +360,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         0
     })
+}
+
+/// A `bench --json` report (replaced without --force).
+fn is_bench_json(head: &[u8]) -> bool {
+    let t = String::from_utf8_lossy(&head[..head.len().min(256)]);
+    t.trim_start().starts_with('{') && t.contains("\"workload\"")
 }
 
 #[cfg(test)]
