@@ -228,42 +228,46 @@ impl PidFile {
     /// `volumes` or any other file is refused.
     pub fn create(path: &Path, volumes: &[PathBuf]) -> io::Result<PidFile> {
         let pid = std::process::id();
-        if let Some((mut f, _, _)) = existing(path, "--pid-file", volumes)? {
-            let head = head_of(&mut f, 64)?;
-            let old = std::str::from_utf8(&head)
-                .ok()
-                .and_then(|s| s.trim().parse::<u32>().ok());
-            match old {
-                Some(p) if p != pid && running(p) => {
-                    return Err(refuse(format!(
-                        "--pid-file {}: pid {p} in it is running; is another server using it?",
-                        path.display()
-                    )))
-                }
-                Some(_) => std::fs::remove_file(path)?,
-                None => {
-                    return Err(refuse(format!(
-                        "--pid-file {}: exists and is not a pid file; remove it or choose another name",
-                        path.display()
-                    )))
-                }
-            }
-        }
         let (mut f, tmp) = create_temp(path)?;
-        let r = f
-            .write_all(format!("{pid}\n").as_bytes())
-            .and_then(|_| std::fs::hard_link(&tmp, path));
+        let written = f.write_all(format!("{pid}\n").as_bytes());
+        let r = written.and_then(|_| {
+            // link(2) never replaces a name: an existing file is judged, and
+            // only a stale pid file is removed, once, before the second try.
+            match std::fs::hard_link(&tmp, path) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    Self::remove_stale(path, pid, volumes)?;
+                    std::fs::hard_link(&tmp, path)
+                }
+                r => r,
+            }
+        });
         let _ = std::fs::remove_file(&tmp);
-        match r {
-            Ok(()) => Ok(PidFile {
-                path: path.to_path_buf(),
-                pid,
-            }),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(refuse(format!(
-                "--pid-file {}: another process created it at the same time",
+        r.map(|_| PidFile {
+            path: path.to_path_buf(),
+            pid,
+        })
+    }
+
+    /// Remove `path` if it is a pid file whose pid is not running; refuse
+    /// anything else (a live pid, a symlink, a volume, another file).
+    fn remove_stale(path: &Path, pid: u32, volumes: &[PathBuf]) -> io::Result<()> {
+        let Some((mut f, _, _)) = existing(path, "--pid-file", volumes)? else {
+            return Ok(()); // gone meanwhile: try again
+        };
+        let head = head_of(&mut f, 64)?;
+        let old = std::str::from_utf8(&head)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        match old {
+            Some(p) if p != pid && running(p) => Err(refuse(format!(
+                "--pid-file {}: pid {p} in it is running; is another server using it?",
                 path.display()
             ))),
-            Err(e) => Err(e),
+            Some(_) => std::fs::remove_file(path),
+            None => Err(refuse(format!(
+                "--pid-file {}: exists and is not a pid file; remove it or choose another name",
+                path.display()
+            ))),
         }
     }
 
