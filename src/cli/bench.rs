@@ -273,7 +273,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let plot_out = Output {
         flag: "--plot",
         force: Some(a.force),
-        ours: outfile::nothing_is_ours,
+        ours: outfile::is_sluice_chart,
         volumes: &volumes,
     };
     if let Some(p) = &a.json {
@@ -349,7 +349,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     if let Some(p) = &a.plot {
         plot_out
-            .write(p, b::plot::svg(&report)?.as_bytes())
+            .write(p, outfile::mark_chart(&b::plot::svg(&report)?).as_bytes())
             .with_context(|| format!("writing {}", p.display()))?;
         eprintln!("wrote {}", p.display());
     }

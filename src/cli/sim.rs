@@ -53,7 +53,7 @@ pub struct Args {
     /// Print the results as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Replace an existing --plot file.
+    /// Replace an existing --plot file that is not a chart sluice drew.
     #[arg(long)]
     pub force: bool,
 }
@@ -222,16 +222,17 @@ fn plot(path: &std::path::Path, pts: &[Point], force: bool) -> anyhow::Result<()
     let mut svg = String::new();
     draw(&mut svg, pts)?;
     plot_output(force)
-        .write(path, svg.as_bytes())
+        .write(path, outfile::mark_chart(&svg).as_bytes())
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// `--plot`: an existing chart is replaced only with --force (media::outfile).
+/// `--plot`: replaces a chart sluice drew; any other file only with --force
+/// (media::outfile).
 fn plot_output(force: bool) -> Output<'static> {
     Output {
         flag: "--plot",
         force: Some(force),
-        ours: outfile::nothing_is_ours,
+        ours: outfile::is_sluice_chart,
         volumes: &[],
     }
 }

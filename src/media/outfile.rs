@@ -33,9 +33,21 @@ pub struct Output<'a> {
     pub volumes: &'a [PathBuf],
 }
 
-/// For `Output::ours`: nothing is ours (replaced only with --force).
-pub fn nothing_is_ours(_: &[u8]) -> bool {
-    false
+/// Marks an SVG chart sluice drew, so `--plot` may replace its own chart.
+const CHART_MARK: &str = "<!-- chart drawn by sluice -->";
+
+/// Put the chart mark after the `<svg ...>` start tag.
+pub fn mark_chart(svg: &str) -> String {
+    match svg.find("<svg").and_then(|i| svg[i..].find('>').map(|j| i + j + 1)) {
+        Some(at) => format!("{}{CHART_MARK}{}", &svg[..at], &svg[at..]),
+        None => svg.to_string(),
+    }
+}
+
+/// For `Output::ours` of `--plot`: a chart sluice drew (`mark_chart`).
+pub fn is_sluice_chart(head: &[u8]) -> bool {
+    let h = &head[..head.len().min(4096)];
+    h.windows(CHART_MARK.len()).any(|w| w == CHART_MARK.as_bytes())
 }
 
 fn refuse(msg: String) -> io::Error {
@@ -324,6 +336,14 @@ mod tests {
         let e = out(Some(true), &[v.clone()]).write(&v, b"{6}").unwrap_err();
         assert!(e.to_string().contains("in use"), "{e}");
         assert_eq!(std::fs::read(&v).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn a_chart_sluice_drew_is_its_own() {
+        let svg = mark_chart("<?xml version=\"1.0\"?>\n<svg width=\"9\">\n</svg>\n");
+        assert!(svg.starts_with("<?xml version=\"1.0\"?>\n<svg width=\"9\">"), "{svg}");
+        assert!(is_sluice_chart(svg.as_bytes()));
+        assert!(!is_sluice_chart(b"<svg width=\"9\">\n</svg>\n"));
     }
 
     #[test]
