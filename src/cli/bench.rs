@@ -73,7 +73,8 @@ pub struct Args {
     /// Draw a chart (SVG).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// Run write tests on files or devices that hold data or a signature.
+    /// Run write tests on files or devices that hold data or a signature; replace
+    /// an existing --json/--plot file that is not sluice's own.
     #[arg(long)]
     pub force: bool,
     /// Seed of the workload generators (same seed, same offsets on every target).

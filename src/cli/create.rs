@@ -26,7 +26,8 @@ pub struct Args {
     /// generational-cb, sepbit, sepbit-cb (docs/gc.md).
     #[arg(long, default_value = sluice::gc::DEFAULT_POLICY.name(), value_parser = GcPolicy::parse)]
     pub gc: GcPolicy,
-    /// Overwrite an existing file or device that is not empty.
+    /// Overwrite an existing file or device that is not empty (never one another
+    /// process has open as a volume: its lock is not overridden).
     #[arg(long)]
     pub force: bool,
     /// Allocate the whole file now (fallocate) instead of leaving it sparse, so a

@@ -59,7 +59,8 @@ pub struct Args {
     /// Export read-only (every export): writes, trims and zeroes fail with EPERM.
     #[arg(short = 'r', long)]
     pub read_only: bool,
-    /// Write the server's pid here once it is listening; removed at exit.
+    /// Write the server's pid here once it is listening; removed at exit if it
+    /// still holds it. Never replaces a file other than a stale pid file.
     #[arg(long, value_name = "FILE")]
     pub pid_file: Option<PathBuf>,
     /// Go to the background once the server is ready (as qemu-nbd --fork); the
@@ -138,6 +139,7 @@ pub struct Args {
     pub no_access_pattern: bool,
     /// Capture every request (time, op, offset, length) to FILE in sluice's trace
     /// format, replayable with `sluice replay --format sluice` (default export only).
+    /// An existing FILE is replaced only if it is a sluice trace.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// Scrub in the background at this rate (bytes per second, e.g. 16M): read
