@@ -42,7 +42,9 @@ fn assert_clean(dir: &Path, name: &str) {
 }
 
 fn pattern(seed: u8) -> Vec<u8> {
-    (0..4 << 20).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+    (0..4 << 20)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
 }
 
 /// Finding 1: bench on a served volume is refused naming the server, and serve
@@ -54,10 +56,7 @@ fn bench_and_serve_never_share_a_volume() {
     create(d, "v.img");
     let img = d.join("v.img");
     let srv = Server::start(d, &img, "64M", &[]);
-    let o = sluice(
-        &["bench", "mix", "--quiet", "--target", "sluice:v.img"],
-        d,
-    );
+    let o = sluice(&["bench", "mix", "--quiet", "--target", "sluice:v.img"], d);
     let e = err(&o);
     assert!(!o.status.success(), "bench ran on a served volume: {e}");
     assert!(
@@ -65,7 +64,13 @@ fn bench_and_serve_never_share_a_volume() {
         "{e}"
     );
     let o = sluice(
-        &["bench", "mix", "--quiet", "--target", "sluice-noverify:v.img"],
+        &[
+            "bench",
+            "mix",
+            "--quiet",
+            "--target",
+            "sluice-noverify:v.img",
+        ],
         d,
     );
     assert!(err(&o).contains("in use by pid"), "{}", err(&o));
@@ -112,7 +117,14 @@ fn pid_file_never_replaces_a_volume_or_follows_a_link() {
     }
     for pid_file in ["v.img", "./v.img"] {
         let o = sluice(
-            &["serve", "v.img", "--socket", "s.sock", "--pid-file", pid_file],
+            &[
+                "serve",
+                "v.img",
+                "--socket",
+                "s.sock",
+                "--pid-file",
+                pid_file,
+            ],
             d,
         );
         assert!(!o.status.success(), "--pid-file {pid_file} accepted");
@@ -133,7 +145,14 @@ fn pid_file_never_replaces_a_volume_or_follows_a_link() {
     std::os::unix::fs::symlink(&victim, d.join("s.tmp")).unwrap();
     std::os::unix::fs::symlink(&victim, d.join("link.pid")).unwrap();
     let o = sluice(
-        &["serve", "v.img", "--socket", "s.sock", "--pid-file", "link.pid"],
+        &[
+            "serve",
+            "v.img",
+            "--socket",
+            "s.sock",
+            "--pid-file",
+            "link.pid",
+        ],
         d,
     );
     assert!(!o.status.success(), "--pid-file through a symlink accepted");
@@ -146,7 +165,14 @@ fn pid_file_never_replaces_a_volume_or_follows_a_link() {
     // a second server on another volume may not take over a live pid file
     create(d, "w.img");
     let o = sluice(
-        &["serve", "w.img", "--socket", "w.sock", "--pid-file", "s.pid"],
+        &[
+            "serve",
+            "w.img",
+            "--socket",
+            "w.sock",
+            "--pid-file",
+            "s.pid",
+        ],
         d,
     );
     assert!(err(&o).contains("is running"), "{}", err(&o));
@@ -187,10 +213,18 @@ fn record_never_truncates_a_volume() {
     assert!(!o.status.success());
     assert_eq!(std::fs::read(d.join("notes")).unwrap(), b"mine\n");
     let old = d.join("old.trace");
-    let srv = Server::start(d, &d.join("v.img"), "64M", &["--record", old.to_str().unwrap()]);
+    let srv = Server::start(
+        d,
+        &d.join("v.img"),
+        "64M",
+        &["--record", old.to_str().unwrap()],
+    );
     assert_eq!(srv.stop().0, Some(0));
     let t = std::fs::read_to_string(d.join("old.trace")).unwrap();
-    assert!(t.starts_with("# sluice-trace v1") && !t.contains("1 W 0 4096"), "{t}");
+    assert!(
+        t.starts_with("# sluice-trace v1") && !t.contains("1 W 0 4096"),
+        "{t}"
+    );
 }
 
 /// Finding 4: `create --force` on a served volume is refused; the served data
@@ -243,7 +277,10 @@ fn create_refuses_what_holds_data_and_names_it() {
         let e = err(&o);
         assert!(!o.status.success(), "create formatted {name}");
         assert!(e.contains(what) && e.contains("--force"), "{e}");
-        assert!(std::fs::read(d.join(name)).unwrap() == *img, "{name} changed");
+        assert!(
+            std::fs::read(d.join(name)).unwrap() == *img,
+            "{name} changed"
+        );
     }
     let o = sluice(&["create", "late.img", "--size", "64M", "--force"], d);
     assert!(o.status.success(), "{}", err(&o));

@@ -512,4 +512,3 @@ pub fn svg(r: &Report) -> Result<String> {
     }
     Ok(out)
 }
-

@@ -3,11 +3,11 @@
 //! progress bar, and print / save the results. Ctrl-C stops the run and prints what
 //! was measured so far (a second Ctrl-C exits at once).
 
-use sluice::media::outfile::{self, Output};
 use anyhow::{bail, Context};
 use sluice::bench::run::{Ctx, Observer};
 use sluice::bench::target::{self, OpenSpec, TargetSpec};
 use sluice::bench::{self as b, BenchConfig, Report, Workload};
+use sluice::media::outfile::{self, Output};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

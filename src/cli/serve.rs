@@ -189,8 +189,13 @@ fn volume_paths(specs: &[exports::ExportSpec]) -> Vec<PathBuf> {
 }
 
 /// `--pid-file`: created exclusively, never over a volume or a live pid file.
-fn pid_file(p: &Path, specs: &[exports::ExportSpec]) -> anyhow::Result<PidFile> {
-    PidFile::create(p, &volume_paths(specs)).with_context(|| format!("--pid-file {}", p.display()))
+fn pid_file(a: &Args, specs: &[exports::ExportSpec]) -> anyhow::Result<Option<PidFile>> {
+    let Some(p) = &a.pid_file else {
+        return Ok(None);
+    };
+    let f = PidFile::create(p, &volume_paths(specs))
+        .with_context(|| format!("--pid-file {}", p.display()))?;
+    Ok(Some(f))
 }
 
 /// `--record`: replaces only an earlier sluice trace, never a volume or a link.
@@ -613,7 +618,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             .with_context(|| format!("--metrics {addr}"))?;
         eprintln!("sluice: metrics at http://{bound}/metrics");
     }
-    let pid_file = a.pid_file.as_ref().map(|p| pid_file(p, &specs)).transpose()?;
+    let pid_file = pid_file(&a, &specs)?;
     let server = Server::new(exports.clone(), cfg)?;
     {
         let mut out = std::io::stdout().lock();

@@ -5,9 +5,9 @@
 //! Invariant: each point is measured on a fresh volume after a linear fill and a
 //! warm-up, over a window of `--measure` times the logical size of host writes.
 
-use sluice::media::outfile::{self, Output};
 use anyhow::{bail, Context};
 use indicatif::ProgressBar;
+use sluice::media::outfile::{self, Output};
 use sluice::sim::drive::{self, MediaKind, Setup};
 use sluice::sim::workload::SimOp;
 use sluice::sim::{greedy_wa_analytic, Gen, Measure, Workload};

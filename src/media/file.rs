@@ -283,14 +283,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("v.img");
         let a = FileMedia::create(&p, 1 << 20).unwrap();
-        let e = FileMedia::open(&p, false).err().expect("second writer opened");
+        let e = FileMedia::open(&p, false)
+            .err()
+            .expect("second writer opened");
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
         assert!(e.to_string().contains("in use by pid"), "{e}");
         assert!(
             e.to_string().contains(&std::process::id().to_string()),
             "{e}"
         );
-        let e = FileMedia::open(&p, true).err().expect("reader beside a writer");
+        let e = FileMedia::open(&p, true)
+            .err()
+            .expect("reader beside a writer");
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
         assert_eq!(
             FileMedia::create(&p, 1 << 20).err().unwrap().kind(),
@@ -320,7 +324,10 @@ mod tests {
         m.remove_created().unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"theirs");
         // an opened (not created) file is never removed
-        FileMedia::open(&p, false).unwrap().remove_created().unwrap();
+        FileMedia::open(&p, false)
+            .unwrap()
+            .remove_created()
+            .unwrap();
         assert!(p.exists());
         let p2 = dir.path().join("w.img");
         FileMedia::create_new(&p2, 1 << 20)

@@ -38,7 +38,10 @@ const CHART_MARK: &str = "<!-- chart drawn by sluice -->";
 
 /// Put the chart mark after the `<svg ...>` start tag.
 pub fn mark_chart(svg: &str) -> String {
-    match svg.find("<svg").and_then(|i| svg[i..].find('>').map(|j| i + j + 1)) {
+    match svg
+        .find("<svg")
+        .and_then(|i| svg[i..].find('>').map(|j| i + j + 1))
+    {
         Some(at) => format!("{}{CHART_MARK}{}", &svg[..at], &svg[at..]),
         None => svg.to_string(),
     }
@@ -47,7 +50,8 @@ pub fn mark_chart(svg: &str) -> String {
 /// For `Output::ours` of `--plot`: a chart sluice drew (`mark_chart`).
 pub fn is_sluice_chart(head: &[u8]) -> bool {
     let h = &head[..head.len().min(4096)];
-    h.windows(CHART_MARK.len()).any(|w| w == CHART_MARK.as_bytes())
+    h.windows(CHART_MARK.len())
+        .any(|w| w == CHART_MARK.as_bytes())
 }
 
 fn refuse(msg: String) -> io::Error {
@@ -341,7 +345,10 @@ mod tests {
     #[test]
     fn a_chart_sluice_drew_is_its_own() {
         let svg = mark_chart("<?xml version=\"1.0\"?>\n<svg width=\"9\">\n</svg>\n");
-        assert!(svg.starts_with("<?xml version=\"1.0\"?>\n<svg width=\"9\">"), "{svg}");
+        assert!(
+            svg.starts_with("<?xml version=\"1.0\"?>\n<svg width=\"9\">"),
+            "{svg}"
+        );
         assert!(is_sluice_chart(svg.as_bytes()));
         assert!(!is_sluice_chart(b"<svg width=\"9\">\n</svg>\n"));
     }
