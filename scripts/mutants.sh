@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutations the test suite must kill (issue 9). Each mutation is applied to a copy
+# Mutations the test suite must kill (issues 9 and 17). Each mutation is applied to a copy
 # of the working tree in a temporary directory (the real tree is never edited),
 # the tests that guard that property run, and a table mutation -> killed /
 # survived / not applicable is printed. Exits non-zero if any mutation survives
@@ -161,6 +161,28 @@ apply_unseen_chunks_renumbered() {
   replace src/recovery.rs '        next_seq += jump;' '        next_seq += 0 * jump;'
 }
 
+apply_volume_lock_skipped() {
+  replace src/media/file.rs '        if lock != Lock::None {' '        if lock == Lock::None {'
+}
+apply_create_skips_probe() {
+  replace src/cli/create.rs '                refuse_if_in_use(&a.path)?;' '                let _ = refuse_if_in_use;'
+}
+apply_create_without_excl() {
+  replace src/media/file.rs '            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
+        let m = f.metadata()?;' '            .create(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
+        let m = f.metadata()?;'
+}
+apply_pid_file_not_exclusive() {
+  replace src/media/outfile.rs 'match std::fs::hard_link(&tmp, path) {' 'match std::fs::rename(&tmp, path) {'
+}
+apply_record_clobbers() {
+  replace src/cli/serve.rs '            let r = record_file(p, &specs)' '            let r = std::fs::File::create(p)'
+}
+
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
   b=$(basename "$f" .rs)
@@ -176,6 +198,11 @@ run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
 run durable-damage-dropped dst header_flips
 run unseen-chunks-renumbered recovery_rules
+run volume-lock-skipped no_clobber
+run create-skips-probe no_clobber
+run create-without-excl no_clobber
+run pid-file-not-exclusive no_clobber
+run record-clobbers no_clobber
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

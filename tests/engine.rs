@@ -241,6 +241,7 @@ fn concurrent_writers_with_background_housekeeper_keep_their_data() {
             "block {b}"
         );
     }
+    drop(vol); // its media holds the volume lock
     assert!(sluice::check::check(&FileMedia::open(&path, true).unwrap()).is_clean());
 }
 

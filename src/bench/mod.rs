@@ -11,7 +11,6 @@ pub mod nbd_client;
 pub mod plot;
 pub mod report;
 pub mod run;
-pub mod safety;
 pub mod stats;
 pub mod target;
 pub mod workload;

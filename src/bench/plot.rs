@@ -15,10 +15,9 @@
 
 use super::{Report, Workload};
 use crate::metrics::pattern::PatternSnapshot;
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use std::path::Path;
 
 /// A series: its key (colour and marker follow the key) and points.
 type Line = (usize, Vec<(f64, f64)>);
@@ -512,17 +511,4 @@ pub fn svg(r: &Report) -> Result<String> {
         root.present().map_err(err)?;
     }
     Ok(out)
-}
-
-/// Write the chart to `path` (SVG only).
-pub fn write(r: &Report, path: &Path) -> Result<()> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some(e) if e.eq_ignore_ascii_case("svg") => {}
-        _ => bail!(
-            "--plot {}: only .svg output is supported (convert with any SVG tool for PNG)",
-            path.display()
-        ),
-    }
-    let s = svg(r)?;
-    std::fs::write(path, s).map_err(|e| anyhow!("writing {}: {e}", path.display()))
 }

@@ -8,7 +8,7 @@
 //! sluice volume holding live data could be overwritten without `--force`.
 
 use super::nbd_client::NbdClient;
-use super::safety;
+use crate::media::probe as safety;
 use crate::media::{AlignedBuf, FileMedia, Media};
 use crate::stats::Stats;
 use crate::{CreateOptions, OpenOptions, Volume};
@@ -172,14 +172,6 @@ impl SluiceTarget {
             }
             vol
         } else {
-            if exists && !o.force {
-                if let Some(why) = safety::refuse_write(path, false)? {
-                    bail!(
-                        "sluice:{} {why}; creating a volume there would destroy it (use --force)",
-                        path.display()
-                    );
-                }
-            }
             if o.create_size == 0 || !o.create_size.is_multiple_of(4096) {
                 bail!(
                     "--size {} must be a positive multiple of 4K to create {}",
@@ -194,15 +186,26 @@ impl SluiceTarget {
                 o.overprovision,
             )
             .media_bytes();
-            let is_dev = std::fs::metadata(path)
-                .map(|m| m.file_type().is_block_device())
-                .unwrap_or(false);
-            let media = metered(if is_dev {
-                FileMedia::open(path, false)?
+            // The volume lock first (FileMedia::open/create_new), then the probe:
+            // nothing is judged or written while another opener holds the file.
+            let file = if exists {
+                let mut m = FileMedia::open(path, false)
+                    .with_context(|| format!("opening {}", path.display()))?;
+                if !o.force {
+                    if let Some(why) = safety::refuse_write(path, false)? {
+                        bail!(
+                            "sluice:{} {why}; creating a volume there would destroy it (use --force)",
+                            path.display()
+                        );
+                    }
+                }
+                m.grow(need)?;
+                m
             } else {
-                FileMedia::create(path, need)
+                FileMedia::create_new(path, need)
                     .with_context(|| format!("creating {}", path.display()))?
-            });
+            };
+            let media = metered(file);
             Volume::create(
                 media,
                 &CreateOptions {

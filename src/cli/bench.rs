@@ -7,6 +7,7 @@ use anyhow::{bail, Context};
 use sluice::bench::run::{Ctx, Observer};
 use sluice::bench::target::{self, OpenSpec, TargetSpec};
 use sluice::bench::{self as b, BenchConfig, Report, Workload};
+use sluice::media::outfile::{self, Output};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -72,7 +73,8 @@ pub struct Args {
     /// Draw a chart (SVG).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// Run write tests on files or devices that hold data or a signature.
+    /// Run write tests on files or devices that hold data or a signature; replace
+    /// an existing --json/--plot file that is not sluice's own.
     #[arg(long)]
     pub force: bool,
     /// Seed of the workload generators (same seed, same offsets on every target).
@@ -251,6 +253,36 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
         }
     }
+    // Output files are judged before anything runs (media::outfile): a bad
+    // name fails now, not after the benchmark.
+    let volumes: Vec<PathBuf> = specs
+        .iter()
+        .filter_map(|(_, s)| match s {
+            TargetSpec::Sluice(p)
+            | TargetSpec::SluiceNoVerify(p)
+            | TargetSpec::File(p)
+            | TargetSpec::Dev(p) => Some(p.clone()),
+            TargetSpec::Nbd(_) => None,
+        })
+        .collect();
+    let json_out = Output {
+        flag: "--json",
+        force: Some(a.force),
+        ours: is_bench_json,
+        volumes: &volumes,
+    };
+    let plot_out = Output {
+        flag: "--plot",
+        force: Some(a.force),
+        ours: outfile::is_sluice_chart,
+        volumes: &volumes,
+    };
+    if let Some(p) = &a.json {
+        json_out.check(p)?;
+    }
+    if let Some(p) = &a.plot {
+        plot_out.check(p)?;
+    }
     // Open (and safety-check) every target before measuring anything.
     let mut targets = Vec::new();
     for (label, s) in &specs {
@@ -309,13 +341,17 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     print!("{}", b::report::render(&report));
     std::io::Write::flush(&mut std::io::stdout())?;
     if let Some(p) = &a.json {
-        let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &report)
+        let mut j = serde_json::to_vec_pretty(&report)?;
+        j.push(b'\n');
+        json_out
+            .write(p, &j)
             .with_context(|| format!("writing {}", p.display()))?;
         eprintln!("wrote {}", p.display());
     }
     if let Some(p) = &a.plot {
-        b::plot::write(&report, p)?;
+        plot_out
+            .write(p, outfile::mark_chart(&b::plot::svg(&report)?).as_bytes())
+            .with_context(|| format!("writing {}", p.display()))?;
         eprintln!("wrote {}", p.display());
     }
     Ok(if report.interrupted {
@@ -325,6 +361,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         0
     })
+}
+
+/// A `bench --json` report (replaced without --force).
+fn is_bench_json(head: &[u8]) -> bool {
+    let t = String::from_utf8_lossy(&head[..head.len().min(256)]);
+    t.trim_start().starts_with('{') && t.contains("\"workload\"")
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use sluice::media::{FileMedia, Media};
 use sluice::size::human;
 use sluice::{CreateOptions, GcPolicy, Volume};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,7 +26,8 @@ pub struct Args {
     /// generational-cb, sepbit, sepbit-cb (docs/gc.md).
     #[arg(long, default_value = sluice::gc::DEFAULT_POLICY.name(), value_parser = GcPolicy::parse)]
     pub gc: GcPolicy,
-    /// Overwrite an existing file or device that is not empty.
+    /// Overwrite an existing file or device that is not empty (never one another
+    /// process has open as a volume: its lock is not overridden).
     #[arg(long)]
     pub force: bool,
     /// Allocate the whole file now (fallocate) instead of leaving it sparse, so a
@@ -112,56 +114,77 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
             );
         }
     }
-    let exists = a.path.exists();
-    let fresh = !exists;
-    if exists && !a.force {
-        refuse_if_in_use(&a.path)?;
-    }
-    let media: std::sync::Arc<dyn Media> = match (exists, a.size) {
-        (false, None) => bail!(
+    // The volume lock comes first (FileMedia::create_new / open take it), then
+    // the probe, then any write: a live volume is never probed or formatted,
+    // with or without --force.
+    let (media, fresh) = match FileMedia::create_new(&a.path, 0) {
+        Ok(m) => (m, true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let m = FileMedia::open(&a.path, false)
+                .with_context(|| format!("opening {}", a.path.display()))?;
+            if !a.force {
+                refuse_if_in_use(&a.path)?;
+            }
+            (m, false)
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("creating {}", a.path.display()));
+        }
+    };
+    if fresh && a.size.is_none() {
+        // a half-made new file is no volume: leave nothing behind
+        let _ = media.remove_created();
+        bail!(
             "{} does not exist: give --size to create it",
             a.path.display()
-        ),
-        (false, Some(size)) | (true, Some(size)) if !is_block_device(&a.path) => {
-            let need = Geometry::for_logical(size / 4096, seg_blocks as u32, op).media_bytes();
-            let made = FileMedia::create(&a.path, need)
-                .with_context(|| format!("creating {} ({})", a.path.display(), human(need)))
-                .and_then(|m| {
-                    if a.preallocate {
-                        preallocate(&a.path, need)?;
-                    }
-                    Ok(m)
-                });
-            let m = match made {
-                Ok(m) => m,
-                Err(e) => {
-                    if fresh {
-                        // Leave nothing behind (not a 0-byte file that looks like a volume).
-                        let _ = std::fs::remove_file(&a.path);
-                    }
-                    return Err(e);
-                }
-            };
-            let grow = need.saturating_sub(allocated_bytes(&a.path));
-            if let Some(free) = free_bytes_near(&a.path) {
-                if grow > free {
-                    eprintln!(
-                        "sluice: warning: {} can grow by {} but its filesystem has {} free; \
-                         when it fills, clients get ENOSPC and the server stops \
-                         (use --preallocate to reserve the space now)",
-                        a.path.display(),
-                        human(grow),
-                        human(free)
-                    );
+        );
+    }
+    let mut media = Arc::new(media);
+    match format(a, &mut media, op, seg_blocks) {
+        Ok(vol) => Ok(vol),
+        Err(e) => {
+            if fresh {
+                // only the file this run created, and only while it is still
+                // the same file (never one another run made at this path)
+                if let Ok(m) = Arc::try_unwrap(media) {
+                    let _ = m.remove_created();
                 }
             }
-            std::sync::Arc::new(m)
+            Err(e)
         }
-        _ => std::sync::Arc::new(
-            FileMedia::open(&a.path, false)
-                .with_context(|| format!("opening {}", a.path.display()))?,
-        ),
-    };
+    }
+}
+
+/// Size (files only), optionally preallocate, and format the locked media.
+fn format(
+    a: &Args,
+    media: &mut Arc<FileMedia>,
+    op: f64,
+    seg_blocks: u64,
+) -> anyhow::Result<Volume> {
+    if let (false, Some(size)) = (media.is_block_device(), a.size) {
+        let need = Geometry::for_logical(size / 4096, seg_blocks as u32, op).media_bytes();
+        Arc::get_mut(media)
+            .context("the media is shared before format")?
+            .grow(need)
+            .with_context(|| format!("creating {} ({})", a.path.display(), human(need)))?;
+        if a.preallocate {
+            preallocate(&a.path, need)?;
+        }
+        let grow = need.saturating_sub(allocated_bytes(&a.path));
+        if let Some(free) = free_bytes_near(&a.path) {
+            if grow > free {
+                eprintln!(
+                    "sluice: warning: {} can grow by {} but its filesystem has {} free; \
+                     when it fills, clients get ENOSPC and the server stops \
+                     (use --preallocate to reserve the space now)",
+                    a.path.display(),
+                    human(grow),
+                    human(free)
+                );
+            }
+        }
+    }
     let opts = CreateOptions {
         logical_bytes: a.size,
         overprovision: op,
@@ -169,41 +192,27 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
         gc_policy: a.gc,
         ..Default::default()
     };
-    let vol = Volume::create(media, &opts, &sluice::OpenOptions::default())
-        .with_context(|| format!("creating a volume on {}", a.path.display()));
-    if vol.is_err() && fresh && !is_block_device(&a.path) {
-        // a half-formatted new file is no volume: leave nothing behind
-        let _ = std::fs::remove_file(&a.path);
-    }
-    vol
+    Volume::create(
+        media.clone() as Arc<dyn Media>,
+        &opts,
+        &sluice::OpenOptions::default(),
+    )
+    .with_context(|| format!("creating a volume on {}", a.path.display()))
 }
 
-fn is_block_device(p: &Path) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    std::fs::metadata(p)
-        .map(|m| m.file_type().is_block_device())
-        .unwrap_or(false)
-}
-
-/// Refuse to format over something that holds data, unless --force.
+/// Refuse to format over something that holds data (the probe bench uses:
+/// 128 KiB of signatures, and data anywhere in a file), unless --force.
 fn refuse_if_in_use(p: &Path) -> anyhow::Result<()> {
-    let meta = std::fs::metadata(p)?;
-    if meta.is_file() && meta.len() == 0 {
+    let Some(why) = sluice::media::probe::refuse_write(p, false)? else {
         return Ok(());
-    }
-    let mut f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
-    let mut head = vec![0u8; 64 << 10];
-    let n = std::io::Read::read(&mut f, &mut head).unwrap_or(0);
-    if head[..n].iter().all(|&b| b == 0) {
-        return Ok(());
-    }
-    if head[..8] == *b"SLUICESB" || head.get(4096..4104) == Some(b"SLUICESB") {
+    };
+    if sluice::media::probe::is_sluice(p)? {
         bail!(
             "{} already holds a sluice volume; use --force to destroy it and create a new one",
             p.display()
         );
     }
-    bail!("{} is not empty (it may hold a filesystem or partition table); use --force to overwrite it", p.display());
+    bail!("{} {why}; use --force to overwrite it", p.display());
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {

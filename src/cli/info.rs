@@ -49,8 +49,8 @@ pub struct CheckArgs {
     pub force: bool,
 }
 
-/// Is the volume held by a running `sluice serve` (its flock)? Probes with a
-/// non-blocking exclusive lock, released at once.
+/// Is the volume held by a running opener (the volume lock of FileMedia)?
+/// Probes with a non-blocking exclusive lock, released at once.
 pub fn in_use(path: &Path) -> bool {
     use std::os::unix::io::AsRawFd;
     let Ok(f) = std::fs::File::open(path) else {
@@ -91,7 +91,9 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
     let busy = in_use(&a.path);
     let live = live(a.metrics.as_ref());
     let media: Arc<dyn Media> = Arc::new(
-        FileMedia::open(&a.path, true).with_context(|| format!("opening {}", a.path.display()))?,
+        // info reports on a live volume too (as "in use"): no lock taken
+        FileMedia::open_unlocked_read_only(&a.path)
+            .with_context(|| format!("opening {}", a.path.display()))?,
     );
     let describe = media.describe();
     let vol = Volume::open(
@@ -329,7 +331,14 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
             a.path.display()
         );
     }
-    let media = match FileMedia::open(&a.path, true) {
+    // --force looks at a live volume without its lock; otherwise the shared
+    // lock keeps a writer from starting under the check.
+    let opened = if a.force {
+        FileMedia::open_unlocked_read_only(&a.path)
+    } else {
+        FileMedia::open(&a.path, true)
+    };
+    let media = match opened {
         Ok(m) => m,
         Err(e) => {
             eprintln!("sluice: error: opening {}: {e}", a.path.display());

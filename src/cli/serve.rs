@@ -5,17 +5,18 @@
 //! Invariants: the listening socket is bound before any volume is touched (a bad
 //! socket path or a busy port leaves the volumes as they were); a volume is
 //! closed (checkpointed) only after every connection has answered all requests
-//! it accepted; one server per volume (flock).
+//! it accepted; one server per volume (the volume lock of FileMedia).
 
 use super::create;
 use super::exports;
 use anyhow::{bail, Context};
+use sluice::media::outfile::{Output, PidFile};
 use sluice::media::{FileMedia, Media};
 use sluice::nbd::{Export, Listener, Server, ServerConfig, TlsFiles, TlsMode};
 use sluice::size::human;
 use sluice::{OpenOptions, Volume};
 use std::io::Write;
-use std::os::unix::io::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::io::{FromRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -58,7 +59,8 @@ pub struct Args {
     /// Export read-only (every export): writes, trims and zeroes fail with EPERM.
     #[arg(short = 'r', long)]
     pub read_only: bool,
-    /// Write the server's pid here once it is listening; removed at exit.
+    /// Write the server's pid here once it is listening; removed at exit if it
+    /// still holds it. Never replaces a file other than a stale pid file.
     #[arg(long, value_name = "FILE")]
     pub pid_file: Option<PathBuf>,
     /// Go to the background once the server is ready (as qemu-nbd --fork); the
@@ -137,6 +139,7 @@ pub struct Args {
     pub no_access_pattern: bool,
     /// Capture every request (time, op, offset, length) to FILE in sluice's trace
     /// format, replayable with `sluice replay --format sluice` (default export only).
+    /// An existing FILE is replaced only if it is a sluice trace.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// Scrub in the background at this rate (bytes per second, e.g. 16M): read
@@ -180,24 +183,31 @@ fn uri(addr: &Addr, name: &str, tls: bool) -> String {
     }
 }
 
-/// Take an exclusive (shared when read-only) lock on the volume so two servers
-/// never mount it read-write at once. Held until the returned file is dropped.
-fn lock_volume(path: &Path, read_only: bool) -> anyhow::Result<std::fs::File> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let op = if read_only {
-        libc::LOCK_SH
-    } else {
-        libc::LOCK_EX
+/// The export's volume files: never an output file (`media::outfile`).
+fn volume_paths(specs: &[exports::ExportSpec]) -> Vec<PathBuf> {
+    specs.iter().map(|s| s.path.clone()).collect()
+}
+
+/// `--pid-file`: created exclusively, never over a volume or a live pid file.
+fn pid_file(a: &Args, specs: &[exports::ExportSpec]) -> anyhow::Result<Option<PidFile>> {
+    let Some(p) = &a.pid_file else {
+        return Ok(None);
     };
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
-        bail!(
-            "{} is in use by another sluice process: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        );
+    let f = PidFile::create(p, &volume_paths(specs))
+        .with_context(|| format!("--pid-file {}", p.display()))?;
+    Ok(Some(f))
+}
+
+/// `--record`: replaces only an earlier sluice trace, never a volume or a link.
+fn record_file(p: &Path, specs: &[exports::ExportSpec]) -> std::io::Result<std::fs::File> {
+    let vols = volume_paths(specs);
+    Output {
+        flag: "--record",
+        force: None,
+        ours: sluice::trace::is_trace,
+        volumes: &vols,
     }
-    Ok(f)
+    .create(p)
 }
 
 fn bind_unix(path: &Path) -> anyhow::Result<Listener> {
@@ -338,13 +348,13 @@ impl Daemon {
     }
 }
 
-/// Mount (creating if asked) one volume and lock it.
+/// Mount (creating if asked) one volume; its media holds the volume lock.
 fn open_volume(
     path: &Path,
     a: &Args,
     create_it: bool,
     read_only: bool,
-) -> anyhow::Result<(Arc<Volume>, std::fs::File)> {
+) -> anyhow::Result<Arc<Volume>> {
     if create_it && !path.exists() {
         let Some(size) = a.size else {
             bail!("--create needs --size for a volume that does not exist yet");
@@ -366,7 +376,8 @@ fn open_volume(
             path.display()
         );
     }
-    let lock = lock_volume(path, read_only)?;
+    // FileMedia::open takes the volume lock (exclusive, or shared when
+    // read-only) and names the holder if another process has it.
     let file =
         FileMedia::open(path, read_only).with_context(|| format!("opening {}", path.display()))?;
     // `--metrics` counts media bytes by class through a thin wrapper (run()
@@ -407,7 +418,7 @@ fn open_volume(
             r.mount_ms
         );
     }
-    Ok((vol, lock))
+    Ok(vol)
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
@@ -537,11 +548,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         sluice::metrics::set_access_pattern(false);
     }
     let mut exports: Vec<Export> = Vec::new();
-    let mut locks = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         match open_volume(&spec.path, &a, create_first && i == 0, spec.read_only) {
-            Ok((vol, lock)) => {
-                locks.push(lock);
+            Ok(vol) => {
                 exports.push(Export {
                     name: spec.name.clone(),
                     description: spec
@@ -564,7 +573,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let recorder = match &a.record {
         Some(p) => {
-            let r = sluice::trace::Recorder::create(p)
+            let r = record_file(p, &specs)
+                .and_then(sluice::trace::Recorder::to_file)
                 .and_then(|r| {
                     r.comment(&sluice::trace::VolumeInfo::of(&exports[0].vol).line())?;
                     Ok(r)
@@ -608,12 +618,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             .with_context(|| format!("--metrics {addr}"))?;
         eprintln!("sluice: metrics at http://{bound}/metrics");
     }
-    if let Some(p) = &a.pid_file {
-        let tmp = p.with_extension("tmp");
-        std::fs::write(&tmp, format!("{}\n", std::process::id()))
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, p).with_context(|| format!("writing {}", p.display()))?;
-    }
+    let pid_file = pid_file(&a, &specs)?;
     let server = Server::new(exports.clone(), cfg)?;
     {
         let mut out = std::io::stdout().lock();
@@ -671,10 +676,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     cleanup_socket();
-    if let Some(p) = &a.pid_file {
-        let _ = std::fs::remove_file(p);
+    if let Some(p) = &pid_file {
+        p.remove_if_ours();
     }
-    drop(locks);
     served.context("serving")?;
     closed?;
     Ok(0)

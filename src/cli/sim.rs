@@ -5,8 +5,9 @@
 //! Invariant: each point is measured on a fresh volume after a linear fill and a
 //! warm-up, over a window of `--measure` times the logical size of host writes.
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use indicatif::ProgressBar;
+use sluice::media::outfile::{self, Output};
 use sluice::sim::drive::{self, MediaKind, Setup};
 use sluice::sim::workload::SimOp;
 use sluice::sim::{greedy_wa_analytic, Gen, Measure, Workload};
@@ -52,6 +53,9 @@ pub struct Args {
     /// Print the results as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Replace an existing --plot file that is not a chart sluice drew.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(serde::Serialize, Clone)]
@@ -71,6 +75,9 @@ struct Point {
 }
 
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    if let Some(p) = &a.plot {
+        plot_output(a.force).check(p)?;
+    }
     if a.size < 64 << 20 || !a.size.is_multiple_of(4096) {
         bail!("--size must be a multiple of 4K, at least 64M");
     }
@@ -196,7 +203,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         }
     }
     if let Some(path) = &a.plot {
-        plot(path, &points)?;
+        plot(path, &points, a.force)?;
         if !a.json {
             println!("chart written to {}", path.display());
         }
@@ -211,10 +218,29 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
 /// open segments' slack, `drive::effective_spare`), the x of Desnoyers' curve:
 /// measured points and the analytic curve share one axis, each point labelled with
 /// the nominal `--overprovision` it was created with.
-fn plot(path: &std::path::Path, pts: &[Point]) -> anyhow::Result<()> {
+fn plot(path: &std::path::Path, pts: &[Point], force: bool) -> anyhow::Result<()> {
+    let mut svg = String::new();
+    draw(&mut svg, pts)?;
+    plot_output(force)
+        .write(path, outfile::mark_chart(&svg).as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `--plot`: replaces a chart sluice drew; any other file only with --force
+/// (media::outfile).
+fn plot_output(force: bool) -> Output<'static> {
+    Output {
+        flag: "--plot",
+        force: Some(force),
+        ours: outfile::is_sluice_chart,
+        volumes: &[],
+    }
+}
+
+fn draw(svg: &mut String, pts: &[Point]) -> anyhow::Result<()> {
     use plotters::prelude::*;
     let e = |e: &dyn std::fmt::Display| anyhow::anyhow!("plot: {e}");
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let x_of = |p: &Point| p.effective_spare * 100.0;
     let xmax = pts.iter().map(x_of).fold(10.0, f64::max) * 1.08;

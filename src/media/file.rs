@@ -1,10 +1,20 @@
 //! FileMedia: a regular file (created sparse when missing) or a block device,
-//! opened with O_DIRECT where the filesystem supports it.
+//! with O_DIRECT where the filesystem supports it, and the volume lock.
+//!
+//! Invariant (the volume lock): every FileMedia opened with `open` or `create`
+//! holds a `flock` on its descriptor for as long as it lives: exclusive when
+//! read-write, shared when read-only, taken without waiting. So no two openers
+//! that write (serve, create, bench `sluice:` targets, replay, library callers)
+//! ever have one file or device at once, whatever command they come from; a
+//! refused open is an `io::ErrorKind::WouldBlock` error naming the holder.
+//! Only `open_unlocked_read_only`, which is named for it, looks at a volume
+//! without the lock (`info`, `check --force`).
 
 use super::{check_range, Media};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 pub struct FileMedia {
@@ -13,50 +23,130 @@ pub struct FileMedia {
     len: u64,
     direct: bool,
     block_device: bool,
+    /// (dev, inode) of a file this FileMedia created itself (`create_new`).
+    created: Option<(u64, u64)>,
+}
+
+/// How a FileMedia is opened.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    Exclusive,
+    Shared,
+    None,
 }
 
 impl FileMedia {
-    /// Open an existing file or block device read-write (or read-only).
+    /// Open an existing file or block device read-write (exclusive lock) or
+    /// read-only (shared lock). Fails with `ErrorKind::WouldBlock`, naming the
+    /// holder, when another opener holds a conflicting lock.
     pub fn open(path: &Path, read_only: bool) -> io::Result<FileMedia> {
-        Self::open_inner(path, read_only, None)
+        let lock = if read_only {
+            Lock::Shared
+        } else {
+            Lock::Exclusive
+        };
+        let mut o = OpenOptions::new();
+        o.read(true).write(!read_only);
+        Self::finish(o.open(path)?, path, lock, None)
     }
 
-    /// Open `path`, creating a sparse regular file of `size` bytes if it does not
-    /// exist. An existing regular file smaller than `size` is extended.
+    /// Open read-only WITHOUT the volume lock, to look at a volume a live
+    /// process may be writing (`info`, `check --force`). Never writes.
+    pub fn open_unlocked_read_only(path: &Path) -> io::Result<FileMedia> {
+        let f = OpenOptions::new().read(true).open(path)?;
+        Self::finish(f, path, Lock::None, None)
+    }
+
+    /// Create a new regular file of `size` bytes (sparse) with O_CREAT|O_EXCL and
+    /// lock it before anything else can: fails with `AlreadyExists` if `path`
+    /// exists (also a dangling symlink), `WouldBlock` if another opener locked
+    /// the new file first. `remove_created` deletes it again.
+    pub fn create_new(path: &Path, size: u64) -> io::Result<FileMedia> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
+        let m = f.metadata()?;
+        let id = (m.dev(), m.ino());
+        let mut fm = Self::finish(f, path, Lock::Exclusive, Some(id))?;
+        fm.grow(size)?;
+        Ok(fm)
+    }
+
+    /// Open `path` read-write (locked), creating a sparse regular file of `size`
+    /// bytes if it does not exist. An existing regular file smaller than `size`
+    /// is extended (after the lock is taken).
     pub fn create(path: &Path, size: u64) -> io::Result<FileMedia> {
-        Self::open_inner(path, false, Some(size))
+        match Self::create_new(path, size) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let mut m = Self::open(path, false)?;
+                m.grow(size)?;
+                Ok(m)
+            }
+            r => r,
+        }
     }
 
-    fn open_inner(path: &Path, read_only: bool, create_size: Option<u64>) -> io::Result<FileMedia> {
-        if let Some(size) = create_size {
-            if !path.exists() {
-                let f = OpenOptions::new().write(true).create_new(true).open(path)?;
-                f.set_len(size)?;
-            } else if std::fs::metadata(path)?.file_type().is_file()
-                && std::fs::metadata(path)?.len() < size
-            {
-                OpenOptions::new().write(true).open(path)?.set_len(size)?;
+    /// Extend a regular file to at least `size` bytes (sparse); devices and
+    /// larger files are left as they are.
+    pub fn grow(&mut self, size: u64) -> io::Result<()> {
+        if !self.block_device && self.len < size {
+            self.file.set_len(size)?;
+            self.len = size;
+        }
+        Ok(())
+    }
+
+    /// Delete the file this FileMedia created (`create_new`), if the path still
+    /// names that same file; the lock is held until then. Anything else (an
+    /// opened file, a path now naming another file) is left alone.
+    pub fn remove_created(self) -> io::Result<()> {
+        let Some((dev, ino)) = self.created else {
+            return Ok(());
+        };
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if m.dev() == dev && m.ino() == ino => std::fs::remove_file(&self.path),
+            _ => Ok(()),
+        }
+    }
+
+    fn finish(
+        mut file: File,
+        path: &Path,
+        lock: Lock,
+        created: Option<(u64, u64)>,
+    ) -> io::Result<FileMedia> {
+        if lock != Lock::None {
+            let op = if lock == Lock::Exclusive {
+                libc::LOCK_EX
+            } else {
+                libc::LOCK_SH
+            };
+            // SAFETY: flock on a descriptor we own; released when it is closed.
+            if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    return Err(in_use_error(path, &file));
+                }
+                return Err(e);
             }
         }
-        let open = |direct: bool| {
-            let mut o = OpenOptions::new();
-            o.read(true).write(!read_only);
-            if direct {
-                o.custom_flags(libc::O_DIRECT);
-            }
-            o.open(path)
+        // O_DIRECT is set on the locked descriptor (F_SETFL), so the lock is
+        // never on a descriptor that is then thrown away.
+        // SAFETY: fcntl on a descriptor we own.
+        let direct = unsafe {
+            let fd = file.as_raw_fd();
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_DIRECT) == 0
         };
-        let (mut file, direct) = match open(true) {
-            Ok(f) => (f, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                tracing::warn!(
-                    "{}: O_DIRECT not supported here, using the page cache",
-                    path.display()
-                );
-                (open(false)?, false)
-            }
-            Err(e) => return Err(e),
-        };
+        if !direct {
+            tracing::warn!(
+                "{}: O_DIRECT not supported here, using the page cache",
+                path.display()
+            );
+        }
         let block_device = file.metadata()?.file_type().is_block_device();
         let len = file.seek(SeekFrom::End(0))?;
         Ok(FileMedia {
@@ -65,6 +155,7 @@ impl FileMedia {
             len,
             direct,
             block_device,
+            created,
         })
     }
 
@@ -74,6 +165,72 @@ impl FileMedia {
     pub fn is_block_device(&self) -> bool {
         self.block_device
     }
+}
+
+/// "PATH is in use by pid N (cmdline)", kind WouldBlock.
+fn in_use_error(path: &Path, file: &File) -> io::Error {
+    let who = file
+        .metadata()
+        .ok()
+        .and_then(|m| lock_holder(m.dev(), m.ino()))
+        .map(|(pid, cmd)| {
+            if cmd.is_empty() {
+                format!("pid {pid}")
+            } else {
+                format!("pid {pid} ({cmd})")
+            }
+        })
+        .unwrap_or_else(|| "another process".to_string());
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!(
+            "{} is in use by {who}; stop it first (--force does not override a live lock)",
+            path.display()
+        ),
+    )
+}
+
+/// The pid and command line of a process holding a flock on (dev, ino), from
+/// /proc/locks (which names the device as hex major:minor) and /proc/PID/cmdline.
+pub fn lock_holder(dev: u64, ino: u64) -> Option<(u32, String)> {
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let want_dev = format!("{:02x}:{:02x}", libc::major(dev), libc::minor(dev));
+    let mut by_inode = None;
+    for line in locks.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (blocked waiters: "->")
+        if f.len() < 6 || f[1] != "FLOCK" {
+            continue;
+        }
+        let Some(pid) = f[4].parse::<u32>().ok() else {
+            continue;
+        };
+        let mut id = f[5].rsplitn(2, ':');
+        let (Some(i), Some(d)) = (id.next(), id.next()) else {
+            continue;
+        };
+        if i.parse::<u64>().ok() != Some(ino) {
+            continue;
+        }
+        if d == want_dev {
+            by_inode = Some(pid);
+            break;
+        }
+        // overlay and other stacked file systems report the lower device
+        by_inode.get_or_insert(pid);
+    }
+    let pid = by_inode?;
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            let s: Vec<String> = b
+                .split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            s.join(" ")
+        })
+        .unwrap_or_default();
+    Some((pid, cmd))
 }
 
 impl Media for FileMedia {
@@ -114,5 +271,69 @@ impl Media for FileMedia {
             },
             if self.direct { "O_DIRECT" } else { "buffered" }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_writer_is_refused_readers_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v.img");
+        let a = FileMedia::create(&p, 1 << 20).unwrap();
+        let e = FileMedia::open(&p, false)
+            .err()
+            .expect("second writer opened");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock, "{e}");
+        assert!(e.to_string().contains("in use by pid"), "{e}");
+        assert!(
+            e.to_string().contains(&std::process::id().to_string()),
+            "{e}"
+        );
+        let e = FileMedia::open(&p, true)
+            .err()
+            .expect("reader beside a writer");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(
+            FileMedia::create(&p, 1 << 20).err().unwrap().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        FileMedia::open_unlocked_read_only(&p).unwrap();
+        drop(a);
+        let r1 = FileMedia::open(&p, true).unwrap();
+        let _r2 = FileMedia::open(&p, true).unwrap();
+        assert!(FileMedia::open(&p, false).is_err());
+        drop((r1, _r2));
+        FileMedia::open(&p, false).unwrap();
+    }
+
+    #[test]
+    fn remove_created_deletes_only_its_own_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v.img");
+        let m = FileMedia::create_new(&p, 1 << 20).unwrap();
+        assert_eq!(
+            FileMedia::create_new(&p, 1 << 20).err().unwrap().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        // the path now names another file: left alone
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, b"theirs").unwrap();
+        m.remove_created().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"theirs");
+        // an opened (not created) file is never removed
+        FileMedia::open(&p, false)
+            .unwrap()
+            .remove_created()
+            .unwrap();
+        assert!(p.exists());
+        let p2 = dir.path().join("w.img");
+        FileMedia::create_new(&p2, 1 << 20)
+            .unwrap()
+            .remove_created()
+            .unwrap();
+        assert!(!p2.exists());
     }
 }

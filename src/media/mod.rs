@@ -10,13 +10,15 @@ mod fault;
 mod file;
 mod flash_sim;
 mod memory;
+pub mod outfile;
+pub mod probe;
 mod replay;
 mod sim;
 mod uring;
 
 pub use aligned::AlignedBuf;
 pub use fault::{CrashPolicy, FaultMedia};
-pub use file::FileMedia;
+pub use file::{lock_holder, FileMedia};
 pub use flash_sim::{FlashCounters, FlashSim, Ftl, OP_CONSUMER, OP_ENTERPRISE};
 pub use memory::MemMedia;
 pub use replay::{ReplayMedia, Store, PATTERN};

@@ -25,15 +25,21 @@ use std::time::Instant;
 
 pub const HEADER: &str = "# sluice-trace v1";
 
+/// Does a file starting with `head` hold a sluice trace (so `--record` may
+/// replace it)?
+pub fn is_trace(head: &[u8]) -> bool {
+    head.starts_with(HEADER.as_bytes())
+}
+
 pub struct Recorder {
     out: Mutex<Option<BufWriter<Box<dyn Write + Send>>>>,
     start: Instant,
 }
 
 impl Recorder {
-    /// Create (truncate) `path` and write the header.
-    pub fn create(path: &Path) -> io::Result<Recorder> {
-        Recorder::to_writer(Box::new(std::fs::File::create(path)?))
+    /// Record to a file the caller opened (by the rules of `media::outfile`).
+    pub fn to_file(f: std::fs::File) -> io::Result<Recorder> {
+        Recorder::to_writer(Box::new(f))
     }
 
     pub fn to_writer(w: Box<dyn Write + Send>) -> io::Result<Recorder> {
@@ -232,7 +238,7 @@ mod tests {
     fn recorder_round_trips_through_the_parser() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.sltr");
-        let r = Recorder::create(&p).unwrap();
+        let r = Recorder::to_file(std::fs::File::create(&p).unwrap()).unwrap();
         r.record(Op::Write, 4096, 8192).unwrap();
         r.record(Op::Trim, 0, 4096).unwrap();
         r.record(Op::Flush, 0, 0).unwrap();
@@ -255,7 +261,7 @@ mod tests {
     fn header_carries_the_format_and_the_volume() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("work.trace");
-        let r = Recorder::create(&p).unwrap();
+        let r = Recorder::to_file(std::fs::File::create(&p).unwrap()).unwrap();
         let v = VolumeInfo {
             logical_bytes: 64 << 20,
             segment_bytes: 4 << 20,

@@ -9,7 +9,7 @@
 pub mod capture;
 mod parsers;
 
-pub use capture::{read_header, Header, Recorder, VolumeInfo};
+pub use capture::{is_trace, read_header, Header, Recorder, VolumeInfo};
 pub use parsers::parse_line;
 
 use std::io::BufRead;

@@ -1,9 +1,12 @@
-//! Safety checks before a write benchmark: recognise partition tables, filesystem
-//! and volume signatures, and tell an empty file from one holding data.
+//! The signature probe, shared by every command that is about to write over a
+//! file or device (`create`, bench targets, output files): recognise partition
+//! tables, filesystem and volume signatures in the first 128 KiB, and tell an
+//! empty file from one holding data anywhere (SEEK_DATA).
 //!
 //! Invariant: `refuse_write` returns a reason (never silently Ok) for a block device
 //! whose first 128 KiB carry a known signature, and for a regular file that holds any
-//! allocated data and is not a sluice volume; only `--force` overrides it.
+//! allocated data (a sluice volume included: the reason says so); only the caller's
+//! `--force` overrides it.
 
 use anyhow::{Context, Result};
 use std::io::Read;
