@@ -56,7 +56,19 @@ fn bench_and_serve_never_share_a_volume() {
     create(d, "v.img");
     let img = d.join("v.img");
     let srv = Server::start(d, &img, "64M", &[]);
-    let o = sluice(&["bench", "mix", "--quiet", "--target", "sluice:v.img"], d);
+    let o = sluice(
+        &[
+            "bench",
+            "mix",
+            "--quiet",
+            "--seconds",
+            "1",
+            "--no-prefill",
+            "--target",
+            "sluice:v.img",
+        ],
+        d,
+    );
     let e = err(&o);
     assert!(!o.status.success(), "bench ran on a served volume: {e}");
     assert!(
@@ -68,6 +80,9 @@ fn bench_and_serve_never_share_a_volume() {
             "bench",
             "mix",
             "--quiet",
+            "--seconds",
+            "1",
+            "--no-prefill",
             "--target",
             "sluice-noverify:v.img",
         ],

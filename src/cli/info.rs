@@ -61,6 +61,16 @@ pub fn in_use(path: &Path) -> bool {
     r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
 }
 
+/// Who holds the volume lock: "pid N (CMDLINE)", from /proc/locks.
+fn holder(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .ok()
+        .and_then(|m| sluice::media::lock_holder(m.dev(), m.ino()))
+        .map(|(pid, cmd)| format!("pid {pid} ({cmd})"))
+        .unwrap_or_else(|| "a running sluice process".into())
+}
+
 /// Does the path start with a sluice superblock (either copy)?
 fn has_magic(path: &Path) -> std::io::Result<bool> {
     use std::io::Read;
@@ -88,7 +98,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         eprintln!("sluice: error: {}", not_a_volume(&a.path));
         return Ok(2);
     }
-    let busy = in_use(&a.path);
+    let busy = in_use(&a.path).then(|| holder(&a.path));
     let live = live(a.metrics.as_ref());
     let media: Arc<dyn Media> = Arc::new(
         // info reports on a live volume too (as "in use"): no lock taken
@@ -126,7 +136,8 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             "gc_policy": vol.gc_policy().name(),
             "generation": sb.generation,
             "clean": sb.is_clean(),
-            "in_use": busy,
+            "in_use": busy.is_some(),
+            "in_use_by": busy,
             "live": live,
             "mount": vol.mount_report(),
             "stats": st,
@@ -158,12 +169,12 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         );
         println!(
             "state         {} (superblock generation {})",
-            if busy {
-                "in use by a running sluice server (it holds the volume's lock); counters below are the on-disk state"
+            if let Some(who) = &busy {
+                format!("in use by {who} (it holds the volume's lock); counters below are the on-disk state")
             } else if sb.is_clean() {
-                "closed cleanly"
+                "closed cleanly".into()
             } else {
-                "not closed cleanly (recovered on mount)"
+                "not closed cleanly (recovered on mount)".into()
             },
             sb.generation
         );
@@ -221,7 +232,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
                     g("sluice_connections")
                 );
             }
-            None if busy => println!(
+            None if busy.is_some() => println!(
                 "live          the server's counters: `sluice info --metrics ADDR` or `sluice top ADDR` (serve --metrics)"
             ),
             None => {}
@@ -318,9 +329,10 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
     let busy = in_use(&a.path);
     if busy && !a.force {
         eprintln!(
-            "sluice: error: {} is in use by a running sluice server (it holds the volume's lock); \
-             stop the server to check it, or pass --force to check the live on-disk state",
-            a.path.display()
+            "sluice: error: {} is in use by {} (it holds the volume's lock); \
+             stop it to check the volume, or pass --force to check the live on-disk state",
+            a.path.display(),
+            holder(&a.path)
         );
         return Ok(2);
     }
