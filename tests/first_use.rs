@@ -708,7 +708,9 @@ fn serve_on_a_file_that_is_not_a_volume_says_so() {
 fn serve_config_errors_name_the_file_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    assert!(sluice(&["create", "a.img", "--size", "64M"], d).status.success());
+    assert!(sluice(&["create", "a.img", "--size", "64M"], d)
+        .status
+        .success());
     std::fs::write(d.join("notes.txt"), b"hello\n").unwrap();
     std::fs::write(
         d.join("x.toml"),

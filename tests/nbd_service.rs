@@ -413,7 +413,10 @@ fn a_busy_metrics_port_or_a_bad_pid_file_leaves_the_volume_untouched() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{extra:?}: {err}");
         assert!(!err.contains("serving"), "{extra:?}: {err}");
-        assert!(is_clean(&img), "{extra:?} left the volume not closed cleanly");
+        assert!(
+            is_clean(&img),
+            "{extra:?} left the volume not closed cleanly"
+        );
         assert!(!sock.exists(), "{extra:?} left the socket behind");
     }
 }
@@ -482,7 +485,11 @@ fn fork_logs_to_the_log_file_once_ready() {
         .arg(&log)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pid: i32 = std::fs::read_to_string(&pidf)
         .unwrap()
         .trim()

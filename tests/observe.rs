@@ -374,13 +374,19 @@ fn every_export_has_its_own_labelled_volume_counters() {
         .into_iter()
         .collect();
     let v = |k: &str| *all.get(k).unwrap_or_else(|| panic!("no {k} in the scrape"));
-    assert_eq!(v("sluice_host_bytes_total{export=\"b\",op=\"write\"}"), 40.0 * 4096.0);
+    assert_eq!(
+        v("sluice_host_bytes_total{export=\"b\",op=\"write\"}"),
+        40.0 * 4096.0
+    );
     assert_eq!(v("sluice_host_bytes_total{export=\"a\",op=\"write\"}"), 0.0);
     assert_eq!(v("sluice_logical_bytes{export=\"a\"}"), 64.0 * 1048576.0);
     assert_eq!(v("sluice_logical_bytes{export=\"b\"}"), 32.0 * 1048576.0);
     let w = std::fs::canonicalize(dir.path().join("w.img")).unwrap();
     assert_eq!(
-        v(&format!("sluice_export_info{{export=\"b\",path=\"{}\"}}", w.display())),
+        v(&format!(
+            "sluice_export_info{{export=\"b\",path=\"{}\"}}",
+            w.display()
+        )),
         1.0
     );
     // No volume series without its export label.
@@ -410,7 +416,10 @@ fn every_export_has_its_own_labelled_volume_counters() {
         .output()
         .unwrap();
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(j["live"]["sluice_host_bytes_total{op=\"write\"}"], 40.0 * 4096.0);
+    assert_eq!(
+        j["live"]["sluice_host_bytes_total{op=\"write\"}"],
+        40.0 * 4096.0
+    );
     c.disconnect();
 }
 

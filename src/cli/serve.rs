@@ -2,10 +2,12 @@
 //! port or a socket systemd passed in, until SIGINT/SIGTERM/SIGHUP, then drain,
 //! flush and close them cleanly.
 //!
-//! Invariants: the listening socket is bound before any volume is touched (a bad
-//! socket path or a busy port leaves the volumes as they were); a volume is
-//! closed (checkpointed) only after every connection has answered all requests
-//! it accepted; one server per volume (flock).
+//! Invariants: everything that can fail is set up before any volume is touched
+//! (NBD socket, metrics listener, log file, fork, pid file, signal handlers: a
+//! bad path or a busy port leaves the volumes as they were and nothing behind);
+//! a failure after the mount closes the volumes cleanly; a volume is closed
+//! (checkpointed) only after every connection has answered all requests it
+//! accepted; no message depends on stderr (`say!`); one server per volume (flock).
 
 use super::create;
 use super::exports;

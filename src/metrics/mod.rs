@@ -3,7 +3,8 @@
 //! histograms, the access-pattern counters (host requests and media writes: share of
 //! sequential requests, seek-distance and request-size histograms), the connection
 //! gauge, the last-minute WA window and the text exposition; the engine's own
-//! counters come from `Volume::stats()` at scrape time.
+//! counters come from `Volume::stats()` of every export at scrape time, each
+//! series labelled `export="NAME"` (request-path metrics are the server's).
 //!
 //! Invariant: the request path only touches relaxed atomics (no locks, no
 //! allocation), and does nothing but one relaxed load while metrics are off; the
@@ -364,10 +365,7 @@ fn one<V: std::fmt::Display>(v: V) -> Vec<(String, V)> {
 }
 
 /// `(label="value", v)` pairs for a family split by one label.
-fn by<V: std::fmt::Display>(label: &str, pairs: &[(&str, V)]) -> Vec<(String, V)>
-where
-    V: Copy,
-{
+fn by<V: std::fmt::Display + Copy>(label: &str, pairs: &[(&str, V)]) -> Vec<(String, V)> {
     pairs
         .iter()
         .map(|(k, v)| (format!("{label}=\"{k}\""), *v))
