@@ -438,7 +438,7 @@ fn shutdown_with_stderr_a_closed_pipe_is_clean() {
         .arg(&sock)
         .arg("--pid-file")
         .arg(&pidf)
-        .arg("-v")
+        .arg("-vv")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -450,7 +450,7 @@ fn shutdown_with_stderr_a_closed_pipe_is_clean() {
         .unwrap();
     assert!(line.starts_with("nbd+unix://"), "{line}");
     drop(child.stderr.take());
-    // A client connects and goes (log lines at -v on the way).
+    // A client connects and goes (debug log lines at -vv on the way).
     drop(std::os::unix::net::UnixStream::connect(&sock).unwrap());
     std::thread::sleep(Duration::from_millis(200));
     term(child.id() as i32, libc::SIGTERM);

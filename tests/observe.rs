@@ -424,15 +424,18 @@ fn every_export_has_its_own_labelled_volume_counters() {
 }
 
 /// Issue 17: a scrape answers within a second while 100 other connections
-/// trickle their request one byte a second (the old endpoint served one
-/// connection at a time with a per-read timeout: the first trickler blocked
-/// every scrape).
+/// trickle their request one byte a second and 10 more send nothing (the old
+/// endpoint served one connection at a time with a per-read timeout: the first
+/// trickler blocked every scrape, ten silent ones blocked it for 20 s).
 #[test]
 fn a_scrape_answers_within_a_second_while_100_connections_trickle() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let (_srv, _uri, addr) = start(dir.path());
     let mut slow: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    let _silent: Vec<std::net::TcpStream> = (0..10)
         .map(|_| std::net::TcpStream::connect(&addr).unwrap())
         .collect();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
