@@ -680,11 +680,13 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let served = server.run(listener, &stop);
     sd_notify("STOPPING=1");
     drop(server);
-    if let (Some(r), Some(p)) = (&recorder, &a.record) {
-        if let Err(e) = r.finish() {
-            say!("sluice: error: writing {}: {e:#}", p.display());
-        }
-    }
+    // (a trace that cannot be finished is reported after the volumes are closed)
+    let recorded = match (&recorder, &a.record) {
+        (Some(r), Some(p)) => r
+            .finish()
+            .with_context(|| format!("writing {}", p.display())),
+        _ => Ok(()),
+    };
     let mut closed = Ok(());
     for (e, spec) in exports.iter().zip(&specs) {
         let path = &spec.path;
@@ -714,6 +716,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     drop(locks);
     served.context("serving")?;
     closed?;
+    recorded?;
     Ok(0)
 }
 
