@@ -161,6 +161,14 @@ apply_unseen_chunks_renumbered() {
   replace src/recovery.rs '        next_seq += jump;' '        next_seq += 0 * jump;'
 }
 
+apply_say_panics_on_epipe() {
+  replace src/cli/say.rs '    write(libc::LOG_NOTICE, format!("{args}\n").as_bytes());' '    eprintln!("{args}");'
+}
+apply_metrics_blocks_per_connection() {
+  replace src/metrics/http.rs '                        if s.set_nonblocking(true).is_err() {' '                        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                        if s.set_nonblocking(false).is_err() {'
+}
+
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
   b=$(basename "$f" .rs)
@@ -176,6 +184,8 @@ run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
 run durable-damage-dropped dst header_flips
 run unseen-chunks-renumbered recovery_rules
+run say-panics-on-epipe nbd_service
+run metrics-blocks-per-connection observe
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"
