@@ -182,6 +182,13 @@ apply_pid_file_not_exclusive() {
 apply_record_clobbers() {
   replace src/cli/serve.rs '            let r = record_file(p, &specs)' '            let r = std::fs::File::create(p)'
 }
+apply_say_panics_on_epipe() {
+  replace src/cli/say.rs '    write(libc::LOG_NOTICE, format!("{args}\n").as_bytes());' '    eprintln!("{args}");'
+}
+apply_metrics_blocks_per_connection() {
+  replace src/metrics/http.rs '                        if s.set_nonblocking(true).is_err() {' '                        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                        if s.set_nonblocking(false).is_err() {'
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -203,6 +210,8 @@ run create-skips-probe no_clobber
 run create-without-excl no_clobber
 run pid-file-not-exclusive no_clobber
 run record-clobbers no_clobber
+run say-panics-on-epipe nbd_service
+run metrics-blocks-per-connection observe
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

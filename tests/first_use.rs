@@ -695,3 +695,81 @@ fn a_bad_record_path_leaves_the_volume_closed_cleanly() {
     let v = json_of(&sluice(&["info", "v.img", "--json"], d));
     assert_eq!(v["clean"], true, "the failed serve left the volume unclean");
 }
+
+/// Issue 17, item 10: `serve` on a file that is not a volume says so and how to
+/// make one, not "damaged".
+#[test]
+fn serve_on_a_file_that_is_not_a_volume_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), vec![b'x'; 1 << 20]).unwrap();
+    let o = sluice(&["serve", "notes.txt", "--socket", "s.sock"], dir.path());
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("notes.txt is not a sluice volume"), "{err}");
+    assert!(err.contains("sluice create"), "{err}");
+    assert!(!err.contains("damaged"), "{err}");
+    assert!(!dir.path().join("s.sock").exists());
+}
+
+/// Issue 17, item 10: an export of a `--config` file that cannot be served is
+/// named with the file and the line of its table.
+#[test]
+fn serve_config_errors_name_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(sluice(&["create", "a.img", "--size", "64M"], d)
+        .status
+        .success());
+    std::fs::write(d.join("notes.txt"), b"hello\n").unwrap();
+    std::fs::write(
+        d.join("x.toml"),
+        "[[export]]\nname = \"a\"\npath = \"a.img\"\n\n[[export]]\nname = \"b\"\npath = \"missing.img\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("y.toml"),
+        "# comment\n[[export]]\nname = \"n\"\npath = \"notes.txt\"\n",
+    )
+    .unwrap();
+    for (file, line, what) in [
+        ("x.toml", 5, "missing.img does not exist"),
+        ("y.toml", 2, "not a sluice volume"),
+    ] {
+        let o = sluice(&["serve", "--config", file, "--socket", "s.sock"], d);
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("{file}: line {line}")), "{err}");
+        assert!(err.contains(what), "{err}");
+        assert!(!d.join("s.sock").exists());
+    }
+    let v = json_of(&sluice(&["info", "a.img", "--json"], d));
+    assert_eq!(v["clean"], true, "a failed start left a.img unclean");
+}
+
+/// Issue 17, item 10: `-e 0` means no connection limit, as qemu-nbd's
+/// `--shared=0` (it was refused).
+#[test]
+fn serve_e_0_means_no_connection_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(sluice(&["create", "v.img", "--size", "64M"], dir.path())
+        .status
+        .success());
+    let sock = dir.path().join("s.sock");
+    let _srv = Serve(
+        Command::new(BIN)
+            .args(["serve", "v.img", "--socket", "s.sock", "-e", "0"])
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&sock);
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    let clients: Vec<_> = (0..3)
+        .map(|_| sluice::bench::nbd_client::NbdClient::connect(&uri).unwrap())
+        .collect();
+    for c in clients {
+        c.disconnect();
+    }
+}

@@ -384,3 +384,146 @@ fn systemd_socket_activation() {
     assert_eq!(st.code(), Some(0));
     assert!(is_clean(&img));
 }
+
+/// Issue 17, finding 8: the metrics listener and the pid file are set up before
+/// any volume is opened: a busy metrics port or a pid file in a missing
+/// directory fails the start, leaves the volume closed cleanly (not "not closed
+/// cleanly") and no socket behind.
+#[test]
+fn a_busy_metrics_port_or_a_bad_pid_file_leaves_the_volume_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("v.img");
+    create(&img, "64M");
+    let sock = dir.path().join("s.sock");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    let missing = dir.path().join("nodir").join("s.pid");
+    for extra in [
+        vec!["--metrics".to_string(), busy_addr],
+        vec!["--pid-file".to_string(), missing.display().to_string()],
+    ] {
+        let out = Command::new(BIN)
+            .arg("serve")
+            .arg(&img)
+            .arg("--socket")
+            .arg(&sock)
+            .args(&extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}: {err}");
+        assert!(!err.contains("serving"), "{extra:?}: {err}");
+        assert!(
+            is_clean(&img),
+            "{extra:?} left the volume not closed cleanly"
+        );
+        assert!(!sock.exists(), "{extra:?} left the socket behind");
+    }
+}
+
+/// Issue 17, finding 7: with stderr a pipe nobody reads any more, SIGTERM still
+/// drains, closes the volume cleanly, removes the socket and the pid file and
+/// exits 0 (eprintln! panicked on EPIPE: exit 101, the volume left unclean).
+#[test]
+fn shutdown_with_stderr_a_closed_pipe_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("v.img");
+    create(&img, "64M");
+    let sock = dir.path().join("s.sock");
+    let pidf = dir.path().join("s.pid");
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg(&img)
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--pid-file")
+        .arg(&pidf)
+        .arg("-vv")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it serves (the URI on stdout), then close both read ends.
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("nbd+unix://"), "{line}");
+    drop(child.stderr.take());
+    // A client connects and goes (debug log lines at -vv on the way).
+    drop(std::os::unix::net::UnixStream::connect(&sock).unwrap());
+    std::thread::sleep(Duration::from_millis(200));
+    term(child.id() as i32, libc::SIGTERM);
+    let st = nbd_common::wait_timeout(&mut child, Duration::from_secs(30))
+        .expect("the server did not exit after SIGTERM");
+    assert_eq!(st.code(), Some(0), "exit status {st:?}");
+    assert!(is_clean(&img), "the volume was not closed cleanly");
+    assert!(!sock.exists(), "the socket was left behind");
+    assert!(!pidf.exists(), "the pid file was left behind");
+}
+
+/// `--fork --log-file`: once ready, messages go to the log file (appended), not
+/// to the launching terminal; the log file is never a symlink or a volume.
+#[test]
+fn fork_logs_to_the_log_file_once_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("v.img");
+    create(&img, "64M");
+    let sock = dir.path().join("s.sock");
+    let pidf = dir.path().join("s.pid");
+    let log = dir.path().join("serve.log");
+    std::fs::write(&log, "earlier line\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg(&img)
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--pid-file")
+        .arg(&pidf)
+        .arg("--fork")
+        .arg("--log-file")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid: i32 = std::fs::read_to_string(&pidf)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    term(pid, libc::SIGTERM);
+    for _ in 0..300 {
+        if !pidf.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.starts_with("earlier line\n"), "{text}");
+    assert!(text.contains("closed cleanly"), "{text}");
+    assert!(is_clean(&img));
+    // Never through a symlink, never a volume.
+    let link = dir.path().join("link.log");
+    std::os::unix::fs::symlink(&img, &link).unwrap();
+    for bad in [&link, &img] {
+        let out = Command::new(BIN)
+            .arg("serve")
+            .arg(&img)
+            .arg("--socket")
+            .arg(&sock)
+            .arg("--log-file")
+            .arg(bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("--log-file"), "{err}");
+        assert!(!sock.exists());
+    }
+    assert!(is_clean(&img));
+}

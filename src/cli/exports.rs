@@ -28,6 +28,9 @@ pub struct ExportSpec {
     pub path: PathBuf,
     pub read_only: bool,
     pub description: Option<String>,
+    /// "FILE: line N" of the table in an exports file (None on the command
+    /// line), so errors about the export name where it was given.
+    pub origin: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -103,6 +106,7 @@ pub fn parse(text: &str, file: &Path) -> anyhow::Result<Vec<ExportSpec>> {
             },
             read_only: e.read_only,
             description: e.description,
+            origin: Some(format!("{f}: line {at}")),
         });
     }
     Ok(out)
@@ -136,12 +140,14 @@ mod tests {
                     path: "/var/lib/sluice/vm1.img".into(),
                     read_only: false,
                     description: Some("build VM root disk".into()),
+                    origin: Some("/etc/sluice/exports.toml: line 2".into()),
                 },
                 ExportSpec {
                     name: "golden".into(),
                     path: "/etc/sluice/golden.img".into(),
                     read_only: true,
                     description: None,
+                    origin: Some("/etc/sluice/exports.toml: line 7".into()),
                 },
             ]
         );

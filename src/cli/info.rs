@@ -24,11 +24,27 @@ pub struct InfoArgs {
     pub metrics: Option<String>,
 }
 
-/// Live counters from a server's metrics endpoint, if given and reachable.
-fn live(addr: Option<&String>) -> Option<std::collections::HashMap<String, f64>> {
+/// Live counters from a server's metrics endpoint, if given and reachable: the
+/// export serving `path` (or the only one), its `export` label removed.
+fn live(addr: Option<&String>, path: &Path) -> Option<std::collections::HashMap<String, f64>> {
+    use sluice::metrics::http;
     let addr = addr?;
-    match sluice::metrics::http::fetch(addr) {
-        Ok(t) => Some(sluice::metrics::http::parse(&t).into_iter().collect()),
+    match http::fetch(addr) {
+        Ok(t) => {
+            let all = http::parse(&t);
+            let listed = http::exports(&all);
+            let me = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            let me = sluice::metrics::label_value(&me.to_string_lossy());
+            let name = match listed.iter().find(|(_, p)| *p == me) {
+                Some((n, _)) => n.clone(),
+                None if listed.len() == 1 => listed[0].0.clone(),
+                None => {
+                    eprintln!("sluice: warning: {addr} does not serve {}", path.display());
+                    return None;
+                }
+            };
+            Some(http::of_export(&all, &name))
+        }
         Err(e) => {
             eprintln!("sluice: warning: no live stats from {addr}: {e}");
             None
@@ -72,7 +88,7 @@ fn holder(path: &Path) -> String {
 }
 
 /// Does the path start with a sluice superblock (either copy)?
-fn has_magic(path: &Path) -> std::io::Result<bool> {
+pub(super) fn has_magic(path: &Path) -> std::io::Result<bool> {
     use std::io::Read;
     let mut head = vec![0u8; 8192];
     let mut f = std::fs::File::open(path)?;
@@ -99,7 +115,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         return Ok(2);
     }
     let busy = in_use(&a.path).then(|| holder(&a.path));
-    let live = live(a.metrics.as_ref());
+    let live = live(a.metrics.as_ref(), &a.path);
     let media: Arc<dyn Media> = Arc::new(
         // info reports on a live volume too (as "in use"): no lock taken
         FileMedia::open_unlocked_read_only(&a.path)
@@ -196,7 +212,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         let lt = &st.lifetime;
         println!(
             "lifetime      {}{}: {} written by clients -> {} to the media (user data {}, GC {}, headers {}, checkpoints {}, superblocks {}), since {}",
-            if busy { "(as of the last checkpoint) " } else { "" },
+            if busy.is_some() { "(as of the last checkpoint) " } else { "" },
             st.lifetime_wa_text(),
             human(lt.host_write_bytes),
             human(lt.media_write_bytes()),

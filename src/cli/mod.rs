@@ -1,10 +1,20 @@
 //! Command-line frontend: argument definitions and dispatch. No engine policy here.
 
+/// Print one line of a command's messages (stderr, or the log once `serve --fork`
+/// is ready) and ignore write errors: a closed stderr must never stop a command
+/// half way (see `say.rs`).
+macro_rules! say {
+    ($($t:tt)*) => {
+        $crate::cli::say::line(format_args!($($t)*))
+    };
+}
+
 mod bench;
 mod create;
 mod exports;
 mod info;
 mod replay;
+pub mod say;
 mod serve;
 mod sim;
 mod top;
@@ -118,6 +128,14 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// Colour codes in log lines: only on a terminal, and never for a server whose
+/// logs go to syslog or a file once it is ready.
+pub fn log_ansi(cli: &Cli) -> bool {
+    use std::io::IsTerminal;
+    let detached = matches!(&cli.cmd, Cmd::Serve(a) if a.fork || a.log_file.is_some());
+    std::io::stderr().is_terminal() && !detached
 }
 
 /// Default log filter for a command: warn, or what `serve -v/-q` asks for.

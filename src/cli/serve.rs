@@ -2,13 +2,17 @@
 //! port or a socket systemd passed in, until SIGINT/SIGTERM/SIGHUP, then drain,
 //! flush and close them cleanly.
 //!
-//! Invariants: the listening socket is bound before any volume is touched (a bad
-//! socket path or a busy port leaves the volumes as they were); a volume is
-//! closed (checkpointed) only after every connection has answered all requests
-//! it accepted; one server per volume (the volume lock of FileMedia).
+//! Invariants: everything that can fail is set up before any volume is touched
+//! (NBD socket, metrics listener, log file, fork, pid file, signal handlers: a
+//! bad path or a busy port leaves the volumes as they were and nothing behind);
+//! a failure after the mount closes the volumes cleanly; a volume is closed
+//! (checkpointed) only after every connection has answered all requests it
+//! accepted; no message depends on stderr (`say!`); one server per volume (the volume lock
+//! of FileMedia).
 
 use super::create;
 use super::exports;
+use super::say;
 use anyhow::{bail, Context};
 use sluice::media::outfile::{Output, PidFile};
 use sluice::media::{FileMedia, Media};
@@ -65,16 +69,22 @@ pub struct Args {
     pub pid_file: Option<PathBuf>,
     /// Go to the background once the server is ready (as qemu-nbd --fork); the
     /// foreground process exits 0 then, or 1 if the server failed to start.
+    /// From then on messages go to syslog (the journal), or to --log-file.
     #[arg(long)]
     pub fork: bool,
+    /// Once the server is ready, append its messages and log lines to FILE
+    /// instead of stderr (with --fork: instead of syslog). Never a symlink or a
+    /// volume; created (mode 0640) if missing.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
     /// Create the volume first if PATH does not exist (needs --size).
     #[arg(long)]
     pub create: bool,
     /// Size of the volume --create makes, e.g. 10G.
     #[arg(long, value_parser = super::parse_size, requires = "create")]
     pub size: Option<u64>,
-    /// Most client connections served at once (as qemu-nbd --shared); further
-    /// clients get an error reply naming the limit.
+    /// Most client connections served at once (as qemu-nbd --shared; 0: no
+    /// limit); further clients get an error reply naming the limit.
     #[arg(short = 'e', long, default_value_t = 128)]
     pub shared: usize,
     /// Worker threads running reads, flushes and FUA writes.
@@ -330,6 +340,19 @@ impl Daemon {
         }
     }
 
+    /// Point stderr at /dev/null once messages go to syslog or the log file, so
+    /// the launching terminal or a `2>&1` pipe is not held (as nbdkit does).
+    fn detach_stderr() {
+        // SAFETY: dup2 of a descriptor we opened over fd 2, then close it.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            if null >= 0 {
+                libc::dup2(null, 2);
+                libc::close(null);
+            }
+        }
+    }
+
     /// Report readiness; the foreground process exits. Stdout (where the URI
     /// went) is closed, so `$(sluice serve --fork ...)` returns.
     fn ready(&self) {
@@ -369,7 +392,7 @@ fn open_volume(
             preallocate: false,
         })?;
         vol.close()?;
-        eprintln!("sluice: created {} ({})", path.display(), human(size));
+        say!("sluice: created {} ({})", path.display(), human(size));
     } else if !path.exists() {
         bail!(
             "{} does not exist: create it with `sluice create` or pass --create --size SIZE",
@@ -396,12 +419,22 @@ fn open_volume(
         scrub_rate: a.scrub_rate,
         ..OpenOptions::default()
     };
-    let vol = Arc::new(
-        Volume::open(media, &opts).with_context(|| format!("mounting {}", path.display()))?,
-    );
+    let vol = match Volume::open(media, &opts) {
+        Ok(v) => Arc::new(v),
+        // A file that never was a volume is not "damaged" (both superblock
+        // copies are checked by the mount; this only chooses the words).
+        Err(_) if !super::info::has_magic(path).unwrap_or(true) => bail!(
+            "{} is not a sluice volume (no superblock magic at byte 0 or 4096): \
+             make a volume with `sluice create FILE --size SIZE`",
+            path.display()
+        ),
+        Err(e) => {
+            return Err(anyhow::Error::from(e).context(format!("mounting {}", path.display())))
+        }
+    };
     if let (Some(want), true) = (a.size, create_it) {
         if want != vol.size_bytes() {
-            eprintln!(
+            say!(
                 "sluice: warning: {} already exists with size {} (--size {} ignored)",
                 path.display(),
                 human(vol.size_bytes()),
@@ -411,7 +444,7 @@ fn open_volume(
     }
     let r = vol.mount_report();
     if !r.clean {
-        eprintln!(
+        say!(
             "sluice: recovered {} after an unclean shutdown: replayed {} chunks in {} ms",
             path.display(),
             r.chunks_replayed,
@@ -432,6 +465,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         path: path.to_path_buf(),
         read_only: a.read_only,
         description: None,
+        origin: None,
     };
     if let Some(p) = &a.path {
         specs.push(plain(&a.export_name, p));
@@ -449,9 +483,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             e.read_only |= a.read_only;
             if specs.iter().any(|s| s.name == e.name) {
                 bail!(
-                    "export name {:?} of {} is also given on the command line",
-                    e.name,
-                    file.display()
+                    "{}: export name {:?} is also given on the command line",
+                    e.origin.as_deref().unwrap_or_default(),
+                    e.name
                 );
             }
             specs.push(e);
@@ -468,8 +502,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             bail!("export name {:?} given twice", s.name);
         }
     }
-    if a.shared == 0 || a.workers == 0 || a.workers > 1024 {
-        bail!("--shared must be at least 1 and --workers between 1 and 1024");
+    if a.workers == 0 || a.workers > 1024 {
+        bail!("--workers must be between 1 and 1024");
     }
     if a.max_inflight < 4096 || a.max_inflight > (1 << 30) {
         bail!("--max-inflight must be between 4K and 1G");
@@ -497,7 +531,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let cfg = ServerConfig {
         tls,
         tls_config,
-        max_connections: a.shared,
+        // -e 0: no limit, as qemu-nbd --shared=0
+        max_connections: if a.shared == 0 { usize::MAX } else { a.shared },
         workers: a.workers,
         inline_writes: !a.no_inline_writes,
         idle_timeout: a
@@ -509,8 +544,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         max_inflight_bytes: a.max_inflight,
     };
 
-    // Bind first: a typo in the socket path or a busy port must fail before any
-    // volume is touched.
+    // Set up everything that can fail before any volume is touched, in this
+    // order: the NBD socket, the metrics listener, the log file, the fork, the
+    // pid file, the signal handlers. A typo, a busy port or a bad path then
+    // leaves every volume as it was (closed cleanly) and nothing behind.
     let (listener, addr) = match (&a.socket, a.port) {
         (Some(s), _) => (bind_unix(s)?, Addr::Unix(s.clone())),
         (None, Some(p)) => {
@@ -526,22 +563,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             }
         },
     };
-    let cleanup_socket = || {
-        if let Some(s) = &a.socket {
-            let _ = std::fs::remove_file(s);
-        }
+    let mut leftovers = Leftovers {
+        socket: a.socket.clone(),
+        pid_file: None,
     };
-    let daemon = if a.fork {
-        match Daemon::fork() {
-            Ok(d) => Some(d),
-            Err(e) => {
-                cleanup_socket();
-                return Err(e);
-            }
-        }
-    } else {
-        None
-    };
+    let r = set_up(&a, &specs);
+    let (metrics_listener, log_file, daemon) = leftovers.on_error(r)?;
+    leftovers.pid_file = leftovers.on_error(pid_file(&a, &specs))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    leftovers.on_error(signals(&stop))?;
 
     let metrics = a.metrics.as_ref().map(|_| sluice::metrics::enable());
     if a.no_access_pattern {
@@ -549,7 +579,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let mut exports: Vec<Export> = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
-        match open_volume(&spec.path, &a, create_first && i == 0, spec.read_only) {
+        let r = open_volume(&spec.path, &a, create_first && i == 0, spec.read_only);
+        let r = match &spec.origin {
+            Some(o) => r.with_context(|| format!("export {:?} ({o})", spec.name)),
+            None => r,
+        };
+        match r {
             Ok(vol) => {
                 exports.push(Export {
                     name: spec.name.clone(),
@@ -562,13 +597,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                     recorder: None,
                 });
             }
-            Err(e) => {
-                for x in &exports {
-                    let _ = x.vol.close();
-                }
-                cleanup_socket();
-                return Err(e);
-            }
+            Err(e) => return Err(leftovers.close(&exports, e)),
         }
     }
     let recorder = match &a.record {
@@ -582,21 +611,146 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 .with_context(|| format!("creating trace file {}", p.display()));
             match r {
                 Ok(r) => Some(Arc::new(r)),
-                Err(e) => {
-                    // close what was mounted: a bad --record path is no crash
-                    for x in &exports {
-                        let _ = x.vol.close();
-                    }
-                    cleanup_socket();
-                    return Err(e);
-                }
+                // close what was mounted: a bad --record path is no crash
+                Err(e) => return Err(leftovers.close(&exports, e)),
             }
         }
         None => None,
     };
     exports[0].recorder = recorder.clone();
 
-    let stop = Arc::new(AtomicBool::new(false));
+    if let (Some(l), Some(m)) = (metrics_listener, metrics) {
+        let vols = exports
+            .iter()
+            .zip(&specs)
+            .map(|(e, s)| sluice::metrics::Export {
+                name: e.name.clone(),
+                path: std::fs::canonicalize(&s.path).unwrap_or_else(|_| s.path.clone()),
+                vol: e.vol.clone(),
+            })
+            .collect();
+        let ep = Arc::new(sluice::metrics::Endpoint::new(vols, m));
+        match sluice::metrics::http::serve(l, ep, stop.clone()) {
+            Ok(bound) => say!("sluice: metrics at http://{bound}/metrics"),
+            Err(e) => {
+                let e = anyhow::Error::from(e).context("starting the metrics endpoint");
+                return Err(leftovers.close(&exports, e));
+            }
+        }
+    }
+    let server = match Server::new(exports.clone(), cfg) {
+        Ok(s) => s,
+        Err(e) => return Err(leftovers.close(&exports, e.into())),
+    };
+    {
+        // The URI on stdout; a closed stdout loses it but does not stop the server.
+        let mut out = std::io::stdout().lock();
+        let uri = uri(&addr, &specs[0].name, tls == TlsMode::Require);
+        if let Err(e) = writeln!(out, "{uri}").and_then(|_| out.flush()) {
+            tracing::warn!("writing the URI to stdout: {e}");
+        }
+    }
+    for (e, spec) in exports.iter().zip(&specs) {
+        say!(
+            "sluice: serving {} ({}{}) at {}",
+            spec.path.display(),
+            human(e.vol.size_bytes()),
+            if e.read_only { ", read-only" } else { "" },
+            uri(&addr, &e.name, tls == TlsMode::Require)
+        );
+    }
+    if let Some(d) = &daemon {
+        d.ready();
+        // Ready: from now on nothing goes to the launching terminal.
+        match log_file {
+            Some(f) => say::to_file(f),
+            None => say::to_syslog(),
+        }
+        Daemon::detach_stderr();
+        say!(
+            "sluice: pid {} serving {} export(s) at {}",
+            std::process::id(),
+            exports.len(),
+            uri(&addr, &specs[0].name, tls == TlsMode::Require)
+        );
+    } else if let Some(f) = log_file {
+        say::to_file(f);
+    }
+    sd_notify(&format!("READY=1\nMAINPID={}", std::process::id()));
+
+    let served = server.run(listener, &stop);
+    sd_notify("STOPPING=1");
+    drop(server);
+    // (a trace that cannot be finished is reported after the volumes are closed)
+    let recorded = match (&recorder, &a.record) {
+        (Some(r), Some(p)) => r
+            .finish()
+            .with_context(|| format!("writing {}", p.display())),
+        _ => Ok(()),
+    };
+    let mut closed = Ok(());
+    for (e, spec) in exports.iter().zip(&specs) {
+        let path = &spec.path;
+        let r = e.vol.flush().and_then(|_| {
+            let st = e.vol.stats();
+            say!(
+                "sluice: {}: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), {}",
+                path.display(),
+                st.host_write_bytes as f64 / 1048576.0,
+                st.host_read_bytes as f64 / 1048576.0,
+                st.host_flushes,
+                st.media_flushes,
+                st.wa_text()
+            );
+            e.vol.close()
+        });
+        match r {
+            Ok(()) => say!("sluice: stopped; {} closed cleanly", path.display()),
+            Err(err) => {
+                if closed.is_ok() {
+                    closed = Err(err).with_context(|| format!("closing {}", path.display()));
+                }
+            }
+        }
+    }
+    leftovers.remove();
+    served.context("serving")?;
+    closed?;
+    recorded?;
+    Ok(0)
+}
+
+/// The set-up steps between binding the NBD socket and writing the pid file:
+/// bind the metrics listener, open the log file, fork. Touches no volume.
+fn set_up(
+    a: &Args,
+    specs: &[exports::ExportSpec],
+) -> anyhow::Result<(
+    Option<std::net::TcpListener>,
+    Option<std::fs::File>,
+    Option<Daemon>,
+)> {
+    let metrics = match &a.metrics {
+        Some(addr) => {
+            Some(sluice::metrics::http::bind(addr).with_context(|| format!("--metrics {addr}"))?)
+        }
+        None => None,
+    };
+    let log_file = match &a.log_file {
+        Some(p) => {
+            let vols: Vec<PathBuf> = specs.iter().map(|s| s.path.clone()).collect();
+            Some(say::open_log_file(p, &vols)?)
+        }
+        None => None,
+    };
+    let daemon = if a.fork { Some(Daemon::fork()?) } else { None };
+    Ok((metrics, log_file, daemon))
+}
+
+/// SIGINT/SIGTERM/SIGHUP stop the server (drain, flush, close); a second one
+/// exits at once. SIGUSR1/SIGUSR2 are ignored. (SIGPIPE is ignored by Rust's
+/// runtime: a write to a closed pipe or socket is an error, not a death.)
+fn signals(stop: &Arc<AtomicBool>) -> anyhow::Result<()> {
     for sig in [
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -611,75 +765,39 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     for sig in [signal_hook::consts::SIGUSR1, signal_hook::consts::SIGUSR2] {
         signal_hook::flag::register(sig, ignored.clone())?;
     }
+    Ok(())
+}
 
-    if let (Some(addr), Some(m)) = (&a.metrics, metrics) {
-        let ep = Arc::new(sluice::metrics::Endpoint::new(exports[0].vol.clone(), m));
-        let bound = sluice::metrics::http::spawn(addr, ep, stop.clone())
-            .with_context(|| format!("--metrics {addr}"))?;
-        eprintln!("sluice: metrics at http://{bound}/metrics");
-    }
-    let pid_file = pid_file(&a, &specs)?;
-    let server = Server::new(exports.clone(), cfg)?;
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "{}",
-            uri(&addr, &specs[0].name, tls == TlsMode::Require)
-        )?;
-        out.flush()?;
-    }
-    for (e, spec) in exports.iter().zip(&specs) {
-        eprintln!(
-            "sluice: serving {} ({}{}) at {}",
-            spec.path.display(),
-            human(e.vol.size_bytes()),
-            if e.read_only { ", read-only" } else { "" },
-            uri(&addr, &e.name, tls == TlsMode::Require)
-        );
-    }
-    if let Some(d) = &daemon {
-        d.ready();
-    }
-    sd_notify(&format!("READY=1\nMAINPID={}", std::process::id()));
+/// What the server leaves on the file system until it exits: the Unix socket it
+/// bound and the pid file it wrote. Removed on every way out of `run`.
+struct Leftovers {
+    socket: Option<PathBuf>,
+    pid_file: Option<PidFile>,
+}
 
-    let served = server.run(listener, &stop);
-    sd_notify("STOPPING=1");
-    drop(server);
-    if let (Some(r), Some(p)) = (&recorder, &a.record) {
-        r.finish()
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
-    let mut closed = Ok(());
-    for (e, spec) in exports.iter().zip(&specs) {
-        let path = &spec.path;
-        let r = e.vol.flush().and_then(|_| {
-            let st = e.vol.stats();
-            eprintln!(
-                "sluice: {}: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), WA {:.3}",
-                path.display(),
-                st.host_write_bytes as f64 / 1048576.0,
-                st.host_read_bytes as f64 / 1048576.0,
-                st.host_flushes,
-                st.media_flushes,
-                st.write_amplification
-            );
-            e.vol.close()
-        });
-        match r {
-            Ok(()) => eprintln!("sluice: stopped; {} closed cleanly", path.display()),
-            Err(err) => {
-                if closed.is_ok() {
-                    closed = Err(err).with_context(|| format!("closing {}", path.display()));
-                }
-            }
+impl Leftovers {
+    fn remove(&self) {
+        if let Some(p) = &self.socket {
+            let _ = std::fs::remove_file(p);
+        }
+        if let Some(p) = &self.pid_file {
+            p.remove_if_ours();
         }
     }
-    cleanup_socket();
-    if let Some(p) = &pid_file {
-        p.remove_if_ours();
+    /// A set-up step failed before any volume was opened: remove what is there.
+    fn on_error<T>(&self, r: anyhow::Result<T>) -> anyhow::Result<T> {
+        if r.is_err() {
+            self.remove();
+        }
+        r
     }
-    served.context("serving")?;
-    closed?;
-    Ok(0)
+    /// A step failed after volumes were mounted: close them cleanly (a failed
+    /// start is no crash), remove what is there, and return `e`.
+    fn close(&self, exports: &[Export], e: anyhow::Error) -> anyhow::Error {
+        for x in exports {
+            let _ = x.vol.close();
+        }
+        self.remove();
+        e
+    }
 }

@@ -2,7 +2,8 @@
 //! endpoint (`sluice serve --metrics ADDR`) once a second: IOPS, MB/s, WA, GC
 //! activity, free space, the access pattern front and back. Plain text redraw
 //! (fine over ssh), one line per sample when stdout is not a terminal, or JSON
-//! lines for scripts.
+//! lines for scripts. Volume counters are one export's (`--export`, default the
+//! first); requests, latency and connections are the whole server's.
 //!
 //! Invariant: read-only; a sample that cannot be fetched is reported, and the
 //! view goes on (exit 1 only if the first fetch fails).
@@ -27,13 +28,32 @@ pub struct Args {
     /// Print one JSON object per sample (one a line) instead of the text view.
     #[arg(long)]
     pub json: bool,
+    /// Export whose volume to show, when the server has several (default: the
+    /// first it lists).
+    #[arg(long, value_name = "NAME")]
+    pub export: Option<String>,
 }
 
 type Sample = HashMap<String, f64>;
 
-fn fetch(addr: &str) -> anyhow::Result<Sample> {
+/// One sample: the chosen export's volume series (export label removed) and
+/// the server's series.
+fn fetch(addr: &str, export: Option<&str>) -> anyhow::Result<(Sample, String)> {
     let text = http::fetch(addr).with_context(|| format!("reading metrics from {addr}"))?;
-    Ok(http::parse(&text).into_iter().collect())
+    let all = http::parse(&text);
+    let listed = http::exports(&all);
+    let name = match export {
+        Some(n) => {
+            let n = sluice::metrics::label_value(n);
+            if !listed.iter().any(|(e, _)| *e == n) {
+                let names: Vec<&str> = listed.iter().map(|(e, _)| e.as_str()).collect();
+                anyhow::bail!("{addr} has no export {n:?} (it has {names:?})");
+            }
+            n
+        }
+        None => listed.first().map(|(e, _)| e.clone()).unwrap_or_default(),
+    };
+    Ok((http::of_export(&all, &name), name))
 }
 
 fn g(s: &Sample, k: &str) -> f64 {
@@ -150,10 +170,10 @@ fn lat(x: Option<f64>) -> String {
     }
 }
 
-fn screen(addr: &str, r: &Row) -> String {
+fn screen(addr: &str, export: &str, r: &Row) -> String {
     let pct = |x: f64| format!("{:.0}%", x * 100.0);
     format!(
-        "sluice top {addr}   t={:.0}s   connections {}\n\n\
+        "sluice top {addr}{}   t={:.0}s   connections {}\n\n\
          host    read  {:>9.0} IOPS {:>8.1} MB/s   p99 {}\n\
          \x20       write {:>9.0} IOPS {:>8.1} MB/s   p99 {}\n\
          \x20       flush {:>9.0} /s   trim {:.0} /s\n\
@@ -162,6 +182,11 @@ fn screen(addr: &str, r: &Row) -> String {
          GC      {:.1} runs/s, {:.0} blocks moved/s\n\
          space   {} of {} segments free, live data {} of {}\n\
          pattern host {} sequential   media {} sequential\n",
+        if export.is_empty() {
+            String::new()
+        } else {
+            format!(" export {export}")
+        },
         r.time_s,
         r.connections,
         r.read_iops,
@@ -212,15 +237,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     let tty = std::io::stdout().is_terminal();
     let start = Instant::now();
-    let mut prev = fetch(&a.addr)?;
+    let (mut prev, _) = fetch(&a.addr, a.export.as_deref())?;
     let mut t_prev = Instant::now();
     let mut n = 0u64;
     loop {
         std::thread::sleep(Duration::from_secs_f64(a.interval));
-        let cur = match fetch(&a.addr) {
+        let (cur, export) = match fetch(&a.addr, a.export.as_deref()) {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("sluice top: {e:#}");
+                say!("sluice top: {e:#}");
                 continue;
             }
         };
@@ -235,7 +260,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if a.json {
             writeln!(out, "{}", serde_json::to_string(&r)?)?;
         } else if tty {
-            write!(out, "\x1b[H\x1b[2J{}", screen(&a.addr, &r))?;
+            write!(out, "\x1b[H\x1b[2J{}", screen(&a.addr, &export, &r))?;
         } else {
             writeln!(out, "{}", line(&r))?;
         }

@@ -3,7 +3,8 @@
 //! histograms, the access-pattern counters (host requests and media writes: share of
 //! sequential requests, seek-distance and request-size histograms), the connection
 //! gauge, the last-minute WA window and the text exposition; the engine's own
-//! counters come from `Volume::stats()` at scrape time.
+//! counters come from `Volume::stats()` of every export at scrape time, each
+//! series labelled `export="NAME"` (request-path metrics are the server's).
 //!
 //! Invariant: the request path only touches relaxed atomics (no locks, no
 //! allocation), and does nothing but one relaxed load while metrics are off; the
@@ -299,69 +300,177 @@ pub(crate) fn write_hist(out: &mut String, name: &str, labels: &str, h: &Log2His
     }
 }
 
-/// The whole exposition: engine counters from `vol`, request-path metrics from `m`.
-pub fn render(vol: &Volume, m: &Metrics, wa_last_minute: f64) -> String {
-    let st = vol.stats();
-    let mr = vol.mount_report();
+/// One export's volume as the endpoint shows it: its metrics carry
+/// `export="name"`; `sluice_export_info` maps the name to the path.
+pub struct Export {
+    pub name: String,
+    pub path: std::path::PathBuf,
+    pub vol: Arc<Volume>,
+}
+
+/// `s` as a Prometheus label value (backslash, double quote and newline escaped).
+pub fn label_value(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => o.push_str("\\\\"),
+            '"' => o.push_str("\\\""),
+            '\n' => o.push_str("\\n"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// What one volume shows at a scrape.
+struct Shown<'a> {
+    export: String,
+    e: &'a Export,
+    st: crate::stats::Stats,
+    wa_1m: f64,
+}
+
+impl Shown<'_> {
+    /// The label set: `export="..."` first, then `more`.
+    fn labels(&self, more: &str) -> String {
+        if more.is_empty() {
+            format!("export=\"{}\"", self.export)
+        } else {
+            format!("export=\"{}\",{more}", self.export)
+        }
+    }
+}
+
+/// A family of per-volume series: HELP/TYPE once, then one line per export and
+/// per (extra labels, value) that `f` gives.
+fn per_volume<V: std::fmt::Display>(
+    t: &mut Text,
+    vols: &[Shown],
+    name: &str,
+    kind: &str,
+    help: &str,
+    f: impl Fn(&Shown) -> Vec<(String, V)>,
+) {
+    t.head(name, kind, help);
+    for v in vols {
+        for (more, x) in f(v) {
+            t.val(name, &v.labels(&more), x);
+        }
+    }
+}
+
+/// One unlabelled value per volume.
+fn one<V: std::fmt::Display>(v: V) -> Vec<(String, V)> {
+    vec![(String::new(), v)]
+}
+
+/// `(label="value", v)` pairs for a family split by one label.
+fn by<V: std::fmt::Display + Copy>(label: &str, pairs: &[(&str, V)]) -> Vec<(String, V)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (format!("{label}=\"{k}\""), *v))
+        .collect()
+}
+
+/// The whole exposition: every export's volume counters (labelled `export`),
+/// and the request-path metrics of the whole server from `m`. `wa_1m[i]` is
+/// the last-minute WA of `vols[i]`.
+pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
+    let shown: Vec<Shown> = vols
+        .iter()
+        .zip(wa_1m)
+        .map(|(e, &wa)| Shown {
+            export: label_value(&e.name),
+            e,
+            st: e.vol.stats(),
+            wa_1m: wa,
+        })
+        .collect();
+    let v = &shown;
     let mut t = Text(String::with_capacity(16 << 10));
     t.head(
+        "sluice_export_info",
+        "gauge",
+        "One series per export: its name and the volume's path (value 1).",
+    );
+    for x in v {
+        let path = label_value(&x.e.path.to_string_lossy());
+        t.val(
+            "sluice_export_info",
+            &x.labels(&format!("path=\"{path}\"")),
+            1,
+        );
+    }
+    per_volume(
+        &mut t,
+        v,
         "sluice_host_bytes_total",
         "counter",
         "Bytes clients wrote, read, zeroed and trimmed since the server started.",
+        |x| {
+            by(
+                "op",
+                &[
+                    ("write", x.st.host_write_bytes),
+                    ("read", x.st.host_read_bytes),
+                    ("zero", x.st.host_zero_bytes),
+                    ("trim", x.st.host_trim_bytes),
+                ],
+            )
+        },
     );
-    for (op, v) in [
-        ("write", st.host_write_bytes),
-        ("read", st.host_read_bytes),
-        ("zero", st.host_zero_bytes),
-        ("trim", st.host_trim_bytes),
-    ] {
-        t.val("sluice_host_bytes_total", &format!("op=\"{op}\""), v);
-    }
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_host_flushes_total",
         "counter",
         "Flushes clients asked for.",
-        st.host_flushes,
+        |x| one(x.st.host_flushes),
     );
-    t.head(
+    per_volume(
+        &mut t,
+        v,
         "sluice_media_bytes_total",
         "counter",
         "Bytes the engine wrote to the media, by class.",
+        |x| {
+            by(
+                "class",
+                &[
+                    ("user_data", x.st.media_user_data_bytes),
+                    ("gc", x.st.media_gc_data_bytes),
+                    ("headers", x.st.media_chunk_header_bytes),
+                    ("checkpoints", x.st.media_checkpoint_bytes),
+                    ("superblocks", x.st.media_superblock_bytes),
+                ],
+            )
+        },
     );
-    for (class, v) in [
-        ("user_data", st.media_user_data_bytes),
-        ("gc", st.media_gc_data_bytes),
-        ("headers", st.media_chunk_header_bytes),
-        ("checkpoints", st.media_checkpoint_bytes),
-        ("superblocks", st.media_superblock_bytes),
-    ] {
-        t.val("sluice_media_bytes_total", &format!("class=\"{class}\""), v);
-    }
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_media_flushes_total",
         "counter",
         "Media flushes (fdatasync).",
-        st.media_flushes,
+        |x| one(x.st.media_flushes),
     );
-    t.head(
+    per_volume(
+        &mut t,
+        v,
         "sluice_write_amplification",
         "gauge",
         "Media bytes written per host byte written: since the server started, and over the last minute.",
-    );
-    t.val(
-        "sluice_write_amplification",
-        "window=\"session\"",
-        st.write_amplification,
-    );
-    t.val(
-        "sluice_write_amplification",
-        "window=\"1m\"",
-        wa_last_minute,
+        |x| {
+            by(
+                "window",
+                &[("session", x.st.write_amplification), ("1m", x.wa_1m)],
+            )
+        },
     );
     t.head(
         "sluice_requests_total",
         "counter",
-        "NBD requests answered, by type.",
+        "NBD requests answered, by type (all exports).",
     );
     for (k, name) in REQ_NAMES.iter().enumerate() {
         t.val(
@@ -373,7 +482,7 @@ pub fn render(vol: &Volume, m: &Metrics, wa_last_minute: f64) -> String {
     t.head(
         "sluice_request_errors_total",
         "counter",
-        "NBD requests answered with an error, by type.",
+        "NBD requests answered with an error, by type (all exports).",
     );
     for (k, name) in REQ_NAMES.iter().enumerate() {
         t.val(
@@ -385,7 +494,7 @@ pub fn render(vol: &Volume, m: &Metrics, wa_last_minute: f64) -> String {
     t.head(
         "sluice_request_latency_seconds",
         "histogram",
-        "Time from a request's dispatch to its completion in the engine, by type.",
+        "Time from a request's dispatch to its completion in the engine, by type (all exports).",
     );
     for (k, name) in REQ_NAMES.iter().enumerate() {
         t.hist(
@@ -395,193 +504,240 @@ pub fn render(vol: &Volume, m: &Metrics, wa_last_minute: f64) -> String {
             1e-6,
         );
     }
-    t.head("sluice_segments", "gauge", "Segments by state.");
-    for (s, v) in [
-        ("free", st.segments_free),
-        ("open", st.segments_open),
-        ("closed", st.segments_closed),
-        ("pending", st.segments_pending),
-        ("damaged", st.segments_damaged),
-    ] {
-        t.val("sluice_segments", &format!("state=\"{s}\""), v);
-    }
-    t.one(
+    per_volume(
+        &mut t,
+        v,
+        "sluice_segments",
+        "gauge",
+        "Segments by state.",
+        |x| {
+            by(
+                "state",
+                &[
+                    ("free", x.st.segments_free),
+                    ("open", x.st.segments_open),
+                    ("closed", x.st.segments_closed),
+                    ("pending", x.st.segments_pending),
+                    ("damaged", x.st.segments_damaged),
+                ],
+            )
+        },
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_live_data_bytes",
         "gauge",
         "Bytes of live (mapped) data.",
-        st.live_data_blocks * 4096,
+        |x| one(x.st.live_data_blocks * 4096),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_logical_bytes",
         "gauge",
         "Exported size.",
-        vol.size_bytes(),
+        |x| one(x.e.vol.size_bytes()),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_gc_runs_total",
         "counter",
         "GC victim segments cleaned.",
-        st.gc_runs,
+        |x| one(x.st.gc_runs),
     );
-    t.head(
+    per_volume(
+        &mut t,
+        v,
         "sluice_gc_blocks_moved_total",
         "counter",
         "Blocks GC relocated: data copied, and entries moved without data (virtual).",
+        |x| {
+            by(
+                "class",
+                &[
+                    ("data", x.st.gc_blocks_moved),
+                    ("virtual", x.st.gc_virtual_moved),
+                ],
+            )
+        },
     );
-    t.val(
-        "sluice_gc_blocks_moved_total",
-        "class=\"data\"",
-        st.gc_blocks_moved,
-    );
-    t.val(
-        "sluice_gc_blocks_moved_total",
-        "class=\"virtual\"",
-        st.gc_virtual_moved,
-    );
-    t.head(
+    per_volume(
+        &mut t,
+        v,
         "sluice_gc_class_runs_total",
         "counter",
         "GC victims cleaned, by the GC output class the policy sent their data to (0 = first relocation; generational and SepBIT-style policies use 1 and 2 for older data).",
+        |x| {
+            x.st.gc_class_runs
+                .iter()
+                .enumerate()
+                .map(|(k, n)| (format!("gc_class=\"{k}\""), *n))
+                .collect()
+        },
     );
-    for (k, v) in st.gc_class_runs.iter().enumerate() {
-        t.val(
-            "sluice_gc_class_runs_total",
-            &format!("gc_class=\"{k}\""),
-            v,
-        );
-    }
-    t.head(
+    per_volume(
+        &mut t,
+        v,
         "sluice_gc_class_blocks_moved_total",
         "counter",
         "Blocks (data and virtual) GC moved, by GC output class.",
+        |x| {
+            x.st.gc_class_blocks_moved
+                .iter()
+                .enumerate()
+                .map(|(k, n)| (format!("gc_class=\"{k}\""), *n))
+                .collect()
+        },
     );
-    for (k, v) in st.gc_class_blocks_moved.iter().enumerate() {
-        t.val(
-            "sluice_gc_class_blocks_moved_total",
-            &format!("gc_class=\"{k}\""),
-            v,
-        );
-    }
-    t.head(
+    per_volume(
+        &mut t,
+        v,
         "sluice_lifetime_bytes_total",
         "counter",
         "Bytes over the volume's life (persisted in each checkpoint; after a crash, the last checkpoint's value plus this session): host writes and media writes by class.",
+        |x| {
+            let lt = &x.st.lifetime;
+            by(
+                "class",
+                &[
+                    ("host_write", lt.host_write_bytes),
+                    ("user_data", lt.media_user_data_bytes),
+                    ("gc", lt.media_gc_data_bytes),
+                    ("headers", lt.media_chunk_header_bytes),
+                    ("checkpoints", lt.media_checkpoint_bytes),
+                    ("superblocks", lt.media_superblock_bytes),
+                ],
+            )
+        },
     );
-    let lt = &st.lifetime;
-    for (class, v) in [
-        ("host_write", lt.host_write_bytes),
-        ("user_data", lt.media_user_data_bytes),
-        ("gc", lt.media_gc_data_bytes),
-        ("headers", lt.media_chunk_header_bytes),
-        ("checkpoints", lt.media_checkpoint_bytes),
-        ("superblocks", lt.media_superblock_bytes),
-    ] {
-        t.val(
-            "sluice_lifetime_bytes_total",
-            &format!("class=\"{class}\""),
-            v,
-        );
-    }
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_lifetime_write_amplification",
         "gauge",
         "Media bytes written per host byte written over the volume's life.",
-        st.lifetime_write_amplification,
+        |x| one(x.st.lifetime_write_amplification),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_lifetime_gc_runs_total",
         "counter",
         "GC victims cleaned over the volume's life.",
-        lt.gc_runs,
+        |x| one(x.st.lifetime.gc_runs),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_checkpoints_total",
         "counter",
         "Checkpoints written.",
-        st.checkpoints,
+        |x| one(x.st.checkpoints),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_chunks_sealed_total",
         "counter",
         "Chunks sealed.",
-        st.chunks_sealed,
+        |x| one(x.st.chunks_sealed),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_mount_seconds",
         "gauge",
         "Time the last mount took (replay included).",
-        mr.mount_ms as f64 / 1000.0,
+        |x| one(x.e.vol.mount_report().mount_ms as f64 / 1000.0),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_mount_chunks_replayed",
         "gauge",
         "Chunks the last mount replayed beyond the checkpoint.",
-        mr.chunks_replayed,
+        |x| one(x.e.vol.mount_report().chunks_replayed),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_mount_clean",
         "gauge",
         "1 if the last mount found the volume closed cleanly.",
-        u8::from(mr.clean),
+        |x| one(u8::from(x.e.vol.mount_report().clean)),
     );
     t.one(
         "sluice_connections",
         "gauge",
-        "Client connections open now.",
+        "Client connections open now (all exports).",
         m.connections.load(Relaxed),
     );
     t.one(
         "sluice_connections_total",
         "counter",
-        "Client connections accepted.",
+        "Client connections accepted (all exports).",
         m.connections_total.load(Relaxed),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_crc_errors_total",
         "counter",
         "Blocks whose CRC did not match on read (the request got EIO).",
-        st.crc_errors,
+        |x| one(x.st.crc_errors),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_scrub_errors_total",
         "counter",
         "Damaged blocks the background scrub found.",
-        st.scrub_errors,
+        |x| one(x.st.scrub_errors),
     );
-    t.one(
+    per_volume(
+        &mut t,
+        v,
         "sluice_scrub_bytes_total",
         "counter",
         "Bytes the background scrub read and verified.",
-        st.scrub_bytes,
+        |x| one(x.st.scrub_bytes),
     );
     pattern::render(&mut t.0, &[("host", &m.host), ("media", &m.media)]);
     t.0
 }
 
-/// Shared state of a metrics endpoint: the volume and the WA window.
+/// Shared state of a metrics endpoint: the exports and their WA windows.
 pub struct Endpoint {
-    pub vol: Arc<Volume>,
+    pub exports: Vec<Export>,
     pub metrics: &'static Metrics,
-    window: parking_lot::Mutex<Window>,
+    windows: Vec<parking_lot::Mutex<Window>>,
 }
 
 impl Endpoint {
-    pub fn new(vol: Arc<Volume>, metrics: &'static Metrics) -> Endpoint {
+    pub fn new(exports: Vec<Export>, metrics: &'static Metrics) -> Endpoint {
+        let windows = exports.iter().map(|_| Default::default()).collect();
         Endpoint {
-            vol,
+            exports,
             metrics,
-            window: Default::default(),
+            windows,
         }
     }
-    /// Take a WA sample (the sampler thread calls this each second).
-    pub fn sample(&self) -> f64 {
-        let st = self.vol.stats();
-        self.window
-            .lock()
-            .wa(st.host_write_bytes, st.media_write_bytes)
+    /// Take a WA sample of every export (the sampler thread calls this each
+    /// second); the last-minute WA of each.
+    pub fn sample(&self) -> Vec<f64> {
+        self.exports
+            .iter()
+            .zip(&self.windows)
+            .map(|(e, w)| {
+                let st = e.vol.stats();
+                w.lock().wa(st.host_write_bytes, st.media_write_bytes)
+            })
+            .collect()
     }
     pub fn scrape(&self) -> String {
         let wa = self.sample();
-        render(&self.vol, self.metrics, wa)
+        render(&self.exports, &wa, self.metrics)
     }
 }
