@@ -1,10 +1,15 @@
 //! FileMedia: a regular file (created sparse when missing) or a block device,
 //! opened with O_DIRECT where the filesystem supports it.
+//!
+//! Host space: `allocate` reserves ranges of a regular file (posix_fallocate) so
+//! writes there never need new space; `discard` gives a range back (a punched
+//! hole in a file, BLKDISCARD on a block device whose queue advertises discard).
 
 use super::{check_range, Media};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 pub struct FileMedia {
@@ -13,7 +18,12 @@ pub struct FileMedia {
     len: u64,
     direct: bool,
     block_device: bool,
+    /// The block device's queue advertises discard (`discard_max_bytes` > 0).
+    device_discard: bool,
 }
+
+/// `_IO(0x12, 119)` from linux/fs.h: discard a byte range of a block device.
+const BLKDISCARD: u64 = 0x1277;
 
 impl FileMedia {
     /// Open an existing file or block device read-write (or read-only).
@@ -57,7 +67,9 @@ impl FileMedia {
             }
             Err(e) => return Err(e),
         };
-        let block_device = file.metadata()?.file_type().is_block_device();
+        let meta = file.metadata()?;
+        let block_device = meta.file_type().is_block_device();
+        let device_discard = block_device && device_advertises_discard(meta.rdev());
         let len = file.seek(SeekFrom::End(0))?;
         Ok(FileMedia {
             file,
@@ -65,6 +77,18 @@ impl FileMedia {
             len,
             direct,
             block_device,
+            device_discard,
+        })
+    }
+
+    /// Bytes of host storage the file holds (st_blocks * 512; for a block
+    /// device, its size).
+    pub fn host_bytes_used(&self) -> io::Result<u64> {
+        let m = self.file.metadata()?;
+        Ok(if self.block_device {
+            self.len
+        } else {
+            m.blocks() * 512
         })
     }
 
@@ -103,6 +127,68 @@ impl Media for FileMedia {
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+    fn size_now(&self) -> io::Result<u64> {
+        if self.block_device {
+            // a block device does not shrink under an open descriptor
+            return Ok(self.len);
+        }
+        Ok(self.file.metadata()?.len())
+    }
+    fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
+        if self.block_device {
+            return Ok(());
+        }
+        for &(off, len) in ranges {
+            check_range(self.len, off, len as usize)?;
+            if len == 0 {
+                continue;
+            }
+            // SAFETY: plain syscall on a descriptor this struct owns.
+            let r = unsafe {
+                libc::posix_fallocate(self.file.as_raw_fd(), off as libc::off_t, len as libc::off_t)
+            };
+            match r {
+                0 => {}
+                // a file system without fallocate: nothing to reserve with
+                libc::EOPNOTSUPP | libc::ENOSYS => return Ok(()),
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+        Ok(())
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        check_range(self.len, offset, len as usize)?;
+        if len == 0 {
+            return Ok(true);
+        }
+        let fd = self.file.as_raw_fd();
+        let r = if self.block_device {
+            if !self.device_discard {
+                return Ok(false);
+            }
+            let range = [offset, len];
+            // SAFETY: BLKDISCARD reads two u64 (offset, length) from the pointer.
+            unsafe { libc::ioctl(fd, BLKDISCARD as _, range.as_ptr()) }
+        } else {
+            // SAFETY: plain syscall on a descriptor this struct owns.
+            unsafe {
+                libc::fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                )
+            }
+        };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(false),
+            _ => Err(e),
+        }
+    }
     fn describe(&self) -> String {
         format!(
             "{} ({}, {})",
@@ -115,4 +201,15 @@ impl Media for FileMedia {
             if self.direct { "O_DIRECT" } else { "buffered" }
         )
     }
+}
+
+/// Whether the block device `rdev` (or, for a partition, its disk) has a
+/// queue that accepts discards (`/sys/dev/block/M:m/queue/discard_max_bytes`).
+fn device_advertises_discard(rdev: u64) -> bool {
+    let dev = format!("/sys/dev/block/{}:{}", libc::major(rdev), libc::minor(rdev));
+    ["queue/discard_max_bytes", "../queue/discard_max_bytes"]
+        .iter()
+        .filter_map(|q| std::fs::read_to_string(format!("{dev}/{q}")).ok())
+        .filter_map(|s| s.trim().parse::<u64>().ok())
+        .any(|n| n > 0)
 }

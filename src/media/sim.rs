@@ -154,6 +154,19 @@ impl SimMedia {
         img
     }
 
+    /// What the running system sees at `o..o + buf.len()` (no bit flips).
+    fn current_range(s: &State, o: usize, buf: &mut [u8]) {
+        let n = buf.len();
+        buf.copy_from_slice(&s.durable[o..o + n]);
+        for (wo, d) in &s.cache {
+            let (ws, we) = (*wo as usize, *wo as usize + d.len());
+            let (a, b) = (ws.max(o), we.min(o + n));
+            if a < b {
+                buf[a - o..b - o].copy_from_slice(&d[a - ws..b - ws]);
+            }
+        }
+    }
+
     /// Count one operation; Err if power is (now) off.
     fn start_op(s: &mut State) -> io::Result<()> {
         let i = s.ops;
@@ -222,15 +235,8 @@ impl Media for SimMedia {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         check_range(self.len, offset, buf.len())?;
         let s = self.st.lock();
-        let (o, n) = (offset as usize, buf.len());
-        buf.copy_from_slice(&s.durable[o..o + n]);
-        for (wo, d) in &s.cache {
-            let (ws, we) = (*wo as usize, *wo as usize + d.len());
-            let (a, b) = (ws.max(o), we.min(o + n));
-            if a < b {
-                buf[a - o..b - o].copy_from_slice(&d[a - ws..b - ws]);
-            }
-        }
+        let n = buf.len();
+        Self::current_range(&s, offset as usize, buf);
         for &f in s.flips.range(offset..offset + n as u64) {
             buf[(f - offset) as usize] ^= 1;
         }
@@ -265,6 +271,38 @@ impl Media for SimMedia {
             l.push(SimEvent::Flush);
         }
         Ok(())
+    }
+    /// A discard is one media operation, recorded and cached like a write
+    /// (so prefix replay, power cuts and `fail_write` see it, and a power cut
+    /// may lose or tear it): each 4 KiB block of the range reads as zeros or
+    /// keeps its bytes, chosen per block from the operation number and the
+    /// block (deterministic), so recovery meets both outcomes a device allows.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        check_range(self.len, offset, len as usize)?;
+        let mut s = self.st.lock();
+        Self::start_op(&mut s)?;
+        let op = s.ops;
+        let w = s.writes;
+        s.writes += 1;
+        if s.fail_writes.contains(&w) {
+            return Err(io::Error::other(format!("simulated EIO on discard (write {w})")));
+        }
+        let mut data = vec![0u8; len as usize];
+        Self::current_range(&s, offset as usize, &mut data);
+        for (i, b) in data.chunks_mut(4096).enumerate() {
+            let h = (op ^ (offset / 4096 + i as u64)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            if h >> 63 == 0 {
+                b.fill(0);
+            }
+        }
+        if let Some(l) = s.log.as_mut() {
+            l.push(SimEvent::Write {
+                offset,
+                data: data.clone(),
+            });
+        }
+        s.cache.push((offset, data));
+        Ok(true)
     }
     fn describe(&self) -> String {
         "simulated disk with a volatile write cache".into()

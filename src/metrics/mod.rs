@@ -226,6 +226,15 @@ impl<M: Media> Media for MeteredMedia<M> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn size_now(&self) -> io::Result<u64> {
+        self.inner.size_now()
+    }
+    fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
+        self.inner.allocate(ranges)
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        self.inner.discard(offset, len)
+    }
 }
 
 /// Last-minute WA: (time, host bytes, media bytes) samples, one per second.
@@ -547,6 +556,18 @@ pub fn render(vol: &Volume, m: &Metrics, wa_last_minute: f64) -> String {
         "counter",
         "Damaged blocks the background scrub found.",
         st.scrub_errors,
+    );
+    t.one(
+        "sluice_volume_failed",
+        "gauge",
+        "1 once the volume stopped after a media write error or a full host file system (writes fail, reads go on; the log says why).",
+        u8::from(st.failed),
+    );
+    t.one(
+        "sluice_discarded_bytes_total",
+        "counter",
+        "Bytes of GC-freed segments given back to the host (punched holes) or device (discard).",
+        st.discarded_bytes,
     );
     t.one(
         "sluice_scrub_bytes_total",

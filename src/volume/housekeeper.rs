@@ -20,7 +20,8 @@
 //!
 //! Invariants: a segment goes Pending -> Free only in `barrier`, after the
 //! superblock records a durable point covering every chunk that emptied it and
-//! its first block is wiped; a checkpoint is made current only after every chunk
+//! its first block is wiped (and flushed); the rest of it may then be discarded,
+//! never its first block, before it is Free; a checkpoint is made current only after every chunk
 //! it reflects is durable.
 
 use super::core::RelocateError;
@@ -528,8 +529,11 @@ impl Shared {
         self.commit
             .update_superblock(|sb| sb.durable_seq = sb.durable_seq.max(target))?;
         assert!(self.commit.sb.lock().durable_seq >= target, "barrier order");
-        // 3. tombstones, flushed; 4. only then reusable
+        // 3. tombstones, flushed
         self.commit.wipe(&segs)?;
+        // 4. give the space back (never the tombstone block: Commit::discard)
+        self.discard_pending(&segs);
+        // 5. only then reusable
         {
             let _w = self.reuse.write();
             self.core.lock().segs.release(&segs);
@@ -538,6 +542,21 @@ impl Shared {
         self.hk.credit_cv.notify_all();
         Counters::add(&self.counters.barriers, 1);
         Ok(())
+    }
+
+    /// Discard Pending segments whose tombstones are written and flushed,
+    /// before the barrier hands them out again. A reader that looked a block up
+    /// before its segment emptied may still be reading it (readers hold the
+    /// reuse lock shared from lookup to verification); taking the lock
+    /// exclusively once waits those out, and no later lookup can reach a
+    /// Pending segment (nothing in the map points there). Also used by the
+    /// mount for the segments it found free (before any reader exists).
+    pub(in crate::volume) fn discard_pending(&self, segs: &[u32]) {
+        if segs.is_empty() {
+            return;
+        }
+        drop(self.reuse.write());
+        self.commit.discard(segs);
     }
 
     /// Foreground clean: until one segment is free beyond the reserve, or

@@ -126,6 +126,10 @@ pub struct OpenOptions {
     /// Source of the timestamps this mount writes (chunk and checkpoint
     /// headers, lifetime counters' start); see `WallClock`.
     pub clock: WallClock,
+    /// Give segments freed by GC back to the host (hole punching in a file) or
+    /// the device (BLKDISCARD, where its queue advertises discard) once they
+    /// pass the reuse barrier. Never the segment's first block (its tombstone).
+    pub discard: bool,
 }
 
 impl Default for OpenOptions {
@@ -139,6 +143,7 @@ impl Default for OpenOptions {
             verify_reads: true,
             scrub_rate: None,
             clock: WallClock::System,
+            discard: true,
         }
     }
 }
@@ -274,6 +279,8 @@ impl Volume {
             created_unix_s: opts.clock.unix_s(),
             gc_policy: opts.gc_policy.id(),
         };
+        // Host space for the metadata area first, so no later mount needs any.
+        media.allocate(&metadata_ranges(&geo))?;
         // Wipe the superblocks and the first block of every segment so no stale
         // structure of an earlier volume on this media can be mistaken for ours.
         let zero = AlignedBuf::new(BLOCK_BYTES);
@@ -303,6 +310,15 @@ impl Volume {
         let t0 = std::time::Instant::now();
         let m = recovery::mount(&*media)?;
         let geo = m.geo;
+        if !opts.read_only {
+            // volumes created before the metadata area was allocated at create
+            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {
+                tracing::warn!(
+                    "{}: cannot reserve host space for the superblocks and checkpoint slots ({e}); a checkpoint may fail if the host file system fills",
+                    media.describe()
+                );
+            }
+        }
         let policy = opts
             .gc_policy
             .or_else(|| GcPolicy::from_id(m.sb.gc_policy))
@@ -445,14 +461,32 @@ impl Volume {
         }
     }
 
+    /// `write`: the call changes the volume or its media (write, trim, zero,
+    /// flush, housekeeping); those fail on a stopped volume. Reads do not:
+    /// a stopped volume keeps serving what it holds (see `failure`).
     fn check_usable(&self, write: bool) -> Result<()> {
         if self.sh.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if write && self.sh.opts.read_only {
+        if !write {
+            return Ok(());
+        }
+        if self.sh.opts.read_only {
             return Err(Error::ReadOnly);
         }
         self.sh.check_failed()
+    }
+
+    /// Why the volume stopped, if it did. A stopped volume (a media write or
+    /// flush error, a full host file system, media that shrank) answers every
+    /// write, trim, zero and flush with `Error::Failed` (errno ENOSPC when the
+    /// host file system is full, else EIO), and keeps answering reads: blocks
+    /// on the media are verified as always, and blocks acknowledged but never
+    /// written (their chunk's write failed or never started) are served from
+    /// the memory that still holds them, so no read is ever wrong. A restart
+    /// mounts what was flushed.
+    pub fn failure(&self) -> Option<crate::error::Failure> {
+        self.sh.commit.failure()
     }
 
     /// Read `buf.len()` bytes at byte `offset` (any alignment).
@@ -623,6 +657,7 @@ impl Volume {
         if self.sh.opts.read_only {
             return Ok(());
         }
+        self.sh.check_failed()?;
         self.sh.flush()
     }
 
@@ -751,6 +786,7 @@ impl Shared {
         }
         if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
+            self.discard_pending(wipe);
         }
         Ok(())
     }
@@ -810,8 +846,8 @@ impl Shared {
                 // one look at progress per batch: failure, durable and written marks
                 let (durable, written) = {
                     let p = self.commit.progress.lock();
-                    if let Some(m) = &p.failed {
-                        return Err(Error::Failed(m.clone()));
+                    if let Some(f) = &p.failed {
+                        return Err(Error::Failed(f.clone()));
                     }
                     (p.durable, p.written_through)
                 };
@@ -916,12 +952,31 @@ impl Shared {
             scrub_bytes: 0,
             scrub_errors: 0,
             crc_index_bytes: self.crc_index.memory_bytes(),
+            discarded_bytes: 0,
+            failed: false,
+            failure: None,
             lifetime: Default::default(),
             lifetime_write_amplification: 0.0,
         };
         drop(c);
-        self.counters.snapshot(base)
+        let mut s = self.counters.snapshot(base);
+        if let Some(f) = self.commit.failure() {
+            s.failed = true;
+            s.failure = Some(f.why);
+        }
+        s
     }
+}
+
+/// The byte ranges of the metadata area (superblock copies and both
+/// checkpoint slots: everything before the segments), which `Volume::format`
+/// allocates on the host (`Media::allocate`) so that a mount, a checkpoint or a
+/// superblock write never needs new host space: a full host file system can
+/// stop the volume's writes but never its restart. Tombstone blocks need none
+/// either: format writes every segment's first block, and discard never
+/// punches it.
+pub fn metadata_ranges(geo: &Geometry) -> Vec<(u64, u64)> {
+    vec![(0, geo.data_offset)]
 }
 
 /// The chunks of a victim segment's image, each verified (header CRC, uuid,
