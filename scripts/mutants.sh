@@ -144,6 +144,7 @@ a = """        if needs_checkpoint {
 """
 b = """        if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
+            self.discard_pending(wipe)?;
         }
 """
 if s.count(a + b) != 1:
@@ -161,6 +162,23 @@ apply_unseen_chunks_renumbered() {
   replace src/recovery.rs '        next_seq += jump;' '        next_seq += 0 * jump;'
 }
 
+apply_checkpoint_slot_error_ignored() {
+  replace src/volume/commit.rs 'return Err(self.fail(format_args!("writing checkpoint slot {slot}"), &e));' 'return Err(Error::Failed(Failure::io(format_args!("writing checkpoint slot {slot}"), &e)));'
+}
+apply_failed_volume_refuses_reads() {
+  replace src/volume/mod.rs '        if !write {
+            return Ok(());
+        }
+        if self.sh.opts.read_only {' '        if !write {
+            return self.sh.check_failed();
+        }
+        if self.sh.opts.read_only {'
+}
+apply_metadata_not_allocated() {
+  replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
+  replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
+}
+
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
   b=$(basename "$f" .rs)
@@ -176,6 +194,9 @@ run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
 run durable-damage-dropped dst header_flips
 run unseen-chunks-renumbered recovery_rules
+run checkpoint-slot-error-ignored engine
+run failed-volume-refuses-reads engine host_full
+run metadata-not-allocated host_full
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

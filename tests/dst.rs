@@ -80,6 +80,10 @@ fn create_opts(sh: Shape, gc: sluice::GcPolicy) -> CreateOptions {
     }
 }
 
+/// Discards of freed segments issued in the record runs (the sweep must reach
+/// them: a discarded range reads as zeros or its old bytes on SimMedia).
+static DISCARDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn open_opts(sh: Shape, background: bool) -> OpenOptions {
     OpenOptions {
         background,
@@ -857,6 +861,7 @@ fn run_seed(
             ran.acked
         ));
     }
+    DISCARDS.fetch_add(media.discards(), std::sync::atomic::Ordering::Relaxed);
     let events = media.take_events();
     let mut begin = vec![0u64; p.len()];
     let mut end = vec![0u64; p.len()];
@@ -1236,9 +1241,15 @@ fn dst_seeded_sweep() {
         t0.elapsed().as_secs_f64()
     );
     print_tally(&t);
+    let discards = DISCARDS.load(std::sync::atomic::Ordering::Relaxed);
+    println!("dst: {discards} segment discards in the record runs (each cut replayed)");
     if let Some((seed, e)) = fail {
         panic!("{e}\nreproduce: scripts/dst {seed}");
     }
+    assert!(
+        discards > 0,
+        "the sweep must reach discard of freed segments (SimMedia zeroes them)"
+    );
     assert!(
         t.points >= want,
         "want at least {want} crash points, got {}",

@@ -227,6 +227,32 @@ fn a_checkpoint_slot_write_error_stops_the_volume() {
     assert_eq!(buf, payload(BS, 1, Fill::Random));
 }
 
+/// Finding 12: a volume file truncated under a live volume is noticed at the
+/// next checkpoint (fstat) and stops the volume loudly (EIO), instead of going
+/// unnoticed until the next mount refuses.
+#[test]
+fn a_volume_file_truncated_under_the_volume_stops_it_at_the_next_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.img");
+    let (create, media_bytes) = small_create(256, 0.1);
+    let media = Arc::new(FileMedia::create(&path, media_bytes).unwrap());
+    let vol = Volume::create(media as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    vol.write(0, &payload(BS, 1, Fill::Random), true).unwrap();
+    vol.checkpoint().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(media_bytes / 2)
+        .unwrap();
+    let e = vol.checkpoint().unwrap_err();
+    assert!(matches!(e, Error::Failed(_)), "{e}");
+    assert_eq!(e.errno(), libc::EIO);
+    let st = vol.stats();
+    assert!(st.failed);
+    assert!(st.failure.unwrap().contains("shrank"));
+}
+
 #[test]
 fn read_only_mount_refuses_writes_with_eperm() {
     let (media, vol) = mem_volume(64, 0.1);

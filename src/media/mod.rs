@@ -24,6 +24,12 @@ pub use sim::{crash_apply, crash_apply_opts, Loss, SimEvent, SimMedia};
 
 use std::io;
 
+/// Batched reads gave io_uring up for the rest of the process (it is
+/// unavailable here); a transient set-up failure (EMFILE...) does not.
+pub fn io_uring_given_up() -> bool {
+    uring::given_up()
+}
+
 pub trait Media: Send + Sync {
     /// Size in bytes.
     fn len(&self) -> u64;

@@ -54,6 +54,8 @@ struct State {
     writes: u64,
     flips: BTreeSet<u64>,
     log: Option<Vec<SimEvent>>,
+    /// Discards applied (see `Media::discard` below).
+    discards: u64,
 }
 
 pub struct SimMedia {
@@ -79,6 +81,7 @@ impl SimMedia {
                 writes: 0,
                 flips: BTreeSet::new(),
                 log: None,
+                discards: 0,
             }),
         }
     }
@@ -122,6 +125,10 @@ impl SimMedia {
     }
     pub fn writes(&self) -> u64 {
         self.st.lock().writes
+    }
+    /// Discards the engine issued that were applied (they count among writes).
+    pub fn discards(&self) -> u64 {
+        self.st.lock().discards
     }
     pub fn is_power_off(&self) -> bool {
         self.st.lock().power_off
@@ -302,6 +309,7 @@ impl Media for SimMedia {
             });
         }
         s.cache.push((offset, data));
+        s.discards += 1;
         Ok(true)
     }
     fn describe(&self) -> String {

@@ -27,6 +27,11 @@ thread_local! {
     static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
 }
 
+/// io_uring was found unavailable and is off for the life of the process.
+pub fn given_up() -> bool {
+    UNAVAILABLE.load(Ordering::Relaxed)
+}
+
 /// Read every `(buffer, offset)` of `reads` from `file`. Ok(false): io_uring is
 /// not available here and nothing was read. A short read (end of file) or a
 /// failed read is an error, as in `read_exact_at`.

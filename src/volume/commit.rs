@@ -490,13 +490,17 @@ impl Commit {
     /// written and flushed (after `wipe`), before they are handed out again
     /// (before `release`), with no reader left in them (the reuse fence).
     /// Whatever the rest reads as afterwards (zeros or old bytes) is behind the
-    /// tombstone. Advisory: an error or a media that cannot discard turns
-    /// discard off for this mount (warned once) and never stops the volume.
-    pub fn discard(&self, segs: &[u32]) {
+    /// tombstone. A media that cannot discard (or refuses this range: EINVAL,
+    /// ENOTTY, EOPNOTSUPP) turns discard off for this mount; ENOSPC (a file
+    /// system that needs space to split an extent) is warned and skipped; any
+    /// other error is a media write error like any other and stops the volume
+    /// (`fail`): a device that fails a discard is not trusted with data.
+    pub fn discard(&self, segs: &[u32]) -> Result<()> {
         for &s in segs {
             if !self.discard_on.load(Ordering::Relaxed) {
-                return;
+                return Ok(());
             }
+            self.check_failed()?;
             let len = self.geo.segment_bytes() - BS;
             // MUTANT: discard-tombstone s|self.geo.segment_offset(s) + BS|self.geo.segment_offset(s)|
             match self.media.discard(self.geo.segment_offset(s) + BS, len) {
@@ -508,14 +512,27 @@ impl Commit {
                         self.media.describe()
                     );
                 }
-                Err(e) => {
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL) | Some(libc::ENOTTY) | Some(libc::EOPNOTSUPP)
+                    ) =>
+                {
                     self.discard_on.store(false, Ordering::Relaxed);
                     tracing::warn!(
                         "discarding segment {s} of {}: {e}; discard is off until the next mount (no data depends on it)",
                         self.media.describe()
                     );
                 }
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    tracing::warn!(
+                        "discarding segment {s} of {}: {e}; its space stays allocated",
+                        self.media.describe()
+                    );
+                }
+                Err(e) => return Err(self.fail(format_args!("discarding segment {s}"), &e)),
             }
         }
+        Ok(())
     }
 }

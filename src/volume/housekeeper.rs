@@ -532,7 +532,7 @@ impl Shared {
         // 3. tombstones, flushed
         self.commit.wipe(&segs)?;
         // 4. give the space back (never the tombstone block: Commit::discard)
-        self.discard_pending(&segs);
+        self.discard_pending(&segs)?;
         // 5. only then reusable
         {
             let _w = self.reuse.write();
@@ -551,12 +551,12 @@ impl Shared {
     /// exclusively once waits those out, and no later lookup can reach a
     /// Pending segment (nothing in the map points there). Also used by the
     /// mount for the segments it found free (before any reader exists).
-    pub(in crate::volume) fn discard_pending(&self, segs: &[u32]) {
+    pub(in crate::volume) fn discard_pending(&self, segs: &[u32]) -> Result<()> {
         if segs.is_empty() {
-            return;
+            return Ok(());
         }
         drop(self.reuse.write());
-        self.commit.discard(segs);
+        self.commit.discard(segs)
     }
 
     /// Foreground clean: until one segment is free beyond the reserve, or

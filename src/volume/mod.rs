@@ -1,16 +1,22 @@
 //! Volume: the public block-device API (read / write / write_zeroes / trim / flush /
-//! block_status / stats / close). Owns the write path and schedules GC, reuse
-//! barriers and checkpoints; the background housekeeper seals idle chunks and
-//! cleans ahead.
+//! block_status / stats / close), mount, and the append path of request
+//! threads. The engine state is in `core`, every media write of the write side
+//! in `commit`, GC, reuse barriers (with discard) and checkpoints in
+//! `housekeeper` (its thread, or inline in deterministic mode).
 //!
 //! Write path, top to bottom: accept -> classify (data / all-zero / all-0xFF) ->
 //! append to the open user chunk (map points at the block's final place at once)
-//! -> seal when full / on flush / FUA / idle -> the sealing thread writes the chunk
-//! -> FLUSH waits for every chunk sealed before it and shares one media flush.
+//! -> seal when full / on flush / FUA / idle -> a writer thread (background mode)
+//! or the sealing thread writes the chunk -> FLUSH waits for every chunk sealed
+//! before it and shares one media flush.
 //!
-//! Locks, always taken in this order: gc_lock -> ckpt_lock -> reuse -> core ->
-//! progress -> sb. Media IO is done without `core` held, except GC's read of its
-//! victim (see ARCHITECTURE.md for why that is safe and what it costs).
+//! Locks, always taken in this order: rmw -> hk.round -> reuse -> core ->
+//! progress -> sb (ARCHITECTURE.md, "Every lock, in lock order"). Media IO is
+//! never done with `core` held (GC reads its victim without it: a Victim segment
+//! is never reused); `sb` is held across the superblock's write and flush.
+//!
+//! A volume whose media write fails stops (commit.rs `fail`): changes answer
+//! `Error::Failed` (ENOSPC or EIO, from the cause), reads go on.
 
 mod commit;
 mod core;
@@ -786,7 +792,7 @@ impl Shared {
         }
         if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
-            self.discard_pending(wipe);
+            self.discard_pending(wipe)?;
         }
         Ok(())
     }
@@ -987,7 +993,8 @@ pub(crate) fn parse_victim(
     uuid: &[u8; 16],
     seg: u32,
 ) -> std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String> {
-    // The one chunk walker; a victim up to its fill must be all verified chunks.
+    // The log's chunk walker (recovery's); a victim up to its fill must be all
+    // verified chunks.
     let mut rules = crate::recovery::RecoveryRules::default();
     let w = crate::recovery::walk_image(img, 0, uuid, seg, 0, &mut rules);
     if let Some(b) = w.bad.first() {
