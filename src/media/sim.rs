@@ -13,7 +13,7 @@
 use super::{check_range, Media};
 use parking_lot::Mutex;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 
 /// One recorded operation (see `SimMedia::record`).
@@ -56,6 +56,9 @@ struct State {
     log: Option<Vec<SimEvent>>,
     /// Discards applied (see `Media::discard` below).
     discards: u64,
+    /// Each 4 KiB block's content before its last write (what a device may
+    /// return for it after a discard: stale old data).
+    prev: HashMap<u64, Vec<u8>>,
 }
 
 pub struct SimMedia {
@@ -82,6 +85,7 @@ impl SimMedia {
                 flips: BTreeSet::new(),
                 log: None,
                 discards: 0,
+                prev: HashMap::new(),
             }),
         }
     }
@@ -159,6 +163,18 @@ impl SimMedia {
             img[*o as usize..*o as usize + d.len()].copy_from_slice(d);
         }
         img
+    }
+
+    /// Remember the content of every whole 4 KiB block of `o..o + n` before
+    /// a write or discard replaces it.
+    fn keep_prev(s: &mut State, o: usize, n: usize) {
+        let first = o.div_ceil(4096);
+        let end = (o + n) / 4096;
+        for b in first..end {
+            let mut old = vec![0u8; 4096];
+            Self::current_range(s, b * 4096, &mut old);
+            s.prev.insert(b as u64, old);
+        }
     }
 
     /// What the running system sees at `o..o + buf.len()` (no bit flips).
@@ -264,6 +280,7 @@ impl Media for SimMedia {
                 data: buf.to_vec(),
             });
         }
+        Self::keep_prev(&mut s, offset as usize, buf.len());
         s.cache.push((offset, buf.to_vec()));
         Ok(())
     }
@@ -281,9 +298,11 @@ impl Media for SimMedia {
     }
     /// A discard is one media operation, recorded and cached like a write
     /// (so prefix replay, power cuts and `fail_write` see it, and a power cut
-    /// may lose or tear it): each 4 KiB block of the range reads as zeros or
-    /// keeps its bytes, chosen per block from the operation number and the
-    /// block (deterministic), so recovery meets both outcomes a device allows.
+    /// may lose or tear it): each 4 KiB block of the range then reads as
+    /// zeros, keeps its bytes, or reads as the stale bytes it held before its
+    /// last write (as some devices return after a discard), chosen per block
+    /// from the operation number and the block (deterministic), so recovery
+    /// meets every outcome a device allows.
     fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
         check_range(self.len, offset, len as usize)?;
         let mut s = self.st.lock();
@@ -297,11 +316,18 @@ impl Media for SimMedia {
         let mut data = vec![0u8; len as usize];
         Self::current_range(&s, offset as usize, &mut data);
         for (i, b) in data.chunks_mut(4096).enumerate() {
-            let h = (op ^ (offset / 4096 + i as u64)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            if h >> 63 == 0 {
-                b.fill(0);
+            let blk = offset / 4096 + i as u64;
+            let h = (op ^ blk).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+            match h % 3 {
+                0 => b.fill(0),
+                1 => {} // keeps its bytes
+                _ => match s.prev.get(&blk) {
+                    Some(old) if old.len() == b.len() => b.copy_from_slice(old),
+                    _ => b.fill(0),
+                },
             }
         }
+        Self::keep_prev(&mut s, offset as usize, len as usize);
         if let Some(l) = s.log.as_mut() {
             l.push(SimEvent::Write {
                 offset,
