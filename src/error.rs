@@ -128,17 +128,35 @@ mod tests {
     #[test]
     fn a_stopped_volume_answers_the_errno_of_its_cause() {
         let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
-        assert_eq!(Error::Failed(Failure::io("writing", &full)).errno(), libc::ENOSPC);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &full)).errno(),
+            libc::ENOSPC
+        );
         let quota = std::io::Error::from_raw_os_error(libc::EDQUOT);
-        assert_eq!(Error::Failed(Failure::io("writing", &quota)).errno(), libc::ENOSPC);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &quota)).errno(),
+            libc::ENOSPC
+        );
         let kind = std::io::Error::new(std::io::ErrorKind::StorageFull, "full");
-        assert_eq!(Error::Failed(Failure::io("writing", &kind)).errno(), libc::ENOSPC);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &kind)).errno(),
+            libc::ENOSPC
+        );
         let eio = std::io::Error::from_raw_os_error(libc::EIO);
-        assert_eq!(Error::Failed(Failure::io("writing", &eio)).errno(), libc::EIO);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &eio)).errno(),
+            libc::EIO
+        );
         // a message that merely says "(os error 28)" is not a full file system
         let liar = std::io::Error::other("disk said (os error 28)");
-        assert_eq!(Error::Failed(Failure::io("writing", &liar)).errno(), libc::EIO);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &liar)).errno(),
+            libc::EIO
+        );
         let badf = std::io::Error::from_raw_os_error(libc::EBADF);
-        assert_eq!(Error::Failed(Failure::io("writing", &badf)).errno(), libc::EIO);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &badf)).errno(),
+            libc::EIO
+        );
     }
 }

@@ -91,6 +91,7 @@ fn open_opts(sh: Shape, background: bool) -> OpenOptions {
         idle_seal_ms: if background { 5 } else { 0 },
         checkpoint_interval_bytes: Some(sh.checkpoint_bytes),
         clock: DST_CLOCK,
+        discard_every_segment: true,
         ..Default::default()
     }
 }

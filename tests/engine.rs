@@ -169,7 +169,11 @@ fn media_write_failure_stops_the_volume_with_errors_not_panics() {
     // the volume is stopped, visibly, and every change answers the same error
     let st = vol.stats();
     assert!(st.failed, "stats show the stop");
-    assert!(st.failure.as_deref().unwrap_or("").contains("writing chunk"));
+    assert!(st
+        .failure
+        .as_deref()
+        .unwrap_or("")
+        .contains("writing chunk"));
     assert!(vol.failure().is_some());
     for r in [
         vol.write(3 * BS as u64, &payload(BS, 4, Fill::Random), false),
@@ -188,10 +192,20 @@ fn media_write_failure_stops_the_volume_with_errors_not_panics() {
     vol.read(0, &mut buf).unwrap();
     assert_eq!(buf, payload(BS, 1, Fill::Random), "flushed, from the media");
     vol.read(2 * BS as u64, &mut buf).unwrap();
-    assert_eq!(buf, payload(BS, 3, Fill::Random), "acknowledged, from memory");
+    assert_eq!(
+        buf,
+        payload(BS, 3, Fill::Random),
+        "acknowledged, from memory"
+    );
     let got = vol.read_batch(&[(0, BS as u32), (2 * BS as u64, BS as u32)]);
-    assert_eq!(&got[0].as_ref().unwrap()[..], &payload(BS, 1, Fill::Random)[..]);
-    assert_eq!(&got[1].as_ref().unwrap()[..], &payload(BS, 3, Fill::Random)[..]);
+    assert_eq!(
+        &got[0].as_ref().unwrap()[..],
+        &payload(BS, 1, Fill::Random)[..]
+    );
+    assert_eq!(
+        &got[1].as_ref().unwrap()[..],
+        &payload(BS, 3, Fill::Random)[..]
+    );
     assert!(vol.block_status(0, 4 * BS as u64).is_ok());
     drop(vol);
     let vol = Volume::open(media as Arc<dyn Media>, &det_open(1 << 40)).unwrap();

@@ -110,7 +110,10 @@ fn a_full_host_file_system_stops_writes_keeps_reads_and_restarts() {
     };
     let media: Arc<dyn Media> = Arc::new(FileMedia::create(&path, geo_bytes).unwrap());
     let vol = Volume::create(media, &create, &det()).unwrap();
-    assert!(geo_bytes > 24 * MIB, "the volume is larger than its file system");
+    assert!(
+        geo_bytes > 24 * MIB,
+        "the volume is larger than its file system"
+    );
 
     // Write distinct blocks, flushing every 32, until the file system is full.
     let mut flushed = 0u64; // blocks 0..flushed are durable
@@ -132,12 +135,17 @@ fn a_full_host_file_system_stops_writes_keeps_reads_and_restarts() {
     }
     let err = err.expect("a 48 MiB volume on a 24 MiB tmpfs must run out of host space");
     assert_eq!(err.errno(), libc::ENOSPC, "{err}");
-    assert!(flushed > 256, "some data was flushed before the fs filled: {flushed}");
+    assert!(
+        flushed > 256,
+        "some data was flushed before the fs filled: {flushed}"
+    );
     // stopped, visibly
     let st = vol.stats();
     assert!(st.failed, "stats show the stop");
-    assert!(sluice::metrics::render(&vol, sluice::metrics::enable(), 0.0)
-        .contains("\nsluice_volume_failed 1\n"));
+    assert!(
+        sluice::metrics::render(&vol, sluice::metrics::enable(), 0.0)
+            .contains("\nsluice_volume_failed 1\n")
+    );
     // every change answers ENOSPC, not EIO and not success
     for r in [
         vol.write(0, &block(0, 9), false),
@@ -199,10 +207,7 @@ fn gc_gives_freed_segments_back_to_the_host() {
         };
         let g = sluice::geometry::Geometry::for_logical(logical / 4096, 64, 0.25);
         let media: Arc<dyn Media> = Arc::new(FileMedia::create(&path, g.media_bytes()).unwrap());
-        let opts = OpenOptions {
-            discard,
-            ..det()
-        };
+        let opts = OpenOptions { discard, ..det() };
         let vol = Volume::create(media, &create, &opts).unwrap();
         let n = logical / BS as u64;
         // fill, then trim most of it and overwrite the rest: GC empties segments

@@ -233,8 +233,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // each write its own log over the other's (the volume ends up damaged).
     let mut sluice_paths = std::collections::HashSet::new();
     for (_, s) in &specs {
-        if let TargetSpec::Sluice(p) | TargetSpec::SluiceNoVerify(p) | TargetSpec::SluiceNoDiscard(p) =
-            s
+        if let TargetSpec::Sluice(p)
+        | TargetSpec::SluiceNoVerify(p)
+        | TargetSpec::SluiceNoDiscard(p) = s
         {
             // (the file may not exist yet: resolve its directory)
             let dir = match p.parent() {

@@ -155,7 +155,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         );
         if let (Some(u), true) = (host_used, host_is_file) {
             println!(
-                "host space    {} used of {} (a sparse file; segments freed by GC are given back)",
+                "host space    {} used of {} (sparse file: st_blocks)",
                 human(u),
                 human(g.media_bytes())
             );

@@ -145,7 +145,11 @@ impl Media for FileMedia {
             }
             // SAFETY: plain syscall on a descriptor this struct owns.
             let r = unsafe {
-                libc::posix_fallocate(self.file.as_raw_fd(), off as libc::off_t, len as libc::off_t)
+                libc::posix_fallocate(
+                    self.file.as_raw_fd(),
+                    off as libc::off_t,
+                    len as libc::off_t,
+                )
             };
             match r {
                 0 => {}

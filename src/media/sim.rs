@@ -311,7 +311,9 @@ impl Media for SimMedia {
         let w = s.writes;
         s.writes += 1;
         if s.fail_writes.contains(&w) {
-            return Err(io::Error::other(format!("simulated EIO on discard (write {w})")));
+            return Err(io::Error::other(format!(
+                "simulated EIO on discard (write {w})"
+            )));
         }
         let mut data = vec![0u8; len as usize];
         Self::current_range(&s, offset as usize, &mut data);

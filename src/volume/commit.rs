@@ -180,7 +180,11 @@ impl Commit {
         if first {
             tracing::error!(
                 "volume stopped, writes now answer {}, reads of stored data go on: {}",
-                if f.errno == libc::ENOSPC { "ENOSPC" } else { "EIO" },
+                if f.errno == libc::ENOSPC {
+                    "ENOSPC"
+                } else {
+                    "EIO"
+                },
                 f.why
             );
         }

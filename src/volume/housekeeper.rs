@@ -532,7 +532,8 @@ impl Shared {
         // 3. tombstones, flushed
         self.commit.wipe(&segs)?;
         // 4. give the space back (never the tombstone block: Commit::discard)
-        self.discard_pending(&segs)?;
+        let from = self.discard_from(segs.len());
+        self.discard_pending(&segs[from..])?;
         // 5. only then reusable
         {
             let _w = self.reuse.write();
@@ -542,6 +543,24 @@ impl Shared {
         self.hk.credit_cv.notify_all();
         Counters::add(&self.counters.barriers, 1);
         Ok(())
+    }
+
+    /// Of `n` segments about to be released (appended to the free queue, which
+    /// hands out its front first), the index of the first worth discarding:
+    /// those that will wait behind more than the free segments the housekeeper
+    /// keeps ready (reserve + twice the clean-ahead mark). A segment that
+    /// writes will take again at once gains nothing from a discard and costs
+    /// twice (the discard, then filling a hole: on ext4 an O_DIRECT write into
+    /// a hole takes the inode lock exclusively). So a volume under steady
+    /// overwrite discards little, and one whose data was trimmed or deleted
+    /// gives back what GC frees beyond what writes need soon.
+    fn discard_from(&self, n: usize) -> usize {
+        if self.opts.discard_every_segment {
+            return 0;
+        }
+        let free = self.free_pending().0 as usize;
+        let ready = (self.hk.reserve + 2 * self.hk.clean_mark) as usize;
+        ready.saturating_sub(free).min(n)
     }
 
     /// Discard Pending segments whose tombstones are written and flushed,

@@ -135,7 +135,12 @@ pub struct OpenOptions {
     /// Give segments freed by GC back to the host (hole punching in a file) or
     /// the device (BLKDISCARD, where its queue advertises discard) once they
     /// pass the reuse barrier. Never the segment's first block (its tombstone).
+    /// Only segments that wait behind the free segments writes need soon (see
+    /// `Shared::discard_from`), unless `discard_every_segment`.
     pub discard: bool,
+    /// Discard every segment the barrier frees, also those writes take again
+    /// at once: the simulator's setting (every barrier meets a discard).
+    pub discard_every_segment: bool,
 }
 
 impl Default for OpenOptions {
@@ -150,6 +155,7 @@ impl Default for OpenOptions {
             scrub_rate: None,
             clock: WallClock::System,
             discard: true,
+            discard_every_segment: false,
         }
     }
 }
