@@ -114,6 +114,7 @@ fn metrics_count_what_the_client_did_and_show_random_in_front_sequential_behind(
     assert_eq!(v("sluice_host_bytes_total{op=\"write\"}"), 3000.0 * 4096.0);
     assert!(v("sluice_media_bytes_total{class=\"user_data\"}") >= 2900.0 * 4096.0);
     assert_eq!(v("sluice_connections"), 1.0);
+    assert_eq!(v("sluice_volume_failed"), 0.0, "a healthy volume");
     assert!(v("sluice_write_amplification{window=\"session\"}") >= 1.0);
     // Random in front...
     let hs = v("sluice_access_requests_total{side=\"host\",pattern=\"sequential\"}");
@@ -345,5 +346,20 @@ fn no_access_pattern_turns_only_the_pattern_counters_off() {
         pattern, 0.0,
         "access-pattern counters counted with --no-access-pattern"
     );
+    c.disconnect();
+}
+
+/// `serve --discard off` is accepted and gives nothing back (the default is on;
+/// what discard does is tested in tests/host_full.rs).
+#[test]
+fn serve_discard_off_gives_nothing_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, uri, addr) = start_with(dir.path(), &["--discard", "off"]);
+    let c = NbdClient::connect(&uri).unwrap();
+    random_writes(&c, 300, 7);
+    c.flush().unwrap();
+    let m = scrape(&addr);
+    assert_eq!(m["sluice_discarded_bytes_total"], 0.0);
+    assert_eq!(m["sluice_volume_failed"], 0.0);
     c.disconnect();
 }
