@@ -316,6 +316,13 @@ fn info_shows_lifetime_counters_after_the_server_stops() {
     assert_eq!(lt["host_write_bytes"], 700 * 4096, "{lt}");
     assert!(lt["media_user_data_bytes"].as_u64().unwrap() >= 700 * 4096);
     assert!(v["stats"]["lifetime_write_amplification"].as_f64().unwrap() >= 1.0);
+    // host space: st_blocks * 512 of the sparse file, at least what was written
+    let used = v["host_bytes_used"].as_u64().unwrap();
+    let media = v["media_bytes"].as_u64().unwrap();
+    assert!(
+        used >= 700 * 4096 && used <= media + (1 << 20),
+        "{used} of {media}"
+    );
     let o = Command::new(BIN)
         .args(["info", "v.img"])
         .current_dir(dir.path())
@@ -324,6 +331,7 @@ fn info_shows_lifetime_counters_after_the_server_stops() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("lifetime      WA "), "{out}");
     assert!(out.contains("2.7 MiB written by clients"), "{out}");
+    assert!(out.contains("host space    "), "{out}");
 }
 
 /// `--no-access-pattern` keeps the other metrics and leaves the access-pattern

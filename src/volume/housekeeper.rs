@@ -437,6 +437,8 @@ impl Shared {
             }
             match self.step(true) {
                 Ok(p) => progressed = p,
+                // a stopped volume was logged once, where it stopped
+                Err(Error::Failed(_)) => progressed = false,
                 Err(e) => {
                     progressed = false;
                     tracing::error!("housekeeper: {e}");
