@@ -144,6 +144,7 @@ a = """        if needs_checkpoint {
 """
 b = """        if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
+            self.discard_pending(wipe)?;
         }
 """
 if s.count(a + b) != 1:
@@ -189,6 +190,25 @@ apply_metrics_blocks_per_connection() {
   replace src/metrics/http.rs '                        if s.set_nonblocking(true).is_err() {' '                        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
                         if s.set_nonblocking(false).is_err() {'
 }
+apply_checkpoint_slot_error_ignored() {
+  replace src/volume/commit.rs 'return Err(self.fail(format_args!("writing checkpoint slot {slot}"), &e));' 'return Err(Error::Failed(Failure::io(format_args!("writing checkpoint slot {slot}"), &e)));'
+}
+apply_failed_volume_refuses_reads() {
+  replace src/volume/mod.rs '        if !write {
+            return Ok(());
+        }
+        if self.sh.opts.read_only {' '        if !write {
+            return self.sh.check_failed();
+        }
+        if self.sh.opts.read_only {'
+}
+apply_discard_tombstone() {
+  marker discard-tombstone
+}
+apply_metadata_not_allocated() {
+  replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
+  replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -212,6 +232,10 @@ run pid-file-not-exclusive no_clobber
 run record-clobbers no_clobber
 run say-panics-on-epipe nbd_service
 run metrics-blocks-per-connection observe
+run checkpoint-slot-error-ignored engine
+run failed-volume-refuses-reads engine host_full
+run metadata-not-allocated host_full
+run discard-tombstone dst
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -321,7 +321,7 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
             );
             continue;
         }
-        // The one chunk walker, over the segment up to its fill.
+        // The log's chunk walker (recovery's), over the segment up to its fill.
         let mut rules = recovery::RecoveryRules::default();
         let walk = recovery::walk_image(&img, 0, &sb.uuid, seg, 0, &mut rules);
         for b in &walk.bad {

@@ -23,7 +23,7 @@ pub enum Error {
     #[error("on-disk structure rejected: {0}")]
     Format(FormatError),
     #[error("volume stopped after an earlier media error: {0}")]
-    Failed(String),
+    Failed(Failure),
     #[error("logical block {lba} fails its checksum (segment {segment}, {chunk})")]
     BadBlock {
         lba: u64,
@@ -54,17 +54,56 @@ impl Error {
             Error::OutOfRange { .. } | Error::InvalidArgument(_) => libc::EINVAL,
             Error::ReadOnly => libc::EPERM,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
-            // The volume stopped because the host filesystem under it is full (a
-            // sparse file that could not grow): clients see ENOSPC, not EIO.
-            Error::Failed(why) if why.contains(HOST_FULL) => libc::ENOSPC,
+            Error::Failed(f) => f.errno,
             _ => libc::EIO,
         }
     }
 }
 
-/// How std::io::Error displays ENOSPC; a stop message carrying it came from a full
-/// host filesystem.
-const HOST_FULL: &str = "(os error 28)";
+/// Why a volume stopped (`Error::Failed`): what failed, for people, and the
+/// errno every later write, trim, zero and flush answers, derived once from the
+/// cause's `io::Error` (never from message text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub why: String,
+    pub errno: i32,
+}
+
+impl Failure {
+    /// `what` failed with `cause`: ENOSPC when the host file system under the
+    /// media is full (or over quota; a sparse file that could not grow), EIO
+    /// for everything else.
+    pub fn io(what: impl std::fmt::Display, cause: &std::io::Error) -> Failure {
+        Failure {
+            why: format!("{what}: {cause}"),
+            errno: stop_errno(cause),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+/// The errno a volume stopped by `e` answers: ENOSPC for a full host file
+/// system or quota, EIO otherwise (a client cannot act on EINVAL or EBADF from
+/// the media, and must not retry).
+pub fn stop_errno(e: &std::io::Error) -> i32 {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => libc::ENOSPC,
+        Some(_) => libc::EIO,
+        None if matches!(
+            e.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        ) =>
+        {
+            libc::ENOSPC
+        }
+        None => libc::EIO,
+    }
+}
 
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -82,5 +121,42 @@ mod tests {
         let e = anyhow::Error::from(Error::from(FormatError::Checksum));
         let s = format!("{e:#}");
         assert_eq!(s.matches("checksum mismatch").count(), 1, "{s}");
+    }
+
+    /// A stopped volume's errno comes from its cause's errno or kind, not from
+    /// the words of its message.
+    #[test]
+    fn a_stopped_volume_answers_the_errno_of_its_cause() {
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &full)).errno(),
+            libc::ENOSPC
+        );
+        let quota = std::io::Error::from_raw_os_error(libc::EDQUOT);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &quota)).errno(),
+            libc::ENOSPC
+        );
+        let kind = std::io::Error::new(std::io::ErrorKind::StorageFull, "full");
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &kind)).errno(),
+            libc::ENOSPC
+        );
+        let eio = std::io::Error::from_raw_os_error(libc::EIO);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &eio)).errno(),
+            libc::EIO
+        );
+        // a message that merely says "(os error 28)" is not a full file system
+        let liar = std::io::Error::other("disk said (os error 28)");
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &liar)).errno(),
+            libc::EIO
+        );
+        let badf = std::io::Error::from_raw_os_error(libc::EBADF);
+        assert_eq!(
+            Error::Failed(Failure::io("writing", &badf)).errno(),
+            libc::EIO
+        );
     }
 }

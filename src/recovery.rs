@@ -1,6 +1,7 @@
 //! Recovery: mount as a table of named steps, each a short function tested on its
 //! own and timed in `MountReport::steps` (SPDK FTL's ftl_mngt_recovery.c shape).
-//! It also owns the one chunk walker (`walk_image`) that GC and check use too.
+//! It also owns the log's chunk walker (`walk_image`) that GC and check use too
+//! (the CRC index and the scrub have their own, narrower walks: ARCHITECTURE.md).
 //!
 //! 1. `read_superblocks`: newest valid of the two copies.
 //! 2. `load_checkpoint`: newest valid slot, else the older one, else an empty map.
@@ -284,7 +285,7 @@ fn classify(b: &[u8], uuid: &[u8; 16], seg: u32, min_seq: u64, prev: Option<u64>
     }
 }
 
-/// The one chunk walker (recovery, GC and check all use it). `img` holds blocks
+/// The log's chunk walker (recovery, GC and check all use it). `img` holds blocks
 /// `first..first + img.len() / 4096` of segment `seg`. Each block where a chunk
 /// should start is either a verified chunk of this segment with seq >= `min_seq`
 /// and above the previous one (accepted), a valid but older header or a zero first

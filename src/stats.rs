@@ -37,6 +37,8 @@ pub struct Counters {
     pub scrub_bytes: AtomicU64,
     /// Damaged live blocks and chunk headers the scrub found.
     pub scrub_errors: AtomicU64,
+    /// Bytes of freed segments given back to the host or device (`Media::discard`).
+    pub discard_bytes: AtomicU64,
     /// Lifetime counters of the checkpoint this mount started from (set once,
     /// at mount; `mounts` already counts this mount).
     pub lifetime_base: Lifetime,
@@ -146,6 +148,14 @@ pub struct Stats {
     pub scrub_errors: u64,
     /// RAM of the CRC index (4 B per physical block, 8 B per segment).
     pub crc_index_bytes: u64,
+    /// Bytes of freed segments given back to the host (punched holes) or the
+    /// device (discard) this session.
+    pub discarded_bytes: u64,
+    /// The volume stopped after a media write error or a full host file
+    /// system: writes, trims, zeroes and flushes fail, reads go on.
+    pub failed: bool,
+    /// Why it stopped (None while it runs).
+    pub failure: Option<String>,
     /// Counters over the volume's life (persisted in each checkpoint; after a
     /// crash, what the last checkpoint recorded plus this session).
     pub lifetime: Lifetime,
@@ -189,6 +199,7 @@ impl Counters {
         s.scrub_segments = g(&self.scrub_segments);
         s.scrub_bytes = g(&self.scrub_bytes);
         s.scrub_errors = g(&self.scrub_errors);
+        s.discarded_bytes = g(&self.discard_bytes);
         s.lifetime = self.lifetime(&Lifetime::default());
         s.lifetime_write_amplification = s.lifetime.write_amplification();
         s

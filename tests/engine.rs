@@ -156,12 +156,57 @@ fn media_write_failure_stops_the_volume_with_errors_not_panics() {
     let media = Arc::new(FaultMedia::new(media_bytes));
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
     vol.write(0, &payload(BS, 1, Fill::Random), true).unwrap();
+    assert!(!vol.stats().failed);
+    // acknowledged, not flushed: its chunk is the one whose write fails
+    vol.write(2 * BS as u64, &payload(BS, 3, Fill::Random), false)
+        .unwrap();
     media.fail_write(media.writes_issued());
     let e = vol
         .write(BS as u64, &payload(BS, 2, Fill::Random), true)
         .unwrap_err();
     assert!(matches!(e, Error::Failed(_)), "{e}");
-    assert!(matches!(vol.read(0, &mut [0u8; 16]), Err(Error::Failed(_))));
+    assert_eq!(e.errno(), libc::EIO, "an injected EIO is not ENOSPC");
+    // the volume is stopped, visibly, and every change answers the same error
+    let st = vol.stats();
+    assert!(st.failed, "stats show the stop");
+    assert!(st
+        .failure
+        .as_deref()
+        .unwrap_or("")
+        .contains("writing chunk"));
+    assert!(vol.failure().is_some());
+    for r in [
+        vol.write(3 * BS as u64, &payload(BS, 4, Fill::Random), false),
+        vol.trim(0, BS as u64, false),
+        vol.write_zeroes(0, BS as u64, false, true),
+        vol.flush(),
+        vol.checkpoint(),
+    ] {
+        let e = r.unwrap_err();
+        assert!(matches!(e, Error::Failed(_)), "{e}");
+        assert_eq!(e.errno(), libc::EIO);
+    }
+    // reads go on: flushed data from the media (verified), acknowledged but
+    // never written data from memory; never anything else
+    let mut buf = vec![0u8; BS];
+    vol.read(0, &mut buf).unwrap();
+    assert_eq!(buf, payload(BS, 1, Fill::Random), "flushed, from the media");
+    vol.read(2 * BS as u64, &mut buf).unwrap();
+    assert_eq!(
+        buf,
+        payload(BS, 3, Fill::Random),
+        "acknowledged, from memory"
+    );
+    let got = vol.read_batch(&[(0, BS as u32), (2 * BS as u64, BS as u32)]);
+    assert_eq!(
+        &got[0].as_ref().unwrap()[..],
+        &payload(BS, 1, Fill::Random)[..]
+    );
+    assert_eq!(
+        &got[1].as_ref().unwrap()[..],
+        &payload(BS, 3, Fill::Random)[..]
+    );
+    assert!(vol.block_status(0, 4 * BS as u64).is_ok());
     drop(vol);
     let vol = Volume::open(media as Arc<dyn Media>, &det_open(1 << 40)).unwrap();
     let mut buf = vec![0u8; BS];
@@ -171,6 +216,55 @@ fn media_write_failure_stops_the_volume_with_errors_not_panics() {
         payload(BS, 1, Fill::Random),
         "data flushed before the failure survives"
     );
+}
+
+/// Finding 13: a checkpoint slot that cannot be written stops the volume like
+/// every other media write (it used to return an error and leave the volume
+/// taking writes).
+#[test]
+fn a_checkpoint_slot_write_error_stops_the_volume() {
+    let (create, media_bytes) = small_create(128, 0.1);
+    let media = Arc::new(FaultMedia::new(media_bytes));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    vol.write(0, &payload(BS, 1, Fill::Random), true).unwrap();
+    // nothing left to seal: the checkpoint's first media write is its slot
+    media.fail_write(media.writes_issued());
+    let e = vol.checkpoint().unwrap_err();
+    assert!(matches!(e, Error::Failed(_)), "{e}");
+    assert!(vol.stats().failed, "the slot error stopped the volume");
+    let e = vol
+        .write(BS as u64, &payload(BS, 2, Fill::Random), false)
+        .unwrap_err();
+    assert!(matches!(e, Error::Failed(_)), "{e}");
+    let mut buf = vec![0u8; BS];
+    vol.read(0, &mut buf).unwrap();
+    assert_eq!(buf, payload(BS, 1, Fill::Random));
+}
+
+/// Finding 12: a volume file truncated under a live volume is noticed at the
+/// next checkpoint (fstat) and stops the volume loudly (EIO), instead of going
+/// unnoticed until the next mount refuses.
+#[test]
+fn a_volume_file_truncated_under_the_volume_stops_it_at_the_next_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.img");
+    let (create, media_bytes) = small_create(256, 0.1);
+    let media = Arc::new(FileMedia::create(&path, media_bytes).unwrap());
+    let vol = Volume::create(media as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    vol.write(0, &payload(BS, 1, Fill::Random), true).unwrap();
+    vol.checkpoint().unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(media_bytes / 2)
+        .unwrap();
+    let e = vol.checkpoint().unwrap_err();
+    assert!(matches!(e, Error::Failed(_)), "{e}");
+    assert_eq!(e.errno(), libc::EIO);
+    let st = vol.stats();
+    assert!(st.failed);
+    assert!(st.failure.unwrap().contains("shrank"));
 }
 
 #[test]

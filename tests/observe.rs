@@ -115,6 +115,7 @@ fn metrics_count_what_the_client_did_and_show_random_in_front_sequential_behind(
     assert_eq!(v("sluice_host_bytes_total{op=\"write\"}"), 3000.0 * 4096.0);
     assert!(v("sluice_media_bytes_total{class=\"user_data\"}") >= 2900.0 * 4096.0);
     assert_eq!(v("sluice_connections"), 1.0);
+    assert_eq!(v("sluice_volume_failed"), 0.0, "a healthy volume");
     assert!(v("sluice_write_amplification{window=\"session\"}") >= 1.0);
     // Random in front...
     let hs = v("sluice_access_requests_total{side=\"host\",pattern=\"sequential\"}");
@@ -316,6 +317,13 @@ fn info_shows_lifetime_counters_after_the_server_stops() {
     assert_eq!(lt["host_write_bytes"], 700 * 4096, "{lt}");
     assert!(lt["media_user_data_bytes"].as_u64().unwrap() >= 700 * 4096);
     assert!(v["stats"]["lifetime_write_amplification"].as_f64().unwrap() >= 1.0);
+    // host space: st_blocks * 512 of the sparse file, at least what was written
+    let used = v["host_bytes_used"].as_u64().unwrap();
+    let media = v["media_bytes"].as_u64().unwrap();
+    assert!(
+        used >= 700 * 4096 && used <= media + (1 << 20),
+        "{used} of {media}"
+    );
     let o = Command::new(BIN)
         .args(["info", "v.img"])
         .current_dir(dir.path())
@@ -324,6 +332,7 @@ fn info_shows_lifetime_counters_after_the_server_stops() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("lifetime      WA "), "{out}");
     assert!(out.contains("2.7 MiB written by clients"), "{out}");
+    assert!(out.contains("host space    "), "{out}");
 }
 
 /// `--no-access-pattern` keeps the other metrics and leaves the access-pattern
@@ -470,4 +479,19 @@ fn a_scrape_answers_within_a_second_while_100_connections_trickle() {
     drop(trickler.join().unwrap());
     eprintln!("slowest scrape among 100 trickling connections: {worst:?}");
     assert!(worst < Duration::from_secs(1), "a scrape took {worst:?}");
+}
+
+/// `serve --discard off` is accepted and gives nothing back (the default is on;
+/// what discard does is tested in tests/host_full.rs).
+#[test]
+fn serve_discard_off_gives_nothing_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, uri, addr) = start_with(dir.path(), &["--discard", "off"]);
+    let c = NbdClient::connect(&uri).unwrap();
+    random_writes(&c, 300, 7);
+    c.flush().unwrap();
+    let m = scrape(&addr);
+    assert_eq!(m["sluice_discarded_bytes_total"], 0.0);
+    assert_eq!(m["sluice_volume_failed"], 0.0);
+    c.disconnect();
 }

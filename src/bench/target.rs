@@ -25,6 +25,9 @@ pub enum TargetSpec {
     /// Diagnostic: the in-process engine with verified reads off
     /// (`sluice-noverify:PATH`), to measure what verification costs.
     SluiceNoVerify(PathBuf),
+    /// The in-process engine with discard of freed segments off
+    /// (`sluice-nodiscard:PATH`), to measure what hole punching costs.
+    SluiceNoDiscard(PathBuf),
     Nbd(String),
     File(PathBuf),
     Dev(PathBuf),
@@ -41,6 +44,7 @@ impl TargetSpec {
         Ok(match kind {
             "sluice" => TargetSpec::Sluice(rest.into()),
             "sluice-noverify" => TargetSpec::SluiceNoVerify(rest.into()),
+            "sluice-nodiscard" => TargetSpec::SluiceNoDiscard(rest.into()),
             "nbd" => TargetSpec::Nbd(rest.to_string()),
             "file" => TargetSpec::File(rest.into()),
             "dev" => TargetSpec::Dev(rest.into()),
@@ -51,7 +55,9 @@ impl TargetSpec {
     }
     pub fn kind(&self) -> &'static str {
         match self {
-            TargetSpec::Sluice(_) | TargetSpec::SluiceNoVerify(_) => "sluice",
+            TargetSpec::Sluice(_)
+            | TargetSpec::SluiceNoVerify(_)
+            | TargetSpec::SluiceNoDiscard(_) => "sluice",
             TargetSpec::Nbd(_) => "nbd",
             TargetSpec::File(_) => "file",
             TargetSpec::Dev(_) => "dev",
@@ -64,6 +70,7 @@ impl std::fmt::Display for TargetSpec {
         match self {
             TargetSpec::Sluice(p) => write!(f, "sluice:{}", p.display()),
             TargetSpec::SluiceNoVerify(p) => write!(f, "sluice-noverify:{}", p.display()),
+            TargetSpec::SluiceNoDiscard(p) => write!(f, "sluice-nodiscard:{}", p.display()),
             TargetSpec::Nbd(u) => write!(f, "nbd:{u}"),
             TargetSpec::File(p) => write!(f, "file:{}", p.display()),
             TargetSpec::Dev(p) => write!(f, "dev:{}", p.display()),
@@ -110,6 +117,14 @@ pub fn open(spec: &TargetSpec, o: &OpenSpec) -> Result<Arc<dyn Target>> {
             o,
             OpenOptions {
                 verify_reads: false,
+                ..Default::default()
+            },
+        )?),
+        TargetSpec::SluiceNoDiscard(p) => Arc::new(SluiceTarget::open_with(
+            p,
+            o,
+            OpenOptions {
+                discard: false,
                 ..Default::default()
             },
         )?),

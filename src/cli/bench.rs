@@ -20,7 +20,8 @@ pub struct Args {
     /// Target to measure, optionally named (LABEL=KIND:WHERE); repeat to compare
     /// (ratios are to the first):
     /// sluice:PATH (in-process engine; sluice-noverify:PATH, a diagnostic, mounts it
-    /// with verified reads off), nbd:URI (nbd+unix:///NAME?socket=PATH or
+    /// with verified reads off; sluice-nodiscard:PATH with discard of freed
+    /// segments off), nbd:URI (nbd+unix:///NAME?socket=PATH or
     /// nbd://HOST:PORT/NAME), file:PATH, dev:PATH (raw, O_DIRECT).
     #[arg(long = "target", required = true, value_name = "KIND:WHERE")]
     pub targets: Vec<String>,
@@ -234,7 +235,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // each write its own log over the other's (the volume ends up damaged).
     let mut sluice_paths = std::collections::HashSet::new();
     for (_, s) in &specs {
-        if let TargetSpec::Sluice(p) | TargetSpec::SluiceNoVerify(p) = s {
+        if let TargetSpec::Sluice(p)
+        | TargetSpec::SluiceNoVerify(p)
+        | TargetSpec::SluiceNoDiscard(p) = s
+        {
             // (the file may not exist yet: resolve its directory)
             let dir = match p.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d,
@@ -260,6 +264,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         .filter_map(|(_, s)| match s {
             TargetSpec::Sluice(p)
             | TargetSpec::SluiceNoVerify(p)
+            | TargetSpec::SluiceNoDiscard(p)
             | TargetSpec::File(p)
             | TargetSpec::Dev(p) => Some(p.clone()),
             TargetSpec::Nbd(_) => None,

@@ -116,11 +116,13 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
     }
     let busy = in_use(&a.path).then(|| holder(&a.path));
     let live = live(a.metrics.as_ref(), &a.path);
-    let media: Arc<dyn Media> = Arc::new(
-        // info reports on a live volume too (as "in use"): no lock taken
-        FileMedia::open_unlocked_read_only(&a.path)
-            .with_context(|| format!("opening {}", a.path.display()))?,
-    );
+    // info reports on a live volume too (as "in use"): no lock taken
+    let file = FileMedia::open_unlocked_read_only(&a.path)
+        .with_context(|| format!("opening {}", a.path.display()))?;
+    // host space the volume takes (st_blocks * 512; a block device: its size)
+    let host_used = file.host_bytes_used().ok();
+    let host_is_file = !file.is_block_device();
+    let media: Arc<dyn Media> = Arc::new(file);
     let describe = media.describe();
     let vol = Volume::open(
         media,
@@ -148,6 +150,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             "reserve_segments": g.reserve(),
             "data_offset": g.data_offset,
             "media_bytes": g.media_bytes(),
+            "host_bytes_used": host_used,
             "overprovision_percent": sb.overprovision_bp as i32 as f64 / 100.0,
             "gc_policy": vol.gc_policy().name(),
             "generation": sb.generation,
@@ -178,6 +181,13 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             g.reserve(),
             g.data_offset
         );
+        if let (Some(u), true) = (host_used, host_is_file) {
+            println!(
+                "host space    {} used of {} (sparse file: st_blocks)",
+                human(u),
+                human(g.media_bytes())
+            );
+        }
         println!(
             "options       over-provisioning {:.1}%, GC {}",
             sb.overprovision_bp as i32 as f64 / 100.0,

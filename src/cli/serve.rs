@@ -160,6 +160,11 @@ pub struct Args {
     /// Diagnostic: do not verify the checksum of blocks read from the media.
     #[arg(long, hide = true)]
     pub no_verify_reads: bool,
+    /// Give segments freed by GC back to the host (punch holes in a volume
+    /// file) or the device (discard, where it advertises support): on or off.
+    /// Trimmed blocks' space returns when GC frees their segment.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub discard: String,
 }
 
 fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
@@ -417,6 +422,7 @@ fn open_volume(
         read_only,
         verify_reads: !a.no_verify_reads,
         scrub_rate: a.scrub_rate,
+        discard: a.discard == "on",
         ..OpenOptions::default()
     };
     let vol = match Volume::open(media, &opts) {

@@ -4,8 +4,9 @@
 //! of itself, and the CRC32C of every data block: together they verify the whole
 //! chunk with one CRC pass over the data, done once at append time.
 //!
-//! Invariant: `decode_header` accepts only headers whose entries are well formed and
-//! whose data-entry counts add up to `data_blocks`; `verify` then proves the data.
+//! Invariant: `ChunkHeader::decode` accepts only headers whose entries are well
+//! formed and whose data-entry counts add up to `data_blocks`; `verify` then
+//! proves the header's CRC and the data.
 
 use super::*;
 
@@ -96,8 +97,10 @@ impl Kind {
     }
 }
 
-/// Flag bit in the kind byte: the entry is a GC relocation. Replay applies it only
-/// where the map still holds the source it was copied from (see ARCHITECTURE.md).
+/// Flag bit in the kind byte: the entry is a GC relocation. Replay applies it like
+/// any record, in seq order: the engine seals a GC chunk before any user record
+/// that supersedes one of its blocks (ARCHITECTURE.md, "Relocations replay
+/// unconditionally"); recovery only counts it (`relocation_replayed`).
 const RELOCATION_FLAG: u8 = 0x80;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -140,6 +140,20 @@ impl Media for FaultMedia {
         }
         Ok(())
     }
+    /// The range reads as zeros at once; like a write, the zeroing is lost at
+    /// a power cut unless a flush followed (`crash_image` may drop it). Not
+    /// counted as a write (`fail_write` numbers stay those of real writes).
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let mut s = self.state.lock();
+        check_range(s.current.len() as u64, offset, len as usize)?;
+        if s.cut_after.is_some_and(|n| s.writes >= n) {
+            return Err(io::Error::other("injected power loss: discard failed"));
+        }
+        let (o, n) = (offset as usize, len as usize);
+        s.current[o..o + n].fill(0);
+        s.unflushed.push((offset, vec![0u8; n]));
+        Ok(true)
+    }
     fn describe(&self) -> String {
         "fault-injecting memory".into()
     }

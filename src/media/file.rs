@@ -9,6 +9,10 @@
 //! refused open is an `io::ErrorKind::WouldBlock` error naming the holder.
 //! Only `open_unlocked_read_only`, which is named for it, looks at a volume
 //! without the lock (`info`, `check --force`).
+//!
+//! Host space: `allocate` reserves ranges of a regular file (posix_fallocate) so
+//! writes there never need new space; `discard` gives a range back (a punched
+//! hole in a file, BLKDISCARD on a block device whose queue advertises discard).
 
 use super::{check_range, Media};
 use std::fs::{File, OpenOptions};
@@ -25,6 +29,8 @@ pub struct FileMedia {
     block_device: bool,
     /// (dev, inode) of a file this FileMedia created itself (`create_new`).
     created: Option<(u64, u64)>,
+    /// The block device's queue advertises discard (`discard_max_bytes` > 0).
+    device_discard: bool,
 }
 
 /// How a FileMedia is opened.
@@ -34,6 +40,9 @@ enum Lock {
     Shared,
     None,
 }
+
+/// `_IO(0x12, 119)` from linux/fs.h: discard a byte range of a block device.
+const BLKDISCARD: u64 = 0x1277;
 
 impl FileMedia {
     /// Open an existing file or block device read-write (exclusive lock) or
@@ -147,7 +156,9 @@ impl FileMedia {
                 path.display()
             );
         }
-        let block_device = file.metadata()?.file_type().is_block_device();
+        let meta = file.metadata()?;
+        let block_device = meta.file_type().is_block_device();
+        let device_discard = block_device && device_advertises_discard(meta.rdev());
         let len = file.seek(SeekFrom::End(0))?;
         Ok(FileMedia {
             file,
@@ -156,6 +167,18 @@ impl FileMedia {
             direct,
             block_device,
             created,
+            device_discard,
+        })
+    }
+
+    /// Bytes of host storage the file holds (st_blocks * 512; for a block
+    /// device, its size).
+    pub fn host_bytes_used(&self) -> io::Result<u64> {
+        let m = self.file.metadata()?;
+        Ok(if self.block_device {
+            self.len
+        } else {
+            m.blocks() * 512
         })
     }
 
@@ -260,6 +283,73 @@ impl Media for FileMedia {
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+    fn size_now(&self) -> io::Result<u64> {
+        if self.block_device {
+            // a block device does not shrink under an open descriptor
+            return Ok(self.len);
+        }
+        Ok(self.file.metadata()?.len())
+    }
+    fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
+        if self.block_device {
+            return Ok(());
+        }
+        for &(off, len) in ranges {
+            check_range(self.len, off, len as usize)?;
+            if len == 0 {
+                continue;
+            }
+            // SAFETY: plain syscall on a descriptor this struct owns.
+            let r = unsafe {
+                libc::posix_fallocate(
+                    self.file.as_raw_fd(),
+                    off as libc::off_t,
+                    len as libc::off_t,
+                )
+            };
+            match r {
+                0 => {}
+                // a file system without fallocate: nothing to reserve with
+                // (EINVAL: glibc's byte-by-byte emulation on an O_DIRECT file)
+                libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL => return Ok(()),
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+        Ok(())
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        check_range(self.len, offset, len as usize)?;
+        if len == 0 {
+            return Ok(true);
+        }
+        let fd = self.file.as_raw_fd();
+        let r = if self.block_device {
+            if !self.device_discard {
+                return Ok(false);
+            }
+            let range = [offset, len];
+            // SAFETY: BLKDISCARD reads two u64 (offset, length) from the pointer.
+            unsafe { libc::ioctl(fd, BLKDISCARD as _, range.as_ptr()) }
+        } else {
+            // SAFETY: plain syscall on a descriptor this struct owns.
+            unsafe {
+                libc::fallocate(
+                    fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                )
+            }
+        };
+        if r == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(false),
+            _ => Err(e),
+        }
+    }
     fn describe(&self) -> String {
         format!(
             "{} ({}, {})",
@@ -272,6 +362,17 @@ impl Media for FileMedia {
             if self.direct { "O_DIRECT" } else { "buffered" }
         )
     }
+}
+
+/// Whether the block device `rdev` (or, for a partition, its disk) has a
+/// queue that accepts discards (`/sys/dev/block/M:m/queue/discard_max_bytes`).
+fn device_advertises_discard(rdev: u64) -> bool {
+    let dev = format!("/sys/dev/block/{}:{}", libc::major(rdev), libc::minor(rdev));
+    ["queue/discard_max_bytes", "../queue/discard_max_bytes"]
+        .iter()
+        .filter_map(|q| std::fs::read_to_string(format!("{dev}/{q}")).ok())
+        .filter_map(|s| s.trim().parse::<u64>().ok())
+        .any(|n| n > 0)
 }
 
 #[cfg(test)]

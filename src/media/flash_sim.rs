@@ -232,6 +232,16 @@ impl Media for FlashSim {
     fn flush(&self) -> io::Result<()> {
         Ok(())
     }
+    /// A discard is a TRIM to the FTL: whole pages inside the range stop being
+    /// valid (GC no longer copies them); the bytes stay readable.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        check_range(self.len(), offset, len as usize)?;
+        let (first, end) = (offset.div_ceil(PAGE), (offset + len) / PAGE);
+        if first < end {
+            self.ftl.lock().trim_pages(first, end - first);
+        }
+        Ok(true)
+    }
     fn describe(&self) -> String {
         format!(
             "flash-sim ({} bytes, {} pages/erase block, {:.0}% OP)",

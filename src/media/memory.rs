@@ -49,6 +49,12 @@ impl Media for MemMedia {
     fn flush(&self) -> io::Result<()> {
         Ok(())
     }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let mut b = self.bytes.write();
+        check_range(b.len() as u64, offset, len as usize)?;
+        b[offset as usize..(offset + len) as usize].fill(0);
+        Ok(true)
+    }
     fn describe(&self) -> String {
         format!("memory ({} bytes)", self.len())
     }

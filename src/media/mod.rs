@@ -26,6 +26,12 @@ pub use sim::{crash_apply, crash_apply_opts, Loss, SimEvent, SimMedia};
 
 use std::io;
 
+/// Batched reads gave io_uring up for the rest of the process (it is
+/// unavailable here); a transient set-up failure (EMFILE...) does not.
+pub fn io_uring_given_up() -> bool {
+    uring::given_up()
+}
+
 pub trait Media: Send + Sync {
     /// Size in bytes.
     fn len(&self) -> u64;
@@ -50,6 +56,25 @@ pub trait Media: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The media's size as the host sees it now (FileMedia: fstat of a regular
+    /// file), to notice a file truncated under a live volume. Default: `len`.
+    fn size_now(&self) -> io::Result<u64> {
+        Ok(self.len())
+    }
+    /// Reserve host space for each `(offset, len)` byte range so later writes
+    /// there never need new space (FileMedia: `posix_fallocate` on a regular
+    /// file; nothing on a block device). Default: nothing to do.
+    fn allocate(&self, _ranges: &[(u64, u64)]) -> io::Result<()> {
+        Ok(())
+    }
+    /// Tell the host or device that `[offset, offset + len)` holds nothing of
+    /// value (FileMedia: punch a hole in a regular file, BLKDISCARD on a block
+    /// device). Advisory: afterwards the range may read as zeros, as its old
+    /// bytes, or (some devices) as either, block by block; callers never rely on
+    /// what it reads as. Ok(false): this media cannot discard (nothing done).
+    fn discard(&self, _offset: u64, _len: u64) -> io::Result<bool> {
+        Ok(false)
+    }
 }
 
 impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
@@ -70,6 +95,15 @@ impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn size_now(&self) -> io::Result<u64> {
+        (**self).size_now()
+    }
+    fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
+        (**self).allocate(ranges)
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        (**self).discard(offset, len)
     }
 }
 

@@ -13,7 +13,7 @@
 use super::{check_range, Media};
 use parking_lot::Mutex;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 
 /// One recorded operation (see `SimMedia::record`).
@@ -54,6 +54,11 @@ struct State {
     writes: u64,
     flips: BTreeSet<u64>,
     log: Option<Vec<SimEvent>>,
+    /// Discards applied (see `Media::discard` below).
+    discards: u64,
+    /// Each 4 KiB block's content before its last write (what a device may
+    /// return for it after a discard: stale old data).
+    prev: HashMap<u64, Vec<u8>>,
 }
 
 pub struct SimMedia {
@@ -79,6 +84,8 @@ impl SimMedia {
                 writes: 0,
                 flips: BTreeSet::new(),
                 log: None,
+                discards: 0,
+                prev: HashMap::new(),
             }),
         }
     }
@@ -123,6 +130,10 @@ impl SimMedia {
     pub fn writes(&self) -> u64 {
         self.st.lock().writes
     }
+    /// Discards the engine issued that were applied (they count among writes).
+    pub fn discards(&self) -> u64 {
+        self.st.lock().discards
+    }
     pub fn is_power_off(&self) -> bool {
         self.st.lock().power_off
     }
@@ -152,6 +163,31 @@ impl SimMedia {
             img[*o as usize..*o as usize + d.len()].copy_from_slice(d);
         }
         img
+    }
+
+    /// Remember the content of every whole 4 KiB block of `o..o + n` before
+    /// a write or discard replaces it.
+    fn keep_prev(s: &mut State, o: usize, n: usize) {
+        let first = o.div_ceil(4096);
+        let end = (o + n) / 4096;
+        for b in first..end {
+            let mut old = vec![0u8; 4096];
+            Self::current_range(s, b * 4096, &mut old);
+            s.prev.insert(b as u64, old);
+        }
+    }
+
+    /// What the running system sees at `o..o + buf.len()` (no bit flips).
+    fn current_range(s: &State, o: usize, buf: &mut [u8]) {
+        let n = buf.len();
+        buf.copy_from_slice(&s.durable[o..o + n]);
+        for (wo, d) in &s.cache {
+            let (ws, we) = (*wo as usize, *wo as usize + d.len());
+            let (a, b) = (ws.max(o), we.min(o + n));
+            if a < b {
+                buf[a - o..b - o].copy_from_slice(&d[a - ws..b - ws]);
+            }
+        }
     }
 
     /// Count one operation; Err if power is (now) off.
@@ -222,15 +258,8 @@ impl Media for SimMedia {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         check_range(self.len, offset, buf.len())?;
         let s = self.st.lock();
-        let (o, n) = (offset as usize, buf.len());
-        buf.copy_from_slice(&s.durable[o..o + n]);
-        for (wo, d) in &s.cache {
-            let (ws, we) = (*wo as usize, *wo as usize + d.len());
-            let (a, b) = (ws.max(o), we.min(o + n));
-            if a < b {
-                buf[a - o..b - o].copy_from_slice(&d[a - ws..b - ws]);
-            }
-        }
+        let n = buf.len();
+        Self::current_range(&s, offset as usize, buf);
         for &f in s.flips.range(offset..offset + n as u64) {
             buf[(f - offset) as usize] ^= 1;
         }
@@ -251,6 +280,7 @@ impl Media for SimMedia {
                 data: buf.to_vec(),
             });
         }
+        Self::keep_prev(&mut s, offset as usize, buf.len());
         s.cache.push((offset, buf.to_vec()));
         Ok(())
     }
@@ -265,6 +295,50 @@ impl Media for SimMedia {
             l.push(SimEvent::Flush);
         }
         Ok(())
+    }
+    /// A discard is one media operation, recorded and cached like a write
+    /// (so prefix replay, power cuts and `fail_write` see it, and a power cut
+    /// may lose or tear it): each 4 KiB block of the range then reads as
+    /// zeros, keeps its bytes, or reads as the stale bytes it held before its
+    /// last write (as some devices return after a discard), chosen per block
+    /// from the operation number and the block (deterministic), so recovery
+    /// meets every outcome a device allows.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        check_range(self.len, offset, len as usize)?;
+        let mut s = self.st.lock();
+        Self::start_op(&mut s)?;
+        let op = s.ops;
+        let w = s.writes;
+        s.writes += 1;
+        if s.fail_writes.contains(&w) {
+            return Err(io::Error::other(format!(
+                "simulated EIO on discard (write {w})"
+            )));
+        }
+        let mut data = vec![0u8; len as usize];
+        Self::current_range(&s, offset as usize, &mut data);
+        for (i, b) in data.chunks_mut(4096).enumerate() {
+            let blk = offset / 4096 + i as u64;
+            let h = (op ^ blk).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+            match h % 3 {
+                0 => b.fill(0),
+                1 => {} // keeps its bytes
+                _ => match s.prev.get(&blk) {
+                    Some(old) if old.len() == b.len() => b.copy_from_slice(old),
+                    _ => b.fill(0),
+                },
+            }
+        }
+        Self::keep_prev(&mut s, offset as usize, len as usize);
+        if let Some(l) = s.log.as_mut() {
+            l.push(SimEvent::Write {
+                offset,
+                data: data.clone(),
+            });
+        }
+        s.cache.push((offset, data));
+        s.discards += 1;
+        Ok(true)
     }
     fn describe(&self) -> String {
         "simulated disk with a volatile write cache".into()

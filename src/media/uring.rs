@@ -4,22 +4,32 @@
 //!
 //! Each thread keeps its own small ring (created on first use). Where io_uring is
 //! unavailable (old kernel, seccomp, `io_uring_disabled`), `read_batch` says so
-//! once and the caller falls back to one read at a time.
+//! once and the caller falls back to one read at a time for the life of the
+//! process. Running out of file descriptors or memory (EMFILE, ENFILE, ENOMEM)
+//! is transient: that batch falls back, a warning is logged (the first time and
+//! then every 1024th time), and the next batch tries to set the ring up again.
 
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io;
 use std::os::unix::io::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Reads in flight per submission (larger batches go in rounds).
 const RING_ENTRIES: u32 = 64;
 
 static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+/// Ring set-ups that failed for a transient reason (see the module comment).
+static TRANSIENT_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static RING: RefCell<Option<IoUring>> = const { RefCell::new(None) };
+}
+
+/// io_uring was found unavailable and is off for the life of the process.
+pub fn given_up() -> bool {
+    UNAVAILABLE.load(Ordering::Relaxed)
 }
 
 /// Read every `(buffer, offset)` of `reads` from `file`. Ok(false): io_uring is
@@ -34,6 +44,16 @@ pub fn read_batch(file: &File, reads: &mut [(&mut [u8], u64)]) -> io::Result<boo
         if slot.is_none() {
             match IoUring::new(RING_ENTRIES) {
                 Ok(r) => *slot = Some(r),
+                Err(e) if setup_transient(&e) => {
+                    let n = TRANSIENT_FAILURES.fetch_add(1, Ordering::Relaxed);
+                    if n.is_multiple_of(1024) {
+                        tracing::warn!(
+                            "io_uring set-up failed ({e}; {} time(s) so far); these reads go one at a time, the next batch tries again",
+                            n + 1
+                        );
+                    }
+                    return Ok(false);
+                }
                 Err(e) => {
                     if !UNAVAILABLE.swap(true, Ordering::Relaxed) {
                         tracing::info!("io_uring unavailable ({e}); reads go one at a time");
@@ -100,6 +120,15 @@ fn submit_group(ring: &mut IoUring, file: &File, group: &mut [(&mut [u8], u64)])
         std::os::unix::fs::FileExt::read_exact_at(file, buf, *off)?;
     }
     Ok(())
+}
+
+/// A ring set-up error that says nothing about io_uring itself: out of file
+/// descriptors (per process or system-wide) or memory for the ring.
+fn setup_transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOMEM)
+    )
 }
 
 fn transient(e: &io::Error) -> bool {

@@ -227,6 +227,15 @@ impl<M: Media> Media for MeteredMedia<M> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn size_now(&self) -> io::Result<u64> {
+        self.inner.size_now()
+    }
+    fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
+        self.inner.allocate(ranges)
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        self.inner.discard(offset, len)
+    }
 }
 
 /// Last-minute WA: (time, host bytes, media bytes) samples, one per second.
@@ -695,6 +704,22 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
         "counter",
         "Damaged blocks the background scrub found.",
         |x| one(x.st.scrub_errors),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_volume_failed",
+        "gauge",
+        "1 once the volume stopped after a media write error or a full host file system (writes fail, reads go on; the log says why).",
+        |x| one(u8::from(x.st.failed)),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_discarded_bytes_total",
+        "counter",
+        "Bytes of GC-freed segments given back to the host (punched holes) or device (discard).",
+        |x| one(x.st.discarded_bytes),
     );
     per_volume(
         &mut t,

@@ -10,11 +10,14 @@
 //!   media flush that began once every chunk below it was written;
 //! - the superblock's generation rises by one per write, alternating copies, and
 //!   its `durable_seq` never falls;
-//! - once `failed` is set, no further media write is started by this stage.
+//! - once `failed` is set, no further media write is started by this stage;
+//! - every media write or flush error of the write side stops the volume through
+//!   `fail` (one path: the reason is kept, logged once at error level, and its
+//!   errno, ENOSPC or EIO, is what every later write answers); reads go on.
 
 use super::OpenOptions;
 use crate::crc_index::CrcIndex;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failure, Result};
 use crate::format::chunk::Stream;
 use crate::format::superblock::Superblock;
 use crate::format::BLOCK_BYTES;
@@ -52,7 +55,7 @@ pub(in crate::volume) struct Progress {
     /// (u64::MAX: none). Chunk completions wake waiters only once it is reached,
     /// so a burst of writes does not wake every flusher for every chunk.
     wake_written: u64,
-    pub failed: Option<String>,
+    pub failed: Option<Failure>,
 }
 
 /// Chunks handed to the writer threads; bounded by WRITE_QUEUE_BYTES.
@@ -86,6 +89,9 @@ pub(in crate::volume) struct Commit {
     writeq_space: Condvar,
     /// Writer threads run (background mode): `submit` queues instead of writing.
     pub async_writes: bool,
+    /// Freed segments are discarded (`OpenOptions::discard`); turned off for
+    /// the mount when the media cannot discard or a discard fails.
+    discard_on: AtomicBool,
 }
 
 pub(in crate::volume) fn write_block(
@@ -128,6 +134,7 @@ impl Commit {
             writeq_work: Condvar::new(),
             writeq_space: Condvar::new(),
             async_writes: opts.background && !opts.read_only,
+            discard_on: AtomicBool::new(opts.discard && !opts.read_only),
         }
     }
 
@@ -137,21 +144,51 @@ impl Commit {
             return Ok(());
         }
         match &self.progress.lock().failed {
-            Some(m) => Err(Error::Failed(m.clone())),
+            Some(f) => Err(Error::Failed(f.clone())),
             None => Ok(()),
         }
     }
 
-    /// Stop the volume: every later call fails with this reason.
-    pub fn fail(&self, why: String) -> Error {
-        tracing::error!("volume stopped: {why}");
+    /// Why the volume stopped, if it did.
+    pub fn failure(&self) -> Option<Failure> {
+        if !self.has_failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.progress.lock().failed.clone()
+    }
+
+    /// The one fail path: `what` (a media write, flush or size check of the
+    /// write side) failed with `cause`. Stops the volume: every later write,
+    /// trim, zero, flush and housekeeping round fails with the first reason
+    /// (errno from the cause: ENOSPC or EIO), logged once at error level.
+    /// Reads go on (`Volume::read`). Takes `progress`: the caller holds no
+    /// `sb` (lock order).
+    pub fn fail(&self, what: impl std::fmt::Display, cause: &std::io::Error) -> Error {
+        self.fail_with(Failure::io(what, cause))
+    }
+
+    fn fail_with(&self, f: Failure) -> Error {
         let mut p = self.progress.lock();
-        if p.failed.is_none() {
-            p.failed = Some(why.clone());
+        let first = p.failed.is_none();
+        if first {
+            p.failed = Some(f.clone());
             self.has_failed.store(true, Ordering::Release);
         }
+        let kept = p.failed.clone().expect("set above");
+        drop(p);
         self.progress_cv.notify_all();
-        Error::Failed(why)
+        if first {
+            tracing::error!(
+                "volume stopped, writes now answer {}, reads of stored data go on: {}",
+                if f.errno == libc::ENOSPC {
+                    "ENOSPC"
+                } else {
+                    "EIO"
+                },
+                f.why
+            );
+        }
+        Error::Failed(kept)
     }
 
     pub fn durable_seq(&self) -> u64 {
@@ -257,6 +294,9 @@ impl Commit {
 
     /// Write sealed chunks to the media and record them as written.
     pub fn write_sealed(&self, out: Vec<Sealed>) -> Result<()> {
+        if !out.is_empty() {
+            self.check_failed()?;
+        }
         for s in out {
             // a sealed chunk goes to the media exactly once, after its seal
             assert!(s.blocks >= 1 && s.start + s.blocks <= self.geo.segment_blocks);
@@ -264,10 +304,13 @@ impl Commit {
             // reads of its blocks go to the media only after this write
             self.crc_index.record_chunk(s.segment, s.start, s.bytes());
             if let Err(e) = self.media.write_at(s.bytes(), self.geo.phys_offset(phys)) {
-                return Err(self.fail(format!(
-                    "writing chunk {} at segment {} block {}: {e}",
-                    s.seq, s.segment, s.start
-                )));
+                return Err(self.fail(
+                    format_args!(
+                        "writing chunk {} at segment {} block {}",
+                        s.seq, s.segment, s.start
+                    ),
+                    &e,
+                ));
             }
             let data = (s.blocks as u64 - 1) * BS;
             Counters::add(&self.counters.media_chunk_header_bytes, BS);
@@ -301,8 +344,8 @@ impl Commit {
     pub fn flush_covering(&self, target: u64) -> Result<()> {
         let mut p = self.progress.lock();
         loop {
-            if let Some(m) = &p.failed {
-                return Err(Error::Failed(m.clone()));
+            if let Some(f) = &p.failed {
+                return Err(Error::Failed(f.clone()));
             }
             if p.durable >= target {
                 return Ok(());
@@ -331,7 +374,7 @@ impl Commit {
                 }
                 Err(e) => {
                     drop(p);
-                    return Err(self.fail(format!("media flush: {e}")));
+                    return Err(self.fail("media flush", &e));
                 }
             }
             self.progress_cv.notify_all();
@@ -340,6 +383,7 @@ impl Commit {
 
     /// Write the superblock (next generation, alternate copy) and flush it.
     pub fn update_superblock(&self, f: impl FnOnce(&mut Superblock)) -> Result<()> {
+        self.check_failed()?;
         let mut sb = self.sb.lock();
         let mut next = sb.clone();
         next.generation += 1;
@@ -351,10 +395,10 @@ impl Commit {
         let offset = (next.generation % 2) * BS;
         let r = write_block(&*self.media, &next.encode(), offset).and_then(|_| self.media.flush());
         if let Err(e) = r {
-            return Err(self.fail(format!(
-                "writing superblock copy {}: {e}",
-                next.generation % 2
-            )));
+            // `fail` takes `progress`, which comes before `sb` in the lock order
+            drop(sb);
+            let what = format!("writing superblock copy {}", next.generation % 2);
+            return Err(self.fail(what, &e));
         }
         Counters::add(&self.counters.media_superblock_bytes, BS);
         Counters::add(&self.counters.media_flushes, 1);
@@ -365,17 +409,18 @@ impl Commit {
     /// Write a tombstone (`chunk::tombstone`) over the first block of each
     /// segment and flush.
     pub fn wipe(&self, segs: &[u32]) -> Result<()> {
+        self.check_failed()?;
         let uuid = self.sb.lock().uuid;
         let mut tomb = AlignedBuf::new(BLOCK_BYTES);
         for &s in segs {
             crate::format::chunk::tombstone(&mut tomb, &uuid, s);
             if let Err(e) = self.media.write_at(&tomb, self.geo.segment_offset(s)) {
-                return Err(self.fail(format!("wiping segment {s}: {e}")));
+                return Err(self.fail(format_args!("wiping segment {s}"), &e));
             }
             Counters::add(&self.counters.media_superblock_bytes, BS);
         }
         if let Err(e) = self.media.flush() {
-            return Err(self.fail(format!("media flush: {e}")));
+            return Err(self.fail("media flush", &e));
         }
         Counters::add(&self.counters.media_flushes, 1);
         Ok(())
@@ -389,6 +434,8 @@ impl Commit {
             self.durable_seq() >= next_seq,
             "checkpoint before its chunks"
         );
+        self.check_failed()?;
+        self.check_media_size()?;
         let slot = if self.sb.lock().checkpoint_slot == 0 {
             1
         } else {
@@ -399,9 +446,7 @@ impl Commit {
             .write_at(img, self.geo.checkpoint_offset[slot as usize])
             .and_then(|_| self.media.flush());
         if let Err(e) = r {
-            return Err(Error::Failed(format!(
-                "writing checkpoint slot {slot}: {e}"
-            )));
+            return Err(self.fail(format_args!("writing checkpoint slot {slot}"), &e));
         }
         Counters::add(&self.counters.media_checkpoint_bytes, img.len() as u64);
         Counters::add(&self.counters.media_flushes, 1);
@@ -416,6 +461,82 @@ impl Commit {
             }
         })?;
         Counters::add(&self.counters.checkpoints, 1);
+        Ok(())
+    }
+
+    /// The media must not have shrunk under the volume (a regular file
+    /// truncated under a live server): checked at every checkpoint, and a
+    /// shrink stops the volume (EIO) instead of going unnoticed until the next
+    /// mount refuses.
+    fn check_media_size(&self) -> Result<()> {
+        let want = self.media.len();
+        match self.media.size_now() {
+            Ok(now) if now >= want => Ok(()),
+            Ok(now) => Err(self.fail_with(Failure {
+                why: format!(
+                    "the media shrank under the volume: {} now holds {now} bytes, the volume needs {want}; \
+                     do not truncate a served volume (restore its size, then restart)",
+                    self.media.describe()
+                ),
+                errno: libc::EIO,
+            })),
+            Err(e) => Err(self.fail("reading the media's size", &e)),
+        }
+    }
+
+    /// Give the space of segments that passed the reuse barrier back to the
+    /// host or device: `[segment start + 1 block, segment end)` of each.
+    ///
+    /// Safety rule: never the first block. A block device may return stale old
+    /// data for a discarded range, and the tombstone in the first block is what
+    /// stops a stale chunk header there from being read as new data by
+    /// recovery. So the caller discards only segments whose tombstone is
+    /// written and flushed (after `wipe`), before they are handed out again
+    /// (before `release`), with no reader left in them (the reuse fence).
+    /// Whatever the rest reads as afterwards (zeros or old bytes) is behind the
+    /// tombstone. A media that cannot discard (or refuses this range: EINVAL,
+    /// ENOTTY, EOPNOTSUPP) turns discard off for this mount; ENOSPC (a file
+    /// system that needs space to split an extent) is warned and skipped; any
+    /// other error is a media write error like any other and stops the volume
+    /// (`fail`): a device that fails a discard is not trusted with data.
+    pub fn discard(&self, segs: &[u32]) -> Result<()> {
+        for &s in segs {
+            if !self.discard_on.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            self.check_failed()?;
+            let len = self.geo.segment_bytes() - BS;
+            // MUTANT: discard-tombstone s|self.geo.segment_offset(s) + BS|self.geo.segment_offset(s)|
+            match self.media.discard(self.geo.segment_offset(s) + BS, len) {
+                Ok(true) => Counters::add(&self.counters.discard_bytes, len),
+                Ok(false) => {
+                    self.discard_on.store(false, Ordering::Relaxed);
+                    tracing::info!(
+                        "{} cannot discard: freed segments keep their host space",
+                        self.media.describe()
+                    );
+                }
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL) | Some(libc::ENOTTY) | Some(libc::EOPNOTSUPP)
+                    ) =>
+                {
+                    self.discard_on.store(false, Ordering::Relaxed);
+                    tracing::warn!(
+                        "discarding segment {s} of {}: {e}; discard is off until the next mount (no data depends on it)",
+                        self.media.describe()
+                    );
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                    tracing::warn!(
+                        "discarding segment {s} of {}: {e}; its space stays allocated",
+                        self.media.describe()
+                    );
+                }
+                Err(e) => return Err(self.fail(format_args!("discarding segment {s}"), &e)),
+            }
+        }
         Ok(())
     }
 }

@@ -20,7 +20,8 @@
 //!
 //! Invariants: a segment goes Pending -> Free only in `barrier`, after the
 //! superblock records a durable point covering every chunk that emptied it and
-//! its first block is wiped; a checkpoint is made current only after every chunk
+//! its first block is wiped (and flushed); the rest of it may then be discarded,
+//! never its first block, before it is Free; a checkpoint is made current only after every chunk
 //! it reflects is durable.
 
 use super::core::RelocateError;
@@ -436,6 +437,8 @@ impl Shared {
             }
             match self.step(true) {
                 Ok(p) => progressed = p,
+                // a stopped volume was logged once, where it stopped
+                Err(Error::Failed(_)) => progressed = false,
                 Err(e) => {
                     progressed = false;
                     tracing::error!("housekeeper: {e}");
@@ -528,8 +531,12 @@ impl Shared {
         self.commit
             .update_superblock(|sb| sb.durable_seq = sb.durable_seq.max(target))?;
         assert!(self.commit.sb.lock().durable_seq >= target, "barrier order");
-        // 3. tombstones, flushed; 4. only then reusable
+        // 3. tombstones, flushed
         self.commit.wipe(&segs)?;
+        // 4. give the space back (never the tombstone block: Commit::discard)
+        let from = self.discard_from(segs.len());
+        self.discard_pending(&segs[from..])?;
+        // 5. only then reusable
         {
             let _w = self.reuse.write();
             self.core.lock().segs.release(&segs);
@@ -538,6 +545,39 @@ impl Shared {
         self.hk.credit_cv.notify_all();
         Counters::add(&self.counters.barriers, 1);
         Ok(())
+    }
+
+    /// Of `n` segments about to be released (appended to the free queue, which
+    /// hands out its front first), the index of the first worth discarding:
+    /// those that will wait behind more than the free segments the housekeeper
+    /// keeps ready (reserve + twice the clean-ahead mark). A segment that
+    /// writes will take again at once gains nothing from a discard and costs
+    /// twice (the discard, then filling a hole: on ext4 an O_DIRECT write into
+    /// a hole takes the inode lock exclusively). So a volume under steady
+    /// overwrite discards little, and one whose data was trimmed or deleted
+    /// gives back what GC frees beyond what writes need soon.
+    fn discard_from(&self, n: usize) -> usize {
+        if self.opts.discard_every_segment {
+            return 0;
+        }
+        let free = self.free_pending().0 as usize;
+        let ready = (self.hk.reserve + 2 * self.hk.clean_mark) as usize;
+        ready.saturating_sub(free).min(n)
+    }
+
+    /// Discard Pending segments whose tombstones are written and flushed,
+    /// before the barrier hands them out again. A reader that looked a block up
+    /// before its segment emptied may still be reading it (readers hold the
+    /// reuse lock shared from lookup to verification); taking the lock
+    /// exclusively once waits those out, and no later lookup can reach a
+    /// Pending segment (nothing in the map points there). Also used by the
+    /// mount for the segments it found free (before any reader exists).
+    pub(in crate::volume) fn discard_pending(&self, segs: &[u32]) -> Result<()> {
+        if segs.is_empty() {
+            return Ok(());
+        }
+        drop(self.reuse.write());
+        self.commit.discard(segs)
     }
 
     /// Foreground clean: until one segment is free beyond the reserve, or

@@ -1,16 +1,22 @@
 //! Volume: the public block-device API (read / write / write_zeroes / trim / flush /
-//! block_status / stats / close). Owns the write path and schedules GC, reuse
-//! barriers and checkpoints; the background housekeeper seals idle chunks and
-//! cleans ahead.
+//! block_status / stats / close), mount, and the append path of request
+//! threads. The engine state is in `core`, every media write of the write side
+//! in `commit`, GC, reuse barriers (with discard) and checkpoints in
+//! `housekeeper` (its thread, or inline in deterministic mode).
 //!
 //! Write path, top to bottom: accept -> classify (data / all-zero / all-0xFF) ->
 //! append to the open user chunk (map points at the block's final place at once)
-//! -> seal when full / on flush / FUA / idle -> the sealing thread writes the chunk
-//! -> FLUSH waits for every chunk sealed before it and shares one media flush.
+//! -> seal when full / on flush / FUA / idle -> a writer thread (background mode)
+//! or the sealing thread writes the chunk -> FLUSH waits for every chunk sealed
+//! before it and shares one media flush.
 //!
-//! Locks, always taken in this order: gc_lock -> ckpt_lock -> reuse -> core ->
-//! progress -> sb. Media IO is done without `core` held, except GC's read of its
-//! victim (see ARCHITECTURE.md for why that is safe and what it costs).
+//! Locks, always taken in this order: rmw -> hk.round -> reuse -> core ->
+//! progress -> sb (ARCHITECTURE.md, "Every lock, in lock order"). Media IO is
+//! never done with `core` held (GC reads its victim without it: a Victim segment
+//! is never reused); `sb` is held across the superblock's write and flush.
+//!
+//! A volume whose media write fails stops (commit.rs `fail`): changes answer
+//! `Error::Failed` (ENOSPC or EIO, from the cause), reads go on.
 
 mod commit;
 mod core;
@@ -126,6 +132,15 @@ pub struct OpenOptions {
     /// Source of the timestamps this mount writes (chunk and checkpoint
     /// headers, lifetime counters' start); see `WallClock`.
     pub clock: WallClock,
+    /// Give segments freed by GC back to the host (hole punching in a file) or
+    /// the device (BLKDISCARD, where its queue advertises discard) once they
+    /// pass the reuse barrier. Never the segment's first block (its tombstone).
+    /// Only segments that wait behind the free segments writes need soon (see
+    /// `Shared::discard_from`), unless `discard_every_segment`.
+    pub discard: bool,
+    /// Discard every segment the barrier frees, also those writes take again
+    /// at once: the simulator's setting (every barrier meets a discard).
+    pub discard_every_segment: bool,
 }
 
 impl Default for OpenOptions {
@@ -139,6 +154,8 @@ impl Default for OpenOptions {
             verify_reads: true,
             scrub_rate: None,
             clock: WallClock::System,
+            discard: true,
+            discard_every_segment: false,
         }
     }
 }
@@ -274,6 +291,8 @@ impl Volume {
             created_unix_s: opts.clock.unix_s(),
             gc_policy: opts.gc_policy.id(),
         };
+        // Host space for the metadata area first, so no later mount needs any.
+        media.allocate(&metadata_ranges(&geo))?;
         // Wipe the superblocks and the first block of every segment so no stale
         // structure of an earlier volume on this media can be mistaken for ours.
         let zero = AlignedBuf::new(BLOCK_BYTES);
@@ -303,6 +322,15 @@ impl Volume {
         let t0 = std::time::Instant::now();
         let m = recovery::mount(&*media)?;
         let geo = m.geo;
+        if !opts.read_only {
+            // volumes created before the metadata area was allocated at create
+            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {
+                tracing::warn!(
+                    "{}: cannot reserve host space for the superblocks and checkpoint slots ({e}); a checkpoint may fail if the host file system fills",
+                    media.describe()
+                );
+            }
+        }
         let policy = opts
             .gc_policy
             .or_else(|| GcPolicy::from_id(m.sb.gc_policy))
@@ -445,14 +473,32 @@ impl Volume {
         }
     }
 
+    /// `write`: the call changes the volume or its media (write, trim, zero,
+    /// flush, housekeeping); those fail on a stopped volume. Reads do not:
+    /// a stopped volume keeps serving what it holds (see `failure`).
     fn check_usable(&self, write: bool) -> Result<()> {
         if self.sh.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if write && self.sh.opts.read_only {
+        if !write {
+            return Ok(());
+        }
+        if self.sh.opts.read_only {
             return Err(Error::ReadOnly);
         }
         self.sh.check_failed()
+    }
+
+    /// Why the volume stopped, if it did. A stopped volume (a media write or
+    /// flush error, a full host file system, media that shrank) answers every
+    /// write, trim, zero and flush with `Error::Failed` (errno ENOSPC when the
+    /// host file system is full, else EIO), and keeps answering reads: blocks
+    /// on the media are verified as always, and blocks acknowledged but never
+    /// written (their chunk's write failed or never started) are served from
+    /// the memory that still holds them, so no read is ever wrong. A restart
+    /// mounts what was flushed.
+    pub fn failure(&self) -> Option<crate::error::Failure> {
+        self.sh.commit.failure()
     }
 
     /// Read `buf.len()` bytes at byte `offset` (any alignment).
@@ -623,6 +669,7 @@ impl Volume {
         if self.sh.opts.read_only {
             return Ok(());
         }
+        self.sh.check_failed()?;
         self.sh.flush()
     }
 
@@ -751,6 +798,7 @@ impl Shared {
         }
         if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
+            self.discard_pending(wipe)?;
         }
         Ok(())
     }
@@ -810,8 +858,8 @@ impl Shared {
                 // one look at progress per batch: failure, durable and written marks
                 let (durable, written) = {
                     let p = self.commit.progress.lock();
-                    if let Some(m) = &p.failed {
-                        return Err(Error::Failed(m.clone()));
+                    if let Some(f) = &p.failed {
+                        return Err(Error::Failed(f.clone()));
                     }
                     (p.durable, p.written_through)
                 };
@@ -916,12 +964,31 @@ impl Shared {
             scrub_bytes: 0,
             scrub_errors: 0,
             crc_index_bytes: self.crc_index.memory_bytes(),
+            discarded_bytes: 0,
+            failed: false,
+            failure: None,
             lifetime: Default::default(),
             lifetime_write_amplification: 0.0,
         };
         drop(c);
-        self.counters.snapshot(base)
+        let mut s = self.counters.snapshot(base);
+        if let Some(f) = self.commit.failure() {
+            s.failed = true;
+            s.failure = Some(f.why);
+        }
+        s
     }
+}
+
+/// The byte ranges of the metadata area (superblock copies and both
+/// checkpoint slots: everything before the segments), which `Volume::format`
+/// allocates on the host (`Media::allocate`) so that a mount, a checkpoint or a
+/// superblock write never needs new host space: a full host file system can
+/// stop the volume's writes but never its restart. Tombstone blocks need none
+/// either: format writes every segment's first block, and discard never
+/// punches it.
+pub fn metadata_ranges(geo: &Geometry) -> Vec<(u64, u64)> {
+    vec![(0, geo.data_offset)]
 }
 
 /// The chunks of a victim segment's image, each verified (header CRC, uuid,
@@ -932,7 +999,8 @@ pub(crate) fn parse_victim(
     uuid: &[u8; 16],
     seg: u32,
 ) -> std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String> {
-    // The one chunk walker; a victim up to its fill must be all verified chunks.
+    // The log's chunk walker (recovery's); a victim up to its fill must be all
+    // verified chunks.
     let mut rules = crate::recovery::RecoveryRules::default();
     let w = crate::recovery::walk_image(img, 0, uuid, seg, 0, &mut rules);
     if let Some(b) = w.bad.first() {

@@ -28,6 +28,8 @@ pub fn det_open(checkpoint_bytes: u64) -> OpenOptions {
     OpenOptions {
         background: false,
         checkpoint_interval_bytes: Some(checkpoint_bytes),
+        // every barrier meets a discard (FaultMedia/MemMedia zero the range)
+        discard_every_segment: true,
         ..Default::default()
     }
 }
