@@ -2,7 +2,8 @@
 //! own and timed in `MountReport::steps` (SPDK FTL's ftl_mngt_recovery.c shape).
 //! It also owns the one chunk walker (`walk_image`) that GC and check use too.
 //!
-//! 1. `read_superblocks`: newest valid of the two copies.
+//! 1. `read_superblocks`: newest valid of the two head copies, else of the two
+//!    tail copies at the end of the media (a fallback mount).
 //! 2. `load_checkpoint`: newest valid slot, else the older one, else an empty map.
 //! 3. `scan_segments` (skipped after a clean close): walk every segment that may
 //!    hold chunks with seq >= the checkpoint's next_seq (from block 0, or from the
@@ -23,7 +24,7 @@
 use crate::checkpoint;
 use crate::error::{Error, Result};
 use crate::format::chunk::{self, ChunkHeader, Kind};
-use crate::format::superblock::{Superblock, NO_CHECKPOINT};
+use crate::format::superblock::{Superblock, NO_CHECKPOINT, TAIL_AREA_BYTES};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
 use crate::map::virt_of;
@@ -69,8 +70,10 @@ macro_rules! rules {
 }
 
 rules! {
-    /// One superblock copy was unusable; the other was used.
+    /// One head superblock copy was unusable; the other was used.
     superblock_copy_fallback,
+    /// Both head superblock copies were unusable; a tail copy was used.
+    superblock_tail_fallback,
     /// The current checkpoint slot was unusable; the older slot was used.
     checkpoint_slot_fallback,
     /// A checkpoint slot newer than the superblock names was ignored.
@@ -124,43 +127,186 @@ pub struct Mounted {
     pub lifetime: Option<crate::format::checkpoint::Lifetime>,
     /// Replay ran (or a fallback was taken): persist the result before writing.
     pub needs_checkpoint: bool,
+    /// A superblock copy (head or tail) is unusable: a read-write mount rewrites
+    /// both indexes, so every copy is whole again.
+    pub superblock_repair: bool,
     /// Free segments whose first block still holds an old chunk header.
     pub wipe: Vec<u32>,
     pub report: MountReport,
 }
 
-/// Step 1. Returns the chosen superblock and what each copy held.
-pub fn read_superblocks(
-    media: &dyn Media,
-) -> Result<(Superblock, [std::result::Result<Superblock, String>; 2])> {
+/// Which end of the media a superblock copy sits at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum End {
+    Head,
+    Tail,
+}
+
+/// One superblock copy as read (`index` 0 or 1: the generation parity it holds).
+#[derive(Debug, Clone)]
+pub struct SbCopy {
+    pub index: u32,
+    pub end: End,
+    pub byte: u64,
+    pub found: std::result::Result<Superblock, String>,
+}
+
+impl SbCopy {
+    /// "superblock copy 0 at the head (byte 0)", for messages.
+    pub fn name(&self) -> String {
+        let end = match self.end {
+            End::Head => "head",
+            End::Tail => "tail",
+        };
+        format!(
+            "superblock copy {} at the {end} (byte {})",
+            self.index, self.byte
+        )
+    }
+}
+
+/// What step 1 found: the copy mount uses and every copy it read.
+#[derive(Debug, Clone)]
+pub struct SbRead {
+    pub sb: Superblock,
+    /// Head copies 0 and 1, then tail copies 0 and 1 when they were read: the
+    /// volume names a tail area, or both head copies are unusable and the tail
+    /// area was looked for at the end of the media.
+    pub copies: Vec<SbCopy>,
+    /// Both head copies are unusable: `sb` is a tail copy.
+    pub from_tail: bool,
+    /// `sb` may be older than the newest durable superblock (a head copy is
+    /// unusable, or `sb` is a tail copy): the "superblock fallback" rules apply.
+    pub fallback: bool,
+}
+
+impl SbRead {
+    /// Copies that should be there and are not usable.
+    pub fn lost(&self) -> impl Iterator<Item = &SbCopy> {
+        self.copies.iter().filter(|c| c.found.is_err())
+    }
+}
+
+/// Where a volume whose head copies are lost keeps its tail area: the last
+/// `TAIL_AREA_BYTES` of the media (rounded down to a block), as `create` places it.
+pub fn tail_offset_for_len(len: u64) -> Option<u64> {
+    let end = len / BLOCK_BYTES as u64 * BLOCK_BYTES as u64;
+    end.checked_sub(TAIL_AREA_BYTES)
+        .filter(|&t| t >= 2 * BLOCK_BYTES as u64)
+}
+
+/// Read and decode the two copies at `at`; a tail copy must name the tail area
+/// it was read from (else it is a stray block) and carry `uuid` when known.
+fn read_copies(media: &dyn Media, at: u64, end: End, uuid: Option<[u8; 16]>) -> Vec<SbCopy> {
+    let mut buf = AlignedBuf::new(2 * BLOCK_BYTES);
+    let read = media
+        .read_at(&mut buf, at)
+        .map_err(|e| format!("read failed: {e}"));
+    (0..2u32)
+        .map(|i| {
+            let b = &buf[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES];
+            let found = read.clone().and_then(|_| {
+                if crate::format::is_filled_with(b, 0) {
+                    return Err("zeroed".into());
+                }
+                let sb = Superblock::decode(b).map_err(|e| e.to_string())?;
+                if end == End::Tail && sb.tail_offset != at {
+                    return Err(format!(
+                        "a superblock naming its tail area at byte {}, not here",
+                        sb.tail_offset
+                    ));
+                }
+                if uuid.is_some_and(|u| u != sb.uuid) {
+                    return Err("a superblock of another volume (uuid differs)".into());
+                }
+                Ok(sb)
+            });
+            SbCopy {
+                index: i,
+                end,
+                byte: at + (i as u64) * BLOCK_BYTES as u64,
+                found,
+            }
+        })
+        .collect()
+}
+
+/// Step 1. The newest valid head copy; when both head copies are unusable, the
+/// newest valid tail copy (a fallback mount). The tail copies of a volume that
+/// has them are read and reported either way.
+pub fn read_superblocks(media: &dyn Media) -> Result<SbRead> {
     if media.len() < 2 * BLOCK_BYTES as u64 {
         return Err(Error::Corrupt(format!(
             "media of {} bytes is too small to hold a sluice volume",
             media.len()
         )));
     }
-    let mut buf = AlignedBuf::new(2 * BLOCK_BYTES);
-    media.read_at(&mut buf, 0)?;
-    let copies = [0, 1].map(|i| {
-        Superblock::decode(&buf[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]).map_err(|e| e.to_string())
-    });
-    let best = copies
-        .iter()
-        .filter_map(|c| c.as_ref().ok())
-        .max_by_key(|s| s.generation)
-        .cloned();
+    let newest = |copies: &[SbCopy]| {
+        copies
+            .iter()
+            .filter_map(|c| c.found.as_ref().ok())
+            .max_by_key(|s| s.generation)
+            .cloned()
+    };
+    let mut copies = read_copies(media, 0, End::Head, None);
+    let head = newest(&copies);
+    // A head copy names its tail area; with no head copy, look at the media's end.
+    let tail_at = match &head {
+        Some(h) => (h.tail_offset != 0).then_some(h.tail_offset),
+        None => tail_offset_for_len(media.len()),
+    };
+    if let Some(t) = tail_at.filter(|t| t.saturating_add(2 * BLOCK_BYTES as u64) <= media.len()) {
+        copies.extend(read_copies(
+            media,
+            t,
+            End::Tail,
+            head.as_ref().map(|h| h.uuid),
+        ));
+    } else if let Some(t) = tail_at {
+        // named by a head copy but beyond the media (the media shrank)
+        for i in 0..2u32 {
+            copies.push(SbCopy {
+                index: i,
+                end: End::Tail,
+                byte: t + (i as u64) * BLOCK_BYTES as u64,
+                found: Err(format!(
+                    "beyond the end of the media ({} bytes)",
+                    media.len()
+                )),
+            });
+        }
+    }
+    let from_tail = head.is_none();
+    let best = head.or_else(|| newest(&copies[2..]));
     match best {
         Some(sb) => {
             if media.len() < sb.media_bytes() {
-                return Err(Error::Corrupt(format!("the volume needs {} bytes but the media holds only {}", sb.media_bytes(), media.len())));
+                return Err(Error::Corrupt(format!(
+                    "the volume needs {} bytes but the media holds only {}",
+                    sb.media_bytes(),
+                    media.len()
+                )));
             }
-            Ok((sb, copies))
+            let fallback = from_tail || copies[..2].iter().any(|c| c.found.is_err());
+            Ok(SbRead {
+                sb,
+                copies,
+                from_tail,
+                fallback,
+            })
         }
-        None => Err(Error::Corrupt(format!(
-            "no valid superblock (copy 0 at byte 0: {}; copy 1 at byte 4096: {}): not a sluice volume, or both copies are damaged",
-            copies[0].as_ref().err().unwrap(),
-            copies[1].as_ref().err().unwrap()
-        ))),
+        None => {
+            let each: Vec<String> = copies
+                .iter()
+                .map(|c| format!("{}: {}", c.name(), c.found.as_ref().err().unwrap()))
+                .collect();
+            Err(Error::Corrupt(format!(
+                "no valid superblock ({}): not a sluice volume, or the superblock copies at {} are damaged",
+                each.join("; "),
+                if copies.len() > 2 { "both ends of the media" } else { "its head" }
+            )))
+        }
     }
 }
 
@@ -869,9 +1015,10 @@ fn timed<T>(report: &mut MountReport, name: &'static str, t: std::time::Instant,
 /// holds no damage below the durable watermark (`sluice check` lists each).
 pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
     let mut report = MountReport::default();
-    let (sb, copies) = read_superblocks(media)?;
+    let read = read_superblocks(media)?;
+    let sb = read.sb;
     let geo = Geometry::from_superblock(&sb);
-    let base = load_checkpoint(media, &sb, copies.iter().any(|c| c.is_err()), &mut report);
+    let base = load_checkpoint(media, &sb, read.fallback, &mut report);
     if base.clean {
         return Ok(Vec::new());
     }
@@ -890,21 +1037,45 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
 /// the report moves into `Mounted::report`.
 pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
     let t = std::time::Instant::now();
-    let (sb, copies) = timed(report, "read_superblocks", t, read_superblocks(media)?);
-    for (i, c) in copies.iter().enumerate() {
-        if let Err(e) = c {
-            report.notes.push(format!(
-                "superblock copy {i} is unusable ({e}); using the other copy"
-            ));
-            report.rules.superblock_copy_fallback += 1;
+    let read = timed(report, "read_superblocks", t, read_superblocks(media)?);
+    for c in read.lost() {
+        let e = c.found.as_ref().err().cloned().unwrap_or_default();
+        match (c.end, read.from_tail) {
+            (End::Head, false) => {
+                report.notes.push(format!(
+                    "{} is unusable ({e}); using the other copy",
+                    c.name()
+                ));
+                report.rules.superblock_copy_fallback += 1;
+            }
+            (End::Head, true) => report.notes.push(format!("{} is unusable ({e})", c.name())),
+            (End::Tail, _) => {
+                report.notes.push(format!("{} is unusable ({e})", c.name()));
+            }
         }
     }
+    if read.from_tail {
+        report.rules.superblock_tail_fallback += 1;
+        report.notes.push(format!(
+            "both superblock copies at the head are unusable; mounted from the tail copy (generation {}) at byte {}",
+            read.sb.generation,
+            read.sb.tail_copy_offset(read.sb.generation % 2).unwrap_or(0)
+        ));
+    }
+    let superblock_repair = read.lost().next().is_some();
+    let sb_fallback = read.fallback;
+    let copies = read.copies;
+    let mut sb = read.sb;
     let geo = Geometry::from_superblock(&sb);
-    let sb_fallback = copies.iter().any(|c| c.is_err());
 
     let t = std::time::Instant::now();
     let base = load_checkpoint(media, &sb, sb_fallback, report);
     let mut base = timed(report, "load_checkpoint", t, base);
+    // The mount's own checkpoint goes to the slot not loaded, so it never
+    // overwrites the only usable one when the slot the superblock names is lost.
+    if let Some(s) = report.checkpoint_slot {
+        sb.checkpoint_slot = s;
+    }
     let clean = base.clean;
     let mut fills: Vec<u32> = base.records.iter().map(|r| r.fill).collect();
     let mut last_seq: Vec<u64> = base.records.iter().map(|r| r.last_seq).collect();
@@ -948,9 +1119,12 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
             // writes. A power cut can leave the same picture (a lost tail), and
             // nothing on the media tells the two apart: refuse, never guess.
             report.rules.damage_refused += 1;
-            let (bad, lost) = match copies.iter().position(|c| c.is_err()) {
-                Some(i) => (i, copies[i].as_ref().err().cloned().unwrap_or_default()),
-                None => (0, String::new()),
+            let (bad, lost) = match copies.iter().find(|c| c.found.is_err()) {
+                Some(c) => (
+                    c.name(),
+                    c.found.as_ref().err().cloned().unwrap_or_default(),
+                ),
+                None => ("superblock copy".to_string(), String::new()),
             };
             let end = report
                 .notes
@@ -958,7 +1132,7 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
                 .rev()
                 .find(|n| n.starts_with("log ends at seq"));
             return Err(Error::Corrupt(format!(
-                "superblock copy {bad} is unusable ({lost}) and the other copy may be older; the {}, {} newer chunk(s) after it. The lost copy may have recorded a watermark that makes that gap a dead chunk of a reused segment and the newer chunks flushed writes: refusing to mount rather than discard them",
+                "{bad} is unusable ({lost}) and the copy mounted may be older; the {}, {} newer chunk(s) after it. The lost copy may have recorded a watermark that makes that gap a dead chunk of a reused segment and the newer chunks flushed writes: refusing to mount rather than discard them",
                 end.map_or("log has a gap", |n| n.split(" (").next().unwrap_or(n)),
                 report.chunks_discarded
             )));
@@ -995,6 +1169,7 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
         next_seq,
         lifetime: base.lifetime,
         needs_checkpoint: !clean,
+        superblock_repair,
         wipe,
         report: std::mem::take(report),
     })

@@ -61,24 +61,40 @@ pub fn in_use(path: &Path) -> bool {
     r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
 }
 
-/// Does the path start with a sluice superblock (either copy)?
+/// Does the path hold a sluice superblock magic in either copy at the head, or
+/// (a volume whose head was wiped) in either tail copy at the end of the media?
 fn has_magic(path: &Path) -> std::io::Result<bool> {
-    use std::io::Read;
-    let mut head = vec![0u8; 8192];
+    use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path)?;
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..])? {
-            0 => break,
-            k => n += k,
+    let read8k = |f: &mut std::fs::File, at: u64| -> std::io::Result<Vec<u8>> {
+        let mut b = vec![0u8; 8192];
+        f.seek(SeekFrom::Start(at))?;
+        let mut n = 0;
+        while n < b.len() {
+            match f.read(&mut b[n..])? {
+                0 => break,
+                k => n += k,
+            }
         }
+        b.truncate(n);
+        Ok(b)
+    };
+    let magic =
+        |b: &[u8]| b.starts_with(b"SLUICESB") || b.get(4096..4104) == Some(&b"SLUICESB"[..]);
+    if magic(&read8k(&mut f, 0)?) {
+        return Ok(true);
     }
-    Ok(head[..n].starts_with(b"SLUICESB") || head.get(4096..4104) == Some(&b"SLUICESB"[..]))
+    // a block device reports 0 in its metadata: seek to the end for its size
+    let len = f.seek(SeekFrom::End(0))?;
+    match sluice::recovery::tail_offset_for_len(len) {
+        Some(t) => Ok(magic(&read8k(&mut f, t)?)),
+        None => Ok(false),
+    }
 }
 
 fn not_a_volume(path: &Path) -> String {
     format!(
-        "{} is not a sluice volume (no superblock magic at byte 0 or 4096)",
+        "{} is not a sluice volume (no superblock magic at byte 0 or 4096, nor in a tail area at the end)",
         path.display()
     )
 }
@@ -94,6 +110,9 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         FileMedia::open(&a.path, true).with_context(|| format!("opening {}", a.path.display()))?,
     );
     let describe = media.describe();
+    let copies = sluice::recovery::read_superblocks(&*media)
+        .map(|r| superblock_summary(&r))
+        .unwrap_or_default();
     let vol = Volume::open(
         media,
         &OpenOptions {
@@ -126,6 +145,8 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             "clean": sb.is_clean(),
             "in_use": busy,
             "live": live,
+            "superblock_copies": copies,
+            "tail_offset": (sb.tail_offset != 0).then_some(sb.tail_offset),
             "mount": vol.mount_report(),
             "stats": st,
         });
@@ -149,6 +170,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             g.reserve(),
             g.data_offset
         );
+        println!("superblocks   {copies}");
         println!(
             "options       over-provisioning {:.1}%, GC {}",
             sb.overprovision_bp as i32 as f64 / 100.0,
@@ -297,6 +319,38 @@ fn check_progress() -> impl FnMut(sluice::check::Progress) {
         }
         last_step = p.step;
     }
+}
+
+/// "head 0 ok, head 1 ok, tail 0 ok, tail 1 ok (tail area at byte N)", or that
+/// the volume has no tail copies.
+fn superblock_summary(r: &sluice::recovery::SbRead) -> String {
+    let each: Vec<String> = r
+        .copies
+        .iter()
+        .map(|c| {
+            let end = match c.end {
+                sluice::recovery::End::Head => "head",
+                sluice::recovery::End::Tail => "tail",
+            };
+            match &c.found {
+                Ok(_) => format!("{end} {} ok", c.index),
+                Err(e) => format!("{end} {} LOST ({e})", c.index),
+            }
+        })
+        .collect();
+    let tail = match r.sb.tail_offset {
+        0 => "; no tail copies (a volume created before they existed)".to_string(),
+        t => format!(" (tail area at byte {t})"),
+    };
+    format!(
+        "{}{tail}{}",
+        each.join(", "),
+        if r.from_tail {
+            "; mounted from the tail copy"
+        } else {
+            ""
+        }
+    )
 }
 
 pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {

@@ -88,6 +88,22 @@ pub(in crate::volume) struct Commit {
     pub async_writes: bool,
 }
 
+/// Write `sb` to its copy (index generation mod 2) at the head and, when the
+/// volume has tail copies, to the tail copy of the same index; no flush (the
+/// caller flushes before anything depends on it, so both land or neither counts).
+pub(in crate::volume) fn write_superblock(
+    media: &dyn Media,
+    sb: &Superblock,
+) -> std::io::Result<()> {
+    let index = sb.generation % 2;
+    let bytes = sb.encode();
+    write_block(media, &bytes, index * BS)?;
+    if let Some(t) = sb.tail_copy_offset(index) {
+        write_block(media, &bytes, t)?;
+    }
+    Ok(())
+}
+
 pub(in crate::volume) fn write_block(
     media: &dyn Media,
     bytes: &[u8],
@@ -348,15 +364,15 @@ impl Commit {
             next.durable_seq >= sb.durable_seq,
             "superblock durable point falls"
         );
-        let offset = (next.generation % 2) * BS;
-        let r = write_block(&*self.media, &next.encode(), offset).and_then(|_| self.media.flush());
+        let r = write_superblock(&*self.media, &next).and_then(|_| self.media.flush());
         if let Err(e) = r {
             return Err(self.fail(format!(
                 "writing superblock copy {}: {e}",
                 next.generation % 2
             )));
         }
-        Counters::add(&self.counters.media_superblock_bytes, BS);
+        let copies = if next.tail_offset != 0 { 2 } else { 1 };
+        Counters::add(&self.counters.media_superblock_bytes, copies * BS);
         Counters::add(&self.counters.media_flushes, 1);
         *sb = next;
         Ok(())

@@ -22,7 +22,7 @@ pub use self::scrub::ScrubOutcome;
 
 pub use self::core::GC_CLASSES;
 
-use self::commit::{write_block, Commit};
+use self::commit::Commit;
 use self::core::{Core, NeedSpace, What};
 use self::housekeeper::Housekeeper;
 use crate::error::{Error, Result};
@@ -257,6 +257,10 @@ impl Volume {
                 "volume too large for format version 1 (8 TiB of segments)".into(),
             ));
         }
+        // The tail copies go at the very end of the media (where a mount whose
+        // head copies are lost looks for them), not just after the segments.
+        let mut geo = geo;
+        geo.tail_offset = media.len() / BS * BS - crate::format::superblock::TAIL_AREA_BYTES;
         let sb = Superblock {
             uuid: opts.uuid.unwrap_or_else(rand::random),
             generation: 1,
@@ -273,6 +277,7 @@ impl Volume {
             durable_seq: 1,
             created_unix_s: opts.clock.unix_s(),
             gc_policy: opts.gc_policy.id(),
+            tail_offset: geo.tail_offset,
         };
         // Wipe the superblocks and the first block of every segment so no stale
         // structure of an earlier volume on this media can be mistaken for ours.
@@ -282,8 +287,8 @@ impl Volume {
         }
         let mut second = sb.clone();
         second.generation = 0;
-        write_block(media, &second.encode(), BS)?;
-        write_block(media, &sb.encode(), 0)?;
+        commit::write_superblock(media, &second)?;
+        commit::write_superblock(media, &sb)?;
         media.flush()?;
         Ok(sb)
     }
@@ -379,7 +384,7 @@ impl Volume {
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;
         let t_finish = std::time::Instant::now();
-        if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint) {
+        if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint, m.superblock_repair) {
             sh.commit.stop_writer_threads(writers);
             return Err(e);
         }
@@ -735,7 +740,7 @@ impl Drop for Volume {
 impl Shared {
     /// Last step of a read-write mount (`finish`): checkpoint what replay found (or
     /// just mark the volume open), then wipe the first block of segments found free.
-    fn finish_mount(&self, wipe: &[u32], needs_checkpoint: bool) -> Result<()> {
+    fn finish_mount(&self, wipe: &[u32], needs_checkpoint: bool, sb_repair: bool) -> Result<()> {
         if self.opts.read_only {
             return Ok(());
         }
@@ -748,6 +753,11 @@ impl Shared {
         } else {
             self.commit
                 .update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
+        }
+        if sb_repair {
+            // A superblock copy is lost: the write above renewed one index at
+            // both ends, this one renews the other (same content, next generation).
+            self.commit.update_superblock(|_| {})?;
         }
         if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
