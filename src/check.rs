@@ -89,6 +89,10 @@ pub struct Found {
     pub lbas: Option<Vec<u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phys: Option<u32>,
+    /// Logical block ranges `[start, end)` (kind "salvage": what a salvage
+    /// mount answers EIO for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<Vec<(u64, u64)>>,
     /// The decoder's or the media's reason, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
@@ -314,6 +318,7 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
                     );
                 }
             }
+            salvage_ranges(media, &mut r);
             return r;
         }
     };
@@ -480,4 +485,36 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
         r.add(f, format!("{bad_blocks} live data block(s) fail their block checksum or lie in an unverifiable chunk (logical blocks {first_bad:?}{})", if bad_blocks > 8 { ", ..." } else { "" }));
     }
     r
+}
+
+/// After a refused mount: what a salvage mount (`serve --read-only --salvage`)
+/// would serve, and the logical block ranges it answers EIO for.
+fn salvage_ranges(media: &dyn Media, r: &mut CheckReport) {
+    let Ok(m) = recovery::mount_salvage(media, &mut recovery::MountReport::default()) else {
+        r.notes
+            .push("a salvage mount is not possible either (the damage is not in the log)".into());
+        return;
+    };
+    let n: u64 = m.unvouched.iter().map(|(s, e)| e - s).sum();
+    let shown: Vec<String> = m
+        .unvouched
+        .iter()
+        .take(32)
+        .map(|&(s, e)| if e == s + 1 { s.to_string() } else { format!("{s}-{}", e - 1) })
+        .collect();
+    let more = m.unvouched.len().saturating_sub(32);
+    r.add(
+        Found {
+            kind: "salvage",
+            blocks: Some(n),
+            ranges: Some(m.unvouched.clone()),
+            ..Found::default()
+        },
+        format!(
+            "salvage: `sluice serve --read-only --salvage` serves this volume and answers EIO for {n} of {} logical block(s) it cannot vouch for: {}{}",
+            m.geo.logical_blocks,
+            if shown.is_empty() { "none".to_string() } else { shown.join(", ") },
+            if more > 0 { format!(" (and {more} more range(s); --json lists all)") } else { String::new() }
+        ),
+    );
 }

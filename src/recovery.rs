@@ -130,6 +130,10 @@ pub struct Mounted {
     /// A superblock copy (head or tail) is unusable: a read-write mount rewrites
     /// both indexes, so every copy is whole again.
     pub superblock_repair: bool,
+    /// Salvage mounts: logical block ranges `[start, end)` that must answer EIO.
+    pub unvouched: Vec<(u64, u64)>,
+    /// Salvage mounts: the damage that a normal mount would have refused for.
+    pub salvage_damage: Vec<String>,
     /// Free segments whose first block still holds an old chunk header.
     pub wipe: Vec<u32>,
     pub report: MountReport,
@@ -344,6 +348,9 @@ pub struct Bad {
     /// Seq of the next valid chunk after it (if the walk found one).
     pub before: Option<u64>,
     pub why: String,
+    /// The logical ranges `(lba, count)` its entries name, when its header is
+    /// valid (bad data); None when its header is unreadable (entries unknown).
+    pub entries: Option<Vec<(u64, u64)>>,
 }
 
 impl Bad {
@@ -488,6 +495,9 @@ pub fn walk_image(
                                 after: w.chunks.last().map(|c| c.seq),
                                 before: None,
                                 why: e.to_string(),
+                                entries: Some(
+                                    h.entries.iter().map(|e| (e.lba, e.count as u64)).collect(),
+                                ),
                             });
                         }
                     }
@@ -527,6 +537,7 @@ pub fn walk_image(
             after: prev,
             before: next.map(|(_, s)| s),
             why,
+            entries: None,
         });
         match next {
             Some((j, _)) => {
@@ -818,6 +829,28 @@ pub fn judge(
     sb_durable: u64,
     rules: &mut RecoveryRules,
 ) -> (u64, Vec<String>, Vec<u32>) {
+    let (w, damage, ignore, _) = judge_spans(scans, c_next, sb_durable, rules);
+    (w, damage, ignore)
+}
+
+/// A durable damaged stretch, as salvage needs it: the highest seq it may hold
+/// and the logical ranges its entries name (None: unknown, any block).
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub seq_hi: u64,
+    pub entries: Option<Vec<(u64, u64)>>,
+    pub segment: u32,
+    pub place: String,
+}
+
+/// `judge`, also returning each damaged stretch as a `Span`.
+pub fn judge_spans(
+    scans: &[SegScan],
+    c_next: u64,
+    sb_durable: u64,
+    rules: &mut RecoveryRules,
+) -> (u64, Vec<String>, Vec<u32>, Vec<Span>) {
+    let mut spans = Vec::new();
     let found = || {
         scans
             .iter()
@@ -865,12 +898,25 @@ pub fn judge(
             };
             if durable {
                 damage.push(format!("{}: {}", b.place(), b.why));
+                // the highest seq the stretch may hold: its own (valid header),
+                // else below the next trusted chunk, else below W
+                let seq_hi = match (&b.kind, b.before) {
+                    (BadKind::Data { seq }, _) => *seq,
+                    (BadKind::Header { .. }, Some(c)) => c.saturating_sub(1),
+                    (BadKind::Header { .. }, None) => w.saturating_sub(1),
+                };
+                spans.push(Span {
+                    seq_hi,
+                    entries: b.entries.clone(),
+                    segment: b.segment,
+                    place: b.place(),
+                });
             } else {
                 rules.invalid_tail_dropped += 1;
             }
         }
     }
-    (w, damage, ignore)
+    (w, damage, ignore, spans)
 }
 
 /// Step 4b: apply the found chunks in seq order from `c_next`. A missing seq below
@@ -885,6 +931,7 @@ pub fn replay(
     c_next: u64,
     w: u64,
     last_seq: &mut [u64],
+    mut last_write: Option<&mut [u32]>,
     report: &mut MountReport,
 ) -> Result<u64> {
     let mut found: Vec<&Found> = scans
@@ -933,6 +980,15 @@ pub fn replay(
             report.rules.gap_below_watermark_skipped += 1;
         }
         apply(map, geo, f, &mut report.rules)?;
+        if let Some(lw) = last_write.as_deref_mut() {
+            // salvage: which record each block's mapping now comes from
+            let rel = (f.seq - c_next + 1).min(u32::MAX as u64) as u32;
+            for e in &f.header.entries {
+                for x in e.lba..(e.lba + e.count as u64).min(lw.len() as u64) {
+                    lw[x as usize] = rel;
+                }
+            }
+        }
         report.rules.chunk_replayed += 1;
         last_seq[f.segment as usize] = last_seq[f.segment as usize].max(f.seq);
         report.chunks_replayed += 1;
@@ -1036,6 +1092,57 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
 /// tells which rules fired on the way (`damage_refused` among them). On success
 /// the report moves into `Mounted::report`.
 pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
+    mount_inner(media, report, false)
+}
+
+/// A salvage mount (read-only use only): like `mount_with`, but damage below the
+/// durable watermark does not refuse. The damaged stretches are skipped and
+/// `Mounted::unvouched` lists the logical blocks whose content the mount cannot
+/// vouch for (docs/salvage.md, "what salvage vouches for"):
+/// - a damaged chunk whose header is valid (bad data): the blocks its entries
+///   name, unless a later replayed record (seq above it) superseded them;
+/// - a damaged stretch whose header is unreadable (entries unknown): every block
+///   whose newest replayed record is not newer than the newest seq the stretch
+///   may hold, including blocks mapped by the checkpoint or never written (the
+///   lost chunk may have written any block).
+pub fn mount_salvage(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
+    mount_inner(media, report, true)
+}
+
+/// LBA ranges `[start, end)` the `spans` leave unvouched, given for every block
+/// the replayed record its mapping comes from (`last_write`: seq - c_next + 1, 0
+/// for older than every replayed chunk).
+pub fn unvouched_ranges(spans: &[Span], last_write: &[u32], c_next: u64) -> Vec<(u64, u64)> {
+    // a block is vouched for against `seq` when its newest record is newer
+    let newer = |x: usize, seq: u64| last_write[x] > 0 && c_next + last_write[x] as u64 - 1 > seq;
+    let unknown = spans.iter().filter(|s| s.entries.is_none()).map(|s| s.seq_hi).max();
+    let mut bad = vec![false; last_write.len()];
+    if let Some(h) = unknown {
+        for (x, b) in bad.iter_mut().enumerate() {
+            *b = !newer(x, h);
+        }
+    }
+    for s in spans {
+        for &(lba, count) in s.entries.iter().flatten() {
+            for x in lba..(lba + count).min(last_write.len() as u64) {
+                let x = x as usize;
+                bad[x] |= !newer(x, s.seq_hi);
+            }
+        }
+    }
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (x, &b) in bad.iter().enumerate() {
+        if b {
+            match out.last_mut() {
+                Some((_, e)) if *e == x as u64 => *e += 1,
+                _ => out.push((x as u64, x as u64 + 1)),
+            }
+        }
+    }
+    out
+}
+
+fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Result<Mounted> {
     let t = std::time::Instant::now();
     let read = timed(report, "read_superblocks", t, read_superblocks(media)?);
     for c in read.lost() {
@@ -1081,6 +1188,8 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
     let mut last_seq: Vec<u64> = base.records.iter().map(|r| r.last_seq).collect();
     let mut next_seq = base.c_next;
     let mut wipe = Vec::new();
+    let mut unvouched = Vec::new();
+    let mut salvage_damage = Vec::new();
 
     if !clean {
         let t = std::time::Instant::now();
@@ -1088,8 +1197,17 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
         let scans = timed(report, "scan_segments", t, scans);
 
         let t = std::time::Instant::now();
-        let (w, damage, ignore) = judge(&scans, base.c_next, sb.durable_seq, &mut report.rules);
-        if let Some(first) = damage.first() {
+        let (w, damage, ignore, spans) =
+            judge_spans(&scans, base.c_next, sb.durable_seq, &mut report.rules);
+        let mut last_write = (salvage && !damage.is_empty())
+            .then(|| vec![0u32; geo.logical_blocks as usize]);
+        if salvage && !damage.is_empty() {
+            report.notes.push(format!(
+                "salvage: {} damaged place(s) below the durable point skipped; blocks they may have written answer EIO",
+                damage.len()
+            ));
+            salvage_damage = damage.clone();
+        } else if let Some(first) = damage.first() {
             report.rules.damage_refused += 1;
             return Err(Error::Corrupt(format!(
                 "chunk at {first}: fails verification although a flush had made it durable{}; refusing to mount rather than return stale data (run `sluice check` for the full list)",
@@ -1104,15 +1222,19 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
             base.c_next,
             w,
             &mut last_seq,
+            last_write.as_deref_mut(),
             report,
         )?;
+        if let Some(lw) = &last_write {
+            unvouched = unvouched_ranges(&spans, lw, base.c_next);
+        }
         timed(report, "replay", t, ());
         let jump = unseen_chunks_bound(&geo);
         next_seq += jump;
         for s in last_seq.iter_mut().filter(|s| **s > 0) {
             *s += jump;
         }
-        if sb_fallback && report.rules.log_end_at_missing_seq > 0 {
+        if sb_fallback && report.rules.log_end_at_missing_seq > 0 && !salvage {
             // The lost copy may have held a higher watermark (a reuse barrier
             // after the kept copy): the missing chunk may be a dead one whose
             // segment was wiped, and the discarded chunks after it flushed
@@ -1141,6 +1263,11 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
             if let Some(walk) = &sc.walk {
                 if !walk.chunks.is_empty() && !ignore.contains(&(seg as u32)) {
                     fills[seg] = walk.valid_end;
+                    if salvage {
+                        // chunks after a skipped damaged stretch are mapped too
+                        let end = walk.chunks.iter().map(|f| f.pos + f.header.total_blocks());
+                        fills[seg] = end.chain([walk.valid_end]).max().unwrap_or(0);
+                    }
                 }
             }
             // Segments whose first block looks like a chunk but end up free get wiped.
@@ -1171,6 +1298,8 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
         needs_checkpoint: !clean,
         superblock_repair,
         wipe,
+        unvouched,
+        salvage_damage,
         report: std::mem::take(report),
     })
 }

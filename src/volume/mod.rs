@@ -126,6 +126,10 @@ pub struct OpenOptions {
     /// Source of the timestamps this mount writes (chunk and checkpoint
     /// headers, lifetime counters' start); see `WallClock`.
     pub clock: WallClock,
+    /// Salvage (read-only only): mount even with damage below the durable
+    /// point, answering EIO for every block whose newest record may lie in a
+    /// damaged chunk (`recovery::mount_salvage`, docs/salvage.md).
+    pub salvage: bool,
 }
 
 impl Default for OpenOptions {
@@ -139,6 +143,7 @@ impl Default for OpenOptions {
             verify_reads: true,
             scrub_rate: None,
             clock: WallClock::System,
+            salvage: false,
         }
     }
 }
@@ -201,6 +206,8 @@ pub struct Volume {
     scrubber: Mutex<Option<JoinHandle<()>>>,
     writers: Mutex<Vec<JoinHandle<()>>>,
     report: MountReport,
+    /// Salvage mounts: sorted logical block ranges `[start, end)` that answer EIO.
+    unvouched: Vec<(u64, u64)>,
 }
 
 impl Volume {
@@ -306,7 +313,17 @@ impl Volume {
     /// Mount an existing volume: newest valid checkpoint + replay of newer chunks.
     pub fn open(media: Arc<dyn Media>, opts: &OpenOptions) -> Result<Volume> {
         let t0 = std::time::Instant::now();
-        let m = recovery::mount(&*media)?;
+        if opts.salvage && !opts.read_only {
+            return Err(Error::InvalidArgument(
+                "a salvage mount is read-only only (it never writes): add read_only".into(),
+            ));
+        }
+        let m = if opts.salvage {
+            recovery::mount_salvage(&*media, &mut MountReport::default())?
+        } else {
+            recovery::mount(&*media)?
+        };
+        let unvouched = m.unvouched.clone();
         let geo = m.geo;
         let policy = opts
             .gc_policy
@@ -398,6 +415,7 @@ impl Volume {
             scrubber: Mutex::new(None),
             writers: Mutex::new(writers),
             report,
+            unvouched,
         };
         if opts.background && !opts.read_only {
             let hk = sh.clone();
@@ -434,6 +452,23 @@ impl Volume {
     }
     pub fn mount_report(&self) -> &MountReport {
         &self.report
+    }
+    /// Salvage mounts: the logical block ranges `[start, end)` that answer EIO.
+    pub fn unvouched(&self) -> &[(u64, u64)] {
+        &self.unvouched
+    }
+
+    /// EIO when a salvage mount cannot vouch for a block of `first..=last`.
+    fn check_vouched(&self, first: u64, last: u64) -> Result<()> {
+        let i = self.unvouched.partition_point(|&(_, e)| e <= first);
+        match self.unvouched.get(i) {
+            Some(&(s, _)) if s <= last => Err(Error::BadBlock {
+                lba: s.max(first),
+                segment: u32::MAX,
+                chunk: "salvage: its newest record may lie in a damaged chunk".into(),
+            }),
+            _ => Ok(()),
+        }
     }
     pub fn is_read_only(&self) -> bool {
         self.sh.opts.read_only
@@ -472,6 +507,9 @@ impl Volume {
             out.push(
                 self.check_usable(false)
                     .and_then(|_| self.check_range(offset, len as u64))
+                    .and_then(|_| {
+                        self.check_vouched(offset / BS, (offset + (len as u64).max(1) - 1) / BS)
+                    })
                     .map(|_| {
                         let first = offset / BS;
                         let last = (offset + (len as u64).max(1) - 1) / BS;
@@ -524,6 +562,7 @@ impl Volume {
         }
         let first = offset / BS;
         let last = (offset + buf.len() as u64 - 1) / BS;
+        self.check_vouched(first, last)?;
         let n = (last - first + 1) as usize;
         if offset.is_multiple_of(BS)
             && buf.len().is_multiple_of(BLOCK_BYTES)
