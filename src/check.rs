@@ -500,7 +500,13 @@ fn salvage_ranges(media: &dyn Media, r: &mut CheckReport) {
         .unvouched
         .iter()
         .take(32)
-        .map(|&(s, e)| if e == s + 1 { s.to_string() } else { format!("{s}-{}", e - 1) })
+        .map(|&(s, e)| {
+            if e == s + 1 {
+                s.to_string()
+            } else {
+                format!("{s}-{}", e - 1)
+            }
+        })
         .collect();
     let more = m.unvouched.len().saturating_sub(32);
     r.add(

@@ -132,8 +132,6 @@ pub struct Mounted {
     pub superblock_repair: bool,
     /// Salvage mounts: logical block ranges `[start, end)` that must answer EIO.
     pub unvouched: Vec<(u64, u64)>,
-    /// Salvage mounts: the damage that a normal mount would have refused for.
-    pub salvage_damage: Vec<String>,
     /// Free segments whose first block still holds an old chunk header.
     pub wipe: Vec<u32>,
     pub report: MountReport,
@@ -932,8 +930,20 @@ pub fn replay(
     w: u64,
     last_seq: &mut [u64],
     mut last_write: Option<&mut [u32]>,
+    mark_discarded: bool,
     report: &mut MountReport,
 ) -> Result<u64> {
+    // salvage: blocks a chunk after the end of the log names become unvouched
+    // (DISCARDED) when that chunk may have been durable (a fallback mount)
+    let discard = |f: &Found, lw: Option<&mut [u32]>| {
+        if let (Some(lw), true) = (lw, mark_discarded) {
+            for e in &f.header.entries {
+                for x in e.lba..(e.lba + e.count as u64).min(lw.len() as u64) {
+                    lw[x as usize] = DISCARDED;
+                }
+            }
+        }
+    };
     let mut found: Vec<&Found> = scans
         .iter()
         .filter_map(|s| s.walk.as_ref())
@@ -961,6 +971,7 @@ pub fn replay(
         if stopped {
             report.rules.chunk_after_log_end_discarded += 1;
             report.chunks_discarded += 1;
+            discard(f, last_write.as_deref_mut());
             continue;
         }
         if f.seq < expected {
@@ -974,6 +985,7 @@ pub fn replay(
             report.rules.log_end_at_missing_seq += 1;
             report.rules.chunk_after_log_end_discarded += 1;
             report.chunks_discarded += 1;
+            discard(f, last_write.as_deref_mut());
             continue;
         }
         if f.seq > expected {
@@ -982,7 +994,7 @@ pub fn replay(
         apply(map, geo, f, &mut report.rules)?;
         if let Some(lw) = last_write.as_deref_mut() {
             // salvage: which record each block's mapping now comes from
-            let rel = (f.seq - c_next + 1).min(u32::MAX as u64) as u32;
+            let rel = (f.seq - c_next + 1).min(DISCARDED as u64 - 1) as u32;
             for e in &f.header.entries {
                 for x in e.lba..(e.lba + e.count as u64).min(lw.len() as u64) {
                     lw[x as usize] = rel;
@@ -1109,17 +1121,25 @@ pub fn mount_salvage(media: &dyn Media, report: &mut MountReport) -> Result<Moun
     mount_inner(media, report, true)
 }
 
+/// `last_write` value of a block named by a chunk after the end of the log that
+/// a salvage mount cannot call a torn tail.
+pub const DISCARDED: u32 = u32::MAX;
+
 /// LBA ranges `[start, end)` the `spans` leave unvouched, given for every block
 /// the replayed record its mapping comes from (`last_write`: seq - c_next + 1, 0
-/// for older than every replayed chunk).
+/// for older than every replayed chunk, `DISCARDED`: always unvouched).
 pub fn unvouched_ranges(spans: &[Span], last_write: &[u32], c_next: u64) -> Vec<(u64, u64)> {
     // a block is vouched for against `seq` when its newest record is newer
     let newer = |x: usize, seq: u64| last_write[x] > 0 && c_next + last_write[x] as u64 - 1 > seq;
-    let unknown = spans.iter().filter(|s| s.entries.is_none()).map(|s| s.seq_hi).max();
-    let mut bad = vec![false; last_write.len()];
+    let unknown = spans
+        .iter()
+        .filter(|s| s.entries.is_none())
+        .map(|s| s.seq_hi)
+        .max();
+    let mut bad: Vec<bool> = last_write.iter().map(|&l| l == DISCARDED).collect();
     if let Some(h) = unknown {
         for (x, b) in bad.iter_mut().enumerate() {
-            *b = !newer(x, h);
+            *b |= !newer(x, h);
         }
     }
     for s in spans {
@@ -1189,7 +1209,6 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
     let mut next_seq = base.c_next;
     let mut wipe = Vec::new();
     let mut unvouched = Vec::new();
-    let mut salvage_damage = Vec::new();
 
     if !clean {
         let t = std::time::Instant::now();
@@ -1199,14 +1218,12 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
         let t = std::time::Instant::now();
         let (w, damage, ignore, spans) =
             judge_spans(&scans, base.c_next, sb.durable_seq, &mut report.rules);
-        let mut last_write = (salvage && !damage.is_empty())
-            .then(|| vec![0u32; geo.logical_blocks as usize]);
+        let mut last_write = salvage.then(|| vec![0u32; geo.logical_blocks as usize]);
         if salvage && !damage.is_empty() {
             report.notes.push(format!(
                 "salvage: {} damaged place(s) below the durable point skipped; blocks they may have written answer EIO",
                 damage.len()
             ));
-            salvage_damage = damage.clone();
         } else if let Some(first) = damage.first() {
             report.rules.damage_refused += 1;
             return Err(Error::Corrupt(format!(
@@ -1223,10 +1240,16 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
             w,
             &mut last_seq,
             last_write.as_deref_mut(),
+            sb_fallback,
             report,
         )?;
         if let Some(lw) = &last_write {
             unvouched = unvouched_ranges(&spans, lw, base.c_next);
+            if sb_fallback && report.rules.log_end_at_missing_seq > 0 {
+                report.notes.push(
+                    "salvage: the log ends at a gap on a fallback mount; blocks the chunks after it name answer EIO".into(),
+                );
+            }
         }
         timed(report, "replay", t, ());
         let jump = unseen_chunks_bound(&geo);
@@ -1299,7 +1322,6 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
         superblock_repair,
         wipe,
         unvouched,
-        salvage_damage,
         report: std::mem::take(report),
     })
 }
@@ -1474,5 +1496,32 @@ mod tests {
         assert_eq!(present(&s, 0, 10), 4);
         assert_eq!(present(&s, 3, 9), 2);
         assert_eq!(present(&s, 9, 3), 0);
+    }
+
+    #[test]
+    fn unvouched_ranges_follow_the_salvage_rule() {
+        // c_next 10; blocks 0..8: last record seq 0 (checkpoint), 12, 15, 20, ...
+        let c = 10u64;
+        let rel = |seq: u64| (seq - c + 1) as u32;
+        let lw = [0, rel(12), rel(15), rel(20), 0, rel(11), DISCARDED, rel(30)];
+        let span = |seq_hi, entries| Span {
+            seq_hi,
+            entries,
+            segment: 0,
+            place: String::new(),
+        };
+        // known entries (blocks 1..3 at seq 15): block 1 (seq 12) and 2 (seq 15,
+        // not newer) are unvouched, block 3 (seq 20) is; DISCARDED always is
+        assert_eq!(
+            unvouched_ranges(&[span(15, Some(vec![(1, 3)]))], &lw, c),
+            vec![(1, 3), (6, 7)]
+        );
+        // unknown entries up to seq 14: every block not rewritten after 14,
+        // checkpoint-mapped and never-written ones included
+        assert_eq!(
+            unvouched_ranges(&[span(14, None)], &lw, c),
+            vec![(0, 2), (4, 7)]
+        );
+        assert_eq!(unvouched_ranges(&[], &[0, 0], c), vec![]);
     }
 }

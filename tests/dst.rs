@@ -499,6 +499,8 @@ struct Tally {
     /// Damage runs: mounts refused, reads answered with EIO.
     refused: u64,
     eio: u64,
+    /// Refused mounts that a salvage mount then served (and verified).
+    salvaged: u64,
     /// Seeds that stopped at a known engine bug (KNOWN_FINDINGS).
     known: BTreeMap<&'static str, u64>,
 }
@@ -513,6 +515,7 @@ impl Tally {
         self.live += o.live;
         self.refused += o.refused;
         self.eio += o.eio;
+        self.salvaged += o.salvaged;
         for (k, v) in &o.known {
             *self.known.entry(k).or_default() += v;
         }
@@ -795,6 +798,27 @@ fn open_and_verify(
             }
             t.add_rules(&rep.rules);
             t.refused += 1;
+            // A salvage mount of the refused image (issue 17): every block it
+            // serves must be a state the oracle allows; the rest answers EIO.
+            let salvage = OpenOptions {
+                read_only: true,
+                salvage: true,
+                ..open_opts(sh, false)
+            };
+            if let Ok(vol) = Volume::open(m.clone() as Arc<dyn Media>, &salvage) {
+                t.salvaged += 1;
+                let mut blk = vec![0u8; BS];
+                let actual: Vec<Option<u64>> = (0..sh.blocks)
+                    .map(|b| {
+                        vol.read(b * BS as u64, &mut blk)
+                            .ok()
+                            .map(|_| block_hash(&blk))
+                    })
+                    .collect();
+                o.verify(&actual, started, required).map_err(|e| {
+                    format!("salvage mount after damage {area:?} at media byte {off}: {e}")
+                })?;
+            }
             t.points += 1;
             return Ok(());
         }
@@ -1233,8 +1257,8 @@ fn run_seeds(
 
 fn print_tally(t: &Tally) {
     println!(
-        "dst: {} crash points checked ({} with power cut during the recovery mount, {} from live cuts/EIO; damage: {} mounts refused, {} reads answered EIO)",
-        t.points, t.mount_cuts, t.live, t.refused, t.eio
+        "dst: {} crash points checked ({} with power cut during the recovery mount, {} from live cuts/EIO; damage: {} mounts refused, {} of them served by a salvage mount, {} reads answered EIO)",
+        t.points, t.mount_cuts, t.live, t.refused, t.salvaged, t.eio
     );
     for (k, v) in &t.rules {
         println!("dst: recovery rule {k:<32} fired {v}");

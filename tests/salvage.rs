@@ -44,7 +44,10 @@ fn prepare() -> Prepared {
         write_flush(&vol, &mut r, i * 16, 16, 1000 + i);
     }
     vol.checkpoint().unwrap();
-    for (k, lba) in [0u64, 4, 8, 12, 100, 104, 108, 112, 8].into_iter().enumerate() {
+    for (k, lba) in [0u64, 4, 8, 12, 100, 104, 108, 112, 8]
+        .into_iter()
+        .enumerate()
+    {
         write_flush(&vol, &mut r, lba, 4, 2000 + k as u64);
     }
     drop(vol); // a crash after the flushes
@@ -73,7 +76,9 @@ fn chunk_of(image: &[u8], lba: u64) -> usize {
             let Ok(h) = ChunkHeader::decode(&image[at..at + 4096]) else {
                 break;
             };
-            if h.entries.first().is_some_and(|e| e.lba == lba) && best.is_none_or(|(q, _)| h.seq > q) {
+            if h.entries.first().is_some_and(|e| e.lba == lba)
+                && best.is_none_or(|(q, _)| h.seq > q)
+            {
                 best = Some((h.seq, at));
             }
             pos += h.total_blocks() as usize;
@@ -102,7 +107,10 @@ fn verify_salvage(media: &Arc<MemMedia>, want: &[u8]) -> (Vec<(u64, u64)>, Vec<u
         let is_listed = listed.iter().any(|&(s, e)| (s..e).contains(&b));
         match vol.read(b * BS as u64, &mut buf) {
             Ok(()) => {
-                assert!(!is_listed, "block {b} is listed as unvouched but was served");
+                assert!(
+                    !is_listed,
+                    "block {b} is listed as unvouched but was served"
+                );
                 assert!(
                     buf[..] == want[b as usize * BS..(b as usize + 1) * BS],
                     "salvage served wrong data for block {b}"
@@ -114,13 +122,24 @@ fn verify_salvage(media: &Arc<MemMedia>, want: &[u8]) -> (Vec<(u64, u64)>, Vec<u
     }
     // check lists the same ranges
     let r = sluice::check::check(&**media);
-    let f = r.found.iter().find(|f| f.kind == "salvage").expect("check lists salvage ranges");
+    let f = r
+        .found
+        .iter()
+        .find(|f| f.kind == "salvage")
+        .expect("check lists salvage ranges");
     assert_eq!(f.ranges.as_ref().unwrap(), &listed);
-    assert!(r.damage.iter().any(|d| d.contains("--salvage")), "{:?}", r.damage);
+    assert!(
+        r.damage.iter().any(|d| d.contains("--salvage")),
+        "{:?}",
+        r.damage
+    );
     // a salvage mount never writes, and refuses to be read-write
     assert!(Volume::open(
         media.clone() as Arc<dyn Media>,
-        &OpenOptions { salvage: true, ..det_open(1 << 40) }
+        &OpenOptions {
+            salvage: true,
+            ..det_open(1 << 40)
+        }
     )
     .is_err());
     (listed, served)
@@ -142,7 +161,11 @@ fn damaged_chunk_data_refuses_a_mount_and_salvage_serves_the_rest() {
     let (listed, served) = verify_salvage(&media, &p.want);
     // the header is intact: exactly the blocks the chunk wrote
     assert_eq!(listed, vec![(100, 104)]);
-    assert_eq!(served.len() as u64, BLOCKS - 4, "every other block is served");
+    assert_eq!(
+        served.len() as u64,
+        BLOCKS - 4,
+        "every other block is served"
+    );
     assert!(media.image() == before, "salvage wrote to the media");
 }
 
@@ -163,11 +186,15 @@ fn unreadable_chunk_header_refuses_a_mount_and_salvage_serves_only_newer_blocks(
     // entries unknown: only blocks rewritten after the damaged chunk are vouched
     // for (104..116 and 8..12); everything else, checkpoint-mapped included, is EIO
     let vouched: Vec<u64> = (8..12).chain(104..116).collect();
-    let mut unlisted: Vec<u64> =
-        (0..BLOCKS).filter(|b| !listed.iter().any(|&(s, e)| (s..e).contains(b))).collect();
+    let mut unlisted: Vec<u64> = (0..BLOCKS)
+        .filter(|b| !listed.iter().any(|&(s, e)| (s..e).contains(b)))
+        .collect();
     unlisted.sort();
     assert_eq!(unlisted, vouched);
-    assert!(served.contains(&8) && served.contains(&11), "served {served:?}");
+    assert!(
+        served.contains(&8) && served.contains(&11),
+        "served {served:?}"
+    );
     assert!(media.image() == before, "salvage wrote to the media");
 }
 
@@ -177,7 +204,11 @@ fn salvage_of_an_undamaged_volume_lists_nothing() {
     let media = Arc::new(MemMedia::from_image(p.image.clone()));
     let vol = Volume::open(
         media.clone() as Arc<dyn Media>,
-        &OpenOptions { read_only: true, salvage: true, ..det_open(1 << 40) },
+        &OpenOptions {
+            read_only: true,
+            salvage: true,
+            ..det_open(1 << 40)
+        },
     )
     .unwrap();
     assert!(vol.unvouched().is_empty());

@@ -73,7 +73,8 @@ pub fn run_repair(a: RepairArgs) -> anyhow::Result<i32> {
         }
     }
     // the volume lock, as serve takes it: no server may hold it meanwhile
-    let lock = std::fs::File::open(&a.path).with_context(|| format!("opening {}", a.path.display()))?;
+    let lock =
+        std::fs::File::open(&a.path).with_context(|| format!("opening {}", a.path.display()))?;
     // SAFETY: flock on a descriptor we own; released when `lock` drops.
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         eprintln!(
@@ -83,7 +84,8 @@ pub fn run_repair(a: RepairArgs) -> anyhow::Result<i32> {
         return Ok(2);
     }
     let before = {
-        let media = FileMedia::open(&a.path, true).with_context(|| format!("opening {}", a.path.display()))?;
+        let media = FileMedia::open(&a.path, true)
+            .with_context(|| format!("opening {}", a.path.display()))?;
         sluice::check::check(&media)
     };
     for d in &before.damage {
@@ -111,9 +113,11 @@ pub fn run_repair(a: RepairArgs) -> anyhow::Result<i32> {
     for n in &vol.mount_report().notes {
         println!("mount       {n}");
     }
-    vol.close().with_context(|| format!("closing {}", a.path.display()))?;
+    vol.close()
+        .with_context(|| format!("closing {}", a.path.display()))?;
     drop(vol);
-    let media = FileMedia::open(&a.path, true).with_context(|| format!("opening {}", a.path.display()))?;
+    let media =
+        FileMedia::open(&a.path, true).with_context(|| format!("opening {}", a.path.display()))?;
     let after = sluice::check::check(&media);
     drop(lock);
     for d in &after.damage {

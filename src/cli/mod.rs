@@ -45,7 +45,9 @@ pub enum Cmd {
     #[command(after_help = "Examples:\n  sluice check vol.img\n  sluice check vol.img --json")]
     Check(info::CheckArgs),
     /// Rewrite lost or damaged superblock copies (head and tail) and checkpoint from a volume that still mounts; check before and after (exit 0 clean after, 1 damaged, 2 usage).
-    #[command(after_help = "Examples:\n  sluice check vol.img   # exit 1: superblock copies at the head are unreadable\n  sluice repair vol.img")]
+    #[command(
+        after_help = "Examples:\n  sluice check vol.img   # exit 1: superblock copies at the head are unreadable\n  sluice repair vol.img"
+    )]
     Repair(info::RepairArgs),
     /// Benchmarks from the seeds (grid, slog, steady, mix) and more, on sluice and its peers side by side.
     #[command(
