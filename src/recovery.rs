@@ -929,10 +929,15 @@ pub fn replay(
     c_next: u64,
     w: u64,
     last_seq: &mut [u64],
-    mut last_write: Option<&mut [u32]>,
-    mark_discarded: bool,
+    salvage: Option<(&mut [u32], bool)>,
     report: &mut MountReport,
 ) -> Result<u64> {
+    // salvage: (the record each block's mapping comes from, whether blocks that
+    // chunks after the end of the log name become DISCARDED)
+    let (mut last_write, mark_discarded) = match salvage {
+        Some((lw, mark)) => (Some(lw), mark),
+        None => (None, false),
+    };
     // salvage: blocks a chunk after the end of the log names become unvouched
     // (DISCARDED) when that chunk may have been durable (a fallback mount)
     let discard = |f: &Found, lw: Option<&mut [u32]>| {
@@ -1239,8 +1244,7 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
             base.c_next,
             w,
             &mut last_seq,
-            last_write.as_deref_mut(),
-            sb_fallback,
+            last_write.as_deref_mut().map(|lw| (lw, sb_fallback)),
             report,
         )?;
         if let Some(lw) = &last_write {

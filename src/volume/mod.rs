@@ -462,11 +462,11 @@ impl Volume {
     fn check_vouched(&self, first: u64, last: u64) -> Result<()> {
         let i = self.unvouched.partition_point(|&(_, e)| e <= first);
         match self.unvouched.get(i) {
-            Some(&(s, _)) if s <= last => Err(Error::BadBlock {
-                lba: s.max(first),
-                segment: u32::MAX,
-                chunk: "salvage: its newest record may lie in a damaged chunk".into(),
-            }),
+            // EIO to clients, like any unreadable block
+            Some(&(s, _)) if s <= last => Err(Error::Corrupt(format!(
+                "logical block {}: a salvage mount cannot vouch for it (its newest record may lie in a damaged chunk; `sluice check` lists the ranges)",
+                s.max(first)
+            ))),
             _ => Ok(()),
         }
     }
