@@ -104,6 +104,15 @@ pub(in crate::volume) fn write_superblock(
     Ok(())
 }
 
+/// Media bytes one superblock write takes: its head copy, plus its tail copy.
+pub(in crate::volume) fn superblock_write_bytes(sb: &Superblock) -> u64 {
+    if sb.tail_offset != 0 {
+        2 * BS
+    } else {
+        BS
+    }
+}
+
 pub(in crate::volume) fn write_block(
     media: &dyn Media,
     bytes: &[u8],
@@ -371,8 +380,10 @@ impl Commit {
                 next.generation % 2
             )));
         }
-        let copies = if next.tail_offset != 0 { 2 } else { 1 };
-        Counters::add(&self.counters.media_superblock_bytes, copies * BS);
+        Counters::add(
+            &self.counters.media_superblock_bytes,
+            superblock_write_bytes(&next),
+        );
         Counters::add(&self.counters.media_flushes, 1);
         *sb = next;
         Ok(())
