@@ -10,8 +10,6 @@ mod nbd_common;
 
 use common::*;
 use nbd_common::*;
-use sluice::format::chunk::ChunkHeader;
-use sluice::format::superblock::Superblock;
 use sluice::media::{CrashPolicy, FaultMedia, Media};
 use sluice::Volume;
 use std::path::Path;
@@ -51,31 +49,6 @@ fn crashed_volume() -> (Vec<u8>, Vec<u8>) {
         seed: 0,
     });
     (image, r.cur)
-}
-
-/// Flip a bit in the first data block of the newest chunk writing `lba`.
-fn damage_chunk_data(image: &mut [u8], lba: u64) {
-    let sb = Superblock::decode(&image[..4096])
-        .or_else(|_| Superblock::decode(&image[4096..8192]))
-        .unwrap();
-    let mut best: Option<(u64, usize)> = None;
-    for s in 0..sb.segment_count as u64 {
-        let seg_off = (sb.data_offset + s * sb.segment_blocks as u64 * 4096) as usize;
-        let mut pos = 0usize;
-        while pos < sb.segment_blocks as usize {
-            let at = seg_off + pos * 4096;
-            let Ok(h) = ChunkHeader::decode(&image[at..at + 4096]) else {
-                break;
-            };
-            if h.entries.first().is_some_and(|e| e.lba == lba)
-                && best.is_none_or(|(q, _)| h.seq > q)
-            {
-                best = Some((h.seq, at));
-            }
-            pos += h.total_blocks() as usize;
-        }
-    }
-    image[best.unwrap().1 + 4096 + 5] ^= 0x20;
 }
 
 fn sluice(args: &[&str], dir: &Path) -> std::process::Output {
@@ -137,7 +110,9 @@ fn a_wiped_head_is_damage_and_repair_rewrites_it() {
 fn salvage_export_copies_out_everything_but_the_listed_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let (mut image, want) = crashed_volume();
-    damage_chunk_data(&mut image, 100);
+    // a bit in the first data block of the chunk writing 100..104
+    let at = newest_chunk_of(&image, 100);
+    image[at + 4096 + 5] ^= 0x20;
     let img = dir.path().join("v.img");
     std::fs::write(&img, &image).unwrap();
     // a normal serve refuses, naming the damage

@@ -6,8 +6,6 @@
 mod common;
 
 use common::*;
-use sluice::format::chunk::ChunkHeader;
-use sluice::format::superblock::Superblock;
 use sluice::media::{CrashPolicy, FaultMedia};
 use sluice::media::{Media, MemMedia};
 use sluice::{OpenOptions, Volume};
@@ -57,34 +55,6 @@ fn prepare() -> Prepared {
         seed: 0,
     });
     Prepared { image, want: r.cur }
-}
-
-/// Media byte offset of the header of the newest chunk whose first entry
-/// starts at `lba`.
-fn chunk_of(image: &[u8], lba: u64) -> usize {
-    let sb = [0, 1]
-        .into_iter()
-        .filter_map(|i| Superblock::decode(&image[i * 4096..(i + 1) * 4096]).ok())
-        .max_by_key(|s| s.generation)
-        .unwrap();
-    let mut best: Option<(u64, usize)> = None;
-    for s in 0..sb.segment_count as u64 {
-        let seg_off = (sb.data_offset + s * sb.segment_blocks as u64 * 4096) as usize;
-        let mut pos = 0usize;
-        while pos < sb.segment_blocks as usize {
-            let at = seg_off + pos * 4096;
-            let Ok(h) = ChunkHeader::decode(&image[at..at + 4096]) else {
-                break;
-            };
-            if h.entries.first().is_some_and(|e| e.lba == lba)
-                && best.is_none_or(|(q, _)| h.seq > q)
-            {
-                best = Some((h.seq, at));
-            }
-            pos += h.total_blocks() as usize;
-        }
-    }
-    best.expect("chunk").1
 }
 
 /// Read every block of a salvage mount: listed blocks must answer EIO, the
@@ -148,7 +118,7 @@ fn verify_salvage(media: &Arc<MemMedia>, want: &[u8]) -> (Vec<(u64, u64)>, Vec<u
 #[test]
 fn damaged_chunk_data_refuses_a_mount_and_salvage_serves_the_rest() {
     let p = prepare();
-    let at = chunk_of(&p.image, 100);
+    let at = newest_chunk_of(&p.image, 100);
     let mut img = p.image.clone();
     img[at + 4096 + 17] ^= 0x10; // first data block of the chunk writing 100..104
     let media = Arc::new(MemMedia::from_image(img));
@@ -172,7 +142,7 @@ fn damaged_chunk_data_refuses_a_mount_and_salvage_serves_the_rest() {
 #[test]
 fn unreadable_chunk_header_refuses_a_mount_and_salvage_serves_only_newer_blocks() {
     let p = prepare();
-    let at = chunk_of(&p.image, 100);
+    let at = newest_chunk_of(&p.image, 100);
     let mut img = p.image.clone();
     img[at + 2] ^= 0x01; // the magic: the header is unreadable, its entries unknown
     let media = Arc::new(MemMedia::from_image(img));
