@@ -1,4 +1,5 @@
-//! Check: verify a volume without changing it: both superblock copies, both
+//! Check: verify a volume without changing it: the superblock copies at the head
+//! and at the tail, both
 //! checkpoint slots, a read-only mount (which replays and verifies every chunk
 //! newer than the checkpoint), then every chunk of every segment that holds live
 //! data, and finally that each mapped data block is described by a verified chunk
@@ -25,6 +26,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize)]
 pub struct CopyCheck {
     pub copy: u32,
+    /// "head" (bytes 0 and 4096) or "tail" (the tail area).
+    pub end: recovery::End,
+    pub byte: u64,
     pub ok: bool,
     pub generation: Option<u64>,
     /// The decoder's reason when not ok.
@@ -59,11 +63,14 @@ pub struct MountCheck {
 /// One problem, located: `kind` says what, the other fields where.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Found {
-    /// "superblock", "checkpoint", "mount", "log", "segment_read",
+    /// "superblock", "superblock_head_lost", "superblock_tail_lost", "checkpoint",
+    /// "mount", "log", "segment_read",
     /// "chunk_data", "chunk_header", "walk_end", "map_mismatch", "bad_blocks".
     pub kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub copy: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end: Option<recovery::End>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -82,6 +89,10 @@ pub struct Found {
     pub lbas: Option<Vec<u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phys: Option<u32>,
+    /// Logical block ranges `[start, end)` (kind "salvage": what a salvage
+    /// mount answers EIO for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<Vec<(u64, u64)>>,
     /// The decoder's or the media's reason, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
@@ -135,7 +146,7 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
     let mut r = CheckReport::default();
     let mut step = |step, done, total| progress(Progress { step, done, total });
     step("superblocks", 0, 2);
-    let (sb, copies) = match recovery::read_superblocks(media) {
+    let read = match recovery::read_superblocks(media) {
         Ok(x) => x,
         Err(e) => {
             r.mount_result.cause = Some(e.to_string());
@@ -150,22 +161,32 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
             return r;
         }
     };
-    for (i, c) in copies.iter().enumerate() {
-        match c {
+    let sb = read.sb.clone();
+    for c in &read.copies {
+        let end = match c.end {
+            recovery::End::Head => "",
+            recovery::End::Tail => "tail ",
+        };
+        let i = c.index;
+        match &c.found {
             Ok(s) => {
                 r.superblocks
-                    .push(format!("copy {i}: ok (generation {})", s.generation));
+                    .push(format!("{end}copy {i}: ok (generation {})", s.generation));
                 r.superblock_copies.push(CopyCheck {
-                    copy: i as u32,
+                    copy: i,
+                    end: c.end,
+                    byte: c.byte,
                     ok: true,
                     generation: Some(s.generation),
                     cause: None,
                 });
             }
             Err(e) => {
-                r.superblocks.push(format!("copy {i}: damaged ({e})"));
+                r.superblocks.push(format!("{end}copy {i}: damaged ({e})"));
                 r.superblock_copies.push(CopyCheck {
-                    copy: i as u32,
+                    copy: i,
+                    end: c.end,
+                    byte: c.byte,
                     ok: false,
                     generation: None,
                     cause: Some(e.clone()),
@@ -173,15 +194,46 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
                 r.add(
                     Found {
                         kind: "superblock",
-                        copy: Some(i as u32),
-                        byte: Some((i * BLOCK_BYTES) as u64),
+                        copy: Some(i),
+                        byte: Some(c.byte),
+                        end: Some(c.end),
                         cause: Some(e.clone()),
                         ..Found::default()
                     },
-                    format!("superblock copy {i} at byte {}: {e}", i * BLOCK_BYTES),
+                    format!("{}: {e}", c.name()),
                 );
             }
         }
+    }
+    if read.from_tail {
+        r.damage.push(format!(
+            "superblock copies 0 and 1 at the head are unreadable ({}); mounted from the tail copy (generation {}). `sluice repair` rewrites them",
+            read.copies[0].found.as_ref().err().cloned().unwrap_or_default(),
+            sb.generation
+        ));
+        r.found.push(Found {
+            kind: "superblock_head_lost",
+            cause: Some("mounted from the tail copy".into()),
+            ..Found::default()
+        });
+    } else if read.copies.len() > 2 && read.copies[2..].iter().all(|c| c.found.is_err()) {
+        r.add(
+            Found {
+                kind: "superblock_tail_lost",
+                byte: Some(sb.tail_offset),
+                ..Found::default()
+            },
+            format!(
+                "superblock copies 0 and 1 at the tail (byte {}) are unreadable ({}); the head copies are used. `sluice repair` rewrites them",
+                sb.tail_offset,
+                read.copies[2].found.as_ref().err().cloned().unwrap_or_default()
+            ),
+        );
+    }
+    if sb.tail_offset == 0 {
+        r.notes.push(
+            "this volume has no superblock copies at the tail of the media (created before they existed, or last written by such a build): a lost head cannot be recovered from the tail".into(),
+        );
     }
     step("checkpoints", 0, 2);
     for slot in 0..2u32 {
@@ -266,6 +318,7 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
                     );
                 }
             }
+            salvage_ranges(media, &mut r);
             return r;
         }
     };
@@ -432,4 +485,42 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
         r.add(f, format!("{bad_blocks} live data block(s) fail their block checksum or lie in an unverifiable chunk (logical blocks {first_bad:?}{})", if bad_blocks > 8 { ", ..." } else { "" }));
     }
     r
+}
+
+/// After a refused mount: what a salvage mount (`serve --read-only --salvage`)
+/// would serve, and the logical block ranges it answers EIO for.
+fn salvage_ranges(media: &dyn Media, r: &mut CheckReport) {
+    let Ok(m) = recovery::mount_salvage(media, &mut recovery::MountReport::default()) else {
+        r.notes
+            .push("a salvage mount is not possible either (the damage is not in the log)".into());
+        return;
+    };
+    let n: u64 = m.unvouched.iter().map(|(s, e)| e - s).sum();
+    let shown: Vec<String> = m
+        .unvouched
+        .iter()
+        .take(32)
+        .map(|&(s, e)| {
+            if e == s + 1 {
+                s.to_string()
+            } else {
+                format!("{s}-{}", e - 1)
+            }
+        })
+        .collect();
+    let more = m.unvouched.len().saturating_sub(32);
+    r.add(
+        Found {
+            kind: "salvage",
+            blocks: Some(n),
+            ranges: Some(m.unvouched.clone()),
+            ..Found::default()
+        },
+        format!(
+            "salvage: `sluice serve --read-only --salvage` serves this volume and answers EIO for {n} of {} logical block(s) it cannot vouch for: {}{}",
+            m.geo.logical_blocks,
+            if shown.is_empty() { "none".to_string() } else { shown.join(", ") },
+            if more > 0 { format!(" (and {more} more range(s); --json lists all)") } else { String::new() }
+        ),
+    );
 }

@@ -1,11 +1,14 @@
 //! Geometry: where everything lives on the media, computed once at create time and
 //! recorded in the superblock. Layout: superblock copies at 0 and 4 KiB, two
-//! checkpoint slots, then (aligned to 1 MiB) the segment area.
+//! checkpoint slots, then (aligned to 1 MiB) the segment area, then the tail area
+//! (`TAIL_AREA_BYTES`, superblock tail copies 0 and 1 at its start) at the end of
+//! the media.
 //!
 //! Invariant: logical_blocks <= (segment_count - reserve - OPEN_SEGMENTS) * data
 //! capacity of a segment * (1 - op), so GC can always make progress when op > 0.
 
-use crate::format::{checkpoint, superblock::Superblock, BLOCK_BYTES};
+use crate::format::superblock::{Superblock, TAIL_AREA_BYTES};
+use crate::format::{checkpoint, BLOCK_BYTES};
 
 pub const DATA_ALIGN_BYTES: u64 = 1 << 20;
 pub const DEFAULT_SEGMENT_BYTES: u64 = 4 << 20;
@@ -19,6 +22,9 @@ pub struct Geometry {
     pub data_offset: u64,
     pub checkpoint_offset: [u64; 2],
     pub checkpoint_slot_bytes: u64,
+    /// Byte offset of the tail area, or 0: no tail copies (a volume created
+    /// before issue 17).
+    pub tail_offset: u64,
 }
 
 /// Data blocks a segment holds at worst (random single-block writes: one header
@@ -47,6 +53,7 @@ impl Geometry {
             data_offset: sb.data_offset,
             checkpoint_offset: sb.checkpoint_offset,
             checkpoint_slot_bytes: sb.checkpoint_slot_bytes,
+            tail_offset: sb.tail_offset,
         }
     }
 
@@ -66,6 +73,8 @@ impl Geometry {
         let c0 = 2 * BLOCK_BYTES as u64;
         let c1 = c0 + slot;
         let data_offset = (c1 + slot).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;
+        let tail_offset =
+            data_offset + segment_count as u64 * segment_blocks as u64 * BLOCK_BYTES as u64;
         Geometry {
             logical_blocks,
             segment_blocks,
@@ -73,6 +82,7 @@ impl Geometry {
             data_offset,
             checkpoint_offset: [c0, c1],
             checkpoint_slot_bytes: slot,
+            tail_offset,
         }
     }
 
@@ -87,12 +97,27 @@ impl Geometry {
                 hi = mid - 1;
             }
         }
-        (lo > 0).then(|| Geometry::for_logical(lo, segment_blocks, op))
+        (lo > 0).then(|| {
+            let mut g = Geometry::for_logical(lo, segment_blocks, op);
+            // the tail area at the very end of the media, not just after the segments
+            g.tail_offset = media_bytes / BLOCK_BYTES as u64 * BLOCK_BYTES as u64 - TAIL_AREA_BYTES;
+            g
+        })
     }
 
-    pub fn media_bytes(&self) -> u64 {
+    /// End of the segment area.
+    pub fn data_end(&self) -> u64 {
         self.data_offset
             + self.segment_count as u64 * self.segment_blocks as u64 * BLOCK_BYTES as u64
+    }
+
+    /// Bytes of media the volume needs: up to the end of the tail area (or of the
+    /// segment area for a volume without tail copies).
+    pub fn media_bytes(&self) -> u64 {
+        match self.tail_offset {
+            0 => self.data_end(),
+            t => t + TAIL_AREA_BYTES,
+        }
     }
     pub fn logical_bytes(&self) -> u64 {
         self.logical_blocks * BLOCK_BYTES as u64

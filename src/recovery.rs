@@ -3,7 +3,8 @@
 //! It also owns the log's chunk walker (`walk_image`) that GC and check use too
 //! (the CRC index and the scrub have their own, narrower walks: ARCHITECTURE.md).
 //!
-//! 1. `read_superblocks`: newest valid of the two copies.
+//! 1. `read_superblocks`: newest valid of the two head copies, else of the two
+//!    tail copies at the end of the media (a fallback mount).
 //! 2. `load_checkpoint`: newest valid slot, else the older one, else an empty map.
 //! 3. `scan_segments` (skipped after a clean close): walk every segment that may
 //!    hold chunks with seq >= the checkpoint's next_seq (from block 0, or from the
@@ -24,7 +25,7 @@
 use crate::checkpoint;
 use crate::error::{Error, Result};
 use crate::format::chunk::{self, ChunkHeader, Kind};
-use crate::format::superblock::{Superblock, NO_CHECKPOINT};
+use crate::format::superblock::{Superblock, NO_CHECKPOINT, TAIL_AREA_BYTES};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
 use crate::map::virt_of;
@@ -70,8 +71,10 @@ macro_rules! rules {
 }
 
 rules! {
-    /// One superblock copy was unusable; the other was used.
+    /// One head superblock copy was unusable; the other was used.
     superblock_copy_fallback,
+    /// Both head superblock copies were unusable; a tail copy was used.
+    superblock_tail_fallback,
     /// The current checkpoint slot was unusable; the older slot was used.
     checkpoint_slot_fallback,
     /// A checkpoint slot newer than the superblock names was ignored.
@@ -125,43 +128,188 @@ pub struct Mounted {
     pub lifetime: Option<crate::format::checkpoint::Lifetime>,
     /// Replay ran (or a fallback was taken): persist the result before writing.
     pub needs_checkpoint: bool,
+    /// A superblock copy (head or tail) is unusable: a read-write mount rewrites
+    /// both indexes, so every copy is whole again.
+    pub superblock_repair: bool,
+    /// Salvage mounts: logical block ranges `[start, end)` that must answer EIO.
+    pub unvouched: Vec<(u64, u64)>,
     /// Free segments whose first block still holds an old chunk header.
     pub wipe: Vec<u32>,
     pub report: MountReport,
 }
 
-/// Step 1. Returns the chosen superblock and what each copy held.
-pub fn read_superblocks(
-    media: &dyn Media,
-) -> Result<(Superblock, [std::result::Result<Superblock, String>; 2])> {
+/// Which end of the media a superblock copy sits at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum End {
+    Head,
+    Tail,
+}
+
+/// One superblock copy as read (`index` 0 or 1: the generation parity it holds).
+#[derive(Debug, Clone)]
+pub struct SbCopy {
+    pub index: u32,
+    pub end: End,
+    pub byte: u64,
+    pub found: std::result::Result<Superblock, String>,
+}
+
+impl SbCopy {
+    /// "superblock copy 0 at the head (byte 0)", for messages.
+    pub fn name(&self) -> String {
+        let end = match self.end {
+            End::Head => "head",
+            End::Tail => "tail",
+        };
+        format!(
+            "superblock copy {} at the {end} (byte {})",
+            self.index, self.byte
+        )
+    }
+}
+
+/// What step 1 found: the copy mount uses and every copy it read.
+#[derive(Debug, Clone)]
+pub struct SbRead {
+    pub sb: Superblock,
+    /// Head copies 0 and 1, then tail copies 0 and 1 when they were read: the
+    /// volume names a tail area, or both head copies are unusable and the tail
+    /// area was looked for at the end of the media.
+    pub copies: Vec<SbCopy>,
+    /// Both head copies are unusable: `sb` is a tail copy.
+    pub from_tail: bool,
+    /// `sb` may be older than the newest durable superblock (a head copy is
+    /// unusable, or `sb` is a tail copy): the "superblock fallback" rules apply.
+    pub fallback: bool,
+}
+
+impl SbRead {
+    /// Copies that should be there and are not usable.
+    pub fn lost(&self) -> impl Iterator<Item = &SbCopy> {
+        self.copies.iter().filter(|c| c.found.is_err())
+    }
+}
+
+/// Where a volume whose head copies are lost keeps its tail area: the last
+/// `TAIL_AREA_BYTES` of the media (rounded down to a block), as `create` places it.
+pub fn tail_offset_for_len(len: u64) -> Option<u64> {
+    let end = len / BLOCK_BYTES as u64 * BLOCK_BYTES as u64;
+    end.checked_sub(TAIL_AREA_BYTES)
+        .filter(|&t| t >= 2 * BLOCK_BYTES as u64)
+}
+
+/// Read and decode the two copies at `at`; a tail copy must name the tail area
+/// it was read from (else it is a stray block) and carry `uuid` when known.
+fn read_copies(media: &dyn Media, at: u64, end: End, uuid: Option<[u8; 16]>) -> Vec<SbCopy> {
+    let mut buf = AlignedBuf::new(2 * BLOCK_BYTES);
+    let read = media
+        .read_at(&mut buf, at)
+        .map_err(|e| format!("read failed: {e}"));
+    (0..2u32)
+        .map(|i| {
+            let b = &buf[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES];
+            let found = read.clone().and_then(|_| {
+                if crate::format::is_filled_with(b, 0) {
+                    return Err("zeroed".into());
+                }
+                let sb = Superblock::decode(b).map_err(|e| e.to_string())?;
+                if end == End::Tail && sb.tail_offset != at {
+                    return Err(format!(
+                        "a superblock naming its tail area at byte {}, not here",
+                        sb.tail_offset
+                    ));
+                }
+                if uuid.is_some_and(|u| u != sb.uuid) {
+                    return Err("a superblock of another volume (uuid differs)".into());
+                }
+                Ok(sb)
+            });
+            SbCopy {
+                index: i,
+                end,
+                byte: at + (i as u64) * BLOCK_BYTES as u64,
+                found,
+            }
+        })
+        .collect()
+}
+
+/// Step 1. The newest valid head copy; when both head copies are unusable, the
+/// newest valid tail copy (a fallback mount). The tail copies of a volume that
+/// has them are read and reported either way.
+pub fn read_superblocks(media: &dyn Media) -> Result<SbRead> {
     if media.len() < 2 * BLOCK_BYTES as u64 {
         return Err(Error::Corrupt(format!(
             "media of {} bytes is too small to hold a sluice volume",
             media.len()
         )));
     }
-    let mut buf = AlignedBuf::new(2 * BLOCK_BYTES);
-    media.read_at(&mut buf, 0)?;
-    let copies = [0, 1].map(|i| {
-        Superblock::decode(&buf[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]).map_err(|e| e.to_string())
-    });
-    let best = copies
-        .iter()
-        .filter_map(|c| c.as_ref().ok())
-        .max_by_key(|s| s.generation)
-        .cloned();
+    let newest = |copies: &[SbCopy]| {
+        copies
+            .iter()
+            .filter_map(|c| c.found.as_ref().ok())
+            .max_by_key(|s| s.generation)
+            .cloned()
+    };
+    let mut copies = read_copies(media, 0, End::Head, None);
+    let head = newest(&copies);
+    // A head copy names its tail area; with no head copy, look at the media's end.
+    let tail_at = match &head {
+        Some(h) => (h.tail_offset != 0).then_some(h.tail_offset),
+        None => tail_offset_for_len(media.len()),
+    };
+    if let Some(t) = tail_at.filter(|t| t.saturating_add(2 * BLOCK_BYTES as u64) <= media.len()) {
+        copies.extend(read_copies(
+            media,
+            t,
+            End::Tail,
+            head.as_ref().map(|h| h.uuid),
+        ));
+    } else if let Some(t) = tail_at {
+        // named by a head copy but beyond the media (the media shrank)
+        for i in 0..2u32 {
+            copies.push(SbCopy {
+                index: i,
+                end: End::Tail,
+                byte: t + (i as u64) * BLOCK_BYTES as u64,
+                found: Err(format!(
+                    "beyond the end of the media ({} bytes)",
+                    media.len()
+                )),
+            });
+        }
+    }
+    let from_tail = head.is_none();
+    let best = head.or_else(|| newest(&copies[2..]));
     match best {
         Some(sb) => {
             if media.len() < sb.media_bytes() {
-                return Err(Error::Corrupt(format!("the volume needs {} bytes but the media holds only {}", sb.media_bytes(), media.len())));
+                return Err(Error::Corrupt(format!(
+                    "the volume needs {} bytes but the media holds only {}",
+                    sb.media_bytes(),
+                    media.len()
+                )));
             }
-            Ok((sb, copies))
+            let fallback = from_tail || copies[..2].iter().any(|c| c.found.is_err());
+            Ok(SbRead {
+                sb,
+                copies,
+                from_tail,
+                fallback,
+            })
         }
-        None => Err(Error::Corrupt(format!(
-            "no valid superblock (copy 0 at byte 0: {}; copy 1 at byte 4096: {}): not a sluice volume, or both copies are damaged",
-            copies[0].as_ref().err().unwrap(),
-            copies[1].as_ref().err().unwrap()
-        ))),
+        None => {
+            let each: Vec<String> = copies
+                .iter()
+                .map(|c| format!("{}: {}", c.name(), c.found.as_ref().err().unwrap()))
+                .collect();
+            Err(Error::Corrupt(format!(
+                "no valid superblock ({}): not a sluice volume, or the superblock copies at {} are damaged",
+                each.join("; "),
+                if copies.len() > 2 { "both ends of the media" } else { "its head" }
+            )))
+        }
     }
 }
 
@@ -199,6 +347,9 @@ pub struct Bad {
     /// Seq of the next valid chunk after it (if the walk found one).
     pub before: Option<u64>,
     pub why: String,
+    /// The logical ranges `(lba, count)` its entries name, when its header is
+    /// valid (bad data); None when its header is unreadable (entries unknown).
+    pub entries: Option<Vec<(u64, u64)>>,
 }
 
 impl Bad {
@@ -343,6 +494,9 @@ pub fn walk_image(
                                 after: w.chunks.last().map(|c| c.seq),
                                 before: None,
                                 why: e.to_string(),
+                                entries: Some(
+                                    h.entries.iter().map(|e| (e.lba, e.count as u64)).collect(),
+                                ),
                             });
                         }
                     }
@@ -382,6 +536,7 @@ pub fn walk_image(
             after: prev,
             before: next.map(|(_, s)| s),
             why,
+            entries: None,
         });
         match next {
             Some((j, _)) => {
@@ -673,6 +828,28 @@ pub fn judge(
     sb_durable: u64,
     rules: &mut RecoveryRules,
 ) -> (u64, Vec<String>, Vec<u32>) {
+    let (w, damage, ignore, _) = judge_spans(scans, c_next, sb_durable, rules);
+    (w, damage, ignore)
+}
+
+/// A durable damaged stretch, as salvage needs it: the highest seq it may hold
+/// and the logical ranges its entries name (None: unknown, any block).
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub seq_hi: u64,
+    pub entries: Option<Vec<(u64, u64)>>,
+    pub segment: u32,
+    pub place: String,
+}
+
+/// `judge`, also returning each damaged stretch as a `Span`.
+pub fn judge_spans(
+    scans: &[SegScan],
+    c_next: u64,
+    sb_durable: u64,
+    rules: &mut RecoveryRules,
+) -> (u64, Vec<String>, Vec<u32>, Vec<Span>) {
+    let mut spans = Vec::new();
     let found = || {
         scans
             .iter()
@@ -720,12 +897,25 @@ pub fn judge(
             };
             if durable {
                 damage.push(format!("{}: {}", b.place(), b.why));
+                // the highest seq the stretch may hold: its own (valid header),
+                // else below the next trusted chunk, else below W
+                let seq_hi = match (&b.kind, b.before) {
+                    (BadKind::Data { seq }, _) => *seq,
+                    (BadKind::Header { .. }, Some(c)) => c.saturating_sub(1),
+                    (BadKind::Header { .. }, None) => w.saturating_sub(1),
+                };
+                spans.push(Span {
+                    seq_hi,
+                    entries: b.entries.clone(),
+                    segment: b.segment,
+                    place: b.place(),
+                });
             } else {
                 rules.invalid_tail_dropped += 1;
             }
         }
     }
-    (w, damage, ignore)
+    (w, damage, ignore, spans)
 }
 
 /// Step 4b: apply the found chunks in seq order from `c_next`. A missing seq below
@@ -740,8 +930,26 @@ pub fn replay(
     c_next: u64,
     w: u64,
     last_seq: &mut [u64],
+    salvage: Option<(&mut [u32], bool)>,
     report: &mut MountReport,
 ) -> Result<u64> {
+    // salvage: (the record each block's mapping comes from, whether blocks that
+    // chunks after the end of the log name become DISCARDED)
+    let (mut last_write, mark_discarded) = match salvage {
+        Some((lw, mark)) => (Some(lw), mark),
+        None => (None, false),
+    };
+    // salvage: blocks a chunk after the end of the log names become unvouched
+    // (DISCARDED) when that chunk may have been durable (a fallback mount)
+    let discard = |f: &Found, lw: Option<&mut [u32]>| {
+        if let (Some(lw), true) = (lw, mark_discarded) {
+            for e in &f.header.entries {
+                for x in e.lba..(e.lba + e.count as u64).min(lw.len() as u64) {
+                    lw[x as usize] = DISCARDED;
+                }
+            }
+        }
+    };
     let mut found: Vec<&Found> = scans
         .iter()
         .filter_map(|s| s.walk.as_ref())
@@ -769,6 +977,7 @@ pub fn replay(
         if stopped {
             report.rules.chunk_after_log_end_discarded += 1;
             report.chunks_discarded += 1;
+            discard(f, last_write.as_deref_mut());
             continue;
         }
         if f.seq < expected {
@@ -782,12 +991,22 @@ pub fn replay(
             report.rules.log_end_at_missing_seq += 1;
             report.rules.chunk_after_log_end_discarded += 1;
             report.chunks_discarded += 1;
+            discard(f, last_write.as_deref_mut());
             continue;
         }
         if f.seq > expected {
             report.rules.gap_below_watermark_skipped += 1;
         }
         apply(map, geo, f, &mut report.rules)?;
+        if let Some(lw) = last_write.as_deref_mut() {
+            // salvage: which record each block's mapping now comes from
+            let rel = (f.seq - c_next + 1).min(DISCARDED as u64 - 1) as u32;
+            for e in &f.header.entries {
+                for x in e.lba..(e.lba + e.count as u64).min(lw.len() as u64) {
+                    lw[x as usize] = rel;
+                }
+            }
+        }
         report.rules.chunk_replayed += 1;
         last_seq[f.segment as usize] = last_seq[f.segment as usize].max(f.seq);
         report.chunks_replayed += 1;
@@ -870,9 +1089,10 @@ fn timed<T>(report: &mut MountReport, name: &'static str, t: std::time::Instant,
 /// holds no damage below the durable watermark (`sluice check` lists each).
 pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
     let mut report = MountReport::default();
-    let (sb, copies) = read_superblocks(media)?;
+    let read = read_superblocks(media)?;
+    let sb = read.sb;
     let geo = Geometry::from_superblock(&sb);
-    let base = load_checkpoint(media, &sb, copies.iter().any(|c| c.is_err()), &mut report);
+    let base = load_checkpoint(media, &sb, read.fallback, &mut report);
     if base.clean {
         return Ok(Vec::new());
     }
@@ -890,27 +1110,111 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
 /// tells which rules fired on the way (`damage_refused` among them). On success
 /// the report moves into `Mounted::report`.
 pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
-    let t = std::time::Instant::now();
-    let (sb, copies) = timed(report, "read_superblocks", t, read_superblocks(media)?);
-    for (i, c) in copies.iter().enumerate() {
-        if let Err(e) = c {
-            report.notes.push(format!(
-                "superblock copy {i} is unusable ({e}); using the other copy"
-            ));
-            report.rules.superblock_copy_fallback += 1;
+    mount_inner(media, report, false)
+}
+
+/// A salvage mount (read-only use only): like `mount_with`, but damage below the
+/// durable watermark does not refuse. The damaged stretches are skipped and
+/// `Mounted::unvouched` lists the logical blocks whose content the mount cannot
+/// vouch for (docs/salvage.md, "what salvage vouches for"):
+/// - a damaged chunk whose header is valid (bad data): the blocks its entries
+///   name, unless a later replayed record (seq above it) superseded them;
+/// - a damaged stretch whose header is unreadable (entries unknown): every block
+///   whose newest replayed record is not newer than the newest seq the stretch
+///   may hold, including blocks mapped by the checkpoint or never written (the
+///   lost chunk may have written any block).
+pub fn mount_salvage(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
+    mount_inner(media, report, true)
+}
+
+/// `last_write` value of a block named by a chunk after the end of the log that
+/// a salvage mount cannot call a torn tail.
+pub const DISCARDED: u32 = u32::MAX;
+
+/// LBA ranges `[start, end)` the `spans` leave unvouched, given for every block
+/// the replayed record its mapping comes from (`last_write`: seq - c_next + 1, 0
+/// for older than every replayed chunk, `DISCARDED`: always unvouched).
+pub fn unvouched_ranges(spans: &[Span], last_write: &[u32], c_next: u64) -> Vec<(u64, u64)> {
+    // a block is vouched for against `seq` when its newest record is newer
+    let newer = |x: usize, seq: u64| last_write[x] > 0 && c_next + last_write[x] as u64 - 1 > seq;
+    let unknown = spans
+        .iter()
+        .filter(|s| s.entries.is_none())
+        .map(|s| s.seq_hi)
+        .max();
+    let mut bad: Vec<bool> = last_write.iter().map(|&l| l == DISCARDED).collect();
+    if let Some(h) = unknown {
+        for (x, b) in bad.iter_mut().enumerate() {
+            *b |= !newer(x, h);
         }
     }
+    for s in spans {
+        for &(lba, count) in s.entries.iter().flatten() {
+            for x in lba..(lba + count).min(last_write.len() as u64) {
+                let x = x as usize;
+                bad[x] |= !newer(x, s.seq_hi);
+            }
+        }
+    }
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (x, &b) in bad.iter().enumerate() {
+        if b {
+            match out.last_mut() {
+                Some((_, e)) if *e == x as u64 => *e += 1,
+                _ => out.push((x as u64, x as u64 + 1)),
+            }
+        }
+    }
+    out
+}
+
+fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Result<Mounted> {
+    let t = std::time::Instant::now();
+    let read = timed(report, "read_superblocks", t, read_superblocks(media)?);
+    for c in read.lost() {
+        let e = c.found.as_ref().err().cloned().unwrap_or_default();
+        match (c.end, read.from_tail) {
+            (End::Head, false) => {
+                report.notes.push(format!(
+                    "{} is unusable ({e}); using the other copy",
+                    c.name()
+                ));
+                report.rules.superblock_copy_fallback += 1;
+            }
+            (End::Head, true) => report.notes.push(format!("{} is unusable ({e})", c.name())),
+            (End::Tail, _) => {
+                report.notes.push(format!("{} is unusable ({e})", c.name()));
+            }
+        }
+    }
+    if read.from_tail {
+        report.rules.superblock_tail_fallback += 1;
+        report.notes.push(format!(
+            "both superblock copies at the head are unusable; mounted from the tail copy (generation {}) at byte {}",
+            read.sb.generation,
+            read.sb.tail_copy_offset(read.sb.generation % 2).unwrap_or(0)
+        ));
+    }
+    let superblock_repair = read.lost().next().is_some();
+    let sb_fallback = read.fallback;
+    let copies = read.copies;
+    let mut sb = read.sb;
     let geo = Geometry::from_superblock(&sb);
-    let sb_fallback = copies.iter().any(|c| c.is_err());
 
     let t = std::time::Instant::now();
     let base = load_checkpoint(media, &sb, sb_fallback, report);
     let mut base = timed(report, "load_checkpoint", t, base);
+    // The mount's own checkpoint goes to the slot not loaded, so it never
+    // overwrites the only usable one when the slot the superblock names is lost.
+    if let Some(s) = report.checkpoint_slot {
+        sb.checkpoint_slot = s;
+    }
     let clean = base.clean;
     let mut fills: Vec<u32> = base.records.iter().map(|r| r.fill).collect();
     let mut last_seq: Vec<u64> = base.records.iter().map(|r| r.last_seq).collect();
     let mut next_seq = base.c_next;
     let mut wipe = Vec::new();
+    let mut unvouched = Vec::new();
 
     if !clean {
         let t = std::time::Instant::now();
@@ -918,8 +1222,15 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
         let scans = timed(report, "scan_segments", t, scans);
 
         let t = std::time::Instant::now();
-        let (w, damage, ignore) = judge(&scans, base.c_next, sb.durable_seq, &mut report.rules);
-        if let Some(first) = damage.first() {
+        let (w, damage, ignore, spans) =
+            judge_spans(&scans, base.c_next, sb.durable_seq, &mut report.rules);
+        let mut last_write = salvage.then(|| vec![0u32; geo.logical_blocks as usize]);
+        if salvage && !damage.is_empty() {
+            report.notes.push(format!(
+                "salvage: {} damaged place(s) below the durable point skipped; blocks they may have written answer EIO",
+                damage.len()
+            ));
+        } else if let Some(first) = damage.first() {
             report.rules.damage_refused += 1;
             return Err(Error::Corrupt(format!(
                 "chunk at {first}: fails verification although a flush had made it durable{}; refusing to mount rather than return stale data (run `sluice check` for the full list)",
@@ -934,24 +1245,36 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
             base.c_next,
             w,
             &mut last_seq,
+            last_write.as_deref_mut().map(|lw| (lw, sb_fallback)),
             report,
         )?;
+        if let Some(lw) = &last_write {
+            unvouched = unvouched_ranges(&spans, lw, base.c_next);
+            if sb_fallback && report.rules.log_end_at_missing_seq > 0 {
+                report.notes.push(
+                    "salvage: the log ends at a gap on a fallback mount; blocks the chunks after it name answer EIO".into(),
+                );
+            }
+        }
         timed(report, "replay", t, ());
         let jump = unseen_chunks_bound(&geo);
         next_seq += jump;
         for s in last_seq.iter_mut().filter(|s| **s > 0) {
             *s += jump;
         }
-        if sb_fallback && report.rules.log_end_at_missing_seq > 0 {
+        if sb_fallback && report.rules.log_end_at_missing_seq > 0 && !salvage {
             // The lost copy may have held a higher watermark (a reuse barrier
             // after the kept copy): the missing chunk may be a dead one whose
             // segment was wiped, and the discarded chunks after it flushed
             // writes. A power cut can leave the same picture (a lost tail), and
             // nothing on the media tells the two apart: refuse, never guess.
             report.rules.damage_refused += 1;
-            let (bad, lost) = match copies.iter().position(|c| c.is_err()) {
-                Some(i) => (i, copies[i].as_ref().err().cloned().unwrap_or_default()),
-                None => (0, String::new()),
+            let (bad, lost) = match copies.iter().find(|c| c.found.is_err()) {
+                Some(c) => (
+                    c.name(),
+                    c.found.as_ref().err().cloned().unwrap_or_default(),
+                ),
+                None => ("superblock copy".to_string(), String::new()),
             };
             let end = report
                 .notes
@@ -959,7 +1282,7 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
                 .rev()
                 .find(|n| n.starts_with("log ends at seq"));
             return Err(Error::Corrupt(format!(
-                "superblock copy {bad} is unusable ({lost}) and the other copy may be older; the {}, {} newer chunk(s) after it. The lost copy may have recorded a watermark that makes that gap a dead chunk of a reused segment and the newer chunks flushed writes: refusing to mount rather than discard them",
+                "{bad} is unusable ({lost}) and the copy mounted may be older; the {}, {} newer chunk(s) after it. The lost copy may have recorded a watermark that makes that gap a dead chunk of a reused segment and the newer chunks flushed writes: refusing to mount rather than discard them",
                 end.map_or("log has a gap", |n| n.split(" (").next().unwrap_or(n)),
                 report.chunks_discarded
             )));
@@ -968,6 +1291,11 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
             if let Some(walk) = &sc.walk {
                 if !walk.chunks.is_empty() && !ignore.contains(&(seg as u32)) {
                     fills[seg] = walk.valid_end;
+                    if salvage {
+                        // chunks after a skipped damaged stretch are mapped too
+                        let end = walk.chunks.iter().map(|f| f.pos + f.header.total_blocks());
+                        fills[seg] = end.chain([walk.valid_end]).max().unwrap_or(0);
+                    }
                 }
             }
             // Segments whose first block looks like a chunk but end up free get wiped.
@@ -996,7 +1324,9 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
         next_seq,
         lifetime: base.lifetime,
         needs_checkpoint: !clean,
+        superblock_repair,
         wipe,
+        unvouched,
         report: std::mem::take(report),
     })
 }
@@ -1171,5 +1501,32 @@ mod tests {
         assert_eq!(present(&s, 0, 10), 4);
         assert_eq!(present(&s, 3, 9), 2);
         assert_eq!(present(&s, 9, 3), 0);
+    }
+
+    #[test]
+    fn unvouched_ranges_follow_the_salvage_rule() {
+        // c_next 10; blocks 0..8: last record seq 0 (checkpoint), 12, 15, 20, ...
+        let c = 10u64;
+        let rel = |seq: u64| (seq - c + 1) as u32;
+        let lw = [0, rel(12), rel(15), rel(20), 0, rel(11), DISCARDED, rel(30)];
+        let span = |seq_hi, entries| Span {
+            seq_hi,
+            entries,
+            segment: 0,
+            place: String::new(),
+        };
+        // known entries (blocks 1..3 at seq 15): block 1 (seq 12) and 2 (seq 15,
+        // not newer) are unvouched, block 3 (seq 20) is; DISCARDED always is
+        assert_eq!(
+            unvouched_ranges(&[span(15, Some(vec![(1, 3)]))], &lw, c),
+            vec![(1, 3), (6, 7)]
+        );
+        // unknown entries up to seq 14: every block not rewritten after 14,
+        // checkpoint-mapped and never-written ones included
+        assert_eq!(
+            unvouched_ranges(&[span(14, None)], &lw, c),
+            vec![(0, 2), (4, 7)]
+        );
+        assert_eq!(unvouched_ranges(&[], &[0, 0], c), vec![]);
     }
 }

@@ -83,13 +83,28 @@ fn damaged_superblock_copy_falls_back_to_the_other() {
 
 #[test]
 fn both_superblocks_damaged_refuses_to_mount_and_says_why() {
-    let (media, _) = prepared(false);
+    let (media, want) = prepared(false);
     media.poke(100, &[0xee; 8]);
     media.poke(4096 + 100, &[0xee; 8]);
+    // both head copies damaged: the tail copies (issue 17) still mount it
+    let vol = mount(&media).expect("mounts from the tail copies");
+    assert_eq!(vol.mount_report().rules.superblock_tail_fallback, 1);
+    assert_eq!(read_all(&vol), want);
+    drop(vol);
+    // and with the tail copies damaged too it refuses, naming all four
+    let tail = media.len() - sluice::format::superblock::TAIL_AREA_BYTES;
+    let (media, _) = prepared(false);
+    for at in [100, 4096 + 100, tail + 100, tail + 4096 + 100] {
+        media.poke(at, &[0xee; 8]);
+    }
     let err = mount(&media).err().expect("must refuse");
     let msg = err.to_string();
     assert!(
-        msg.contains("no valid superblock") && msg.contains("copy 0") && msg.contains("copy 1"),
+        msg.contains("no valid superblock")
+            && msg.contains("copy 0 at the head")
+            && msg.contains("copy 1 at the head")
+            && msg.contains("copy 0 at the tail")
+            && msg.contains("copy 1 at the tail"),
         "{msg}"
     );
     assert!(!sluice::check::check(&*media).is_clean());

@@ -514,6 +514,8 @@ struct Tally {
     /// Damage runs: mounts refused, reads answered with EIO.
     refused: u64,
     eio: u64,
+    /// Refused mounts that a salvage mount then served (and verified).
+    salvaged: u64,
     /// Seeds that stopped at a known engine bug (KNOWN_FINDINGS).
     known: BTreeMap<&'static str, u64>,
 }
@@ -528,6 +530,7 @@ impl Tally {
         self.live += o.live;
         self.refused += o.refused;
         self.eio += o.eio;
+        self.salvaged += o.salvaged;
         for (k, v) in &o.known {
             *self.known.entry(k).or_default() += v;
         }
@@ -749,9 +752,17 @@ fn check_damaged(
             (0, 2 * BS as u64),
             (geo.checkpoint_offset[0], geo.checkpoint_slot_bytes),
             (geo.checkpoint_offset[1], geo.checkpoint_slot_bytes),
+            // the superblock copies at the tail (issue 17)
+            (geo.tail_offset, 2 * BS as u64),
         ],
-        Area::Log => vec![(geo.data_offset, geo.media_bytes() - geo.data_offset)],
+        Area::Log => vec![(geo.data_offset, geo.data_end() - geo.data_offset)],
     };
+    // One meta point in four instead loses both head superblock copies (a wiped
+    // head): the mount must come from the tail copies, or refuse.
+    if area == Area::Meta && rng.gen_bool(0.25) {
+        img[..2 * BS].fill(0);
+        return open_and_verify(img, sh, area, u64::MAX, o, started, required, t);
+    }
     // The newest chunks that no durable record on the media covers are the
     // documented "last flushed chunk" limit (ARCHITECTURE.md, Known limits):
     // damage there cannot be told from a torn unflushed write, so no flip goes
@@ -773,6 +784,22 @@ fn check_damaged(
         return Ok(());
     };
     img[off as usize] ^= 1 << rng.gen_range(0..8);
+    open_and_verify(img, sh, area, off, o, started, required, t)
+}
+
+/// Mount the damaged image (`off`: the flipped byte, u64::MAX for a head wipe):
+/// a refusal is fine, a mount must read back a state the oracle allows.
+#[allow(clippy::too_many_arguments)]
+fn open_and_verify(
+    img: Vec<u8>,
+    sh: Shape,
+    area: Area,
+    off: u64,
+    o: &Oracle,
+    started: usize,
+    required: &dyn Fn(usize) -> bool,
+    t: &mut Tally,
+) -> Result<(), String> {
     let m = Arc::new(SimMedia::from_image(img));
     let vol = match Volume::open(m.clone() as Arc<dyn Media>, &open_opts(sh, false)) {
         Ok(v) => v,
@@ -786,6 +813,27 @@ fn check_damaged(
             }
             t.add_rules(&rep.rules);
             t.refused += 1;
+            // A salvage mount of the refused image (issue 17): every block it
+            // serves must be a state the oracle allows; the rest answers EIO.
+            let salvage = OpenOptions {
+                read_only: true,
+                salvage: true,
+                ..open_opts(sh, false)
+            };
+            if let Ok(vol) = Volume::open(m.clone() as Arc<dyn Media>, &salvage) {
+                t.salvaged += 1;
+                let mut blk = vec![0u8; BS];
+                let actual: Vec<Option<u64>> = (0..sh.blocks)
+                    .map(|b| {
+                        vol.read(b * BS as u64, &mut blk)
+                            .ok()
+                            .map(|_| block_hash(&blk))
+                    })
+                    .collect();
+                o.verify(&actual, started, required).map_err(|e| {
+                    format!("salvage mount after damage {area:?} at media byte {off}: {e}")
+                })?;
+            }
             t.points += 1;
             return Ok(());
         }
@@ -1228,8 +1276,8 @@ fn run_seeds(
 
 fn print_tally(t: &Tally) {
     println!(
-        "dst: {} crash points checked ({} with power cut during the recovery mount, {} from live cuts/EIO; damage: {} mounts refused, {} reads answered EIO)",
-        t.points, t.mount_cuts, t.live, t.refused, t.eio
+        "dst: {} crash points checked ({} with power cut during the recovery mount, {} from live cuts/EIO; damage: {} mounts refused, {} of them served by a salvage mount, {} reads answered EIO)",
+        t.points, t.mount_cuts, t.live, t.refused, t.salvaged, t.eio
     );
     for (k, v) in &t.rules {
         println!("dst: recovery rule {k:<32} fired {v}");
@@ -1282,12 +1330,14 @@ fn dst_seeded_sweep() {
 
 /// Recovery rules that only damage (not a power cut) can make fire; the damage
 /// sweeps below must make them fire.
-const DAMAGE_ONLY_RULES: [&str; 5] = [
+const DAMAGE_ONLY_RULES: [&str; 6] = [
     "checkpoint_newer_slot_ignored",
     "checkpoint_slot_fallback",
     "damage_refused",
     "full_rebuild",
     "resync_past_unrecognised",
+    // the meta sweep's wiped heads
+    "superblock_tail_fallback",
 ];
 
 /// Rules that neither a power cut nor a flipped bit can reach (the checksum
@@ -1311,7 +1361,8 @@ fn damage_sweep(area: Area) -> Tally {
 }
 
 /// One bit flipped after a crash, in a written block of the segment area
-/// (chunk header or data), then in a superblock copy or a checkpoint slot
+/// (chunk header or data), then in a superblock copy (head or tail) or a
+/// checkpoint slot, or (one meta point in four) both head copies zeroed
 /// (SLUICE_DST_DAMAGE_SEEDS seeds each, 12 by default: seconds): the mount must
 /// refuse, or reads answer EIO or the right data, never wrong data; together
 /// the two sweeps must make every damage-only recovery rule fire. Flips never go into the chunks no durable record on

@@ -275,6 +275,7 @@ fn created_geometries_pass_validation() {
                     data_offset: g.data_offset,
                     checkpoint_offset: g.checkpoint_offset,
                     checkpoint_slot_bytes: g.checkpoint_slot_bytes,
+                    tail_offset: g.tail_offset,
                     ..good.clone()
                 };
                 let back = Superblock::decode(&sb.encode());

@@ -290,13 +290,14 @@ pub fn check_map_decode(data: &[u8]) {
     assert_eq!(&enc[..], &body[..enc.len()], "map round-trip");
 }
 
-/// Size of the media the mount property runs on.
-pub const IMAGE_BYTES: usize = 1536 << 10;
+/// Size of the media the mount property runs on: the 1.5 MiB layout the corpus
+/// was built for, plus the 64 KiB tail area of the superblock tail copies.
+pub const IMAGE_BYTES: usize = (1536 + 64) << 10;
 const SEGMENT_BYTES: u64 = 32 << 10;
 const BASE_UUID: [u8; 16] = *b"sluice-fuzz-uuid";
 
 /// Re-seal the CRCs the fuzzer cannot forge, on a whole media image: bit 2 = both
-/// superblock copies; bit 3 = both checkpoint slots (body CRC, then header CRC);
+/// superblock copies (and both tail copies, when the newest names them); bit 3 = both checkpoint slots (body CRC, then header CRC);
 /// bit 4 = every chunk, walking each segment from block 0 (header CRC so it
 /// decodes, then block CRCs from the data, then the header CRC again). Geometry comes from the best superblock, if any.
 pub fn reseal_image(img: &mut [u8], what: u8) {
@@ -311,6 +312,12 @@ pub fn reseal_image(img: &mut [u8], what: u8) {
     let Some(sb) = sb else { return };
     if sb.media_bytes() > img.len() as u64 {
         return;
+    }
+    if what & 4 != 0 && sb.tail_offset != 0 {
+        // the superblock copies at the tail (issue 17)
+        let t = sb.tail_offset as usize;
+        reseal_block(&mut img[t..t + BLOCK_BYTES]);
+        reseal_block(&mut img[t + BLOCK_BYTES..t + 2 * BLOCK_BYTES]);
     }
     if what & 8 != 0 {
         let body_len = body_bytes(sb.logical_blocks, sb.segment_count) as usize;
@@ -535,6 +542,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             durable_seq: 40,
             created_unix_s: 0,
             gc_policy: 1,
+            tail_offset: g.tail_offset,
         };
         out.push(("superblock", name.to_string(), with(1, &sb.encode())));
         sb.checkpoint_slot = u32::MAX;

@@ -65,6 +65,81 @@ pub struct CheckArgs {
     pub force: bool,
 }
 
+#[derive(clap::Args)]
+pub struct RepairArgs {
+    /// Volume file or block device.
+    pub path: PathBuf,
+}
+
+/// `sluice repair`: check, then (if the volume mounts) mount it read-write and
+/// close it, which rewrites every lost or damaged superblock copy (head and
+/// tail) and writes a fresh checkpoint; then check again. Exit 0 when the
+/// volume checks clean afterwards, 1 when damage remains, 2 on usage errors.
+pub fn run_repair(a: RepairArgs) -> anyhow::Result<i32> {
+    match has_magic(&a.path) {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("sluice: error: {}", not_a_volume(&a.path));
+            return Ok(2);
+        }
+        Err(e) => {
+            eprintln!("sluice: error: opening {}: {e}", a.path.display());
+            return Ok(2);
+        }
+    }
+    // One read-write FileMedia for the whole repair: it holds the volume lock
+    // (exclusive) from the first check to the last, so no server or other tool
+    // can start on the volume in between.
+    let media: Arc<dyn Media> = match FileMedia::open(&a.path, false) {
+        Ok(m) => Arc::new(m),
+        Err(e) => {
+            eprintln!("sluice: error: opening {}: {e}", a.path.display());
+            return Ok(2);
+        }
+    };
+    let before = sluice::check::check(&*media);
+    for d in &before.damage {
+        println!("found       {d}");
+    }
+    if !before.mount_result.ok {
+        eprintln!(
+            "sluice: error: {} does not mount ({}); repair cannot rewrite it. See docs/salvage.md: `sluice serve --read-only --salvage` serves what can be vouched for",
+            a.path.display(),
+            before.mount_result.cause.as_deref().unwrap_or("unknown")
+        );
+        return Ok(1);
+    }
+    let vol = Volume::open(
+        media.clone(),
+        &OpenOptions {
+            background: false,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("mounting {} read-write", a.path.display()))?;
+    for n in &vol.mount_report().notes {
+        println!("mount       {n}");
+    }
+    vol.close()
+        .with_context(|| format!("closing {}", a.path.display()))?;
+    drop(vol);
+    let after = sluice::check::check(&*media);
+    drop(media);
+    for d in &after.damage {
+        println!("DAMAGE      {d}");
+    }
+    if after.is_clean() {
+        println!(
+            "repaired    {} (superblock copies rewritten, fresh checkpoint written; check is clean)",
+            a.path.display()
+        );
+        Ok(0)
+    } else {
+        println!("damaged     (repair rewrote what it could; the damage above remains)");
+        Ok(1)
+    }
+}
+
 /// Is the volume held by a running opener (the volume lock of FileMedia)?
 /// Probes with a non-blocking exclusive lock, released at once.
 pub fn in_use(path: &Path) -> bool {
@@ -87,24 +162,40 @@ fn holder(path: &Path) -> String {
         .unwrap_or_else(|| "a running sluice process".into())
 }
 
-/// Does the path start with a sluice superblock (either copy)?
+/// Does the path hold a sluice superblock magic in either copy at the head, or
+/// (a volume whose head was wiped) in either tail copy at the end of the media?
 pub(super) fn has_magic(path: &Path) -> std::io::Result<bool> {
-    use std::io::Read;
-    let mut head = vec![0u8; 8192];
+    use std::io::{Read, Seek, SeekFrom};
     let mut f = std::fs::File::open(path)?;
-    let mut n = 0;
-    while n < head.len() {
-        match f.read(&mut head[n..])? {
-            0 => break,
-            k => n += k,
+    let read8k = |f: &mut std::fs::File, at: u64| -> std::io::Result<Vec<u8>> {
+        let mut b = vec![0u8; 8192];
+        f.seek(SeekFrom::Start(at))?;
+        let mut n = 0;
+        while n < b.len() {
+            match f.read(&mut b[n..])? {
+                0 => break,
+                k => n += k,
+            }
         }
+        b.truncate(n);
+        Ok(b)
+    };
+    let magic =
+        |b: &[u8]| b.starts_with(b"SLUICESB") || b.get(4096..4104) == Some(&b"SLUICESB"[..]);
+    if magic(&read8k(&mut f, 0)?) {
+        return Ok(true);
     }
-    Ok(head[..n].starts_with(b"SLUICESB") || head.get(4096..4104) == Some(&b"SLUICESB"[..]))
+    // a block device reports 0 in its metadata: seek to the end for its size
+    let len = f.seek(SeekFrom::End(0))?;
+    match sluice::recovery::tail_offset_for_len(len) {
+        Some(t) => Ok(magic(&read8k(&mut f, t)?)),
+        None => Ok(false),
+    }
 }
 
 fn not_a_volume(path: &Path) -> String {
     format!(
-        "{} is not a sluice volume (no superblock magic at byte 0 or 4096)",
+        "{} is not a sluice volume (no superblock magic at byte 0 or 4096, nor in a tail area at the end)",
         path.display()
     )
 }
@@ -124,6 +215,9 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
     let host_is_file = !file.is_block_device();
     let media: Arc<dyn Media> = Arc::new(file);
     let describe = media.describe();
+    let copies = sluice::recovery::read_superblocks(&*media)
+        .map(|r| superblock_summary(&r))
+        .unwrap_or_default();
     let vol = Volume::open(
         media,
         &OpenOptions {
@@ -158,6 +252,8 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
             "in_use": busy.is_some(),
             "in_use_by": busy,
             "live": live,
+            "superblock_copies": copies,
+            "tail_offset": (sb.tail_offset != 0).then_some(sb.tail_offset),
             "mount": vol.mount_report(),
             "stats": st,
         });
@@ -188,6 +284,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
                 human(g.media_bytes())
             );
         }
+        println!("superblocks   {copies}");
         println!(
             "options       over-provisioning {:.1}%, GC {}",
             sb.overprovision_bp as i32 as f64 / 100.0,
@@ -337,6 +434,38 @@ fn check_progress() -> impl FnMut(sluice::check::Progress) {
         }
         last_step = p.step;
     }
+}
+
+/// "head 0 ok, head 1 ok, tail 0 ok, tail 1 ok (tail area at byte N)", or that
+/// the volume has no tail copies.
+fn superblock_summary(r: &sluice::recovery::SbRead) -> String {
+    let each: Vec<String> = r
+        .copies
+        .iter()
+        .map(|c| {
+            let end = match c.end {
+                sluice::recovery::End::Head => "head",
+                sluice::recovery::End::Tail => "tail",
+            };
+            match &c.found {
+                Ok(_) => format!("{end} {} ok", c.index),
+                Err(e) => format!("{end} {} LOST ({e})", c.index),
+            }
+        })
+        .collect();
+    let tail = match r.sb.tail_offset {
+        0 => "; no tail copies (a volume created before they existed)".to_string(),
+        t => format!(" (tail area at byte {t})"),
+    };
+    format!(
+        "{}{tail}{}",
+        each.join(", "),
+        if r.from_tail {
+            "; mounted from the tail copy"
+        } else {
+            ""
+        }
+    )
 }
 
 pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {

@@ -54,6 +54,11 @@ pub enum Cmd {
     /// Verify superblocks, checkpoints, every chunk's checksum and the map (exit 0 clean, 1 damaged, 2 usage).
     #[command(after_help = "Examples:\n  sluice check vol.img\n  sluice check vol.img --json")]
     Check(info::CheckArgs),
+    /// Rewrite lost or damaged superblock copies (head and tail) and checkpoint from a volume that still mounts; check before and after (exit 0 clean after, 1 damaged, 2 usage).
+    #[command(
+        after_help = "Examples:\n  sluice check vol.img   # exit 1: superblock copies at the head are unreadable\n  sluice repair vol.img"
+    )]
+    Repair(info::RepairArgs),
     /// Benchmarks from the seeds (grid, slog, steady, mix) and more, on sluice and its peers side by side.
     #[command(
         after_help = "Examples:\n  sluice bench grid --target sluice:vol.img --target file:raw.img --size 8G --sizes 4K,128K\n  sluice bench slog --target nbd:nbd+unix:///vol?socket=/tmp/s.sock\n  sluice bench steady --target sluice:vol.img --duration 10m --interval 30s --plot steady.svg\n  sluice bench mix --target sluice:vol.img --target file:raw.img --json mix.json\n  sluice bench ceiling --target file:raw.img --target sluice:vol.img"
@@ -102,6 +107,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Create(a) => create::run(a),
         Cmd::Info(a) => info::run_info(a),
         Cmd::Check(a) => info::run_check(a),
+        Cmd::Repair(a) => info::run_repair(a),
         Cmd::Bench(a) => bench::run(*a),
         Cmd::Replay(a) => replay::run(a),
         Cmd::Sim(a) => sim::run(a),

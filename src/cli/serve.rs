@@ -63,6 +63,11 @@ pub struct Args {
     /// Export read-only (every export): writes, trims and zeroes fail with EPERM.
     #[arg(short = 'r', long)]
     pub read_only: bool,
+    /// With --read-only: serve a volume that refuses a normal mount (damage
+    /// below the durable point); blocks it cannot vouch for answer EIO (they are
+    /// the ranges `sluice check` lists). See docs/salvage.md.
+    #[arg(long, requires = "read_only")]
+    pub salvage: bool,
     /// Write the server's pid here once it is listening; removed at exit if it
     /// still holds it. Never replaces a file other than a stale pid file.
     #[arg(long, value_name = "FILE")]
@@ -423,6 +428,7 @@ fn open_volume(
         verify_reads: !a.no_verify_reads,
         scrub_rate: a.scrub_rate,
         discard: a.discard == "on",
+        salvage: a.salvage && read_only,
         ..OpenOptions::default()
     };
     let vol = match Volume::open(media, &opts) {
@@ -449,6 +455,14 @@ fn open_volume(
         }
     }
     let r = vol.mount_report();
+    if a.salvage {
+        let n: u64 = vol.unvouched().iter().map(|(s, e)| e - s).sum();
+        say!(
+            "sluice: salvage mount of {}: {n} logical block(s) in {} range(s) answer EIO (`sluice check` lists them)",
+            path.display(),
+            vol.unvouched().len()
+        );
+    }
     if !r.clean {
         say!(
             "sluice: recovered {} after an unclean shutdown: replayed {} chunks in {} ms",

@@ -1,7 +1,9 @@
 //! Superblock: one 4 KiB block, stored in two copies (media offsets 0 and 4096) that
 //! are written alternately. The copy with the highest generation whose CRC verifies
 //! wins. It records the geometry, the options, which checkpoint slot is current, and
-//! the reuse watermark (see ARCHITECTURE.md, "segment reuse").
+//! the reuse watermark (see ARCHITECTURE.md, "segment reuse"). Volumes created since
+//! issue 17 also keep both copies in a tail area at the end of the media
+//! (`tail_offset`, 0 = none), written together with the head copy of the same index.
 
 use super::*;
 
@@ -12,6 +14,11 @@ pub const FLAG_CLEAN: u32 = 1;
 pub const NO_CHECKPOINT: u32 = u32::MAX;
 /// How much larger than its checkpoint a slot may be (validation bound).
 pub const SLOT_SLACK_BYTES: u64 = 1 << 20;
+/// Size of the tail area at the end of the media: tail copy `i` sits at
+/// `tail_offset + i * 4096`, the rest is unused. 64 KiB so the tail copies stay
+/// clear of what tools write at a device's very end (a GPT backup header and
+/// table: the last 16.5 KiB; an md 1.0 superblock: 8 to 12 KiB from the end).
+pub const TAIL_AREA_BYTES: u64 = 64 << 10;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
@@ -39,6 +46,10 @@ pub struct Superblock {
     pub created_unix_s: u64,
     /// GC policy id (see gc::Policy); an option, not geometry.
     pub gc_policy: u32,
+    /// Byte offset of the tail area (`TAIL_AREA_BYTES`, holding tail copies 0 and
+    /// 1), or 0: the volume has no tail copies (created before issue 17, or last
+    /// written by a build that predates them, which writes 0 here).
+    pub tail_offset: u64,
 }
 
 impl Superblock {
@@ -63,6 +74,7 @@ impl Superblock {
         put_u64(&mut b, 112, self.durable_seq);
         put_u64(&mut b, 120, self.created_unix_s);
         put_u32(&mut b, 128, self.gc_policy);
+        put_u64(&mut b, 136, self.tail_offset);
         let crc = crc32c::crc32c(&b[..BLOCK_BYTES - 4]);
         put_u32(&mut b, BLOCK_BYTES - 4, crc);
         b
@@ -107,6 +119,7 @@ impl Superblock {
             durable_seq: get_u64(b, 112),
             created_unix_s: get_u64(b, 120),
             gc_policy: get_u32(b, 128),
+            tail_offset: get_u64(b, 136),
         };
         sb.validate()?;
         Ok(sb)
@@ -178,17 +191,36 @@ impl Superblock {
         {
             return Err(invalid("data_offset", self.data_offset.to_string()));
         }
+        // The tail area lies after the segment area and its end does not overflow.
+        let data_end = self.data_offset + data_blocks * BLOCK_BYTES as u64;
+        if self.tail_offset != 0
+            && (!self.tail_offset.is_multiple_of(BLOCK_BYTES as u64)
+                || self.tail_offset < data_end
+                || self.tail_offset.checked_add(TAIL_AREA_BYTES).is_none())
+        {
+            return Err(invalid("tail_offset", self.tail_offset.to_string()));
+        }
         Ok(())
+    }
+
+    /// Media byte offset of tail copy `index` (0 or 1), if the volume has tail copies.
+    pub fn tail_copy_offset(&self, index: u64) -> Option<u64> {
+        (self.tail_offset != 0).then(|| self.tail_offset + index * BLOCK_BYTES as u64)
     }
 
     pub fn is_clean(&self) -> bool {
         self.flags & FLAG_CLEAN != 0
     }
 
-    /// Bytes of media this geometry needs.
+    /// Bytes of media this geometry needs (up to the end of the tail area, if any).
     pub fn media_bytes(&self) -> u64 {
-        self.data_offset
-            + self.segment_count as u64 * self.segment_blocks as u64 * BLOCK_BYTES as u64
+        match self.tail_offset {
+            0 => {
+                self.data_offset
+                    + self.segment_count as u64 * self.segment_blocks as u64 * BLOCK_BYTES as u64
+            }
+            t => t + TAIL_AREA_BYTES,
+        }
     }
 }
 
@@ -213,6 +245,7 @@ mod tests {
             durable_seq: 40,
             created_unix_s: 1,
             gc_policy: 0,
+            tail_offset: (1 << 20) + 20 * 64 * 4096,
         }
     }
 
@@ -225,6 +258,29 @@ mod tests {
             let mut bad = bytes.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
             assert!(Superblock::decode(&bad).is_err(), "bit {bit}");
+        }
+    }
+
+    #[test]
+    fn tail_offset_is_optional_and_validated() {
+        // 0 (a volume without tail copies) decodes, and the field sits in bytes a
+        // v1 decoder that predates it ignores (covered by the CRC).
+        let mut sb = sample();
+        sb.tail_offset = 0;
+        let b = sb.encode();
+        assert!(b[132..4092].iter().all(|&x| x == 0));
+        assert_eq!(
+            Superblock::decode(&b).unwrap().media_bytes(),
+            (1 << 20) + 20 * 64 * 4096
+        );
+        let with = sample();
+        assert_eq!(with.media_bytes(), with.tail_offset + TAIL_AREA_BYTES);
+        for bad in [4097, 1 << 20, u64::MAX - 4095] {
+            sb.tail_offset = bad;
+            assert!(
+                Superblock::decode(&sb.encode()).is_err(),
+                "tail_offset {bad}"
+            );
         }
     }
 }

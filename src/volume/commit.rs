@@ -94,6 +94,31 @@ pub(in crate::volume) struct Commit {
     discard_on: AtomicBool,
 }
 
+/// Write `sb` to its copy (index generation mod 2) at the head and, when the
+/// volume has tail copies, to the tail copy of the same index; no flush (the
+/// caller flushes before anything depends on it, so both land or neither counts).
+pub(in crate::volume) fn write_superblock(
+    media: &dyn Media,
+    sb: &Superblock,
+) -> std::io::Result<()> {
+    let index = sb.generation % 2;
+    let bytes = sb.encode();
+    write_block(media, &bytes, index * BS)?;
+    if let Some(t) = sb.tail_copy_offset(index) {
+        write_block(media, &bytes, t)?;
+    }
+    Ok(())
+}
+
+/// Media bytes one superblock write takes: its head copy, plus its tail copy.
+pub(in crate::volume) fn superblock_write_bytes(sb: &Superblock) -> u64 {
+    if sb.tail_offset != 0 {
+        2 * BS
+    } else {
+        BS
+    }
+}
+
 pub(in crate::volume) fn write_block(
     media: &dyn Media,
     bytes: &[u8],
@@ -392,15 +417,17 @@ impl Commit {
             next.durable_seq >= sb.durable_seq,
             "superblock durable point falls"
         );
-        let offset = (next.generation % 2) * BS;
-        let r = write_block(&*self.media, &next.encode(), offset).and_then(|_| self.media.flush());
+        let r = write_superblock(&*self.media, &next).and_then(|_| self.media.flush());
         if let Err(e) = r {
             // `fail` takes `progress`, which comes before `sb` in the lock order
             drop(sb);
             let what = format!("writing superblock copy {}", next.generation % 2);
             return Err(self.fail(what, &e));
         }
-        Counters::add(&self.counters.media_superblock_bytes, BS);
+        Counters::add(
+            &self.counters.media_superblock_bytes,
+            superblock_write_bytes(&next),
+        );
         Counters::add(&self.counters.media_flushes, 1);
         *sb = next;
         Ok(())

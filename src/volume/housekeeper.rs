@@ -478,7 +478,7 @@ impl Shared {
         // its flush, and the superblock write that makes it current
         let own = Lifetime {
             media_checkpoint_bytes: img.len() as u64,
-            media_superblock_bytes: BLOCK_BYTES as u64,
+            media_superblock_bytes: super::commit::superblock_write_bytes(&self.commit.sb.lock()),
             media_flushes: 2,
             checkpoints: 1,
             ..Lifetime::default()

@@ -28,7 +28,7 @@ pub use self::scrub::ScrubOutcome;
 
 pub use self::core::GC_CLASSES;
 
-use self::commit::{write_block, Commit};
+use self::commit::Commit;
 use self::core::{Core, NeedSpace, What};
 use self::housekeeper::Housekeeper;
 use crate::error::{Error, Result};
@@ -141,6 +141,10 @@ pub struct OpenOptions {
     /// Discard every segment the barrier frees, also those writes take again
     /// at once: the simulator's setting (every barrier meets a discard).
     pub discard_every_segment: bool,
+    /// Salvage (read-only only): mount even with damage below the durable
+    /// point, answering EIO for every block whose newest record may lie in a
+    /// damaged chunk (`recovery::mount_salvage`, docs/salvage.md).
+    pub salvage: bool,
 }
 
 impl Default for OpenOptions {
@@ -156,6 +160,7 @@ impl Default for OpenOptions {
             clock: WallClock::System,
             discard: true,
             discard_every_segment: false,
+            salvage: false,
         }
     }
 }
@@ -218,6 +223,8 @@ pub struct Volume {
     scrubber: Mutex<Option<JoinHandle<()>>>,
     writers: Mutex<Vec<JoinHandle<()>>>,
     report: MountReport,
+    /// Salvage mounts: sorted logical block ranges `[start, end)` that answer EIO.
+    unvouched: Vec<(u64, u64)>,
 }
 
 impl Volume {
@@ -274,6 +281,10 @@ impl Volume {
                 "volume too large for format version 1 (8 TiB of segments)".into(),
             ));
         }
+        // The tail copies go at the very end of the media (where a mount whose
+        // head copies are lost looks for them), not just after the segments.
+        let mut geo = geo;
+        geo.tail_offset = media.len() / BS * BS - crate::format::superblock::TAIL_AREA_BYTES;
         let sb = Superblock {
             uuid: opts.uuid.unwrap_or_else(rand::random),
             generation: 1,
@@ -290,6 +301,7 @@ impl Volume {
             durable_seq: 1,
             created_unix_s: opts.clock.unix_s(),
             gc_policy: opts.gc_policy.id(),
+            tail_offset: geo.tail_offset,
         };
         // Host space for the metadata area first, so no later mount needs any.
         media.allocate(&metadata_ranges(&geo))?;
@@ -301,8 +313,8 @@ impl Volume {
         }
         let mut second = sb.clone();
         second.generation = 0;
-        write_block(media, &second.encode(), BS)?;
-        write_block(media, &sb.encode(), 0)?;
+        commit::write_superblock(media, &second)?;
+        commit::write_superblock(media, &sb)?;
         media.flush()?;
         Ok(sb)
     }
@@ -320,7 +332,17 @@ impl Volume {
     /// Mount an existing volume: newest valid checkpoint + replay of newer chunks.
     pub fn open(media: Arc<dyn Media>, opts: &OpenOptions) -> Result<Volume> {
         let t0 = std::time::Instant::now();
-        let m = recovery::mount(&*media)?;
+        if opts.salvage && !opts.read_only {
+            return Err(Error::InvalidArgument(
+                "a salvage mount is read-only only (it never writes): add read_only".into(),
+            ));
+        }
+        let m = if opts.salvage {
+            recovery::mount_salvage(&*media, &mut MountReport::default())?
+        } else {
+            recovery::mount(&*media)?
+        };
+        let unvouched = m.unvouched.clone();
         let geo = m.geo;
         if !opts.read_only {
             // volumes created before the metadata area was allocated at create
@@ -407,7 +429,7 @@ impl Volume {
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;
         let t_finish = std::time::Instant::now();
-        if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint) {
+        if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint, m.superblock_repair) {
             sh.commit.stop_writer_threads(writers);
             return Err(e);
         }
@@ -421,6 +443,7 @@ impl Volume {
             scrubber: Mutex::new(None),
             writers: Mutex::new(writers),
             report,
+            unvouched,
         };
         if opts.background && !opts.read_only {
             let hk = sh.clone();
@@ -457,6 +480,23 @@ impl Volume {
     }
     pub fn mount_report(&self) -> &MountReport {
         &self.report
+    }
+    /// Salvage mounts: the logical block ranges `[start, end)` that answer EIO.
+    pub fn unvouched(&self) -> &[(u64, u64)] {
+        &self.unvouched
+    }
+
+    /// EIO when a salvage mount cannot vouch for a block of `first..=last`.
+    fn check_vouched(&self, first: u64, last: u64) -> Result<()> {
+        let i = self.unvouched.partition_point(|&(_, e)| e <= first);
+        match self.unvouched.get(i) {
+            // EIO to clients, like any unreadable block
+            Some(&(s, _)) if s <= last => Err(Error::Corrupt(format!(
+                "logical block {}: a salvage mount cannot vouch for it (its newest record may lie in a damaged chunk; `sluice check` lists the ranges)",
+                s.max(first)
+            ))),
+            _ => Ok(()),
+        }
     }
     pub fn is_read_only(&self) -> bool {
         self.sh.opts.read_only
@@ -513,6 +553,9 @@ impl Volume {
             out.push(
                 self.check_usable(false)
                     .and_then(|_| self.check_range(offset, len as u64))
+                    .and_then(|_| {
+                        self.check_vouched(offset / BS, (offset + (len as u64).max(1) - 1) / BS)
+                    })
                     .map(|_| {
                         let first = offset / BS;
                         let last = (offset + (len as u64).max(1) - 1) / BS;
@@ -565,6 +608,7 @@ impl Volume {
         }
         let first = offset / BS;
         let last = (offset + buf.len() as u64 - 1) / BS;
+        self.check_vouched(first, last)?;
         let n = (last - first + 1) as usize;
         if offset.is_multiple_of(BS)
             && buf.len().is_multiple_of(BLOCK_BYTES)
@@ -782,7 +826,7 @@ impl Drop for Volume {
 impl Shared {
     /// Last step of a read-write mount (`finish`): checkpoint what replay found (or
     /// just mark the volume open), then wipe the first block of segments found free.
-    fn finish_mount(&self, wipe: &[u32], needs_checkpoint: bool) -> Result<()> {
+    fn finish_mount(&self, wipe: &[u32], needs_checkpoint: bool, sb_repair: bool) -> Result<()> {
         if self.opts.read_only {
             return Ok(());
         }
@@ -795,6 +839,11 @@ impl Shared {
         } else {
             self.commit
                 .update_superblock(|sb| sb.flags &= !FLAG_CLEAN)?;
+        }
+        if sb_repair {
+            // A superblock copy is lost: the write above renewed one index at
+            // both ends, this one renews the other (same content, next generation).
+            self.commit.update_superblock(|_| {})?;
         }
         if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
@@ -988,7 +1037,12 @@ impl Shared {
 /// either: format writes every segment's first block, and discard never
 /// punches it.
 pub fn metadata_ranges(geo: &Geometry) -> Vec<(u64, u64)> {
-    vec![(0, geo.data_offset)]
+    let mut r = vec![(0, geo.data_offset)];
+    // the superblock copies at the tail (volumes created since they exist)
+    if geo.tail_offset != 0 {
+        r.push((geo.tail_offset, crate::format::superblock::TAIL_AREA_BYTES));
+    }
+    r
 }
 
 /// The chunks of a victim segment's image, each verified (header CRC, uuid,

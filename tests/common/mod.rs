@@ -268,3 +268,33 @@ pub fn random_op(rng: &mut SmallRng, blocks: u64) -> Op {
         _ => Op::Flush,
     }
 }
+
+/// Media byte offset of the header of the newest chunk (in a volume image)
+/// whose first entry starts at logical block `lba`.
+pub fn newest_chunk_of(image: &[u8], lba: u64) -> usize {
+    use sluice::format::chunk::ChunkHeader;
+    use sluice::format::superblock::Superblock;
+    let sb = [0, 1]
+        .into_iter()
+        .filter_map(|i| Superblock::decode(&image[i * 4096..(i + 1) * 4096]).ok())
+        .max_by_key(|s| s.generation)
+        .expect("a valid head superblock");
+    let mut best: Option<(u64, usize)> = None;
+    for s in 0..sb.segment_count as u64 {
+        let seg_off = (sb.data_offset + s * sb.segment_blocks as u64 * 4096) as usize;
+        let mut pos = 0usize;
+        while pos < sb.segment_blocks as usize {
+            let at = seg_off + pos * 4096;
+            let Ok(h) = ChunkHeader::decode(&image[at..at + 4096]) else {
+                break;
+            };
+            if h.entries.first().is_some_and(|e| e.lba == lba)
+                && best.is_none_or(|(q, _)| h.seq > q)
+            {
+                best = Some((h.seq, at));
+            }
+            pos += h.total_blocks() as usize;
+        }
+    }
+    best.expect("a chunk writing that block").1
+}

@@ -1,0 +1,250 @@
+//! Superblock copies at both ends of the media (issue 17, finding 10): a volume
+//! whose head (first 64 KiB: both head copies and the start of the checkpoint
+//! area) or tail (last 64 KiB: both tail copies) was wiped is reported as damage
+//! by `check`, still mounts with every flushed block intact, and is whole again
+//! after a read-write mount. Both ends wiped refuses with a clear message.
+
+mod common;
+
+use common::*;
+use sluice::format::superblock::{Superblock, TAIL_AREA_BYTES};
+use sluice::media::{Media, MemMedia};
+use sluice::Volume;
+use std::sync::Arc;
+
+const WIPE: usize = 64 << 10;
+
+/// A volume of `blocks` blocks holding data and checkpoints; `close` decides
+/// whether it was closed cleanly or left as after a crash (everything flushed).
+/// Returns the media (a copy of the image when not closed) and the content.
+fn prepared(blocks: u64, close: bool) -> (Arc<MemMedia>, Vec<u8>) {
+    let (create, media_bytes) = small_create(blocks, 0.10);
+    let media = Arc::new(MemMedia::new(media_bytes));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap();
+    let mut r = Reference::new(blocks);
+    // three checkpoints (slots 0, 1, 0: slot 0 current) with writes between them
+    for round in 0..4u64 {
+        for i in 0..300u64 {
+            let op = Op::Write {
+                offset: ((i * 7 + round * 13) % blocks) * BS as u64,
+                len: BS,
+                seed: round * 1000 + i,
+                fill: Fill::Random,
+            };
+            issue(&vol, &op, false).unwrap();
+            r.apply(&op);
+        }
+        if round < 3 {
+            vol.checkpoint().unwrap();
+        }
+    }
+    vol.flush().unwrap();
+    if close {
+        vol.close().unwrap();
+        (media, r.cur)
+    } else {
+        // a crash right after the flush: the media as it is now
+        let img = media.image();
+        drop(vol);
+        (Arc::new(MemMedia::from_image(img)), r.cur)
+    }
+}
+
+fn wipe_head(media: &MemMedia) {
+    media.poke(0, &vec![0u8; WIPE]);
+}
+
+fn wipe_tail(media: &MemMedia) {
+    media.poke(media.len() - WIPE as u64, &vec![0u8; WIPE]);
+}
+
+fn mount(media: &Arc<MemMedia>) -> sluice::Result<Volume> {
+    Volume::open(media.clone() as Arc<dyn Media>, &det_open(1 << 40))
+}
+
+fn assert_reads_back(vol: &Volume, want: &[u8], what: &str) {
+    let got = read_all(vol);
+    if let Some(i) =
+        (0..want.len() / BS).find(|&b| got[b * BS..(b + 1) * BS] != want[b * BS..(b + 1) * BS])
+    {
+        panic!("{what}: logical block {i} reads back wrong");
+    }
+}
+
+/// Both head copies zeroed, tail copies intact: check names the loss, the
+/// volume mounts from the tail, every block reads back, and a read-write mount
+/// rewrites the lost copies (check is clean afterwards).
+fn head_wipe(blocks: u64, close: bool) -> Vec<String> {
+    let (media, want) = prepared(blocks, close);
+    let tail = media.len() - TAIL_AREA_BYTES;
+    assert_eq!(
+        Superblock::decode(&media.image()[tail as usize..tail as usize + BS])
+            .unwrap()
+            .tail_offset,
+        tail
+    );
+    wipe_head(&media);
+    let r = sluice::check::check(&*media);
+    assert!(!r.is_clean(), "check must report a wiped head");
+    let text = r.damage.join("\n");
+    assert!(
+        text.contains("superblock copy 0 at the head (byte 0): zeroed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("superblock copy 1 at the head (byte 4096): zeroed"),
+        "{text}"
+    );
+    assert!(text.contains("mounted from the tail copy"), "{text}");
+    assert!(!text.contains("not a sluice volume"), "{text}");
+    assert!(
+        r.mount_result.ok,
+        "check's read-only mount: {:?}",
+        r.mount_result.cause
+    );
+    assert!(r
+        .mount_result
+        .rules
+        .contains_key("superblock_tail_fallback"));
+    // a read-only mount serves everything and writes nothing
+    let before = media.image();
+    let ro = Volume::open(
+        media.clone() as Arc<dyn Media>,
+        &sluice::OpenOptions {
+            read_only: true,
+            ..det_open(1 << 40)
+        },
+    )
+    .unwrap();
+    assert_reads_back(&ro, &want, "read-only mount from the tail");
+    drop(ro);
+    assert!(
+        media.image() == before,
+        "a read-only mount wrote to the media"
+    );
+    // a read-write mount repairs the head copies
+    let vol = mount(&media).unwrap();
+    let notes = vol.mount_report().notes.clone();
+    assert_reads_back(&vol, &want, "mount from the tail");
+    vol.close().unwrap();
+    let r = sluice::check::check(&*media);
+    assert!(r.is_clean(), "after a read-write mount: {:?}", r.damage);
+    assert_eq!(r.superblock_copies.iter().filter(|c| c.ok).count(), 4);
+    let vol = mount(&media).unwrap();
+    assert_reads_back(&vol, &want, "mount after repair");
+    assert_eq!(vol.mount_report().rules.superblock_tail_fallback, 0);
+    vol.close().unwrap();
+    notes
+}
+
+#[test]
+fn head_wipe_of_a_small_volume_loses_both_checkpoint_slots_and_rebuilds() {
+    // 256 blocks: both slots lie inside the first 64 KiB, so the mount rebuilds
+    // the map from every segment.
+    let notes = head_wipe(256, true);
+    assert!(
+        notes.iter().any(|n| n.contains("no usable checkpoint")),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn head_wipe_after_a_crash_mounts_from_the_tail() {
+    head_wipe(256, false);
+}
+
+#[test]
+fn head_wipe_keeps_the_older_checkpoint_slot_when_it_survives() {
+    // 16384 blocks: a slot is 76 KiB, so the wipe takes slot 0 (the current one)
+    // and leaves slot 1 (older): the mount starts from it and replays the rest.
+    let notes = head_wipe(16384, false);
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("checkpoint slot 0 is unusable")),
+        "{notes:?}"
+    );
+    assert!(
+        !notes.iter().any(|n| n.contains("no usable checkpoint")),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn tail_wipe_is_damage_and_a_mount_rewrites_the_tail_copies() {
+    for close in [true, false] {
+        let (media, want) = prepared(256, close);
+        wipe_tail(&media);
+        let r = sluice::check::check(&*media);
+        let text = r.damage.join("\n");
+        assert!(
+            text.contains("superblock copies 0 and 1 at the tail"),
+            "{text}"
+        );
+        assert!(text.contains("zeroed"), "{text}");
+        assert!(r.mount_result.ok);
+        let vol = mount(&media).unwrap();
+        assert_reads_back(&vol, &want, "after a tail wipe");
+        vol.close().unwrap();
+        let r = sluice::check::check(&*media);
+        assert!(r.is_clean(), "after a read-write mount: {:?}", r.damage);
+        // the tail copies are back: a head wipe now mounts from them
+        wipe_head(&media);
+        let vol = mount(&media).unwrap();
+        assert_reads_back(&vol, &want, "head wipe after the tail was rewritten");
+        vol.close().unwrap();
+    }
+}
+
+#[test]
+fn both_ends_wiped_refuses_naming_both() {
+    let (media, _) = prepared(256, true);
+    wipe_head(&media);
+    wipe_tail(&media);
+    let e = mount(&media)
+        .err()
+        .expect("a volume with both ends wiped must not mount")
+        .to_string();
+    assert!(e.contains("no valid superblock"), "{e}");
+    assert!(e.contains("both ends of the media"), "{e}");
+    assert!(e.contains("tail (byte"), "{e}");
+    let r = sluice::check::check(&*media);
+    assert!(!r.is_clean() && !r.mount_result.ok);
+}
+
+/// A volume without tail copies (as created before issue 17: `tail_offset` 0,
+/// the segment area reaching the end of the media) still mounts, and a lost
+/// head is then final.
+#[test]
+fn a_volume_without_tail_copies_still_mounts() {
+    let (media, want) = prepared(256, true);
+    let img = media.image();
+    let mut sbs = Vec::new();
+    for i in 0..2 {
+        let mut sb = Superblock::decode(&img[i * BS..(i + 1) * BS]).unwrap();
+        sb.tail_offset = 0;
+        sbs.push(sb);
+    }
+    let old_len = sbs[0].media_bytes();
+    let media = Arc::new(MemMedia::from_image(img[..old_len as usize].to_vec()));
+    for (i, sb) in sbs.iter().enumerate() {
+        media.poke((i * BS) as u64, &sb.encode());
+    }
+    let r = sluice::check::check(&*media);
+    assert!(r.is_clean(), "{:?}", r.damage);
+    assert_eq!(r.superblock_copies.len(), 2);
+    assert!(r
+        .notes
+        .iter()
+        .any(|n| n.contains("no superblock copies at the tail")));
+    let vol = mount(&media).unwrap();
+    assert_reads_back(&vol, &want, "volume without tail copies");
+    vol.close().unwrap();
+    // its superblock writes keep tail_offset 0 and touch nothing past the segments
+    assert_eq!(media.len(), old_len);
+    let vol = mount(&media).unwrap();
+    assert_eq!(vol.superblock().tail_offset, 0);
+    vol.close().unwrap();
+    wipe_head(&media);
+    assert!(mount(&media).is_err());
+}
