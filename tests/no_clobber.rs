@@ -109,6 +109,22 @@ fn bench_and_serve_never_share_a_volume() {
         d,
     );
     assert!(err(&o).contains("in use by pid"), "{}", err(&o));
+    // a raw write test, even with --force, takes the same lock
+    let o = refused(
+        &[
+            "bench",
+            "mix",
+            "--quiet",
+            "--seconds",
+            "1",
+            "--no-prefill",
+            "--force",
+            "--target",
+            "file:v.img",
+        ],
+        d,
+    );
+    assert!(err(&o).contains("in use by pid"), "{}", err(&o));
     let (code, e) = srv.stop();
     assert_eq!(code, Some(0), "{e}");
     assert_clean(d, "v.img");
