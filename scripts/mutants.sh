@@ -166,7 +166,7 @@ apply_volume_lock_skipped() {
   replace src/media/file.rs '        if lock != Lock::None {' '        if lock == Lock::None {'
 }
 apply_create_skips_probe() {
-  replace src/cli/create.rs '                refuse_if_in_use(&a.path)?;' '                let _ = refuse_if_in_use;'
+  replace src/cli/create.rs '                refuse_if_holds_data(&a.path)?;' '                let _ = refuse_if_holds_data;'
 }
 apply_create_without_excl() {
   replace src/media/file.rs '            .create_new(true)

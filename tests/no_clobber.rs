@@ -20,6 +20,26 @@ fn sluice(args: &[&str], dir: &Path) -> Output {
         .unwrap()
 }
 
+/// Run a command that must be refused: it must exit, unsuccessfully, within
+/// 30 s (a server that started instead is killed and the test fails).
+fn refused(args: &[&str], dir: &Path) -> Output {
+    let mut c = Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    if nbd_common::wait_timeout(&mut c, std::time::Duration::from_secs(30)).is_none() {
+        let _ = c.kill();
+        let _ = c.wait();
+        panic!("{args:?} was not refused: it was still running after 30 s");
+    }
+    let o = c.wait_with_output().unwrap();
+    assert!(!o.status.success(), "{args:?} succeeded: {}", err(&o));
+    o
+}
+
 fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -56,7 +76,7 @@ fn bench_and_serve_never_share_a_volume() {
     create(d, "v.img");
     let img = d.join("v.img");
     let srv = Server::start(d, &img, "64M", &[]);
-    let o = sluice(
+    let o = refused(
         &[
             "bench",
             "mix",
@@ -75,7 +95,7 @@ fn bench_and_serve_never_share_a_volume() {
         e.contains(&format!("in use by pid {}", srv.pid())) && e.contains("sluice serve"),
         "{e}"
     );
-    let o = sluice(
+    let o = refused(
         &[
             "bench",
             "mix",
@@ -85,6 +105,22 @@ fn bench_and_serve_never_share_a_volume() {
             "--no-prefill",
             "--target",
             "sluice-noverify:v.img",
+        ],
+        d,
+    );
+    assert!(err(&o).contains("in use by pid"), "{}", err(&o));
+    // a raw write test, even with --force, takes the same lock
+    let o = refused(
+        &[
+            "bench",
+            "mix",
+            "--quiet",
+            "--seconds",
+            "1",
+            "--no-prefill",
+            "--force",
+            "--target",
+            "file:v.img",
         ],
         d,
     );
@@ -101,7 +137,7 @@ fn bench_and_serve_never_share_a_volume() {
         force: false,
     };
     let t = target::open(&TargetSpec::Sluice(img.clone()), &spec).unwrap();
-    let o = sluice(&["serve", "v.img", "--socket", "s.sock"], d);
+    let o = refused(&["serve", "v.img", "--socket", "s.sock"], d);
     let e = err(&o);
     assert!(!o.status.success(), "serve started beside a bench: {e}");
     assert!(
@@ -131,7 +167,7 @@ fn pid_file_never_replaces_a_volume_or_follows_a_link() {
         assert_eq!(srv.stop().0, Some(0));
     }
     for pid_file in ["v.img", "./v.img"] {
-        let o = sluice(
+        let o = refused(
             &[
                 "serve",
                 "v.img",
@@ -159,7 +195,7 @@ fn pid_file_never_replaces_a_volume_or_follows_a_link() {
     std::fs::write(&victim, b"keep").unwrap();
     std::os::unix::fs::symlink(&victim, d.join("s.tmp")).unwrap();
     std::os::unix::fs::symlink(&victim, d.join("link.pid")).unwrap();
-    let o = sluice(
+    let o = refused(
         &[
             "serve",
             "v.img",
@@ -179,7 +215,7 @@ fn pid_file_never_replaces_a_volume_or_follows_a_link() {
     assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
     // a second server on another volume may not take over a live pid file
     create(d, "w.img");
-    let o = sluice(
+    let o = refused(
         &[
             "serve",
             "w.img",
@@ -208,7 +244,7 @@ fn record_never_truncates_a_volume() {
     create(d, "w.img");
     let before = std::fs::read(d.join("w.img")).unwrap();
     for rec in ["v.img", "w.img"] {
-        let o = sluice(
+        let o = refused(
             &["serve", "v.img", "--socket", "s.sock", "--record", rec],
             d,
         );
@@ -221,7 +257,7 @@ fn record_never_truncates_a_volume() {
     // an earlier trace is ours to replace; a file of notes is not
     std::fs::write(d.join("old.trace"), "# sluice-trace v1\n1 W 0 4096\n").unwrap();
     std::fs::write(d.join("notes"), "mine\n").unwrap();
-    let o = sluice(
+    let o = refused(
         &["serve", "v.img", "--socket", "s.sock", "--record", "notes"],
         d,
     );
@@ -258,7 +294,7 @@ fn create_force_never_formats_a_served_volume() {
         &["create", "v.img", "--size", "64M", "--force"][..],
         &["create", "v.img", "--size", "64M"][..],
     ] {
-        let o = sluice(args, d);
+        let o = refused(args, d);
         let e = err(&o);
         assert!(!o.status.success(), "{args:?} succeeded on a served volume");
         assert!(e.contains(&format!("in use by pid {}", srv.pid())), "{e}");
@@ -288,7 +324,7 @@ fn create_refuses_what_holds_data_and_names_it() {
         ("btrfs.img", "btrfs", &btrfs),
         ("late.img", "not empty", &late),
     ] {
-        let o = sluice(&["create", name, "--size", "64M"], d);
+        let o = refused(&["create", name, "--size", "64M"], d);
         let e = err(&o);
         assert!(!o.status.success(), "create formatted {name}");
         assert!(e.contains(what) && e.contains("--force"), "{e}");

@@ -344,6 +344,9 @@ impl RawTarget {
             .custom_flags(libc::O_DIRECT)
             .open(path)
             .with_context(|| format!("opening {} with O_DIRECT", path.display()))?;
+        // the volume lock, as every opener takes it: a raw write test never
+        // runs on a file or device a server (or another bench) has open
+        crate::media::lock_file(&file, path, o.writes)?;
         let size = std::io::Seek::seek(&mut &file, std::io::SeekFrom::End(0))?;
         if size < 4096 {
             bail!("{} holds only {size} bytes", path.display());

@@ -1,4 +1,10 @@
 //! `sluice create`: format a volume on a file or block device.
+//!
+//! Invariant: nothing is probed or written before the volume lock is held (a
+//! live volume is refused, --force or not); without --force, anything the
+//! signature probe finds (`media::probe`) is refused, naming it; a new file is
+//! created O_EXCL, and on failure only that file, still the same inode, is
+//! removed.
 
 use anyhow::{bail, Context};
 use sluice::geometry::Geometry;
@@ -114,6 +120,12 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
             );
         }
     }
+    if a.size.is_none() && std::fs::symlink_metadata(&a.path).is_err() {
+        bail!(
+            "{} does not exist: give --size to create it",
+            a.path.display()
+        );
+    }
     // The volume lock comes first (FileMedia::create_new / open take it), then
     // the probe, then any write: a live volume is never probed or formatted,
     // with or without --force.
@@ -123,7 +135,7 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
             let m = FileMedia::open(&a.path, false)
                 .with_context(|| format!("opening {}", a.path.display()))?;
             if !a.force {
-                refuse_if_in_use(&a.path)?;
+                refuse_if_holds_data(&a.path)?;
             }
             (m, false)
         }
@@ -202,7 +214,7 @@ fn format(
 
 /// Refuse to format over something that holds data (the probe bench uses:
 /// 128 KiB of signatures, and data anywhere in a file), unless --force.
-fn refuse_if_in_use(p: &Path) -> anyhow::Result<()> {
+fn refuse_if_holds_data(p: &Path) -> anyhow::Result<()> {
     let Some(why) = sluice::media::probe::refuse_write(p, false)? else {
         return Ok(());
     };

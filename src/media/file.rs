@@ -128,19 +128,7 @@ impl FileMedia {
         created: Option<(u64, u64)>,
     ) -> io::Result<FileMedia> {
         if lock != Lock::None {
-            let op = if lock == Lock::Exclusive {
-                libc::LOCK_EX
-            } else {
-                libc::LOCK_SH
-            };
-            // SAFETY: flock on a descriptor we own; released when it is closed.
-            if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                    return Err(in_use_error(path, &file));
-                }
-                return Err(e);
-            }
+            lock_file(&file, path, lock == Lock::Exclusive)?;
         }
         // O_DIRECT is set on the locked descriptor (F_SETFL), so the lock is
         // never on a descriptor that is then thrown away.
@@ -188,6 +176,26 @@ impl FileMedia {
     pub fn is_block_device(&self) -> bool {
         self.block_device
     }
+}
+
+/// Take the volume lock on `file` (exclusive or shared, never waiting), held
+/// until the descriptor is closed; for openers that keep their own `File`
+/// (bench `file:`/`dev:` targets). Refused: `WouldBlock`, naming the holder.
+pub fn lock_file(file: &File, path: &Path, exclusive: bool) -> io::Result<()> {
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
+    // SAFETY: flock on a descriptor the caller owns; released when it is closed.
+    if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(in_use_error(path, file));
+        }
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// "PATH is in use by pid N (cmdline)", kind WouldBlock.

@@ -337,7 +337,9 @@ mod tests {
         assert!(out(Some(true), &[]).write(&p, b"{5}").is_err());
         let v = d.path().join("v.json");
         std::fs::write(&v, b"{}").unwrap();
-        let e = out(Some(true), &[v.clone()]).write(&v, b"{6}").unwrap_err();
+        let e = out(Some(true), std::slice::from_ref(&v))
+            .write(&v, b"{6}")
+            .unwrap_err();
         assert!(e.to_string().contains("in use"), "{e}");
         assert_eq!(std::fs::read(&v).unwrap(), b"{}");
     }
