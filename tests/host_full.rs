@@ -109,7 +109,7 @@ fn a_full_host_file_system_stops_writes_keeps_reads_and_restarts() {
         g.media_bytes()
     };
     let media: Arc<dyn Media> = Arc::new(FileMedia::create(&path, geo_bytes).unwrap());
-    let vol = Volume::create(media, &create, &det()).unwrap();
+    let vol = Arc::new(Volume::create(media, &create, &det()).unwrap());
     assert!(
         geo_bytes > 24 * MIB,
         "the volume is larger than its file system"
@@ -142,10 +142,16 @@ fn a_full_host_file_system_stops_writes_keeps_reads_and_restarts() {
     // stopped, visibly
     let st = vol.stats();
     assert!(st.failed, "stats show the stop");
-    assert!(
-        sluice::metrics::render(&vol, sluice::metrics::enable(), 0.0)
-            .contains("\nsluice_volume_failed 1\n")
-    );
+    assert!(sluice::metrics::render(
+        &[sluice::metrics::Export {
+            name: String::new(),
+            path: path.clone(),
+            vol: vol.clone(),
+        }],
+        &[0.0],
+        sluice::metrics::enable()
+    )
+    .contains("\nsluice_volume_failed{export=\"\"} 1\n"));
     // every change answers ENOSPC, not EIO and not success
     for r in [
         vol.write(0, &block(0, 9), false),
@@ -343,7 +349,7 @@ fn a_served_volume_on_a_full_host_fs_keeps_reading_and_says_why_once() {
         assert_eq!(buf, block(i, 0), "block {i} over NBD after the stop");
     }
     let m = sluice::metrics::http::fetch(&addr).unwrap();
-    assert!(m.contains("\nsluice_volume_failed 1\n"), "{m}");
+    assert!(m.contains("\nsluice_volume_failed{export=\"\"} 1\n"), "{m}");
     drop(c);
     stop(child);
     let lines = log.lock().unwrap().clone();
