@@ -84,15 +84,6 @@ fn create_opts(sh: Shape, gc: sluice::GcPolicy) -> CreateOptions {
 /// them: a discarded range reads as zeros or its old bytes on SimMedia).
 static DISCARDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-thread_local! {
-    /// Volumes of this thread's seed discard freed segments (None: yes). The
-    /// damage sweeps run without discard, so their images (and the flips their
-    /// rng picks from them) stay those the sweeps were validated on; with
-    /// discard, seed 12 of the log sweep meets a recovery limit of its own
-    /// (`dst_regression_damaged_last_header_of_a_segment_is_dropped`).
-    static DISCARD: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
-}
-
 fn open_opts(sh: Shape, background: bool) -> OpenOptions {
     OpenOptions {
         background,
@@ -100,7 +91,9 @@ fn open_opts(sh: Shape, background: bool) -> OpenOptions {
         idle_seal_ms: if background { 5 } else { 0 },
         checkpoint_interval_bytes: Some(sh.checkpoint_bytes),
         clock: DST_CLOCK,
-        discard: DISCARD.with(|d| d.get()).unwrap_or(true),
+        // every volume discards what the barrier frees (the default is on;
+        // `discard_every_segment` makes every barrier meet a discard)
+        discard: true,
         discard_every_segment: true,
         ..Default::default()
     }
@@ -896,9 +889,6 @@ fn run_seed(
     verbose: bool,
     damage: Option<Area>,
 ) -> Result<SeedResult, String> {
-    if damage.is_some() && DISCARD.with(|d| d.get()).is_none() {
-        DISCARD.with(|d| d.set(Some(false)));
-    }
     let sh = SHAPE;
     let gc = [
         sluice::gc::DEFAULT_POLICY,
@@ -1474,6 +1464,29 @@ fn dst_soak() {
     }
 }
 
+/// Open finding (damage only, format v1): a flipped bit in the log can lose a
+/// write that an acknowledged later write of the same client outlives, without
+/// the mount refusing. Found when the damage sweep first ran with discard on
+/// (issue 17, branch h17-engine, seed 12, diagnosed there): a flipped bit in
+/// the header of chunk 381, the last chunk of segment 5 (nothing trusted after
+/// it there) and below the watermark (W = 385). `judge` cannot bound the seq of
+/// a bad header at a segment's tail (it may be any missing seq above the chunk
+/// before it, a torn unflushed one >= W included), drops it as a torn tail, and
+/// the gap rule then skips the missing seq 381 as dead: the FUA write it held
+/// was lost without a refusal. Not caused by discard: on main after the merges
+/// seed 12 no longer meets it, but more seeds than CI's 12 do, with discard on
+/// (seed 21, below) and off (seed 78), both with the same symptom ("(d) prefix:
+/// ... survived but its earlier op ... did not"); seed 21 is not yet diagnosed
+/// as the same cause. docs/format-v2.md §3 plans the fix (a per-stream chain in
+/// chunk headers bounds such a header's seq).
+#[test]
+#[ignore]
+fn dst_regression_damaged_last_header_of_a_segment_is_dropped() {
+    if let Err(e) = run_seed(21, 3, false, Some(Area::Log)) {
+        panic!("{e}");
+    }
+}
+
 /// Regression (found by this test, fixed): a power cut inside a housekeeper
 /// step's reuse barrier, after the superblock raised the durable watermark and
 /// while the barrier's wipe of a dead segment's block 0 sat in the write cache.
@@ -1485,25 +1498,6 @@ fn dst_soak() {
 /// of zeros, so the sim now tears them in every run, and this seed no longer
 /// reaches the same cut; `recovery::tests::a_torn_tombstone_ends_the_walk_but_a_
 /// flipped_bit_is_damage` covers the case directly (it fails without the fix).
-/// Found when the damage sweep first ran with discard on (issue 17; the
-/// discards changed the images, so the sweep's rng flipped other bits): seed
-/// 12, a flipped bit in the header of chunk 381, the last chunk of segment 5
-/// (nothing trusted after it there) and below the watermark (W = 385). `judge`
-/// cannot bound the seq of a bad header at a segment's tail (it may be any
-/// missing seq above the chunk before it, a torn unflushed one >= W included),
-/// drops it as a torn tail, and the gap rule then skips the missing seq 381 as
-/// dead: the FUA write it held (op 830) is lost without a refusal. Not caused
-/// by discard (what follows the damaged header plays no part), but not
-/// fixed here: it is the "last flushed chunk" limit at a segment's end.
-#[test]
-#[ignore]
-fn dst_regression_damaged_last_header_of_a_segment_is_dropped() {
-    DISCARD.with(|d| d.set(Some(true)));
-    if let Err(e) = run_seed(12, 3, false, Some(Area::Log)) {
-        panic!("{e}");
-    }
-}
-
 #[test]
 fn dst_regression_torn_wipe_refuses_mount() {
     TORN_WIPES.with(|c| c.set(true));
