@@ -141,16 +141,12 @@ pub fn grid_table(t: &TargetRun) -> String {
     o
 }
 
-/// CPU microseconds per operation of every grid cell (process CPU, user + sys):
-/// how many cores a given speed needs.
-fn grid_cpu(t: &TargetRun) -> String {
+/// A table with one column per (read/write, thread count) and one row per
+/// block size of `t`'s grid, each cell `cell(phase name, block, threads)`.
+fn grid_cells(t: &TargetRun, title: &str, cell: impl Fn(&str, u64, usize) -> String) -> String {
     let (sizes, threads) = grid_sizes_threads(t);
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "{}: CPU us per operation (user + sys, this process)",
-        t.target
-    );
+    let _ = writeln!(o, "{title}");
     let mut h = format!("{:<7}", "Size");
     for name in ["read", "write"] {
         for th in &threads {
@@ -162,12 +158,7 @@ fn grid_cpu(t: &TargetRun) -> String {
         let mut line = format!("{:<7}", size_label(b));
         for name in ["randread", "randwrite"] {
             for &th in &threads {
-                let c = t
-                    .find(name, b, th)
-                    .filter(|p| p.measured())
-                    .and_then(|p| p.cpu);
-                let v = c.map_or("-".to_string(), |c| format!("{:.1}", c.us_per_op));
-                let _ = write!(line, "{v:>12}");
+                let _ = write!(line, "{:>12}", cell(name, b, th));
             }
         }
         let _ = writeln!(o, "{line}");
@@ -175,33 +166,28 @@ fn grid_cpu(t: &TargetRun) -> String {
     o
 }
 
+/// CPU microseconds per operation of every grid cell (process CPU, user + sys):
+/// how many cores a given speed needs.
+fn grid_cpu(t: &TargetRun) -> String {
+    let title = format!(
+        "{}: CPU us per operation (user + sys, this process)",
+        t.target
+    );
+    grid_cells(t, &title, |name, b, th| {
+        t.find(name, b, th)
+            .filter(|p| p.measured())
+            .and_then(|p| p.cpu)
+            .map_or("-".to_string(), |c| format!("{:.1}", c.us_per_op))
+    })
+}
+
 /// IOPS of every grid cell relative to the first target.
 fn grid_ratios(base: &TargetRun, t: &TargetRun) -> String {
-    let (sizes, threads) = grid_sizes_threads(t);
-    let mut o = String::new();
-    let _ = writeln!(o, "{} / {} (IOPS ratio)", t.target, base.target);
-    let mut h = format!("{:<7}", "Size");
-    for name in ["read", "write"] {
-        for th in &threads {
-            let _ = write!(h, "{:>12}", format!("{name} x{th}"));
-        }
-    }
-    let _ = writeln!(o, "{h}");
-    for &b in &sizes {
-        let mut line = format!("{:<7}", size_label(b));
-        for name in ["randread", "randwrite"] {
-            for &th in &threads {
-                let a = t.find(name, b, th).filter(|p| p.measured()).map(|p| p.iops);
-                let z = base
-                    .find(name, b, th)
-                    .filter(|p| p.measured())
-                    .map(|p| p.iops);
-                let _ = write!(line, "{:>12}", ratio(a.unwrap_or(0.0), z.unwrap_or(0.0)));
-            }
-        }
-        let _ = writeln!(o, "{line}");
-    }
-    o
+    let title = format!("{} / {} (IOPS ratio)", t.target, base.target);
+    grid_cells(t, &title, |name, b, th| {
+        let iops = |r: &TargetRun| r.find(name, b, th).filter(|p| p.measured()).map(|p| p.iops);
+        ratio(iops(t).unwrap_or(0.0), iops(base).unwrap_or(0.0))
+    })
 }
 
 fn slog_table(r: &Report) -> String {

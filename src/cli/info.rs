@@ -76,16 +76,8 @@ pub struct RepairArgs {
 /// tail) and writes a fresh checkpoint; then check again. Exit 0 when the
 /// volume checks clean afterwards, 1 when damage remains, 2 on usage errors.
 pub fn run_repair(a: RepairArgs) -> anyhow::Result<i32> {
-    match has_magic(&a.path) {
-        Ok(true) => {}
-        Ok(false) => {
-            eprintln!("sluice: error: {}", not_a_volume(&a.path));
-            return Ok(2);
-        }
-        Err(e) => {
-            eprintln!("sluice: error: opening {}: {e}", a.path.display());
-            return Ok(2);
-        }
+    if let Some(code) = not_a_volume_exit(&a.path) {
+        return Ok(code);
     }
     // One read-write FileMedia for the whole repair: it holds the volume lock
     // (exclusive) from the first check to the last, so no server or other tool
@@ -190,6 +182,22 @@ pub(super) fn has_magic(path: &Path) -> std::io::Result<bool> {
     match sluice::recovery::tail_offset_for_len(len) {
         Some(t) => Ok(magic(&read8k(&mut f, t)?)),
         None => Ok(false),
+    }
+}
+
+/// Exit code 2 (a usage error, never "damaged"), said on stderr, when `path`
+/// cannot be opened or holds no sluice superblock at either end.
+fn not_a_volume_exit(path: &Path) -> Option<i32> {
+    match has_magic(path) {
+        Ok(true) => None,
+        Ok(false) => {
+            eprintln!("sluice: error: {}", not_a_volume(path));
+            Some(2)
+        }
+        Err(e) => {
+            eprintln!("sluice: error: opening {}: {e}", path.display());
+            Some(2)
+        }
     }
 }
 
@@ -470,16 +478,8 @@ fn superblock_summary(r: &sluice::recovery::SbRead) -> String {
 
 pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
     // Not being able to open the path is a usage error (exit 2), not damage (exit 1).
-    match has_magic(&a.path) {
-        Ok(true) => {}
-        Ok(false) => {
-            eprintln!("sluice: error: {}", not_a_volume(&a.path));
-            return Ok(2);
-        }
-        Err(e) => {
-            eprintln!("sluice: error: opening {}: {e}", a.path.display());
-            return Ok(2);
-        }
+    if let Some(code) = not_a_volume_exit(&a.path) {
+        return Ok(code);
     }
     let busy = in_use(&a.path);
     if busy && !a.force {
