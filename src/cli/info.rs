@@ -132,28 +132,6 @@ pub fn run_repair(a: RepairArgs) -> anyhow::Result<i32> {
     }
 }
 
-/// Is the volume held by a running opener (the volume lock of FileMedia)?
-/// Probes with a non-blocking exclusive lock, released at once.
-pub fn in_use(path: &Path) -> bool {
-    use std::os::unix::io::AsRawFd;
-    let Ok(f) = std::fs::File::open(path) else {
-        return false;
-    };
-    // SAFETY: flock on a descriptor we own; the lock is dropped with `f`.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
-}
-
-/// Who holds the volume lock: "pid N (CMDLINE)", from /proc/locks.
-fn holder(path: &Path) -> String {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path)
-        .ok()
-        .and_then(|m| sluice::media::lock_holder(m.dev(), m.ino()))
-        .map(|(pid, cmd)| format!("pid {pid} ({cmd})"))
-        .unwrap_or_else(|| "a running sluice process".into())
-}
-
 /// Does the path hold a sluice superblock magic in either copy at the head, or
 /// (a volume whose head was wiped) in either tail copy at the end of the media?
 pub(super) fn has_magic(path: &Path) -> std::io::Result<bool> {
@@ -213,7 +191,7 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         eprintln!("sluice: error: {}", not_a_volume(&a.path));
         return Ok(2);
     }
-    let busy = in_use(&a.path).then(|| holder(&a.path));
+    let busy = sluice::media::lock_holder_of(&a.path);
     let live = live(a.metrics.as_ref(), &a.path);
     // info reports on a live volume too (as "in use"): no lock taken
     let file = FileMedia::open_unlocked_read_only(&a.path)
@@ -481,13 +459,14 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
     if let Some(code) = not_a_volume_exit(&a.path) {
         return Ok(code);
     }
-    let busy = in_use(&a.path);
+    let holder = sluice::media::lock_holder_of(&a.path);
+    let busy = holder.is_some();
     if busy && !a.force {
         eprintln!(
             "sluice: error: {} is in use by {} (it holds the volume's lock); \
              stop it to check the volume, or pass --force to check the live on-disk state",
             a.path.display(),
-            holder(&a.path)
+            holder.as_deref().unwrap_or_default()
         );
         return Ok(2);
     }

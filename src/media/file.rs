@@ -198,10 +198,21 @@ pub fn lock_file(file: &File, path: &Path, exclusive: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// "PATH is in use by pid N (cmdline)", kind WouldBlock.
-fn in_use_error(path: &Path, file: &File) -> io::Error {
-    let who = file
-        .metadata()
+/// Who holds the volume lock on `path`: "pid N (cmdline)" (or "another
+/// process" when /proc does not say), or None when nobody does. Probes with a
+/// non-blocking exclusive lock on a descriptor of its own, released at once;
+/// for commands that report on a volume without opening it (`info`, `check`).
+pub fn lock_holder_of(path: &Path) -> Option<String> {
+    let f = File::open(path).ok()?;
+    match lock_file(&f, path, true) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(holder_text(&f)),
+        _ => None,
+    }
+}
+
+/// "pid N (cmdline)" of the process holding a lock on `file`'s inode.
+fn holder_text(file: &File) -> String {
+    file.metadata()
         .ok()
         .and_then(|m| lock_holder(m.dev(), m.ino()))
         .map(|(pid, cmd)| {
@@ -211,7 +222,12 @@ fn in_use_error(path: &Path, file: &File) -> io::Error {
                 format!("pid {pid} ({cmd})")
             }
         })
-        .unwrap_or_else(|| "another process".to_string());
+        .unwrap_or_else(|| "another process".to_string())
+}
+
+/// "PATH is in use by pid N (cmdline)", kind WouldBlock.
+fn in_use_error(path: &Path, file: &File) -> io::Error {
+    let who = holder_text(file);
     io::Error::new(
         io::ErrorKind::WouldBlock,
         format!(

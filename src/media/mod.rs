@@ -18,7 +18,7 @@ mod uring;
 
 pub use aligned::AlignedBuf;
 pub use fault::{CrashPolicy, FaultMedia};
-pub use file::{lock_file, lock_holder, FileMedia};
+pub use file::{lock_file, lock_holder, lock_holder_of, FileMedia};
 pub use flash_sim::{FlashCounters, FlashSim, Ftl, OP_CONSUMER, OP_ENTERPRISE};
 pub use memory::MemMedia;
 pub use replay::{ReplayMedia, Store, PATTERN};
