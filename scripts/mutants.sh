@@ -147,9 +147,12 @@ b = """        if !wipe.is_empty() {
             self.discard_pending(wipe)?;
         }
 """
-if s.count(a + b) != 1:
+# the wipes move in front of the checkpoint (whatever stands between them,
+# such as the superblock repair, stays where it is)
+if s.count(a) != 1 or s.count(b) != 1 or s.index(a) > s.index(b):
     sys.exit("finish_mount does not have the checkpoint-then-wipe shape")
-open(p, "w").write(s.replace(a + b, b + a))
+s = s.replace(b, "", 1)
+open(p, "w").write(s.replace(a, b + a, 1))
 EOF
 }
 apply_read_crc() {
