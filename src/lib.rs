@@ -21,6 +21,7 @@
 pub mod bench;
 pub mod check;
 pub mod checkpoint;
+pub mod compress;
 pub mod crc_index;
 pub mod error;
 pub mod format;

@@ -18,6 +18,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
         (
             2,
             &[
+                "compress",
                 "map",
                 "log",
                 "segments",
@@ -46,6 +47,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
 /// Parts of layer 2 that may use each other only downward, in this order.
 fn part_rank(name: &str) -> Option<u32> {
     [
+        "compress",
         "map",
         "log",
         "segments",

@@ -25,7 +25,7 @@ use sluice::recovery;
 use std::sync::{Arc, OnceLock};
 
 /// Names of the properties; each is one cargo-fuzz target of the same name.
-pub const TARGETS: [&str; 7] = [
+pub const TARGETS: [&str; 8] = [
     "superblock",
     "chunk_header",
     "chunk_verify",
@@ -33,6 +33,7 @@ pub const TARGETS: [&str; 7] = [
     "checkpoint_segments",
     "map_decode",
     "mount",
+    "packed",
 ];
 
 /// Run the property named `target` on `data`.
@@ -45,6 +46,7 @@ pub fn run(target: &str, data: &[u8]) {
         "checkpoint_segments" => check_checkpoint_segments(data),
         "map_decode" => check_map_decode(data),
         "mount" => check_mount(data),
+        "packed" => check_packed(data),
         _ => panic!("unknown fuzz target {target}"),
     }
 }
@@ -288,6 +290,25 @@ pub fn check_map_decode(data: &[u8]) {
     let mut enc = vec![0u8; lb as usize * 4];
     map.encode_into(&mut enc);
     assert_eq!(&enc[..], &body[..enc.len()], "map round-trip");
+}
+
+/// Packed blocks (format v2 compression): control byte = slot (low 4 bits;
+/// bit 4: the next block is absent), then two 4 KiB blocks. `unpack` never
+/// panics, and when it returns data, that data has the slot's raw CRC.
+pub fn check_packed(data: &[u8]) {
+    use sluice::format::packed::{unpack, Table};
+    let (ctl, rest) = split_control(data);
+    let mut two = vec![0u8; 2 * BLOCK_BYTES];
+    let n = rest.len().min(two.len());
+    two[..n].copy_from_slice(&rest[..n]);
+    let (block, next) = two.split_at(BLOCK_BYTES);
+    let next = (ctl & 0x10 == 0).then_some(next);
+    let slot = ctl & 0x0f;
+    let mut raw = vec![0u8; BLOCK_BYTES];
+    if unpack(block, next, slot, &mut raw).is_ok() {
+        let table = Table::decode(block).expect("unpack accepted a table decode refuses");
+        assert_eq!(crc32c::crc32c(&raw), table.slots[slot as usize].raw_crc);
+    }
 }
 
 /// Size of the media the mount property runs on: the 1.5 MiB layout the corpus
@@ -724,5 +745,33 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         "raw-superblocks".into(),
         [&[3u8][..], &base_images()[0][..2 * BLOCK_BYTES]].concat(),
     ));
+
+    // Packed blocks: fragments of half-compressible blocks, one spanning.
+    {
+        use sluice::format::packed::{Compressor, Packer};
+        let mut p = Packer::new();
+        let mut z = Compressor::default();
+        let mut places = Vec::new();
+        for i in 0..6u32 {
+            let mut raw = vec![0u8; BLOCK_BYTES];
+            for (k, b) in raw.iter_mut().enumerate().take(BLOCK_BYTES / 2) {
+                *b = (k as u32)
+                    .wrapping_mul(2654435761)
+                    .wrapping_add(i)
+                    .to_le_bytes()[1];
+            }
+            let f = z.compress(&raw).expect("half-zero block compresses");
+            places.push(p.push(f, crc32c::crc32c(&raw)));
+        }
+        let packed = p.finish();
+        for (i, place) in places.iter().enumerate().filter(|(_, p)| p.block == 0) {
+            let end = (2 * BLOCK_BYTES).min(packed.len());
+            out.push((
+                "packed",
+                format!("slot{i}"),
+                with(place.slot, &packed[..end]),
+            ));
+        }
+    }
     out
 }

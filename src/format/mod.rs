@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 pub mod chunk;
+pub mod packed;
 pub mod superblock;
 
 /// The logical and physical block size of every sluice volume.
