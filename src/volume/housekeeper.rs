@@ -539,7 +539,7 @@ impl Shared {
         // 5. only then reusable
         {
             let _w = self.reuse.write();
-            self.core.lock().segs.release(&segs);
+            self.core.lock().release(&segs, target);
         }
         self.hk.credit.lock().released += 1;
         self.hk.credit_cv.notify_all();
