@@ -144,7 +144,6 @@ a = """        if needs_checkpoint {
 """
 b = """        if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
-            self.discard_pending(wipe)?;
         }
 """
 # the wipes move in front of the checkpoint (whatever stands between them,
