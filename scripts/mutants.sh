@@ -144,7 +144,6 @@ a = """        if needs_checkpoint {
 """
 b = """        if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
-            self.discard_pending(wipe)?;
         }
 """
 # the wipes move in front of the checkpoint (whatever stands between them,
@@ -208,6 +207,9 @@ apply_failed_volume_refuses_reads() {
 apply_discard_tombstone() {
   marker discard-tombstone
 }
+apply_stale_inflight_kept() {
+  marker stale-inflight-kept
+}
 apply_metadata_not_allocated() {
   replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
   replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
@@ -239,6 +241,7 @@ run checkpoint-slot-error-ignored engine
 run failed-volume-refuses-reads engine host_full
 run metadata-not-allocated host_full
 run discard-tombstone dst
+run stale-inflight-kept model
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

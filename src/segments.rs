@@ -5,6 +5,13 @@
 //! Invariant: a segment moves from Pending to Free only through a reuse barrier
 //! (every chunk that killed its contents is durable and the superblock records the
 //! durable watermark), so replay never needs a chunk that reuse overwrote.
+//!
+//! The free segments are a stack: a barrier puts what it frees on top and
+//! writes take from the top, so a few recently used segments carry the writes
+//! and the ones deep in the stack stay untouched. Those are the ones whose
+//! space is given back to the host or device (`take_to_discard`), each once
+//! since it was freed, and a discarded segment is not written again until
+//! writes have used every segment above it.
 
 use crate::format::checkpoint::SegmentRecord;
 use crate::format::chunk::Stream;
@@ -75,7 +82,12 @@ impl SegInfo {
 
 pub struct SegmentTable {
     pub segs: Vec<SegInfo>,
+    /// Free segments, the next one to take at the front (a stack: released
+    /// segments go on the front too; discarded ones return at the back).
     pub free: VecDeque<u32>,
+    /// Per segment: given back (discarded) since it was last freed, or never
+    /// written since create; reset when a stream takes it.
+    pub discarded: Vec<bool>,
     pub pending: Vec<u32>,
     pub segment_blocks: u32,
     /// Host data blocks written since mount: the clock of the decay hints.
@@ -91,6 +103,8 @@ impl SegmentTable {
         SegmentTable {
             segs: vec![SegInfo::EMPTY; count as usize],
             free: (0..count).collect(),
+            // a new volume's segments hold nothing but a wiped first block
+            discarded: vec![true; count as usize],
             pending: Vec::new(),
             segment_blocks,
             clock: 0,
@@ -111,6 +125,8 @@ impl SegmentTable {
             }
         }
         SegmentTable {
+            // unknown after a mount: free segments may still hold old data
+            discarded: vec![false; segs.len()],
             segs,
             free,
             pending: Vec::new(),
@@ -171,6 +187,7 @@ impl SegmentTable {
             state: SegState::Open(stream),
             ..SegInfo::EMPTY
         };
+        self.discarded[seg as usize] = false;
         Some(seg)
     }
 
@@ -205,10 +222,43 @@ impl SegmentTable {
             if s.state == SegState::Pending && s.live == 0 {
                 s.state = SegState::Free;
                 s.fill = 0;
-                self.free.push_back(seg);
+                // on top of the stack: the next segment a stream takes
+                self.free.push_front(seg);
             }
         }
         self.pending.retain(|s| !segs.contains(s));
+    }
+
+    /// Up to `max` free segments deeper than `keep` in the free stack that
+    /// were not given back since they were freed, taken out of the free stack
+    /// (so no stream can take one while it is discarded) and marked discarded.
+    /// The caller discards them, then hands them back with `return_discarded`.
+    pub fn take_to_discard(&mut self, keep: usize, max: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut i = keep;
+        while i < self.free.len() && out.len() < max {
+            let seg = self.free[i];
+            if self.discarded[seg as usize] {
+                i += 1;
+                continue;
+            }
+            self.free.remove(i);
+            self.discarded[seg as usize] = true;
+            out.push(seg);
+        }
+        out
+    }
+
+    /// Segments `take_to_discard` took, back at the bottom of the free stack.
+    pub fn return_discarded(&mut self, segs: &[u32]) {
+        for &seg in segs {
+            assert_eq!(
+                self.segs[seg as usize].state,
+                SegState::Free,
+                "segment {seg}"
+            );
+            self.free.push_back(seg);
+        }
     }
 
     pub fn records(&self) -> Vec<SegmentRecord> {
@@ -224,5 +274,40 @@ impl SegmentTable {
 
     pub fn count_state(&self, f: impl Fn(SegState) -> bool) -> u32 {
         self.segs.iter().filter(|s| f(s.state)).count() as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Released segments go on top of the free stack (taken first); the deep
+    /// ones are handed out for discard once each, out of the stack meanwhile,
+    /// and again only after a stream took and freed them.
+    #[test]
+    fn free_segments_are_a_stack_and_deep_ones_are_discarded_once() {
+        let mut t = SegmentTable::rebuild(vec![SegInfo::EMPTY; 8], 16);
+        assert_eq!(t.free, [0, 1, 2, 3, 4, 5, 6, 7]);
+        // a fresh mount does not know what was given back: all candidates
+        let d = t.take_to_discard(6, 64);
+        assert_eq!(d, [6, 7]);
+        assert_eq!(
+            t.free,
+            [0, 1, 2, 3, 4, 5],
+            "out of the stack while discarded"
+        );
+        t.return_discarded(&d);
+        assert_eq!(t.free, [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert!(t.take_to_discard(6, 64).is_empty(), "each once");
+        // a stream takes the top segment, it empties and a barrier frees it
+        let s = t.take_free(Stream::User).unwrap();
+        assert_eq!(s, 0);
+        t.close(s);
+        assert_eq!(t.pending, [0]);
+        t.release(&[0]);
+        assert_eq!(t.free.front(), Some(&0), "freed on top: taken next");
+        // the batch bound holds, and what was discarded is not offered again
+        assert_eq!(t.take_to_discard(0, 2), [0, 1]);
+        assert_eq!(t.take_to_discard(0, 64), [2, 3, 4, 5]);
     }
 }

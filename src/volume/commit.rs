@@ -511,15 +511,22 @@ impl Commit {
         }
     }
 
+    /// Discard is on for this mount (asked for, and the media took it so far).
+    pub fn discard_enabled(&self) -> bool {
+        self.discard_on.load(Ordering::Relaxed)
+    }
+
     /// Give the space of segments that passed the reuse barrier back to the
     /// host or device: `[segment start + 1 block, segment end)` of each.
+    /// (`discard_enabled`: asked for, and the media took it so far.)
     ///
     /// Safety rule: never the first block. A block device may return stale old
     /// data for a discarded range, and the tombstone in the first block is what
     /// stops a stale chunk header there from being read as new data by
-    /// recovery. So the caller discards only segments whose tombstone is
-    /// written and flushed (after `wipe`), before they are handed out again
-    /// (before `release`), with no reader left in them (the reuse fence).
+    /// recovery. So the caller discards only Free segments, whose tombstone a
+    /// barrier (or the mount) wrote and flushed and whose release fenced out
+    /// every reader (the reuse lock), taken out of the free stack so that no
+    /// stream writes them meanwhile (`Shared::discard_deep`).
     /// Whatever the rest reads as afterwards (zeros or old bytes) is behind the
     /// tombstone. A media that cannot discard (or refuses this range: EINVAL,
     /// ENOTTY, EOPNOTSUPP) turns discard off for this mount; ENOSPC (a file

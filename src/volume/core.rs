@@ -10,6 +10,10 @@
 //!   (replay then applies relocations unconditionally);
 //! - a block held by an open chunk is never relocated (victims are Closed), so two
 //!   GC classes never hold relocations of the same block at once.
+//! - the in-flight images (`inflight`) are of chunks of their segment's current
+//!   life and never overlap: the barrier that frees a segment drops its images
+//!   (`release`), so `buffered` never answers a block of a reused segment with
+//!   bytes of its previous life.
 //!
 //! Open chunks live in slots: slot 0 is the user stream, slots GC0.. are GC
 //! output classes. On the media they are just Stream::User / Stream::Gc; the slot only
@@ -21,7 +25,7 @@ use crate::geometry::Geometry;
 use crate::log::{OpenChunk, Sealed};
 use crate::map::{Loc, Map, Virt};
 use crate::media::AlignedBuf;
-use crate::segments::SegmentTable;
+use crate::segments::{SegState, SegmentTable};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -193,6 +197,15 @@ impl Core {
         let full = seg_blocks - info.fill < 2;
         self.bytes_since_checkpoint += sealed.blocks as u64 * BLOCK_BYTES as u64;
         let phys = sealed.segment as u64 * seg_blocks as u64 + sealed.start as u64;
+        // in-flight images never overlap: `buffered` takes the nearest start
+        // at or below a block (a segment's images go when it is freed: `release`)
+        assert!(
+            self.inflight
+                .range(..phys + sealed.blocks as u64)
+                .next_back()
+                .is_none_or(|(&k, f)| k + f.blocks as u64 <= phys),
+            "in-flight chunk images overlap"
+        );
         self.inflight.insert(
             phys,
             InFlight {
@@ -233,6 +246,37 @@ impl Core {
         for slot in 0..SLOTS {
             if self.killed_pending[slot] {
                 self.seal_slot(slot, durable_seq, out);
+            }
+        }
+    }
+
+    /// The reuse barrier frees `segs`: every chunk below `target` is written
+    /// and flushed and their first blocks are wiped. They go back to the free
+    /// list, and the in-flight images of their chunks (written, but not yet
+    /// pruned: `prune_inflight` keeps up to 8) are dropped with them. A segment
+    /// may be taken again at once, and `buffered` finds a block's image by the
+    /// nearest chunk start at or below it: an image of the segment's previous
+    /// life starting between a new chunk's start and one of its blocks would
+    /// answer that block with the old bytes, unverified (a sub-block write then
+    /// merged its data into them and wrote the mix, a block no request wrote).
+    pub fn release(&mut self, segs: &[u32], target: u64) {
+        self.segs.release(segs);
+        let sb = self.seg_blocks() as u64;
+        for &s in segs {
+            // MUTANT: stale-inflight-kept s|.state != SegState::Free|.state == SegState::Free|
+            if self.segs.segs[s as usize].state != SegState::Free {
+                continue;
+            }
+            let range = s as u64 * sb..(s as u64 + 1) * sb;
+            let stale: Vec<u64> = self.inflight.range(range).map(|(&k, _)| k).collect();
+            for k in stale {
+                let f = self.inflight.remove(&k).expect("present");
+                assert!(
+                    f.seq < target,
+                    "a freed segment's chunk {} is not flushed",
+                    f.seq
+                );
+                self.recycle(f.image);
             }
         }
     }

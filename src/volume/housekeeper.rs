@@ -39,6 +39,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Most free segments one barrier (or mount) gives back: bounds the time a
+/// housekeeping round spends in discard calls (a mount of a large volume may
+/// find thousands of free segments it cannot know were given back already).
+const DISCARD_BATCH: usize = 64;
+
 #[derive(Default)]
 struct Wake {
     stop: bool,
@@ -533,51 +538,46 @@ impl Shared {
         assert!(self.commit.sb.lock().durable_seq >= target, "barrier order");
         // 3. tombstones, flushed
         self.commit.wipe(&segs)?;
-        // 4. give the space back (never the tombstone block: Commit::discard)
-        let from = self.discard_from(segs.len());
-        self.discard_pending(&segs[from..])?;
-        // 5. only then reusable
+        // 4. only then reusable (on top of the free stack: used first)
         {
             let _w = self.reuse.write();
-            self.core.lock().segs.release(&segs);
+            self.core.lock().release(&segs, target);
         }
         self.hk.credit.lock().released += 1;
         self.hk.credit_cv.notify_all();
         Counters::add(&self.counters.barriers, 1);
-        Ok(())
+        // 5. give back the space of free segments deep in the stack
+        self.discard_deep()
     }
 
-    /// Of `n` segments about to be released (appended to the free queue, which
-    /// hands out its front first), the index of the first worth discarding:
-    /// those that will wait behind more than the free segments the housekeeper
-    /// keeps ready (reserve + twice the clean-ahead mark). A segment that
-    /// writes will take again at once gains nothing from a discard and costs
-    /// twice (the discard, then filling a hole: on ext4 an O_DIRECT write into
-    /// a hole takes the inode lock exclusively). So a volume under steady
-    /// overwrite discards little, and one whose data was trimmed or deleted
-    /// gives back what GC frees beyond what writes need soon.
-    fn discard_from(&self, n: usize) -> usize {
-        if self.opts.discard_every_segment {
-            return 0;
+    /// Give back (hole punch or discard) free segments that wait deeper in
+    /// the free stack than the ones the housekeeper keeps ready for writes
+    /// (reserve + twice the clean-ahead mark), each once since it was freed, at
+    /// most `DISCARD_BATCH` per call, never their first block
+    /// (`Commit::discard`). A segment writes take again soon gains nothing from
+    /// a discard and costs twice (the discard, then filling a hole: on ext4 an
+    /// O_DIRECT write into a hole allocates under the inode lock). The stack
+    /// keeps the writes on its top segments, so what is punched stays punched.
+    /// The segments are Free (their barrier wiped them and fenced out every
+    /// reader) and out of the free stack while they are discarded, so no
+    /// stream can take one meanwhile. `discard_every_segment` (the simulator)
+    /// keeps none back. Also run by the mount after its wipes.
+    pub(in crate::volume) fn discard_deep(&self) -> Result<()> {
+        if !self.commit.discard_enabled() {
+            return Ok(());
         }
-        let free = self.free_pending().0 as usize;
-        let ready = (self.hk.reserve + 2 * self.hk.clean_mark) as usize;
-        ready.saturating_sub(free).min(n)
-    }
-
-    /// Discard Pending segments whose tombstones are written and flushed,
-    /// before the barrier hands them out again. A reader that looked a block up
-    /// before its segment emptied may still be reading it (readers hold the
-    /// reuse lock shared from lookup to verification); taking the lock
-    /// exclusively once waits those out, and no later lookup can reach a
-    /// Pending segment (nothing in the map points there). Also used by the
-    /// mount for the segments it found free (before any reader exists).
-    pub(in crate::volume) fn discard_pending(&self, segs: &[u32]) -> Result<()> {
+        let keep = if self.opts.discard_every_segment {
+            0
+        } else {
+            (self.hk.reserve + 2 * self.hk.clean_mark) as usize
+        };
+        let segs = self.core.lock().segs.take_to_discard(keep, DISCARD_BATCH);
         if segs.is_empty() {
             return Ok(());
         }
-        drop(self.reuse.write());
-        self.commit.discard(segs)
+        let r = self.commit.discard(&segs);
+        self.core.lock().segs.return_discarded(&segs);
+        r
     }
 
     /// Foreground clean: until one segment is free beyond the reserve, or

@@ -135,11 +135,13 @@ pub struct OpenOptions {
     /// Give segments freed by GC back to the host (hole punching in a file) or
     /// the device (BLKDISCARD, where its queue advertises discard) once they
     /// pass the reuse barrier. Never the segment's first block (its tombstone).
-    /// Only segments that wait behind the free segments writes need soon (see
-    /// `Shared::discard_from`), unless `discard_every_segment`.
+    /// Only segments deep in the free stack, behind the free segments writes
+    /// need soon, each once since it was freed (see `Shared::discard_deep`),
+    /// unless `discard_every_segment`.
     pub discard: bool,
-    /// Discard every segment the barrier frees, also those writes take again
-    /// at once: the simulator's setting (every barrier meets a discard).
+    /// Discard every free segment not given back since it was freed, also
+    /// those writes take again at once: the simulator's setting (every
+    /// barrier meets a discard).
     pub discard_every_segment: bool,
     /// Salvage (read-only only): mount even with damage below the durable
     /// point, answering EIO for every block whose newest record may lie in a
@@ -847,9 +849,9 @@ impl Shared {
         }
         if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
-            self.discard_pending(wipe)?;
         }
-        Ok(())
+        // the free segments after the wipes: give back what waits deep
+        self.discard_deep()
     }
 
     pub(crate) fn check_failed(&self) -> Result<()> {
