@@ -15,15 +15,18 @@
 //! lock).
 
 use super::proto::{self, Negotiated, Request};
+use super::requests::ReadCtx;
 use super::server::MAX_INFLIGHT_REQUESTS;
 use super::tls;
 use super::transport::{send_now, send_patiently, Stream};
+use crate::volume::ReadRing;
 use crate::Volume;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::io;
 use std::net::Shutdown;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Queued (batched) replies are sent once they reach this size.
@@ -95,6 +98,10 @@ pub(super) struct Conn {
     pub(super) budget: Mutex<Budget>,
     pub(super) budget_cv: Condvar,
     pub(super) reads: Mutex<ReadQueue>,
+    /// The read ring (set up at the first READ; None inside: none here).
+    pub(super) ring: OnceLock<Option<Arc<ReadRing<ReadCtx>>>>,
+    /// The ring's completion thread.
+    pub(super) completer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Conn {
@@ -127,6 +134,7 @@ impl Conn {
     /// it sends them before it waits for budget to come back.
     pub(super) fn acquire_reader(&self, bytes: u64) {
         if !self.try_acquire(bytes) {
+            self.submit_reads();
             self.flush_pending();
             self.acquire(bytes);
         }

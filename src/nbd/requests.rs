@@ -3,7 +3,10 @@
 //! alone (`proto::check_request`), then run on the reader (writes, trims and
 //! zeroes without FUA only append to memory; a READ, FLUSH or FUA write that
 //! is all the client has in flight) or handed on: READs to the connection's
-//! read queue, everything else that waits for the media to the shared pool.
+//! read ring (submitted here as they arrive; its completion thread verifies
+//! and answers them in completion order), everything else that waits for the
+//! media (and READs too large for the ring, or all READs without one) to the
+//! shared pool.
 //!
 //! Owns: the request currently being received and its timeouts.
 //!
@@ -11,13 +14,17 @@
 //! (`reply.rs`); a started request must be complete within `request_timeout`;
 //! an idle connection (nothing in flight) is closed after `idle_timeout` if set;
 //! a bad request magic ends the connection after what was accepted is
-//! answered; a reply is sent only after its engine call returned.
+//! answered; a reply is sent only after its engine call returned; the reader
+//! submits the reads it queued on the ring before anything that may wait (a
+//! queued read holds a share of the volume's reuse lock and budget, and would
+//! never complete).
 
 use super::pool::Pool;
 use super::proto::{self, ProtoError, Request};
 use super::reply::{Conn, Release};
 use super::server::Server;
 use super::transport::{is_timeout, RecvBuf};
+use crate::volume::{ReadBuf, ReadRing};
 use crate::Error;
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;
@@ -36,6 +43,19 @@ const MAX_READ_BATCH: usize = 8;
 /// connection's reads reach the device in batches and a worker is woken per
 /// batch, not per request; several let batches' media reads overlap.
 const READ_WORKERS: usize = 4;
+/// READs the reader queues on the ring before it submits them (it submits
+/// sooner when no further request is already received).
+const SUBMIT_BATCH: usize = 16;
+/// Stack of a connection's read completion thread.
+const COMPLETION_STACK: usize = 256 << 10;
+
+/// A READ on its way through the read ring (or a batch): the request and
+/// when it started (metrics).
+#[derive(Clone, Copy)]
+pub(super) struct ReadCtx {
+    req: Request,
+    t0: Option<crate::metrics::Started>,
+}
 
 impl Conn {
     /// Serve checked READs together: one batched engine read, then every reply in
@@ -47,15 +67,27 @@ impl Conn {
         let ranges: Vec<(u64, u32)> = batch.iter().map(|r| (r.offset, r.length)).collect();
         let t0 = crate::metrics::start();
         let results = self.vol.read_batch(&ranges);
-        if t0.is_some() {
-            for (r, res) in batch.iter().zip(&results) {
-                let (k, ok) = (crate::metrics::Req::Read, res.is_ok());
-                crate::metrics::done(k, r.offset, r.length as u64, ok, t0);
+        let done: Vec<(ReadCtx, crate::Result<ReadBuf>)> = batch
+            .iter()
+            .map(|&req| ReadCtx { req, t0 })
+            .zip(results)
+            .collect();
+        self.send_reads(&done);
+    }
+
+    /// Reply to finished READs in one send, which gives their budget back once
+    /// the replies are on the wire.
+    fn send_reads(&self, done: &[(ReadCtx, crate::Result<ReadBuf>)]) {
+        for (c, res) in done {
+            if c.t0.is_some() {
+                let (k, r) = (crate::metrics::Req::Read, &c.req);
+                crate::metrics::done(k, r.offset, r.length as u64, res.is_ok(), c.t0);
             }
         }
         // reply headers first (owned), then the parts list borrowing them
-        let mut heads: Vec<Vec<u8>> = Vec::with_capacity(batch.len());
-        for (r, res) in batch.iter().zip(&results) {
+        let mut heads: Vec<Vec<u8>> = Vec::with_capacity(done.len());
+        for (c, res) in done {
+            let r = &c.req;
             heads.push(match res {
                 Ok(_) if !self.neg.structured => proto::simple_reply(0, r.cookie).to_vec(),
                 Ok(_) if r.length == 0 => proto::structured_header(
@@ -77,8 +109,8 @@ impl Conn {
                 }
             });
         }
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * batch.len());
-        for (h, res) in heads.iter().zip(&results) {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * done.len());
+        for (h, (_, res)) in heads.iter().zip(done) {
             parts.push(h);
             if let Ok(data) = res {
                 if !data.is_empty() {
@@ -87,10 +119,83 @@ impl Conn {
             }
         }
         let rel = Release {
-            requests: batch.len(),
-            bytes: batch.iter().map(|r| r.length as u64).sum(),
+            requests: done.len(),
+            bytes: done.iter().map(|(c, _)| c.req.length as u64).sum(),
         };
         self.send(&parts, rel);
+    }
+
+    /// The connection's read ring, set up at its first READ together with the
+    /// completion thread that answers its reads. None: READs go to the pool in
+    /// batches (`--no-read-ring`, media without a ring, or no thread).
+    fn read_ring(self: &Arc<Self>, enabled: bool) -> Option<&Arc<ReadRing<ReadCtx>>> {
+        self.ring
+            .get_or_init(|| {
+                if !enabled {
+                    return None;
+                }
+                let ring = Arc::new(self.vol.read_ring::<ReadCtx>()?);
+                let (c, r) = (self.clone(), ring.clone());
+                let spawned = std::thread::Builder::new()
+                    .name(format!("nbd-read-{}", self.id))
+                    .stack_size(COMPLETION_STACK)
+                    .spawn(move || {
+                        // A broken invariant here would leave the connection's
+                        // reads unanswered forever (and the kernel may still
+                        // own their buffers): stop the process instead.
+                        let run = std::panic::AssertUnwindSafe(|| c.complete_reads(&r));
+                        if std::panic::catch_unwind(run).is_err() {
+                            tracing::error!("nbd: read completion thread panicked; aborting");
+                            std::process::abort();
+                        }
+                    });
+                match spawned {
+                    Ok(h) => {
+                        *self.completer.lock() = Some(h);
+                        Some(ring)
+                    }
+                    Err(e) => {
+                        tracing::debug!("nbd: connection {}: no read thread ({e})", self.id);
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// The completion thread: answer ring READs as the device finishes them,
+    /// the ones reaped together in one send.
+    fn complete_reads(&self, ring: &ReadRing<ReadCtx>) {
+        let mut done = Vec::new();
+        loop {
+            let more = ring.reap(&mut done);
+            if !done.is_empty() {
+                self.send_reads(&done);
+                done.clear();
+            }
+            if !more {
+                return;
+            }
+        }
+    }
+
+    /// Hand the READs started on the ring to the device. The reader calls it
+    /// before anything that may wait (the socket, budget, another request):
+    /// a read queued and not submitted would never complete.
+    pub(super) fn submit_reads(&self) {
+        if let Some(Some(r)) = self.ring.get() {
+            r.submit();
+        }
+    }
+
+    /// End the completion thread (the connection ends, nothing in flight).
+    pub(super) fn stop_reads(&self) {
+        if let Some(Some(r)) = self.ring.get() {
+            r.stop();
+        }
+        if let Some(h) = self.completer.lock().take() {
+            let _ = h.join();
+        }
     }
 
     /// Queue checked READs (reader thread) for this connection's read
@@ -359,7 +464,9 @@ impl Server {
     ) -> io::Result<&'static str> {
         loop {
             if rd.would_wait(proto::REQUEST_BYTES) {
-                // About to block on the socket: deliver batched replies first.
+                // About to block on the socket: submit started reads and
+                // deliver batched replies first.
+                conn.submit_reads();
                 conn.flush_pending();
             }
             let h = match self.next_header(conn, rd)? {
@@ -375,6 +482,9 @@ impl Server {
                 }
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
             };
+            if r.cmd != proto::CMD_READ {
+                conn.submit_reads();
+            }
             if r.cmd == proto::CMD_DISC {
                 // The spec: no reply; finish what is in flight, then close
                 // (whatever the offset, length or flags say).
@@ -403,6 +513,32 @@ impl Server {
             };
             conn.acquire_reader(bytes);
             if r.cmd == proto::CMD_READ {
+                let ring = conn
+                    .read_ring(self.cfg.read_ring)
+                    .filter(|g| g.fits(r.offset, r.length));
+                if let Some(ring) = ring {
+                    // All the client asked for: serve it here (the ring's
+                    // completion thread would cost a wakeup and a switch).
+                    if self.cfg.inline_writes && rd.would_wait(1) && conn.in_flight() == 1 {
+                        conn.flush_pending();
+                        conn.execute_reads(std::slice::from_ref(&r));
+                        continue;
+                    }
+                    // To the device now; its reply leaves when it completes.
+                    conn.record(&r);
+                    let ctx = ReadCtx {
+                        req: r,
+                        t0: crate::metrics::start(),
+                    };
+                    if let Some(done) = ring.start(ctx, r.offset, r.length) {
+                        conn.send_reads(std::slice::from_ref(&done));
+                    }
+                    // Requests already received go in the same submission.
+                    if rd.would_wait(proto::REQUEST_BYTES) || ring.queued() >= SUBMIT_BATCH {
+                        ring.submit();
+                    }
+                    continue;
+                }
                 // Take the READs pipelined behind this one too (already received,
                 // valid, within budget): one worker serves them together.
                 let mut batch = vec![r];
@@ -433,6 +569,8 @@ impl Server {
                 }
                 continue;
             }
+            // this request may wait (payload, media, pool): reads go first
+            conn.submit_reads();
             let mut payload = Vec::new();
             if r.cmd == proto::CMD_WRITE {
                 if rd.would_wait(r.length as usize) {

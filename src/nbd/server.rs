@@ -6,15 +6,17 @@
 //! - one accept thread (`Server::run`), which also drives shutdown; at the
 //!   connection limit it hands new clients to a short-lived refuser thread that
 //!   answers their options with `NBD_REP_ERR_POLICY` and closes;
-//! - per connection, a reader thread (handshake, then requests in order) and a
-//!   writer thread that delivers replies the socket could not take at once;
-//! - a shared worker pool runs reads, flushes, FUA writes and block status.
+//! - per connection, a reader thread (handshake, then requests in order), a
+//!   writer thread that delivers replies the socket could not take at once,
+//!   and, from its first READ, a read completion thread (`requests.rs`);
+//! - a shared worker pool runs flushes, FUA writes and block status.
 //!   Writes, trims and zeroes without FUA only append to the engine's open chunk,
-//!   so the reader runs them itself and batches their replies. READs go to a
-//!   per-connection queue served by at most `READ_WORKERS` pool workers at a
-//!   time, each taking everything queued as one batch (one media submission,
-//!   one reply write); a READ that is all the client asked for runs on the
-//!   reader;
+//!   so the reader runs them itself and batches their replies. READs go to the
+//!   media as they arrive through the connection's read ring and are answered
+//!   by its completion thread as they complete; READs above the ring's size
+//!   (or all, with `--no-read-ring`) go to a per-connection queue served by at
+//!   most `READ_WORKERS` pool workers at a time, each taking everything queued
+//!   as one batch; a READ that is all the client asked for runs on the reader;
 //! - after STARTTLS the same threads do TLS (`tls::Session`): the reader
 //!   decrypts, replies are sealed under the writer lock; no TLS thread.
 //!
@@ -47,7 +49,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -88,6 +90,10 @@ pub struct ServerConfig {
     pub tls: TlsMode,
     /// Certificates and key for STARTTLS (needed unless `tls` is Off).
     pub tls_config: Option<Arc<rustls::ServerConfig>>,
+    /// Submit each READ to the media as it arrives, through a per-connection
+    /// read ring, and answer it when it completes (false: READs go to the
+    /// pool in batches; the ring is also skipped where the media has none).
+    pub read_ring: bool,
 }
 
 impl Default for ServerConfig {
@@ -102,6 +108,7 @@ impl Default for ServerConfig {
             max_inflight_bytes: MAX_INFLIGHT_BYTES,
             tls: TlsMode::Off,
             tls_config: None,
+            read_ring: true,
         }
     }
 }
@@ -370,6 +377,8 @@ impl Server {
             budget: Mutex::new(Budget::default()),
             budget_cv: Condvar::new(),
             reads: Mutex::new(ReadQueue::default()),
+            ring: OnceLock::new(),
+            completer: Mutex::new(None),
         });
         let c = conn.clone();
         let writer = std::thread::Builder::new()
@@ -377,8 +386,10 @@ impl Server {
             .stack_size(WRITER_STACK)
             .spawn(move || c.writer_loop())?;
         let r = self.transmission(&conn, &mut rd);
+        conn.submit_reads();
         conn.flush_pending();
         conn.drain();
+        conn.stop_reads();
         if let Some(t) = &conn.tls {
             t.close();
             conn.flush_pending();
