@@ -12,10 +12,10 @@
 # target dir (the first run builds the dependencies once; later runs rebuild only
 # sluice).
 #
-# `read-crc` is keyed on a marker comment in src/: the line `// MUTANT: read-crc`
-# names the line after it, which the mutation deletes; `// MUTANT: read-crc s|A|B|`
-# instead replaces A by B on the line after it. Without the marker it reports
-# "not applicable".
+# `read-crc` (and `ring-skips-verify`) are keyed on a marker comment in src/:
+# the line `// MUTANT: read-crc` names the line after it, which the mutation
+# deletes; `// MUTANT: read-crc s|A|B|` instead replaces A by B on the line
+# after it. Without the marker it reports "not applicable".
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${MUTANTS_DIR:-/tmp/sluice-mutants}
@@ -157,6 +157,9 @@ EOF
 apply_read_crc() {
   marker read-crc
 }
+apply_ring_skips_verify() {
+  marker ring-skips-verify
+}
 apply_durable_damage_dropped() {
   replace src/recovery.rs '(BadKind::Data { seq }, _) => (c_next..w).contains(seq),' '(BadKind::Data { seq: _ }, _) => false,'
 }
@@ -228,6 +231,7 @@ run nbd-drops-fua volatile_cache
 run file-flush-noop volatile_cache
 run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
+run ring-skips-verify nbd_verified_reads
 run durable-damage-dropped dst header_flips
 run unseen-chunks-renumbered recovery_rules
 run volume-lock-skipped no_clobber

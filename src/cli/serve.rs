@@ -143,6 +143,10 @@ pub struct Args {
     /// benchmarking the dispatch choice; see docs/nbd.md).
     #[arg(long, hide = true)]
     pub no_inline_writes: bool,
+    /// Serve READs through the worker pool in batches instead of the
+    /// connection's read ring (for benchmarking; see docs/nbd.md).
+    #[arg(long, hide = true)]
+    pub no_read_ring: bool,
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9100 or :9100;
     /// loopback unless an address says otherwise). `sluice top ADDR` reads them.
     #[arg(long, value_name = "ADDR")]
@@ -555,6 +559,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         max_connections: if a.shared == 0 { usize::MAX } else { a.shared },
         workers: a.workers,
         inline_writes: !a.no_inline_writes,
+        read_ring: !a.no_read_ring,
         idle_timeout: a
             .idle_timeout
             .map(|s| seconds("idle-timeout", s))

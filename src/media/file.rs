@@ -300,6 +300,9 @@ impl Media for FileMedia {
         }
         Ok(())
     }
+    fn uring_reads(&self, entries: u32) -> Option<io::Result<super::UringReads>> {
+        Some(super::UringReads::new(&self.file, entries))
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_range(self.len, offset, buf.len())?;
         self.file.write_all_at(buf, offset)

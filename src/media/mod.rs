@@ -23,6 +23,7 @@ pub use flash_sim::{FlashCounters, FlashSim, Ftl, OP_CONSUMER, OP_ENTERPRISE};
 pub use memory::MemMedia;
 pub use replay::{ReplayMedia, Store, PATTERN};
 pub use sim::{crash_apply, crash_apply_opts, Loss, SimEvent, SimMedia};
+pub use uring::{UringReads, WAKE as URING_WAKE};
 
 use std::io;
 
@@ -46,6 +47,12 @@ pub trait Media: Send + Sync {
             self.read_at(buf, *off)?;
         }
         Ok(())
+    }
+    /// A ring for reads submitted on one thread and completed on another, of
+    /// `entries` slots. None: this media has none (the caller reads with
+    /// `read_batch`); Some(Err): it could not be set up now.
+    fn uring_reads(&self, _entries: u32) -> Option<io::Result<UringReads>> {
+        None
     }
     /// Write all of `buf` at `offset` (same alignment rules as `read_at`).
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
@@ -86,6 +93,9 @@ impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
     }
     fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
         (**self).read_batch(reads)
+    }
+    fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>> {
+        (**self).uring_reads(entries)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         (**self).write_at(buf, offset)

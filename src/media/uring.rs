@@ -1,6 +1,8 @@
 //! Batched positional reads through io_uring: one submission for many reads, so
 //! the device sees them together (one doorbell, parallel service) and the caller
-//! sleeps once for the batch instead of once per read.
+//! sleeps once for the batch instead of once per read. And `UringReads`: a ring
+//! whose reads are submitted by one thread and reaped by another as they
+//! complete (the NBD server's reads).
 //!
 //! Each thread keeps its own small ring (created on first use). Where io_uring is
 //! unavailable (old kernel, seccomp, `io_uring_disabled`), `read_batch` says so
@@ -153,6 +155,127 @@ fn drain(ring: &mut IoUring, mut n: usize) {
                     tracing::error!("io_uring: cannot reap {n} reads ({e}); aborting");
                     std::process::abort();
                 }
+            }
+        }
+    }
+}
+
+/// A ring for reads that are submitted by one thread and completed on another
+/// (the NBD server's reads: its reader submits each READ as it arrives, a
+/// completion thread reaps them in the order the device finishes them).
+///
+/// Owns: the ring. The submission side (`push`, `submit`, `wake`) and the
+/// completion side (`wait`) each take their own mutex, so each side is used
+/// by one thread at a time; the two sides run concurrently, as io_uring
+/// allows (one producer, one consumer).
+///
+/// Invariant: the caller keeps at most `capacity()` reads in flight (pushed
+/// and not yet returned by `wait`), so neither queue can overflow; a buffer
+/// given to `push` stays allocated and unmoved until `wait` returned its
+/// completion.
+pub struct UringReads {
+    ring: IoUring,
+    fd: std::os::unix::io::RawFd,
+    sq: parking_lot::Mutex<()>,
+    cq: parking_lot::Mutex<()>,
+    entries: u32,
+}
+
+/// io_uring_enter(2): wait for completions.
+const IORING_ENTER_GETEVENTS: u32 = 1;
+
+/// `user_data` of the no-op that wakes the completion side.
+pub const WAKE: u64 = u64::MAX;
+
+impl UringReads {
+    /// A ring of `entries` submissions for reads of `file` (which must outlive
+    /// the ring). Err: io_uring is unavailable or the ring cannot be set up
+    /// (the caller reads the synchronous way).
+    pub fn new(file: &File, entries: u32) -> io::Result<UringReads> {
+        if UNAVAILABLE.load(Ordering::Relaxed) {
+            return Err(io::Error::other("io_uring is unavailable"));
+        }
+        Ok(UringReads {
+            ring: IoUring::new(entries)?,
+            fd: file.as_raw_fd(),
+            sq: parking_lot::Mutex::new(()),
+            cq: parking_lot::Mutex::new(()),
+            entries,
+        })
+    }
+
+    /// Reads that may be in flight at once (one submission slot stays free
+    /// for `wake`).
+    pub fn capacity(&self) -> usize {
+        self.entries as usize - 1
+    }
+
+    /// Queue a read of `len` bytes at `offset` into `buf` (not submitted until
+    /// `submit`); `user` comes back with its completion.
+    ///
+    /// # Safety
+    /// `buf..buf + len` must stay valid and unmoved until `wait` returns this
+    /// read's completion, and the caller must keep within `capacity()`.
+    pub unsafe fn push(&self, buf: *mut u8, len: u32, offset: u64, user: u64) -> io::Result<()> {
+        debug_assert_ne!(user, WAKE);
+        let e = opcode::Read::new(types::Fd(self.fd), buf, len)
+            .offset(offset)
+            .build()
+            .user_data(user);
+        let _g = self.sq.lock();
+        // SAFETY: one submitter at a time (the `sq` lock); the entry's buffer
+        // is the caller's promise above.
+        unsafe { self.ring.submission_shared().push(&e) }
+            .map_err(|_| io::Error::other("io_uring submission queue full"))
+    }
+
+    /// Hand every queued read to the kernel.
+    pub fn submit(&self) -> io::Result<()> {
+        let _g = self.sq.lock();
+        loop {
+            match self.ring.submitter().submit() {
+                Ok(_) => return Ok(()),
+                Err(e) if transient(&e) => std::thread::yield_now(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Make a `wait` in progress (or the next one) return a `WAKE` completion.
+    pub fn wake(&self) -> io::Result<()> {
+        {
+            let _g = self.sq.lock();
+            let e = opcode::Nop::new().build().user_data(WAKE);
+            // SAFETY: a no-op carries no buffer; one submitter at a time.
+            unsafe { self.ring.submission_shared().push(&e) }
+                .map_err(|_| io::Error::other("io_uring submission queue full"))?;
+        }
+        self.submit()
+    }
+
+    /// Wait for at least one completion and append every completion ready as
+    /// `(user, result)` (bytes read, or a negative errno) to `out`.
+    pub fn wait(&self, out: &mut Vec<(u64, i32)>) -> io::Result<()> {
+        let _g = self.cq.lock();
+        let before = out.len();
+        loop {
+            // SAFETY: one consumer at a time (the `cq` lock).
+            for cqe in unsafe { self.ring.completion_shared() } {
+                out.push((cqe.user_data(), cqe.result()));
+            }
+            if out.len() > before {
+                return Ok(());
+            }
+            // SAFETY: no submission (0), wait for one completion, no argument.
+            let r = unsafe {
+                self.ring
+                    .submitter()
+                    .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
+            };
+            match r {
+                Ok(_) => {}
+                Err(e) if transient(&e) => {}
+                Err(e) => return Err(e),
             }
         }
     }

@@ -215,6 +215,9 @@ impl<M: Media> Media for MeteredMedia<M> {
     fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
         self.inner.read_batch(reads)
     }
+    fn uring_reads(&self, entries: u32) -> Option<io::Result<crate::media::UringReads>> {
+        self.inner.uring_reads(entries)
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         if let Some(m) = get() {
             m.media.observe(offset, buf.len() as u64);

@@ -106,7 +106,7 @@ const TLS_BUFFER: usize = 256 << 10;
 /// Run the TLS handshake on `sock` (blocking, until `deadline`).
 pub fn accept(
     cfg: &Arc<rustls::ServerConfig>,
-    sock: &mut super::server::Stream,
+    sock: &mut super::transport::Stream,
     deadline: Instant,
 ) -> io::Result<Session> {
     let mut tls = ServerConnection::new(cfg.clone()).map_err(io::Error::other)?;

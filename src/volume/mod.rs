@@ -24,6 +24,7 @@ mod housekeeper;
 mod read;
 mod scrub;
 
+pub use self::read::{ReadRing, RING_SLOTS};
 pub use self::scrub::ScrubOutcome;
 
 pub use self::core::GC_CLASSES;
