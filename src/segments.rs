@@ -9,9 +9,10 @@
 //! The free segments are a stack: a barrier puts what it frees on top and
 //! writes take from the top, so a few recently used segments carry the writes
 //! and the ones deep in the stack stay untouched. Those are the ones whose
-//! space is given back to the host or device (`take_to_discard`), each once
-//! since it was freed, and a discarded segment is not written again until
-//! writes have used every segment above it.
+//! space is given back to the host or device (`take_to_discard`): only
+//! segments writes did not reach since the previous pass (below the stack's
+//! low-water mark), each once since it was freed, so a discarded segment is
+//! not written again until writes have used every segment above it.
 
 use crate::format::checkpoint::SegmentRecord;
 use crate::format::chunk::Stream;
@@ -88,6 +89,9 @@ pub struct SegmentTable {
     /// Per segment: given back (discarded) since it was last freed, or never
     /// written since create; reset when a stream takes it.
     pub discarded: Vec<bool>,
+    /// The fewest free segments since the last `take_to_discard` pass: the
+    /// bottom `free_low` of the stack were not taken since then.
+    pub free_low: usize,
     pub pending: Vec<u32>,
     pub segment_blocks: u32,
     /// Host data blocks written since mount: the clock of the decay hints.
@@ -105,6 +109,7 @@ impl SegmentTable {
             free: (0..count).collect(),
             // a new volume's segments hold nothing but a wiped first block
             discarded: vec![true; count as usize],
+            free_low: count as usize,
             pending: Vec::new(),
             segment_blocks,
             clock: 0,
@@ -127,6 +132,8 @@ impl SegmentTable {
         SegmentTable {
             // unknown after a mount: free segments may still hold old data
             discarded: vec![false; segs.len()],
+            // the first pass after a mount only starts the window
+            free_low: 0,
             segs,
             free,
             pending: Vec::new(),
@@ -178,6 +185,7 @@ impl SegmentTable {
 
     pub fn take_free(&mut self, stream: Stream) -> Option<u32> {
         let seg = self.free.pop_front()?;
+        self.free_low = self.free_low.min(self.free.len());
         let s = &mut self.segs[seg as usize];
         assert!(
             s.state == SegState::Free && s.live == 0,
@@ -230,12 +238,22 @@ impl SegmentTable {
     }
 
     /// Up to `max` free segments deeper than `keep` in the free stack that
-    /// were not given back since they were freed, taken out of the free stack
-    /// (so no stream can take one while it is discarded) and marked discarded.
-    /// The caller discards them, then hands them back with `return_discarded`.
-    pub fn take_to_discard(&mut self, keep: usize, max: usize) -> Vec<u32> {
+    /// were not given back since they were freed and that no stream reached
+    /// since the previous pass (below the low-water mark; `cold_only`), taken
+    /// out of the free stack (so no stream can take one while it is
+    /// discarded) and marked discarded. The caller discards them, then hands
+    /// them back with `return_discarded`. Starts the next window. A segment
+    /// writes reached once is likely reached again (the log writes through the
+    /// free segments down to the clean-ahead mark before GC cleans): punching
+    /// it would only make those writes fill a hole.
+    pub fn take_to_discard(&mut self, keep: usize, max: usize, cold_only: bool) -> Vec<u32> {
+        let untouched_from = if cold_only {
+            self.free.len().saturating_sub(self.free_low)
+        } else {
+            0
+        };
         let mut out = Vec::new();
-        let mut i = keep;
+        let mut i = keep.max(untouched_from);
         while i < self.free.len() && out.len() < max {
             let seg = self.free[i];
             if self.discarded[seg as usize] {
@@ -246,6 +264,8 @@ impl SegmentTable {
             self.discarded[seg as usize] = true;
             out.push(seg);
         }
+        // (the ones out for discard come back at the bottom)
+        self.free_low = self.free.len() + out.len();
         out
     }
 
@@ -288,8 +308,10 @@ mod tests {
     fn free_segments_are_a_stack_and_deep_ones_are_discarded_once() {
         let mut t = SegmentTable::rebuild(vec![SegInfo::EMPTY; 8], 16);
         assert_eq!(t.free, [0, 1, 2, 3, 4, 5, 6, 7]);
-        // a fresh mount does not know what was given back: all candidates
-        let d = t.take_to_discard(6, 64);
+        // the first pass after a mount only starts the window
+        assert!(t.take_to_discard(6, 64, true).is_empty());
+        // nothing taken since: below the low-water mark, deeper than `keep`
+        let d = t.take_to_discard(6, 64, true);
         assert_eq!(d, [6, 7]);
         assert_eq!(
             t.free,
@@ -298,7 +320,7 @@ mod tests {
         );
         t.return_discarded(&d);
         assert_eq!(t.free, [0, 1, 2, 3, 4, 5, 6, 7]);
-        assert!(t.take_to_discard(6, 64).is_empty(), "each once");
+        assert!(t.take_to_discard(6, 64, true).is_empty(), "each once");
         // a stream takes the top segment, it empties and a barrier frees it
         let s = t.take_free(Stream::User).unwrap();
         assert_eq!(s, 0);
@@ -307,7 +329,25 @@ mod tests {
         t.release(&[0]);
         assert_eq!(t.free.front(), Some(&0), "freed on top: taken next");
         // the batch bound holds, and what was discarded is not offered again
-        assert_eq!(t.take_to_discard(0, 2), [0, 1]);
-        assert_eq!(t.take_to_discard(0, 64), [2, 3, 4, 5]);
+        assert_eq!(t.take_to_discard(0, 2, false), [0, 1]);
+        assert_eq!(t.take_to_discard(0, 64, false), [2, 3, 4, 5]);
+    }
+
+    /// Segments writes reached since the last pass are not discarded: only
+    /// the bottom of the stack that stayed below the low-water mark.
+    #[test]
+    fn only_segments_below_the_low_water_mark_are_discarded() {
+        let mut t = SegmentTable::rebuild(vec![SegInfo::EMPTY; 8], 16);
+        assert!(t.take_to_discard(0, 64, true).is_empty());
+        // streams take 0..5 (the stack falls to 3), then they are freed again
+        let taken: Vec<u32> = (0..5).map(|_| t.take_free(Stream::User).unwrap()).collect();
+        for &s in &taken {
+            t.close(s);
+        }
+        t.release(&taken);
+        assert_eq!(t.free.len(), 8);
+        // only 5, 6, 7 stayed untouched (and 5 is within `keep`)
+        assert_eq!(t.take_to_discard(6, 64, true), [6, 7]);
+        assert_eq!(t.take_to_discard(0, 64, false), [4, 3, 2, 1, 0, 5]);
     }
 }

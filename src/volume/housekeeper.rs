@@ -552,8 +552,9 @@ impl Shared {
 
     /// Give back (hole punch or discard) free segments that wait deeper in
     /// the free stack than the ones the housekeeper keeps ready for writes
-    /// (reserve + twice the clean-ahead mark), each once since it was freed, at
-    /// most `DISCARD_BATCH` per call, never their first block
+    /// (reserve + twice the clean-ahead mark) and that no stream took since
+    /// the previous call (`SegmentTable::take_to_discard`), each once since it
+    /// was freed, at most `DISCARD_BATCH` per call, never their first block
     /// (`Commit::discard`). A segment writes take again soon gains nothing from
     /// a discard and costs twice (the discard, then filling a hole: on ext4 an
     /// O_DIRECT write into a hole allocates under the inode lock). The stack
@@ -561,7 +562,8 @@ impl Shared {
     /// The segments are Free (their barrier wiped them and fenced out every
     /// reader) and out of the free stack while they are discarded, so no
     /// stream can take one meanwhile. `discard_every_segment` (the simulator)
-    /// keeps none back. Also run by the mount after its wipes.
+    /// keeps none back. Also run by the mount after its wipes (which, not
+    /// knowing what writes will reach, only starts the window).
     pub(in crate::volume) fn discard_deep(&self) -> Result<()> {
         if !self.commit.discard_enabled() {
             return Ok(());
@@ -571,7 +573,12 @@ impl Shared {
         } else {
             (self.hk.reserve + 2 * self.hk.clean_mark) as usize
         };
-        let segs = self.core.lock().segs.take_to_discard(keep, DISCARD_BATCH);
+        let cold_only = !self.opts.discard_every_segment;
+        let segs = self
+            .core
+            .lock()
+            .segs
+            .take_to_discard(keep, DISCARD_BATCH, cold_only);
         if segs.is_empty() {
             return Ok(());
         }

@@ -137,8 +137,9 @@ pub struct OpenOptions {
     /// the device (BLKDISCARD, where its queue advertises discard) once they
     /// pass the reuse barrier. Never the segment's first block (its tombstone).
     /// Only segments deep in the free stack, behind the free segments writes
-    /// need soon, each once since it was freed (see `Shared::discard_deep`),
-    /// unless `discard_every_segment`.
+    /// need soon, that no write reached since the previous pass, each once
+    /// since it was freed (see `Shared::discard_deep`), unless
+    /// `discard_every_segment`.
     pub discard: bool,
     /// Discard every free segment not given back since it was freed, also
     /// those writes take again at once: the simulator's setting (every
