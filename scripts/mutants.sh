@@ -208,6 +208,9 @@ apply_failed_volume_refuses_reads() {
 apply_discard_tombstone() {
   marker discard-tombstone
 }
+apply_host_crc_of_wrong_block() {
+  marker host-crc-of-wrong-block
+}
 apply_metadata_not_allocated() {
   replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
   replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
@@ -239,6 +242,7 @@ run checkpoint-slot-error-ignored engine
 run failed-volume-refuses-reads engine host_full
 run metadata-not-allocated host_full
 run discard-tombstone dst
+run host-crc-of-wrong-block engine
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

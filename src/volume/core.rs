@@ -18,7 +18,7 @@
 use crate::format::chunk::{Kind, Stream, MAX_CHUNK_BLOCKS, MAX_DATA_BLOCKS};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
-use crate::log::{OpenChunk, Sealed};
+use crate::log::{ChunkPool, OpenChunk, Sealed};
 use crate::map::{Loc, Map, Virt};
 use crate::media::AlignedBuf;
 use crate::segments::SegmentTable;
@@ -37,7 +37,8 @@ const _: () = assert!(SLOTS as u32 <= crate::geometry::OPEN_SEGMENTS);
 /// What to store for one logical block.
 #[derive(Clone, Copy)]
 pub enum What<'a> {
-    Data(&'a [u8]),
+    /// A host data block and its CRC32C (computed before the engine lock).
+    Data(&'a [u8], u32),
     /// A data block GC moves, with the CRC32C it was verified against.
     Moved(&'a [u8], u32),
     Virtual(Virt),
@@ -90,13 +91,14 @@ pub struct Core {
     /// The open chunk of this stream holds a record that emptied a segment now
     /// Pending: a reuse barrier must seal it (and only then) to free that segment.
     pub killed_pending: [bool; SLOTS],
-    /// Recycled chunk image buffers (each MAX_CHUNK_BLOCKS blocks).
-    pool: Vec<AlignedBuf>,
+    /// Chunk image buffers, shared with the commit stage (whichever of the
+    /// two lets go of a sealed image last gives it back).
+    pub pool: Arc<ChunkPool>,
+    /// `written_through` at the last prune (nothing to prune until it moves).
+    pruned_through: u64,
     /// Source of chunk header timestamps (the mount's `OpenOptions::clock`).
     pub clock: super::WallClock,
 }
-
-const POOL_BUFFERS: usize = 32;
 
 pub use crate::map::{kind_of, virt_of};
 
@@ -120,7 +122,11 @@ impl Core {
             inflight: BTreeMap::new(),
             bytes_since_checkpoint: 0,
             killed_pending: [false; SLOTS],
-            pool: Vec::new(),
+            // (a chunk never spans segments: small segments need small buffers)
+            pool: Arc::new(ChunkPool::new(
+                MAX_CHUNK_BLOCKS.min(geo.segment_blocks) as usize * BLOCK_BYTES,
+            )),
+            pruned_through: 0,
             clock: super::WallClock::System,
         }
     }
@@ -172,9 +178,7 @@ impl Core {
             return;
         };
         if ch.is_empty() {
-            if self.pool.len() < POOL_BUFFERS {
-                self.pool.push(ch.image);
-            }
+            self.pool.put(ch.image);
             return;
         }
         let seq = self.next_seq;
@@ -239,7 +243,8 @@ impl Core {
 
     /// Forget in-flight images of chunks known to be on the media.
     pub fn prune_inflight(&mut self, written_through: u64) {
-        if self.inflight.len() > 8 {
+        if self.inflight.len() > 8 && written_through > self.pruned_through {
+            self.pruned_through = written_through;
             let done: Vec<u64> = self
                 .inflight
                 .iter()
@@ -248,17 +253,7 @@ impl Core {
                 .collect();
             for k in done {
                 let f = self.inflight.remove(&k).expect("present");
-                self.recycle(f.image);
-            }
-        }
-    }
-
-    /// Keep a written chunk's buffer for the next chunk (saves a 1 MiB zeroed
-    /// allocation and its page faults per chunk).
-    fn recycle(&mut self, image: Arc<AlignedBuf>) {
-        if let Ok(buf) = Arc::try_unwrap(image) {
-            if self.pool.len() < POOL_BUFFERS {
-                self.pool.push(buf);
+                self.pool.release(f.image);
             }
         }
     }
@@ -289,13 +284,7 @@ impl Core {
         };
         let start = self.segs.segs[seg as usize].fill;
         let cap = MAX_DATA_BLOCKS.min(seg_blocks - start - 1);
-        let image = self
-            .pool
-            .pop()
-            // (a chunk never spans segments: small segments need small buffers)
-            .unwrap_or_else(|| {
-                AlignedBuf::new(MAX_CHUNK_BLOCKS.min(seg_blocks) as usize * BLOCK_BYTES)
-            });
+        let image = self.pool.get();
         self.open[slot] = Some(OpenChunk::new(stream, seg, start, cap, image));
         Ok(())
     }
@@ -341,7 +330,7 @@ impl Core {
             if let Some(other) = self.held_by_other_open(old, slot) {
                 self.seal_slot(other, durable_seq, out);
             }
-            if matches!(what, What::Data(_)) {
+            if matches!(what, What::Data(..)) {
                 self.user_clock += 1;
                 self.segs.clock += 1;
                 if let Some(t) = self.last_write.get_mut(lba as usize) {
@@ -352,11 +341,11 @@ impl Core {
         // Trim and zero records free space: they may dip into the GC reserve
         // (all but its last segment) so a full volume can always be trimmed.
         let reserve_for = match what {
-            What::Data(_) | What::Moved(..) => reserve,
+            What::Data(..) | What::Moved(..) => reserve,
             What::Virtual(_) => reserve.min(1),
         };
         let kind = match what {
-            What::Data(_) | What::Moved(..) => Kind::Data,
+            What::Data(..) | What::Moved(..) => Kind::Data,
             What::Virtual(v) => kind_of(v),
         };
         loop {
@@ -369,11 +358,7 @@ impl Core {
         let seg_blocks = self.seg_blocks();
         let ch = self.open[slot].as_mut().expect("open chunk");
         let new = match what {
-            What::Data(b) => {
-                let off = ch.push_data(lba, b, src);
-                Loc::Data(ch.segment * seg_blocks + off)
-            }
-            What::Moved(b, crc) => {
+            What::Data(b, crc) | What::Moved(b, crc) => {
                 let off = ch.push_data_crc(lba, b, crc, src);
                 Loc::Data(ch.segment * seg_blocks + off)
             }
