@@ -58,6 +58,17 @@ pub(in crate::volume) struct Progress {
     pub failed: Option<Failure>,
 }
 
+impl Progress {
+    /// Has chunk `seq` been written (in order or ahead of a gap)?
+    pub fn is_written(&self, seq: u64) -> bool {
+        seq < self.written_through || self.completed.contains(&seq)
+    }
+    /// A count that rises by one with every chunk written.
+    pub fn writes_seen(&self) -> u64 {
+        self.written_through + self.completed.len() as u64
+    }
+}
+
 /// Chunks handed to the writer threads; bounded by WRITE_QUEUE_BYTES.
 #[derive(Default)]
 struct WriteQueue {

@@ -1002,14 +1002,14 @@ impl Shared {
             let (need_space, level, headroom, log_bytes) = {
                 let mut c = self.core.lock();
                 // one look at progress per batch: failure, durable and written marks
-                let (durable, written) = {
+                let durable = {
                     let p = self.commit.progress.lock();
                     if let Some(f) = &p.failed {
                         return Err(Error::Failed(f.clone()));
                     }
-                    (p.durable, p.written_through)
+                    c.prune_inflight(&p);
+                    p.durable
                 };
-                c.prune_inflight(written);
                 let level = (c.segs.free.len() + c.segs.pending.len()) as u32;
                 let level = level.saturating_sub(reserve);
                 if self.commit.async_writes && level < self.hk.clean_mark {
