@@ -213,6 +213,9 @@ apply_discard_tombstone() {
 apply_stale_inflight_kept() {
   marker stale-inflight-kept
 }
+apply_host_crc_of_wrong_block() {
+  marker host-crc-of-wrong-block
+}
 apply_metadata_not_allocated() {
   replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
   replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
@@ -246,6 +249,7 @@ run failed-volume-refuses-reads engine host_full
 run metadata-not-allocated host_full
 run discard-tombstone dst
 run stale-inflight-kept model
+run host-crc-of-wrong-block engine
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

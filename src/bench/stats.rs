@@ -71,9 +71,16 @@ impl Histogram {
     }
 
     pub fn record(&mut self, v: u64) {
-        self.counts[Self::index(v)] += 1;
-        self.n += 1;
-        self.sum += v as u128;
+        self.record_weighted(v, 1);
+    }
+
+    /// Record `v` as standing for `weight` values (a sampled value: the run
+    /// timed one IO in `weight`), so counts, mean and percentiles stay estimates
+    /// of every IO; min and max are of the values recorded.
+    pub fn record_weighted(&mut self, v: u64, weight: u64) {
+        self.counts[Self::index(v)] += weight;
+        self.n += weight;
+        self.sum += v as u128 * weight as u128;
         self.min = self.min.min(v);
         self.max = self.max.max(v);
     }

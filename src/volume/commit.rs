@@ -22,7 +22,7 @@ use crate::format::chunk::Stream;
 use crate::format::superblock::Superblock;
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
-use crate::log::Sealed;
+use crate::log::{ChunkPool, Sealed};
 use crate::media::{AlignedBuf, Media};
 use crate::stats::Counters;
 use parking_lot::{Condvar, Mutex};
@@ -58,6 +58,17 @@ pub(in crate::volume) struct Progress {
     pub failed: Option<Failure>,
 }
 
+impl Progress {
+    /// Has chunk `seq` been written (in order or ahead of a gap)?
+    pub fn is_written(&self, seq: u64) -> bool {
+        seq < self.written_through || self.completed.contains(&seq)
+    }
+    /// A count that rises by one with every chunk written.
+    pub fn writes_seen(&self) -> u64 {
+        self.written_through + self.completed.len() as u64
+    }
+}
+
 /// Chunks handed to the writer threads; bounded by WRITE_QUEUE_BYTES.
 #[derive(Default)]
 struct WriteQueue {
@@ -76,6 +87,9 @@ pub(in crate::volume) struct Commit {
     counters: Arc<Counters>,
     /// Verified reads' CRC index: each chunk is recorded just before its write.
     crc_index: Arc<CrcIndex>,
+    /// The engine's chunk buffers: a written chunk's image goes back here when
+    /// the engine has already let go of it.
+    pool: Arc<ChunkPool>,
     pub progress: Mutex<Progress>,
     /// `progress.failed` is set (read without the lock by every request).
     has_failed: AtomicBool,
@@ -135,6 +149,7 @@ impl Commit {
         geo: Geometry,
         counters: Arc<Counters>,
         crc_index: Arc<CrcIndex>,
+        pool: Arc<ChunkPool>,
         sb: Superblock,
         next_seq: u64,
         opts: &OpenOptions,
@@ -144,6 +159,7 @@ impl Commit {
             geo,
             counters,
             crc_index,
+            pool,
             has_failed: AtomicBool::new(false),
             progress: Mutex::new(Progress {
                 written_through: next_seq,
@@ -360,6 +376,8 @@ impl Commit {
                 p.wake_written = u64::MAX;
                 self.progress_cv.notify_all();
             }
+            drop(p);
+            self.pool.release(s.image);
         }
         Ok(())
     }

@@ -22,7 +22,7 @@
 use crate::format::chunk::{Kind, Stream, MAX_CHUNK_BLOCKS, MAX_DATA_BLOCKS};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
-use crate::log::{OpenChunk, Sealed};
+use crate::log::{ChunkPool, OpenChunk, Sealed};
 use crate::map::{Loc, Map, Virt};
 use crate::media::AlignedBuf;
 use crate::segments::{SegState, SegmentTable};
@@ -41,7 +41,8 @@ const _: () = assert!(SLOTS as u32 <= crate::geometry::OPEN_SEGMENTS);
 /// What to store for one logical block.
 #[derive(Clone, Copy)]
 pub enum What<'a> {
-    Data(&'a [u8]),
+    /// A host data block and its CRC32C (computed before the engine lock).
+    Data(&'a [u8], u32),
     /// A data block GC moves, with the CRC32C it was verified against.
     Moved(&'a [u8], u32),
     Virtual(Virt),
@@ -94,13 +95,15 @@ pub struct Core {
     /// The open chunk of this stream holds a record that emptied a segment now
     /// Pending: a reuse barrier must seal it (and only then) to free that segment.
     pub killed_pending: [bool; SLOTS],
-    /// Recycled chunk image buffers (each MAX_CHUNK_BLOCKS blocks).
-    pool: Vec<AlignedBuf>,
+    /// Chunk image buffers, shared with the commit stage (whichever of the
+    /// two lets go of a sealed image last gives it back).
+    pub pool: Arc<ChunkPool>,
+    /// `Progress::writes_seen` at the last prune (nothing to prune until a
+    /// chunk write completes).
+    pruned_through: u64,
     /// Source of chunk header timestamps (the mount's `OpenOptions::clock`).
     pub clock: super::WallClock,
 }
-
-const POOL_BUFFERS: usize = 32;
 
 pub use crate::map::{kind_of, virt_of};
 
@@ -124,7 +127,11 @@ impl Core {
             inflight: BTreeMap::new(),
             bytes_since_checkpoint: 0,
             killed_pending: [false; SLOTS],
-            pool: Vec::new(),
+            // (a chunk never spans segments: small segments need small buffers)
+            pool: Arc::new(ChunkPool::new(
+                MAX_CHUNK_BLOCKS.min(geo.segment_blocks) as usize * BLOCK_BYTES,
+            )),
+            pruned_through: 0,
             clock: super::WallClock::System,
         }
     }
@@ -176,9 +183,7 @@ impl Core {
             return;
         };
         if ch.is_empty() {
-            if self.pool.len() < POOL_BUFFERS {
-                self.pool.push(ch.image);
-            }
+            self.pool.put(ch.image);
             return;
         }
         let seq = self.next_seq;
@@ -253,7 +258,7 @@ impl Core {
     /// The reuse barrier frees `segs`: every chunk below `target` is written
     /// and flushed and their first blocks are wiped. They go back to the free
     /// list, and the in-flight images of their chunks (written, but not yet
-    /// pruned: `prune_inflight` keeps up to 8) are dropped with them. A segment
+    /// pruned: `prune_inflight` runs only when more than 8 are kept) are dropped with them. A segment
     /// may be taken again at once, and `buffered` finds a block's image by the
     /// nearest chunk start at or below it: an image of the segment's previous
     /// life starting between a new chunk's start and one of its blocks would
@@ -276,33 +281,29 @@ impl Core {
                     "a freed segment's chunk {} is not flushed",
                     f.seq
                 );
-                self.recycle(f.image);
+                self.pool.release(f.image);
             }
         }
     }
 
-    /// Forget in-flight images of chunks known to be on the media.
-    pub fn prune_inflight(&mut self, written_through: u64) {
-        if self.inflight.len() > 8 {
+    /// Forget in-flight images of chunks known to be on the media: each one
+    /// as soon as its own write completed, not when `written_through` passes
+    /// it (one chunk held back, e.g. a GC chunk waiting for queue space, kept
+    /// every later image in memory: about 240 MiB at the peak of a
+    /// `bench ceiling`). A completed chunk reads from the media like any
+    /// other; one whose write failed never completes and stays here.
+    pub(in crate::volume) fn prune_inflight(&mut self, p: &super::commit::Progress) {
+        if self.inflight.len() > 8 && p.writes_seen() > self.pruned_through {
+            self.pruned_through = p.writes_seen();
             let done: Vec<u64> = self
                 .inflight
                 .iter()
-                .filter(|(_, f)| f.seq < written_through)
+                .filter(|(_, f)| p.is_written(f.seq))
                 .map(|(k, _)| *k)
                 .collect();
             for k in done {
                 let f = self.inflight.remove(&k).expect("present");
-                self.recycle(f.image);
-            }
-        }
-    }
-
-    /// Keep a written chunk's buffer for the next chunk (saves a 1 MiB zeroed
-    /// allocation and its page faults per chunk).
-    fn recycle(&mut self, image: Arc<AlignedBuf>) {
-        if let Ok(buf) = Arc::try_unwrap(image) {
-            if self.pool.len() < POOL_BUFFERS {
-                self.pool.push(buf);
+                self.pool.release(f.image);
             }
         }
     }
@@ -333,13 +334,7 @@ impl Core {
         };
         let start = self.segs.segs[seg as usize].fill;
         let cap = MAX_DATA_BLOCKS.min(seg_blocks - start - 1);
-        let image = self
-            .pool
-            .pop()
-            // (a chunk never spans segments: small segments need small buffers)
-            .unwrap_or_else(|| {
-                AlignedBuf::new(MAX_CHUNK_BLOCKS.min(seg_blocks) as usize * BLOCK_BYTES)
-            });
+        let image = self.pool.get();
         self.open[slot] = Some(OpenChunk::new(stream, seg, start, cap, image));
         Ok(())
     }
@@ -385,7 +380,7 @@ impl Core {
             if let Some(other) = self.held_by_other_open(old, slot) {
                 self.seal_slot(other, durable_seq, out);
             }
-            if matches!(what, What::Data(_)) {
+            if matches!(what, What::Data(..)) {
                 self.user_clock += 1;
                 self.segs.clock += 1;
                 if let Some(t) = self.last_write.get_mut(lba as usize) {
@@ -396,11 +391,11 @@ impl Core {
         // Trim and zero records free space: they may dip into the GC reserve
         // (all but its last segment) so a full volume can always be trimmed.
         let reserve_for = match what {
-            What::Data(_) | What::Moved(..) => reserve,
+            What::Data(..) | What::Moved(..) => reserve,
             What::Virtual(_) => reserve.min(1),
         };
         let kind = match what {
-            What::Data(_) | What::Moved(..) => Kind::Data,
+            What::Data(..) | What::Moved(..) => Kind::Data,
             What::Virtual(v) => kind_of(v),
         };
         loop {
@@ -413,11 +408,7 @@ impl Core {
         let seg_blocks = self.seg_blocks();
         let ch = self.open[slot].as_mut().expect("open chunk");
         let new = match what {
-            What::Data(b) => {
-                let off = ch.push_data(lba, b, src);
-                Loc::Data(ch.segment * seg_blocks + off)
-            }
-            What::Moved(b, crc) => {
+            What::Data(b, crc) | What::Moved(b, crc) => {
                 let off = ch.push_data_crc(lba, b, crc, src);
                 Loc::Data(ch.segment * seg_blocks + off)
             }

@@ -93,6 +93,10 @@ pub(in crate::volume) struct Housekeeper {
     started: Instant,
     /// A background housekeeper thread runs (else request threads do its work inline).
     threaded: bool,
+    /// The buffer GC reads a victim into, kept between runs (a fresh zeroed
+    /// segment-sized buffer per victim was 1.5% of a write profile). Taken
+    /// only by `gc_one`, which runs under `round`; a leaf lock.
+    victim_buf: Mutex<Option<AlignedBuf>>,
 }
 
 impl Housekeeper {
@@ -120,6 +124,7 @@ impl Housekeeper {
             last_write_ms: AtomicU64::new(0),
             started: Instant::now(),
             threaded,
+            victim_buf: Mutex::new(None),
         }
     }
 
@@ -661,22 +666,27 @@ impl Shared {
         };
         // 2. Read it without the lock: a Victim is never reused, and its blocks
         //    never change while anything may point at them.
-        let mut img = AlignedBuf::new(fill * BLOCK_BYTES);
-        if let Err(e) = self
-            .media
-            .read_at(&mut img, self.geo.segment_offset(victim))
-        {
+        let seg_bytes = self.geo.segment_blocks as usize * BLOCK_BYTES;
+        let mut buf = self
+            .hk
+            .victim_buf
+            .lock()
+            .take()
+            .unwrap_or_else(|| AlignedBuf::new(seg_bytes));
+        let img = &mut buf[..fill * BLOCK_BYTES];
+        if let Err(e) = self.media.read_at(img, self.geo.segment_offset(victim)) {
             self.core.lock().end_victim(victim);
             return Err(e.into());
         }
         // 3. Check every chunk's CRCs, still without the lock (writers go on).
-        let chunks = parse_victim(&img, &uuid, victim);
+        let img = &*img;
+        let chunks = parse_victim(img, &uuid, victim);
         // 4. Relocate what the map still points at (blocks overwritten meanwhile
         //    no longer match and are skipped).
         let moved = {
             let mut c = self.core.lock();
             let durable = self.commit.durable_seq();
-            let r = c.relocate(victim, &img, chunks, self.hk.reserve, durable, &mut out);
+            let r = c.relocate(victim, img, chunks, self.hk.reserve, durable, &mut out);
             c.end_victim(victim);
             match r {
                 Ok((d, v, class)) => (d, v, Some(class)),
@@ -695,6 +705,7 @@ impl Shared {
                 }
             }
         };
+        *self.hk.victim_buf.lock() = Some(buf);
         self.commit.submit_housekeeping(out)?;
         self.hk
             .note_freed((fill as u64).saturating_sub(moved.0 + moved.0 / 255 + 1));
