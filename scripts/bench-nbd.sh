@@ -2,12 +2,23 @@
 # bench-nbd.sh: fio (nbd engine, Unix socket) against `sluice serve`, qemu-nbd
 # (--cache=none --aio=native) and `nbdkit file`, side by side, on the same kind of
 # backing file (zero-filled, same size, same filesystem). Not a test: prints IOPS
-# per server and sluice's ratio to each peer.
+# per server (the median of ROUNDS interleaved rounds) and sluice's ratio to each
+# peer.
+#
+# Reads are compared only with peers whose reads reach the device: the raw file
+# (fio libaio O_DIRECT, QD32), qemu-nbd --cache=none, nbdkit file cache=none
+# (nbdkit 1.32 has no O_DIRECT: it evicts what it read from the page cache) and
+# other sluice builds. `nbdkit file` with its default cache answers reads from
+# the page cache and `nbdkit memory` has no device, so the randread case skips
+# them and says so.
 #
 # Usage: scripts/bench-nbd.sh [CASE...]      CASE: randwrite randread fsync (default: all)
 # Env:   RUNTIME=20 (s per case and server)  SIZE_MB=2048  DIR=/var/tmp/sluice-bench
-#        SERVERS="sluice qemu-nbd nbdkit"    SLUICE=target/release/sluice
+#        SERVERS="sluice qemu-nbd nbdkit nbdkit-nocache raw"  SLUICE=target/release/sluice
+#        ROUNDS=1 (rounds; each runs every case and server, in a rotated order)
 #        (server "sluice-pool" = sluice with every request on the worker pool;
+#         "sluice-noring" = sluice with READs in pool batches, not the read ring;
+#         "sluice-base" = the build $SLUICE_BASE (A/B);
 #         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate;
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
@@ -16,7 +27,8 @@ set -euo pipefail
 RUNTIME=${RUNTIME:-20}
 SIZE_MB=${SIZE_MB:-2048}
 DIR=${DIR:-/var/tmp/sluice-bench}
-SERVERS=${SERVERS:-"sluice qemu-nbd nbdkit"}
+SERVERS=${SERVERS:-"sluice qemu-nbd nbdkit nbdkit-nocache raw"}
+ROUNDS=${ROUNDS:-1}
 SLUICE=${SLUICE:-target/release/sluice}
 CASES=("$@")
 [ ${#CASES[@]} -eq 0 ] && CASES=(randwrite randread fsync)
@@ -57,14 +69,17 @@ start_server() {
     stop_server
     fresh_file "$img"
     case $srv in
-    sluice|sluice-pool|sluice-base)
+    sluice|sluice-pool|sluice-noring|sluice-base)
         # sluice keeps ~10% of its file for GC and metadata: same file, smaller export.
         # sluice-pool: every request through the worker pool (no inline writes).
+        # sluice-noring: READs in worker-pool batches instead of the read ring.
         # sluice-base: another build ($SLUICE_BASE), for A/B comparisons.
         local extra=() bin=$SLUICE
         [ "$srv" = sluice-pool ] && extra=(--no-inline-writes)
+        [ "$srv" = sluice-noring ] && extra=(--no-read-ring)
         [ "$srv" = sluice-base ] && bin=${SLUICE_BASE:?set SLUICE_BASE to the other build}
-        "$bin" create "$img" >/dev/null
+        # the fresh file is zero-filled (allocated): create refuses it without --force
+        "$bin" create --force "$img" >/dev/null
         "$bin" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
         SERVER_PID=$! ;;
     qemu-nbd)
@@ -123,28 +138,56 @@ cpu_ticks() {
     fi
 }
 
-declare -A IOPS CPU
-for c in "${CASES[@]}"; do
-    for s in $SERVERS; do
+# Peers whose reads do not reach the device: not compared on reads.
+reads_from_memory() {
+    case $1 in
+    nbdkit) echo "nbdkit file (default cache) answers reads from the page cache" ;;
+    nbdkit-memory) echo "nbdkit memory has no device" ;;
+    esac
+}
+
+median() { python3 -c 'import statistics,sys; print(int(statistics.median(map(float, sys.argv[1:]))))' "$@"; }
+
+declare -A RUNS CPUS IOPS CPU
+read -r -a SRV <<<"$SERVERS"
+for round in $(seq 1 "$ROUNDS"); do
+  # rotate the order each round, so no server always runs first (or last)
+  k=$(( (round - 1) % ${#SRV[@]} ))
+  order=("${SRV[@]:k}" "${SRV[@]:0:k}")
+  for c in "${CASES[@]}"; do
+    for s in "${order[@]}"; do
+        if [ "$c" = randread ] && why=$(reads_from_memory "$s") && [ -n "$why" ]; then
+            [ "$round" = 1 ] && echo "  $c $s: skipped: $why, not the device" >&2
+            continue
+        fi
         CUR=$s
         start_server "$s"
         [ "$c" = randread ] && prefill
         t0=$(cpu_ticks)
         case $c in
-        randwrite) IOPS[$c,$s]=$(run_fio rw --rw=randwrite --iodepth=32 --refill_buffers) ;;
-        randread) IOPS[$c,$s]=$(run_fio rr --rw=randread --iodepth=32) ;;
-        fsync) IOPS[$c,$s]=$(run_fio fs --rw=randwrite --iodepth=1 --numjobs=8 --fsync=1 --refill_buffers) ;;
+        randwrite) n=$(run_fio rw --rw=randwrite --iodepth=32 --refill_buffers) ;;
+        randread) n=$(run_fio rr --rw=randread --iodepth=32) ;;
+        fsync) n=$(run_fio fs --rw=randwrite --iodepth=1 --numjobs=8 --fsync=1 --refill_buffers) ;;
         *) echo "unknown case $c" >&2; exit 2 ;;
         esac
         t1=$(cpu_ticks)
         # Server CPU per request: a figure the machine's other load barely moves.
-        CPU[$c,$s]=$(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,${IOPS[$c,$s]}*$RUNTIME):.1f}')")
+        cpu=$(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,$n*$RUNTIME):.1f}')")
+        RUNS[$c,$s]="${RUNS[$c,$s]:-} $n"
+        CPUS[$c,$s]="${CPUS[$c,$s]:-} $cpu"
         stop_server
         rm -f "$DIR/$s.img"
         extra=""
         case $s in sluice*) extra=" ($(grep -o 'flushes ([^)]*), WA [0-9.]*' "$DIR/sluice.log" || true))" ;; esac
-        echo "  $c $s: ${IOPS[$c,$s]} IOPS, server CPU ${CPU[$c,$s]} us/request$extra" >&2
+        echo "  round $round $c $s: $n IOPS, server CPU $cpu us/request$extra" >&2
     done
+  done
+done
+for key in "${!RUNS[@]}"; do
+    # shellcheck disable=SC2086
+    IOPS[$key]=$(median ${RUNS[$key]})
+    # shellcheck disable=SC2086
+    CPU[$key]=$(python3 -c 'import statistics,sys; print(f"{statistics.median(map(float, sys.argv[1:])):.1f}")' ${CPUS[$key]})
 done
 
 printf '\n%-10s' case
@@ -153,11 +196,13 @@ for s in $SERVERS; do [ "$s" != sluice ] && printf '%22s' "sluice/$s"; done
 echo
 for c in "${CASES[@]}"; do
     printf '%-10s' "$c"
-    for s in $SERVERS; do printf '%16s' "${IOPS[$c,$s]}"; done
+    for s in $SERVERS; do printf '%16s' "${IOPS[$c,$s]:--}"; done
     for s in $SERVERS; do
         [ "$s" = sluice ] && continue
-        if [ -n "${IOPS[$c,sluice]:-}" ] && [ "${IOPS[$c,$s]}" -gt 0 ]; then
+        if [ -n "${IOPS[$c,sluice]:-}" ] && [ -n "${IOPS[$c,$s]:-}" ] && [ "${IOPS[$c,$s]}" -gt 0 ]; then
             printf '%22s' "$(python3 -c "print(f'{${IOPS[$c,sluice]}/${IOPS[$c,$s]}:.2f}x')")"
+        else
+            printf '%22s' "-"
         fi
     done
     echo
@@ -168,7 +213,8 @@ for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%16s' "$s"; done
 echo
 for c in "${CASES[@]}"; do
     printf '%-10s' "$c"
-    for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%16s' "${CPU[$c,$s]}"; done
+    for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%16s' "${CPU[$c,$s]:--}"; done
     echo
 done
-echo "(fio --ioengine=nbd over a Unix socket, 4 KiB, ${RUNTIME}s per run, ${SIZE_MB} MiB backing files in $DIR)"
+echo "(fio --ioengine=nbd over a Unix socket, 4 KiB, ${RUNTIME}s per run, ${SIZE_MB} MiB backing files in $DIR; median of $ROUNDS round(s))"
+echo "(randread: only peers whose reads reach the device are run: raw = fio libaio O_DIRECT QD32 on the file, qemu-nbd --cache=none, nbdkit file cache=none; nbdkit's default cache and nbdkit memory answer from RAM)"

@@ -160,6 +160,15 @@ apply_read_crc() {
 apply_ring_skips_verify() {
   marker ring-skips-verify
 }
+apply_ring_holds_no_reuse_share() {
+  # a read-ring read gives its reuse share back at once, not after its CRC check
+  replace src/volume/read.rs '        std::mem::forget(share);' '        drop(share);'
+  replace src/volume/read.rs '        // SAFETY: this read'"'"'s share, taken in `start`, released once.
+        unsafe { sh.reuse.force_unlock_read() };' ''
+  replace src/volume/read.rs '            // SAFETY: the share forgotten above, released once.
+            unsafe { sh.reuse.force_unlock_read() };' ''
+  replace src/volume/read.rs '                        unsafe { self.vol.sh.reuse.force_unlock_read() };' ''
+}
 apply_durable_damage_dropped() {
   replace src/recovery.rs '(BadKind::Data { seq }, _) => (c_next..w).contains(seq),' '(BadKind::Data { seq: _ }, _) => false,'
 }
@@ -235,6 +244,7 @@ run file-flush-noop volatile_cache
 run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
 run ring-skips-verify nbd_verified_reads
+run ring-holds-no-reuse-share verified_reads
 run durable-damage-dropped dst header_flips
 run unseen-chunks-renumbered recovery_rules
 run volume-lock-skipped no_clobber

@@ -3,7 +3,8 @@
 //! index that makes this cheap works in the mount that wrote the block (filled at
 //! seal) and after a remount (loaded lazily from the media), through `read` and
 //! through `read_batch` (io_uring on file media); scrub finds the same flip
-//! without any client read; `sluice check` finds it in a checkpointed volume.
+//! without any client read; `sluice check` finds it in a checkpointed volume;
+//! a read in flight on a `ReadRing` holds off segment reuse until it completed.
 
 mod common;
 
@@ -448,4 +449,74 @@ fn a_read_whose_segment_is_emptied_and_wiped_under_it_reads_again() {
     let got = reader.join().unwrap().expect("not damage: read again");
     assert!(got == versioned(0, 0) || got == versioned(0, 1));
     assert_eq!(vol.stats().crc_errors, 0);
+}
+
+/// The read ring's safety: a read in flight (looked up, its media read queued
+/// and not yet submitted) holds its share of the reuse lock, so a writer that
+/// overwrites everything and needs segments reused stops at the reuse barrier
+/// until the read completed; the read returns the version it looked up.
+#[test]
+fn a_ring_read_in_flight_holds_off_segment_reuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vol.img");
+    let (create, bytes) = small_create(BLOCKS, 0.2);
+    let media = Arc::new(FileMedia::create(&path, bytes).unwrap());
+    let vol =
+        Arc::new(Volume::create(media as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap());
+    fill(&vol, 40);
+    let Some(ring) = vol.read_ring::<u32>() else {
+        // a test that cannot run fails under CI, else says so loudly
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "io_uring is not available here"
+        );
+        eprintln!("\n*** SKIP: ring read vs reuse: io_uring is not available here ***\n");
+        return;
+    };
+    assert!(
+        ring.start(3, 3 * BS as u64, BS as u32).is_none(),
+        "in flight"
+    );
+    let writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (vol, writes, done) = (vol.clone(), writes.clone(), done.clone());
+        std::thread::spawn(move || {
+            for pass in 1..=4u64 {
+                for i in 0..BLOCKS - 12 {
+                    vol.write(i * BS as u64, &versioned(i, pass), false)
+                        .unwrap();
+                    writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                vol.flush().unwrap();
+            }
+            vol.housekeeper_step().unwrap();
+            done.store(true, std::sync::atomic::Ordering::Release);
+        })
+    };
+    // wait until the writer is stuck (no progress for 300 ms), or done
+    let (mut last, mut still) = (u64::MAX, 0);
+    let t0 = Instant::now();
+    while still < 6 && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !done.load(std::sync::atomic::Ordering::Acquire),
+            "the writer reused segments under a read in flight"
+        );
+        let n = writes.load(std::sync::atomic::Ordering::Relaxed);
+        still = if n == last { still + 1 } else { 0 };
+        last = n;
+    }
+    assert!(still >= 6, "the writer neither finished nor stopped");
+    ring.submit();
+    let mut out = Vec::new();
+    while out.is_empty() {
+        assert!(ring.reap(&mut out));
+    }
+    writer.join().unwrap();
+    let (tag, res) = out.pop().unwrap();
+    assert_eq!(tag, 3);
+    assert_eq!(&res.unwrap()[..], &block(3)[..], "the version it looked up");
+    ring.stop();
+    assert!(!ring.reap(&mut out), "stop ends reap");
 }

@@ -638,6 +638,10 @@ impl<T> Drop for ReadRing<T> {
     fn drop(&mut self) {
         // The kernel may still write into buffers of reads in flight: wait them
         // out before the slots (and the buffers) go. Normally there are none.
+        // Reads queued and never submitted would never complete: submit first.
+        if self.queued.swap(0, Ordering::Relaxed) > 0 && self.io.submit().is_err() {
+            std::process::abort();
+        }
         let mut cqes = Vec::new();
         loop {
             let left = {
