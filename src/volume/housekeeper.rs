@@ -39,9 +39,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Most free segments one barrier (or mount) gives back: bounds the time a
-/// housekeeping round spends in discard calls (a mount of a large volume may
-/// find thousands of free segments it cannot know were given back already).
+/// Most free segments one pass gives back: bounds the time a housekeeping
+/// round spends in discard calls (after a mass trim, or the first passes after
+/// a mount, which cannot know what was given back already, a pass may find
+/// thousands of candidates).
 const DISCARD_BATCH: usize = 64;
 
 #[derive(Default)]
