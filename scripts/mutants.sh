@@ -225,6 +225,9 @@ apply_stale_inflight_kept() {
 apply_host_crc_of_wrong_block() {
   marker host-crc-of-wrong-block
 }
+apply_idle_discard_skipped() {
+  replace src/volume/housekeeper.rs '        if idle_ahead && idle_ms >= 1000 && self.commit.discard_enabled() {' '        if false && idle_ahead && idle_ms >= 1000 && self.commit.discard_enabled() {'
+}
 apply_metadata_not_allocated() {
   replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
   replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
@@ -260,6 +263,7 @@ run metadata-not-allocated host_full
 run discard-tombstone dst
 run stale-inflight-kept model
 run host-crc-of-wrong-block engine
+run idle-discard-skipped host_full
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

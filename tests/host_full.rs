@@ -258,6 +258,63 @@ fn gc_gives_freed_segments_back_to_the_host() {
     }
 }
 
+/// With the shipped threads, a trim followed by silence gives the space back
+/// by itself (the housekeeper's idle pass), with no further writes, barrier or
+/// close; with discard off nothing is punched.
+#[test]
+fn an_idle_volume_gives_trimmed_space_back() {
+    let Some(fs) = need_tmpfs(64 * MIB) else {
+        return;
+    };
+    for discard in [true, false] {
+        let path = fs.path(&format!("idle-{discard}.img"));
+        let logical = 8 * MIB;
+        let create = CreateOptions {
+            logical_bytes: Some(logical),
+            overprovision: 0.25,
+            segment_bytes: 256 * 1024,
+            ..Default::default()
+        };
+        let g = sluice::geometry::Geometry::for_logical(logical / 4096, 64, 0.25);
+        let media: Arc<dyn Media> = Arc::new(FileMedia::create(&path, g.media_bytes()).unwrap());
+        let opts = OpenOptions {
+            discard,
+            background: true,
+            ..Default::default()
+        };
+        let vol = Volume::create(media, &create, &opts).unwrap();
+        let n = logical / BS as u64;
+        for i in 0..n {
+            vol.write(i * BS as u64, &block(i, 0), false).unwrap();
+        }
+        vol.flush().unwrap();
+        let full = st_blocks_bytes(&path);
+        vol.trim(0, logical, false).unwrap();
+        vol.flush().unwrap();
+        // a liveness deadline, not a speed test: the idle pass starts after
+        // one second without writes
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut used = st_blocks_bytes(&path);
+        while discard && used > full / 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            used = st_blocks_bytes(&path);
+        }
+        if discard {
+            assert!(
+                used <= full / 2,
+                "host space {used} of {full} 20 s after trimming everything"
+            );
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(2500));
+            assert_eq!(vol.stats().discarded_bytes, 0);
+        }
+        let mut buf = vec![0u8; BS];
+        vol.read(0, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == 0), "trimmed reads as zeros");
+        vol.close().unwrap();
+    }
+}
+
 /// The same through `sluice serve` (black box, as the finding was found): on a
 /// full host fs the server answers writes with ENOSPC, keeps answering reads
 /// of flushed data, `/metrics` shows `sluice_volume_failed 1`, the log says why

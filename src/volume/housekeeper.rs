@@ -410,6 +410,17 @@ impl Shared {
         if pending > 0 && free <= self.hk.reserve + 1 {
             self.barrier()?;
         }
+        // After a second without writes (a trim, then silence), give the
+        // space back: free what is pending, and pass over the free stack
+        // again, so that every deep free segment counts as untouched (no
+        // write can have reached it since the previous pass). Nothing is
+        // left to do, and nothing is done, once each was given back.
+        if idle_ahead && idle_ms >= 1000 && self.commit.discard_enabled() {
+            if self.free_pending().1 > 0 {
+                self.barrier()?;
+            }
+            self.discard_deep()?;
+        }
         self.checkpoint_if_due(self.hk.checkpoint_interval)?;
         Ok(cleaned > 0)
     }
