@@ -543,6 +543,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             created_unix_s: 0,
             gc_policy: 1,
             tail_offset: g.tail_offset,
+            v2: None,
         };
         out.push(("superblock", name.to_string(), with(1, &sb.encode())));
         sb.checkpoint_slot = u32::MAX;
@@ -575,6 +576,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             data_blocks,
             entries,
             block_crcs,
+            lsn: None,
         };
         h.encode_into(&mut img[..BLOCK_BYTES]);
         chunk::seal_crc(&mut img);

@@ -466,14 +466,23 @@ impl Shared {
         let geo = self.geo;
         let mut img = AlignedBuf::new(geo.checkpoint_slot_bytes as usize);
         let mut out = Vec::new();
-        let (next_seq, uuid) = {
+        let (next_seq, uuid, lsn) = {
             let mut c = self.core.lock();
             let d = self.commit.durable_seq();
             let n = c.checkpoint_image(d, &mut img[BLOCK_BYTES..], &mut out);
-            (n, c.uuid)
+            (n, c.uuid, c.next_lsn)
         };
         self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(next_seq)?;
+        // every user record below `lsn` is now durable in the main log: the
+        // checkpoint's superblock also moves the intent log's start past the
+        // records that only carry such blocks
+        let log = {
+            let mut c = self.core.lock();
+            let dl = c.note_durable(self.commit.durable_seq());
+            assert!(!c.lsn_on || dl >= lsn, "checkpoint before its user records are durable");
+            c.ring.as_ref().map(|r| (lsn, r.candidate_start(dl)))
+        };
         // the lifetime counters it records include its own writes: the slot,
         // its flush, and the superblock write that makes it current
         let own = Lifetime {
@@ -492,7 +501,14 @@ impl Shared {
             lifetime,
             self.opts.clock.unix_ns(),
         );
-        self.commit.write_checkpoint(&img, next_seq, clean)?;
+        self.commit.write_checkpoint(&img, next_seq, clean, log)?;
+        if let Some((_, start)) = log {
+            let mut c = self.core.lock();
+            let dl = c.durable_lsn;
+            if let Some(r) = c.ring.as_mut() {
+                r.advance(start, dl);
+            }
+        }
         self.hk.credit.lock().checkpoints += 1;
         self.hk.credit_cv.notify_all();
         Ok(())
@@ -516,11 +532,11 @@ impl Shared {
     /// recorded watermark: such a chunk was dead and its segment reused.
     pub(in crate::volume) fn barrier(&self) -> Result<()> {
         let mut out = Vec::new();
-        let (target, segs) = {
+        let (target, segs, kill_lsn) = {
             let mut c = self.core.lock();
             let d = self.commit.durable_seq();
             c.seal_for_barrier(d, &mut out);
-            (c.next_seq, c.segs.pending.clone())
+            (c.next_seq, c.segs.pending.clone(), c.kill_lsn)
         };
         if segs.is_empty() {
             return Ok(());
@@ -528,6 +544,18 @@ impl Shared {
         // 1. every chunk so far durable; 2. the superblock records it
         self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(target)?;
+        {
+            // redb's rule: nothing is freed by a write that is durable only in
+            // the intent log; the records that emptied these segments are in
+            // durable main-log chunks now
+            let mut c = self.core.lock();
+            let dl = c.note_durable(target);
+            // MUTANT: barrier-on-log-only s|dl >= kill_lsn|true|
+            assert!(
+                !c.lsn_on || dl >= kill_lsn,
+                "reuse barrier before the records that emptied its segments are durable in the main log ({dl} < {kill_lsn})"
+            );
+        }
         self.commit
             .update_superblock(|sb| sb.durable_seq = sb.durable_seq.max(target))?;
         assert!(self.commit.sb.lock().durable_seq >= target, "barrier order");
