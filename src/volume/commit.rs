@@ -509,13 +509,14 @@ impl Commit {
     /// the slot the superblock does not name, flush it, then make it current.
     /// The caller has made every chunk below `next_seq` durable. `log`: the
     /// main log's LSN at this checkpoint and a new intent log start (persisted
-    /// only if newer than the one the superblock holds).
+    /// only if newer than the one the superblock holds; None while the mount
+    /// has not re-homed what the log's replay found).
     pub fn write_checkpoint(
         &self,
         img: &AlignedBuf,
         next_seq: u64,
         clean: bool,
-        log: Option<(u64, LogStart)>,
+        log: Option<(u64, Option<LogStart>)>,
     ) -> Result<()> {
         assert!(
             self.durable_seq() >= next_seq,
@@ -540,8 +541,9 @@ impl Commit {
         self.update_superblock(|sb| {
             if let (Some(v), Some((lsn, start))) = (sb.v2.as_mut(), log) {
                 v.checkpoint_lsn = lsn;
-                if start.seq > v.log_start.seq {
-                    v.log_start = start;
+                match start {
+                    Some(s) if s.seq > v.log_start.seq => v.log_start = s,
+                    _ => {}
                 }
             }
             sb.checkpoint_slot = slot;

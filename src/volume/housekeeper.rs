@@ -481,7 +481,9 @@ impl Shared {
             let mut c = self.core.lock();
             let dl = c.note_durable(self.commit.durable_seq());
             assert!(!c.lsn_on || dl >= lsn, "checkpoint before its user records are durable");
-            c.ring.as_ref().map(|r| (lsn, r.candidate_start(dl)))
+            c.ring
+                .as_ref()
+                .map(|r| (lsn, r.claimed.then(|| r.candidate_start(dl))))
         };
         // the lifetime counters it records include its own writes: the slot,
         // its flush, and the superblock write that makes it current
@@ -502,7 +504,7 @@ impl Shared {
             self.opts.clock.unix_ns(),
         );
         self.commit.write_checkpoint(&img, next_seq, clean, log)?;
-        if let Some((_, start)) = log {
+        if let Some((_, Some(start))) = log {
             let mut c = self.core.lock();
             let dl = c.durable_lsn;
             if let Some(r) = c.ring.as_mut() {

@@ -66,6 +66,10 @@ pub struct Ring {
     pub persisting: bool,
     /// Records written since mount (`sluice info`, stats).
     pub records: u64,
+    /// The mount has re-homed what the log's replay found and persisted its
+    /// start: until then no start may be persisted (not even by the mount's
+    /// own checkpoint, which runs before the re-homed blocks are durable).
+    pub claimed: bool,
 }
 
 impl Ring {
@@ -84,6 +88,7 @@ impl Ring {
             recs: VecDeque::new(),
             persisting: false,
             records: 0,
+            claimed: false,
         }
     }
 
@@ -149,7 +154,7 @@ impl Ring {
 
     /// Whether a new start is worth persisting: half the ring is taken.
     pub fn wants_new_start(&self) -> bool {
-        !self.persisting && self.used > self.bytes / 2
+        self.claimed && !self.persisting && self.used > self.bytes / 2
     }
 
     /// The start mount could replay from now: the first record whose blocks
@@ -220,6 +225,7 @@ mod tests {
             chain: 77,
         };
         let mut ring = Ring::new(1 << 20, 16 * BS, start);
+        ring.claimed = true;
         let mut ch = chunk(100);
         let mut prev = 77;
         let mut recs = Vec::new();

@@ -35,7 +35,7 @@ use self::housekeeper::Housekeeper;
 use crate::error::{Error, Result};
 use crate::format::checkpoint::Lifetime;
 use crate::format::chunk::{Stream, NO_SRC};
-use crate::format::superblock::{Superblock, FLAG_CLEAN, NO_CHECKPOINT};
+use crate::format::superblock::{LogStart, Superblock, FLAG_CLEAN, NO_CHECKPOINT};
 use crate::format::{is_filled_with, BLOCK_BYTES};
 use crate::gc::{self, GcPolicy};
 use crate::geometry::{self, Geometry};
@@ -424,7 +424,7 @@ impl Volume {
             }
         }
         let next_seq = m.next_seq;
-        let mut needs_checkpoint = m.needs_checkpoint;
+        let needs_checkpoint = m.needs_checkpoint;
         let mut report = m.report.clone();
         let uuid = m.sb.uuid;
         let mut core = Core::new(geo, uuid, m.map, m.segs, next_seq);
@@ -496,23 +496,15 @@ impl Volume {
         let writers = sh.commit.start_writers()?;
         if let Some(start) = log_start {
             sh.commit.start_log(start.seq);
-            if let Some(log) = &m.log {
-                needs_checkpoint |= !log.blocks.is_empty();
-                if let Err(e) = sh.rehome(log) {
-                    sh.commit.stop_writer_threads(writers);
-                    return Err(e);
-                }
-            }
-            if !opts.read_only {
-                // the mount's first superblock write (in `finish`) persists
-                // the new start, before any record is written
-                if let Some(v) = sh.commit.sb.lock().v2.as_mut() {
-                    v.log_start = start;
-                }
-            }
         }
         let t_finish = std::time::Instant::now();
-        if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint, m.superblock_repair) {
+        let r = sh
+            .finish_mount(&m.wipe, needs_checkpoint, m.superblock_repair)
+            .and_then(|_| match (&m.log, log_start) {
+                (Some(log), Some(start)) => sh.finish_log(log, start),
+                _ => Ok(()),
+            });
+        if let Err(e) = r {
             sh.commit.stop_writer_threads(writers);
             return Err(e);
         }
@@ -1074,7 +1066,7 @@ impl Shared {
             let Some(ring) = c.ring.as_mut() else {
                 return Ok(());
             };
-            if ring.persisting || !(always || ring.wants_new_start()) {
+            if !ring.claimed || ring.persisting || !(always || ring.wants_new_start()) {
                 return Ok(());
             }
             let s = ring.candidate_start(dl);
@@ -1102,10 +1094,31 @@ impl Shared {
         r
     }
 
-    /// Mount: re-home the blocks the intent log's replay found into the main
-    /// log (claim before reuse); the mount's `finish` checkpoint seals and
-    /// flushes them before the new start lets any ring space be reused. A
-    /// read-only mount keeps them in memory (served from the open chunk).
+    /// Last mount step of a volume with an intent log, after `finish` (whose
+    /// wipes must precede any new chunk in the segments they tombstone):
+    /// re-home the replayed blocks into the main log and checkpoint them
+    /// (claim before reuse), then persist the mount's new start, whose fresh
+    /// chain seed no record of the ring's earlier life follows. A read-only
+    /// mount keeps the blocks in memory (served from the open chunk).
+    fn finish_log(&self, log: &recovery::LogReplay, start: LogStart) -> Result<()> {
+        self.rehome(log)?;
+        if self.opts.read_only {
+            return Ok(());
+        }
+        if !log.blocks.is_empty() {
+            self.checkpoint_now(false)?;
+        }
+        self.commit.update_superblock(|sb| {
+            if let Some(v) = sb.v2.as_mut() {
+                v.log_start = start;
+            }
+        })?;
+        if let Some(r) = self.core.lock().ring.as_mut() {
+            r.claimed = true;
+        }
+        Ok(())
+    }
+
     fn rehome(&self, log: &recovery::LogReplay) -> Result<()> {
         if log.blocks.is_empty() {
             return Ok(());
