@@ -245,8 +245,14 @@ pub fn replay_intent_log(
         }
         let Some((h, crc, img)) = found else {
             rules.log_end_at_unverified_record += 1;
+            if std::env::var("ILOG_DEBUG").is_ok() {
+                eprintln!("ilog: end at {at} seq {seq}");
+            }
             break;
         };
+        if std::env::var("ILOG_DEBUG").is_ok() {
+            eprintln!("ilog: start {:?} main_lsn {main_lsn} rec seq {} at {pos} lsn {}..{} gen {}", v.log_start, h.seq, h.first_lsn, h.lsn_end(), sb.generation);
+        }
         if h.first_lsn > out.next_lsn {
             rules.log_record_after_lsn_gap_ends_replay += 1;
             break;
@@ -810,6 +816,8 @@ pub struct Base {
     pub records: Vec<crate::format::checkpoint::SegmentRecord>,
     /// The checkpoint reflects exactly the chunks with seq < c_next.
     pub c_next: u64,
+    /// Format v2: every user block record below this LSN is in the checkpoint.
+    pub c_lsn: u64,
     pub clean: bool,
     pub lifetime: Option<crate::format::checkpoint::Lifetime>,
 }
@@ -897,13 +905,14 @@ pub fn load_checkpoint(
     if clean {
         report.rules.clean_mount += 1;
     }
-    let (map, records, c_next, lifetime) = match loaded {
-        Some((_, l)) => (l.map, l.segments, l.next_seq, l.lifetime),
+    let (map, records, c_next, lifetime, c_lsn) = match loaded {
+        Some((_, l)) => (l.map, l.segments, l.next_seq, l.lifetime, l.next_lsn),
         None => (
             Map::new(geo.logical_blocks),
             checkpoint::empty_records(geo.segment_count),
             1,
             None,
+            0,
         ),
     };
     Base {
@@ -912,6 +921,7 @@ pub fn load_checkpoint(
         c_next,
         clean,
         lifetime,
+        c_lsn,
     }
 }
 
@@ -1377,7 +1387,7 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
     let mut wipe = Vec::new();
     let mut unvouched = Vec::new();
     // every user block record below it is in the main log (format v2)
-    let mut main_lsn = sb.v2.map_or(0, |v| v.checkpoint_lsn);
+    let mut main_lsn = base.c_lsn;
 
     if !clean {
         let t = std::time::Instant::now();

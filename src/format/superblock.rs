@@ -97,7 +97,7 @@ pub struct LogStart {
     pub chain: u32,
 }
 
-/// The version 2 part of the superblock (bytes 144..296).
+/// The version 2 part of the superblock (bytes 144..284).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SbV2 {
     pub features_compat: u64,
@@ -109,9 +109,6 @@ pub struct SbV2 {
     pub log_offset: u64,
     pub log_bytes: u64,
     pub log_start: LogStart,
-    /// Every user record with an LSN below this is in a chunk below
-    /// `checkpoint_next_seq` (the main log's LSN at the current checkpoint).
-    pub checkpoint_lsn: u64,
 }
 
 impl SbV2 {
@@ -173,7 +170,6 @@ impl Superblock {
             put_u64(&mut b, 264, v.log_start.offset);
             put_u64(&mut b, 272, v.log_start.seq);
             put_u32(&mut b, 280, v.log_start.chain);
-            put_u64(&mut b, 288, v.checkpoint_lsn);
         }
         let crc = crc32c::crc32c(&b[..BLOCK_BYTES - 4]);
         put_u32(&mut b, BLOCK_BYTES - 4, crc);
@@ -233,7 +229,6 @@ impl Superblock {
                     seq: get_u64(b, 272),
                     chain: get_u32(b, 280),
                 },
-                checkpoint_lsn: get_u64(b, 288),
             }),
         };
         if let Some(v) = &sb.v2 {
@@ -431,7 +426,6 @@ mod tests {
                 seq: 9,
                 chain: 0xdead_beef,
             },
-            checkpoint_lsn: 1234,
             ..SbV2::default()
         });
         sb

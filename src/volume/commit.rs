@@ -507,16 +507,15 @@ impl Commit {
 
     /// Write a checkpoint image (header block + body, built by the engine) to
     /// the slot the superblock does not name, flush it, then make it current.
-    /// The caller has made every chunk below `next_seq` durable. `log`: the
-    /// main log's LSN at this checkpoint and a new intent log start (persisted
-    /// only if newer than the one the superblock holds; None while the mount
-    /// has not re-homed what the log's replay found).
+    /// The caller has made every chunk below `next_seq` durable. `log`: a new
+    /// intent log start (persisted only if newer than the one the superblock
+    /// holds; None while the mount has not re-homed what the log's replay found).
     pub fn write_checkpoint(
         &self,
         img: &AlignedBuf,
         next_seq: u64,
         clean: bool,
-        log: Option<(u64, Option<LogStart>)>,
+        log: Option<LogStart>,
     ) -> Result<()> {
         assert!(
             self.durable_seq() >= next_seq,
@@ -539,11 +538,9 @@ impl Commit {
         Counters::add(&self.counters.media_checkpoint_bytes, img.len() as u64);
         Counters::add(&self.counters.media_flushes, 1);
         self.update_superblock(|sb| {
-            if let (Some(v), Some((lsn, start))) = (sb.v2.as_mut(), log) {
-                v.checkpoint_lsn = lsn;
-                match start {
-                    Some(s) if s.seq > v.log_start.seq => v.log_start = s,
-                    _ => {}
+            if let (Some(v), Some(s)) = (sb.v2.as_mut(), log) {
+                if s.seq > v.log_start.seq {
+                    v.log_start = s;
                 }
             }
             sb.checkpoint_slot = slot;

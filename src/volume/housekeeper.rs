@@ -356,7 +356,9 @@ impl Shared {
             .user_chunk_age()
             .is_some_and(|a| a >= Duration::from_millis(self.opts.idle_seal_ms));
         if idle {
-            self.flush()?;
+            // seal, never log: the idle seal is what moves logged blocks
+            // into the main log
+            self.flush_sealing(true)?;
         }
         let (free, pending) = self.free_pending();
         if writers_wait || free <= self.hk.reserve {
@@ -483,7 +485,7 @@ impl Shared {
             assert!(!c.lsn_on || dl >= lsn, "checkpoint before its user records are durable");
             c.ring
                 .as_ref()
-                .map(|r| (lsn, r.claimed.then(|| r.candidate_start(dl))))
+                .and_then(|r| r.claimed.then(|| r.candidate_start(dl)))
         };
         // the lifetime counters it records include its own writes: the slot,
         // its flush, and the superblock write that makes it current
@@ -502,9 +504,10 @@ impl Shared {
             next_seq,
             lifetime,
             self.opts.clock.unix_ns(),
+            lsn,
         );
         self.commit.write_checkpoint(&img, next_seq, clean, log)?;
-        if let Some((_, Some(start))) = log {
+        if let Some(start) = log {
             let mut c = self.core.lock();
             let dl = c.durable_lsn;
             if let Some(r) = c.ring.as_mut() {

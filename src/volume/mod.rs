@@ -343,7 +343,6 @@ impl Volume {
                         seq: 1,
                         chain: crate::format::intent::chain_seed(&uuid, 0),
                     },
-                    checkpoint_lsn: 0,
                     ..SbV2::default()
                 }
             }),
@@ -1035,11 +1034,22 @@ impl Shared {
     /// way every chunk sealed before and every record built before is covered
     /// by the one media flush this waits for.
     pub(crate) fn flush(&self) -> Result<()> {
+        self.flush_sealing(false)
+    }
+
+    /// `flush`; with `seal`, the open user chunk is sealed even when the
+    /// intent log could take its records (the idle seal).
+    pub(crate) fn flush_sealing(&self, seal: bool) -> Result<()> {
         let mut out = Vec::new();
         let (target, rec, rec_target) = {
             let mut c = self.core.lock();
             let d = self.durable_seq();
-            let rec = c.flush_plan(d, &mut out);
+            let rec = if seal {
+                c.seal(Stream::User, d, &mut out);
+                None
+            } else {
+                c.flush_plan(d, &mut out)
+            };
             (c.next_seq, rec, c.ring.as_ref().map_or(0, |r| r.next_seq))
         };
         // Write the sealed chunk here rather than through the queue: the caller
