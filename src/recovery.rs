@@ -169,6 +169,8 @@ pub struct LogReplay {
     /// LSN after the last block replayed (the main log's when none was).
     pub next_lsn: u64,
     pub records: u64,
+    /// Salvage: logical block ranges of records after an LSN gap (EIO).
+    pub unvouched: Vec<(u64, u64)>,
 }
 
 impl LogReplay {
@@ -216,11 +218,14 @@ fn read_record(
 /// written at its start. Blocks whose LSN the main log already holds
 /// (`main_lsn`: every LSN below it) are skipped; a record whose first LSN lies
 /// above what is held ends replay (the chunk before it was lost, so applying
-/// it would break the prefix).
+/// it would break the prefix); a salvage mount, whose main log may have
+/// skipped a damaged chunk, walks on and lists the blocks of the records after
+/// the gap as unvouched (EIO) instead.
 pub fn replay_intent_log(
     media: &dyn Media,
     sb: &Superblock,
     main_lsn: u64,
+    salvage: bool,
     rules: &mut RecoveryRules,
 ) -> Result<LogReplay> {
     let v = sb.v2.expect("a v2 superblock");
@@ -231,6 +236,7 @@ pub fn replay_intent_log(
         ..LogReplay::default()
     };
     let (mut at, mut seq, mut chain) = (v.log_start.offset, v.log_start.seq, v.log_start.chain);
+    let mut after_gap = false;
     // every record takes at least one block, and a place holds one record:
     // the walk cannot go round the ring more than once
     for _ in 0..=ring.1 / bs {
@@ -245,17 +251,25 @@ pub fn replay_intent_log(
         }
         let Some((h, crc, img)) = found else {
             rules.log_end_at_unverified_record += 1;
-            if std::env::var("ILOG_DEBUG").is_ok() {
-                eprintln!("ilog: end at {at} seq {seq}");
-            }
             break;
         };
-        if std::env::var("ILOG_DEBUG").is_ok() {
-            eprintln!("ilog: start {:?} main_lsn {main_lsn} rec seq {} at {pos} lsn {}..{} gen {}", v.log_start, h.seq, h.first_lsn, h.lsn_end(), sb.generation);
-        }
-        if h.first_lsn > out.next_lsn {
+        if h.first_lsn > out.next_lsn && !after_gap {
             rules.log_record_after_lsn_gap_ends_replay += 1;
-            break;
+            if !salvage {
+                break;
+            }
+            // salvage: the main log's damaged stretch held the missing LSNs;
+            // the blocks of this and every later record answer EIO
+            after_gap = true;
+        }
+        if after_gap {
+            for e in &h.entries {
+                out.unvouched.push((e.lba, e.lba + e.count as u64));
+            }
+            at = (pos + h.total_blocks() as u64 * bs) % ring.1;
+            seq += 1;
+            chain = crc;
+            continue;
         }
         let mut lsn = h.first_lsn;
         let mut di = 0usize;
@@ -1496,7 +1510,20 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
     let log = match sb.log_ring() {
         Some(_) => {
             let t = std::time::Instant::now();
-            let r = replay_intent_log(media, &sb, main_lsn, &mut report.rules)?;
+            let r = replay_intent_log(media, &sb, main_lsn, salvage, &mut report.rules)?;
+            if !r.unvouched.is_empty() {
+                unvouched.extend_from_slice(&r.unvouched);
+                unvouched.sort_unstable();
+                // merge overlapping ranges (readers search them sorted)
+                let mut merged: Vec<(u64, u64)> = Vec::new();
+                for (s, e) in unvouched.drain(..) {
+                    match merged.last_mut() {
+                        Some(m) if s <= m.1 => m.1 = m.1.max(e),
+                        _ => merged.push((s, e)),
+                    }
+                }
+                unvouched = merged;
+            }
             if r.records > 0 {
                 report.notes.push(format!(
                     "intent log: {} record(s) replayed, {} block record(s) to re-home",
