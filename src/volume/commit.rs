@@ -20,6 +20,21 @@ use crate::crc_index::CrcIndex;
 use crate::error::{Error, Failure, Result};
 use crate::format::chunk::Stream;
 use crate::format::superblock::{LogStart, Superblock};
+
+/// Write a new intent log start to both superblock indexes (two updates, each
+/// flushed), so a mount that falls back to either copy replays from it: a
+/// copy with an older start would send replay into ring space reused since.
+pub(in crate::volume) fn persist_start(commit: &Commit, start: LogStart) -> Result<()> {
+    let set = |sb: &mut Superblock| {
+        if let Some(v) = sb.v2.as_mut() {
+            if start.seq >= v.log_start.seq {
+                v.log_start = start;
+            }
+        }
+    };
+    commit.update_superblock(set)?;
+    commit.update_superblock(set)
+}
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
 use crate::log::Sealed;
@@ -507,15 +522,12 @@ impl Commit {
 
     /// Write a checkpoint image (header block + body, built by the engine) to
     /// the slot the superblock does not name, flush it, then make it current.
-    /// The caller has made every chunk below `next_seq` durable. `log`: a new
-    /// intent log start (persisted only if newer than the one the superblock
-    /// holds; None while the mount has not re-homed what the log's replay found).
+    /// The caller has made every chunk below `next_seq` durable.
     pub fn write_checkpoint(
         &self,
         img: &AlignedBuf,
         next_seq: u64,
         clean: bool,
-        log: Option<LogStart>,
     ) -> Result<()> {
         assert!(
             self.durable_seq() >= next_seq,
@@ -538,11 +550,6 @@ impl Commit {
         Counters::add(&self.counters.media_checkpoint_bytes, img.len() as u64);
         Counters::add(&self.counters.media_flushes, 1);
         self.update_superblock(|sb| {
-            if let (Some(v), Some(s)) = (sb.v2.as_mut(), log) {
-                if s.seq > v.log_start.seq {
-                    v.log_start = s;
-                }
-            }
             sb.checkpoint_slot = slot;
             sb.checkpoint_next_seq = next_seq;
             sb.durable_seq = sb.durable_seq.max(next_seq);

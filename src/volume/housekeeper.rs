@@ -476,17 +476,12 @@ impl Shared {
         };
         self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(next_seq)?;
-        // every user record below `lsn` is now durable in the main log: the
-        // checkpoint's superblock also moves the intent log's start past the
-        // records that only carry such blocks
-        let log = {
+        {
+            // every user record below `lsn` is durable in the main log now
             let mut c = self.core.lock();
             let dl = c.note_durable(self.commit.durable_seq());
             assert!(!c.lsn_on || dl >= lsn, "checkpoint before its user records are durable");
-            c.ring
-                .as_ref()
-                .and_then(|r| r.claimed.then(|| r.candidate_start(dl)))
-        };
+        }
         // the lifetime counters it records include its own writes: the slot,
         // its flush, and the superblock write that makes it current
         let own = Lifetime {
@@ -506,14 +501,7 @@ impl Shared {
             self.opts.clock.unix_ns(),
             lsn,
         );
-        self.commit.write_checkpoint(&img, next_seq, clean, log)?;
-        if let Some(start) = log {
-            let mut c = self.core.lock();
-            let dl = c.durable_lsn;
-            if let Some(r) = c.ring.as_mut() {
-                r.advance(start, dl);
-            }
-        }
+        self.commit.write_checkpoint(&img, next_seq, clean)?;
         self.hk.credit.lock().checkpoints += 1;
         self.hk.credit_cv.notify_all();
         Ok(())

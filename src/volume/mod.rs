@@ -1086,13 +1086,7 @@ impl Shared {
             ring.persisting = true;
             s
         };
-        let r = self.commit.update_superblock(|sb| {
-            if let Some(v) = sb.v2.as_mut() {
-                if start.seq > v.log_start.seq {
-                    v.log_start = start;
-                }
-            }
-        });
+        let r = commit::persist_start(&self.commit, start);
         let mut c = self.core.lock();
         let dl = c.durable_lsn;
         if let Some(ring) = c.ring.as_mut() {
@@ -1118,11 +1112,9 @@ impl Shared {
         if !log.blocks.is_empty() {
             self.checkpoint_now(false)?;
         }
-        self.commit.update_superblock(|sb| {
-            if let Some(v) = sb.v2.as_mut() {
-                v.log_start = start;
-            }
-        })?;
+        // unconditionally: the fresh chain seed must reach the media even
+        // when no record was replayed (same seq as before)
+        commit::persist_start(&self.commit, start)?;
         if let Some(r) = self.core.lock().ring.as_mut() {
             r.claimed = true;
         }
