@@ -8,6 +8,7 @@
 # Env:   RUNTIME=20 (s per case and server)  SIZE_MB=2048  DIR=/var/tmp/sluice-bench
 #        SERVERS="sluice qemu-nbd nbdkit"    SLUICE=target/release/sluice
 #        (server "sluice-pool" = sluice with every request on the worker pool;
+#         "sluice-ilog" = sluice on a volume created with --intent-log;
 #         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate;
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
@@ -57,14 +58,16 @@ start_server() {
     stop_server
     fresh_file "$img"
     case $srv in
-    sluice|sluice-pool|sluice-base)
+    sluice|sluice-pool|sluice-base|sluice-ilog)
         # sluice keeps ~10% of its file for GC and metadata: same file, smaller export.
         # sluice-pool: every request through the worker pool (no inline writes).
         # sluice-base: another build ($SLUICE_BASE), for A/B comparisons.
-        local extra=() bin=$SLUICE
+        # sluice-ilog: the same build, the volume created with --intent-log.
+        local extra=() create=() bin=$SLUICE
         [ "$srv" = sluice-pool ] && extra=(--no-inline-writes)
         [ "$srv" = sluice-base ] && bin=${SLUICE_BASE:?set SLUICE_BASE to the other build}
-        "$bin" create "$img" >/dev/null
+        [ "$srv" = sluice-ilog ] && create=(--intent-log)
+        "$bin" create "$img" "${create[@]}" >/dev/null
         "$bin" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
         SERVER_PID=$! ;;
     qemu-nbd)

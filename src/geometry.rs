@@ -90,8 +90,7 @@ impl Geometry {
         let c0 = 2 * BLOCK_BYTES as u64;
         let c1 = c0 + slot;
         let log_offset = if log_bytes > 0 { c1 + slot } else { 0 };
-        let data_offset =
-            (c1 + slot + log_bytes).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;
+        let data_offset = (c1 + slot + log_bytes).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;
         let tail_offset =
             data_offset + segment_count as u64 * segment_blocks as u64 * BLOCK_BYTES as u64;
         Geometry {

@@ -6,9 +6,7 @@
 //! Invariant: the image of a sealed chunk is exactly header block + data blocks,
 //! its header describes every data block in order, and its CRCs are final.
 
-use crate::format::chunk::{
-    self, ChunkHeader, Entry, Kind, LsnRange, Stream, MAX_ENTRIES, NO_SRC,
-};
+use crate::format::chunk::{self, ChunkHeader, Entry, Kind, LsnRange, Stream, MAX_ENTRIES, NO_SRC};
 use crate::format::intent::RecordEntry;
 use crate::format::BLOCK_BYTES;
 use crate::media::AlignedBuf;

@@ -44,7 +44,8 @@ fn flush_logs_a_record_and_a_crash_keeps_the_flushed_writes() {
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
     assert_eq!(vol.superblock().version(), 2);
     for i in 0..3u64 {
-        vol.write(i * BS as u64, &block(10 + i as u8), false).unwrap();
+        vol.write(i * BS as u64, &block(10 + i as u8), false)
+            .unwrap();
     }
     vol.trim(7 * BS as u64, BS as u64, false).unwrap();
     vol.flush().unwrap();
@@ -53,7 +54,10 @@ fn flush_logs_a_record_and_a_crash_keeps_the_flushed_writes() {
     // not flushed: may be lost
     vol.write(30 * BS as u64, &block(77), false).unwrap();
     let s = vol.stats();
-    assert_eq!(s.log_records, 2, "two records, no chunk sealed by the flushes");
+    assert_eq!(
+        s.log_records, 2,
+        "two records, no chunk sealed by the flushes"
+    );
     assert_eq!(s.chunks_sealed, 0);
     assert!(s.media_log_bytes >= 4 * BS as u64 + 2 * BS as u64);
     drop(vol);
@@ -88,14 +92,19 @@ fn many_flushes_wrap_the_ring_and_persist_new_starts() {
     let media = Arc::new(SimMedia::new(len));
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
     for i in 0..400u64 {
-        vol.write((i % 200) * BS as u64, &block(i as u8), false).unwrap();
+        vol.write((i % 200) * BS as u64, &block(i as u8), false)
+            .unwrap();
         vol.flush().unwrap();
     }
     let s = vol.stats();
     assert!(s.log_records > 300, "{} records", s.log_records);
     drop(vol);
     let img = media.crash_image(Loss::DropAll, 3);
-    let v2 = Volume::open(Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>, &det()).unwrap();
+    let v2 = Volume::open(
+        Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>,
+        &det(),
+    )
+    .unwrap();
     let mut buf = vec![0u8; BS];
     for i in 200..400u64 {
         v2.read((i % 200) * BS as u64, &mut buf).unwrap();

@@ -643,13 +643,13 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         body_crc: 0xdead_beef,
         created_unix_ns: 0,
         lifetime: None,
-            next_lsn: 0,
+        next_lsn: 0,
     };
     out.push(("checkpoint_header", "basic".into(), with(0, &h.encode())));
     let l = checkpoint::Lifetime::from_fields(&(1..=18).map(|i| i * 4096).collect::<Vec<u64>>());
     let h = CheckpointHeader {
         lifetime: Some(l),
-            next_lsn: 0,
+        next_lsn: 0,
         ..h
     };
     out.push(("checkpoint_header", "lifetime".into(), with(0, &h.encode())));

@@ -186,8 +186,7 @@ fn format(
         } else {
             0
         };
-        let need =
-            Geometry::for_logical_log(size / 4096, seg_blocks as u32, op, log).media_bytes();
+        let need = Geometry::for_logical_log(size / 4096, seg_blocks as u32, op, log).media_bytes();
         Arc::get_mut(media)
             .context("the media is shared before format")?
             .grow(need)

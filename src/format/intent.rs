@@ -268,7 +268,9 @@ mod tests {
     const U: [u8; 16] = [4; 16];
 
     fn record(seq: u64, prev: u32) -> (RecordHeader, Vec<u8>, u32) {
-        let data: Vec<u8> = (0..2 * BLOCK_BYTES).map(|i| (i * 7 + seq as usize) as u8).collect();
+        let data: Vec<u8> = (0..2 * BLOCK_BYTES)
+            .map(|i| (i * 7 + seq as usize) as u8)
+            .collect();
         let h = RecordHeader {
             uuid: U,
             seq,

@@ -341,8 +341,8 @@ impl Superblock {
             };
         }
         let bs = BLOCK_BYTES as u64;
-        let slots_end = self.checkpoint_offset[0].max(self.checkpoint_offset[1])
-            + self.checkpoint_slot_bytes;
+        let slots_end =
+            self.checkpoint_offset[0].max(self.checkpoint_offset[1]) + self.checkpoint_slot_bytes;
         if v.log_bytes < MIN_LOG_BYTES
             || !v.log_bytes.is_multiple_of(bs)
             || !v.log_offset.is_multiple_of(bs)
@@ -463,10 +463,10 @@ mod tests {
     #[test]
     fn v2_log_ring_is_validated() {
         let bad: [fn(&mut SbV2); 5] = [
-            |v| v.log_offset = 4096,              // over the superblocks/slots
-            |v| v.log_bytes = 4 << 20,            // into the data area
-            |v| v.log_bytes = 4096,               // too small
-            |v| v.log_start.offset = 256 << 10,   // start outside the ring
+            |v| v.log_offset = 4096,                        // over the superblocks/slots
+            |v| v.log_bytes = 4 << 20,                      // into the data area
+            |v| v.log_bytes = 4096,                         // too small
+            |v| v.log_start.offset = 256 << 10,             // start outside the ring
             |v| v.features_incompat = incompat::INTENT_LOG, // without LSN
         ];
         for (i, f) in bad.iter().enumerate() {

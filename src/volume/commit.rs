@@ -523,12 +523,7 @@ impl Commit {
     /// Write a checkpoint image (header block + body, built by the engine) to
     /// the slot the superblock does not name, flush it, then make it current.
     /// The caller has made every chunk below `next_seq` durable.
-    pub fn write_checkpoint(
-        &self,
-        img: &AlignedBuf,
-        next_seq: u64,
-        clean: bool,
-    ) -> Result<()> {
+    pub fn write_checkpoint(&self, img: &AlignedBuf, next_seq: u64, clean: bool) -> Result<()> {
         assert!(
             self.durable_seq() >= next_seq,
             "checkpoint before its chunks"

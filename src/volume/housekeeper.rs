@@ -480,7 +480,10 @@ impl Shared {
             // every user record below `lsn` is durable in the main log now
             let mut c = self.core.lock();
             let dl = c.note_durable(self.commit.durable_seq());
-            assert!(!c.lsn_on || dl >= lsn, "checkpoint before its user records are durable");
+            assert!(
+                !c.lsn_on || dl >= lsn,
+                "checkpoint before its user records are durable"
+            );
         }
         // the lifetime counters it records include its own writes: the slot,
         // its flush, and the superblock write that makes it current
@@ -543,7 +546,6 @@ impl Shared {
             // durable main-log chunks now
             let mut c = self.core.lock();
             let dl = c.note_durable(target);
-            // MUTANT: barrier-on-log-only s|dl >= kill_lsn|true|
             assert!(
                 !c.lsn_on || dl >= kill_lsn,
                 "reuse barrier before the records that emptied its segments are durable in the main log ({dl} < {kill_lsn})"

@@ -265,7 +265,10 @@ mod tests {
                 Some(r) => {
                     wrapped |= r.at == 1 << 20;
                     let off = r.at - (1 << 20);
-                    assert!(off + 3 * BS <= 6 * BS || off >= 10 * BS, "over live records");
+                    assert!(
+                        off + 3 * BS <= 6 * BS || off >= 10 * BS,
+                        "over live records"
+                    );
                 }
                 None => {
                     // full until a durable main log frees more

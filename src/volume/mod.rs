@@ -263,7 +263,13 @@ impl Volume {
         let seg_blocks = (opts.segment_bytes / BS) as u32;
         let log_bytes = match opts.intent_log {
             None => 0,
-            Some(b) if b >= crate::format::superblock::MIN_LOG_BYTES && b.is_multiple_of(BS) && b <= 1 << 30 => b,
+            Some(b)
+                if b >= crate::format::superblock::MIN_LOG_BYTES
+                    && b.is_multiple_of(BS)
+                    && b <= 1 << 30 =>
+            {
+                b
+            }
             Some(b) => {
                 return Err(Error::InvalidArgument(format!(
                     "intent log size {b} must be a multiple of 4 KiB between 64 KiB and 1 GiB"
@@ -291,14 +297,12 @@ impl Volume {
                 g
             }
             None => Geometry::for_media_log(media.len(), seg_blocks, opts.overprovision, log_bytes)
-                .ok_or_else(
-                || {
+                .ok_or_else(|| {
                     Error::InvalidArgument(format!(
                         "media of {} bytes is too small for a volume",
                         media.len()
                     ))
-                },
-            )?,
+                })?,
         };
         if geo.logical_blocks > crate::map::MAX_LOGICAL_BLOCKS
             || geo.segment_count as u64 * seg_blocks as u64 >= crate::map::MAX_PHYS_BLOCKS
@@ -438,7 +442,10 @@ impl Volume {
         if core.hot_lifetime > 0 {
             core.last_write = vec![0; geo.logical_blocks as usize];
         }
-        if m.sb.v2.is_some_and(|v| v.has(crate::format::superblock::incompat::LSN)) {
+        if m.sb
+            .v2
+            .is_some_and(|v| v.has(crate::format::superblock::incompat::LSN))
+        {
             core.start_lsn(m.next_lsn);
         }
         let log_start = m.log.as_ref().map(|l| l.start);
