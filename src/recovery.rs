@@ -1101,6 +1101,7 @@ pub fn judge_spans(
 /// W is a dead chunk whose segment was reused (skip it); the first missing seq at
 /// or above W ends the log. Returns the seq after every chunk seen (the mount adds
 /// `unseen_chunks_bound`).
+#[allow(clippy::too_many_arguments)]
 pub fn replay(
     map: &mut Map,
     geo: &Geometry,
