@@ -67,7 +67,8 @@ start_server() {
         [ "$srv" = sluice-pool ] && extra=(--no-inline-writes)
         [ "$srv" = sluice-base ] && bin=${SLUICE_BASE:?set SLUICE_BASE to the other build}
         [ "$srv" = sluice-ilog ] && create=(--intent-log)
-        "$bin" create "$img" "${create[@]}" >/dev/null
+        # the fresh zero-filled file is the script's own: --force past the probe
+        "$bin" create "$img" --force "${create[@]}" >/dev/null
         "$bin" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
         SERVER_PID=$! ;;
     qemu-nbd)
