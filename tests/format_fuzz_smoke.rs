@@ -169,6 +169,10 @@ fn fuzz_map_decode() {
     fuzz_target("map_decode", 20_000);
 }
 #[test]
+fn fuzz_intent_record() {
+    fuzz_target("intent_record", 20_000);
+}
+#[test]
 fn fuzz_mount() {
     fuzz_target("mount", 3_000);
 }
