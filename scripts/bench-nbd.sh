@@ -19,6 +19,7 @@
 #        (server "sluice-pool" = sluice with every request on the worker pool;
 #         "sluice-noring" = sluice with READs in pool batches, not the read ring;
 #         "sluice-base" = the build $SLUICE_BASE (A/B);
+#         "sluice-ilog" = sluice on a volume created with --intent-log;
 #         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate;
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
@@ -69,17 +70,19 @@ start_server() {
     stop_server
     fresh_file "$img"
     case $srv in
-    sluice|sluice-pool|sluice-noring|sluice-base)
+    sluice|sluice-pool|sluice-noring|sluice-base|sluice-ilog)
         # sluice keeps ~10% of its file for GC and metadata: same file, smaller export.
         # sluice-pool: every request through the worker pool (no inline writes).
         # sluice-noring: READs in worker-pool batches instead of the read ring.
         # sluice-base: another build ($SLUICE_BASE), for A/B comparisons.
-        local extra=() bin=$SLUICE
+        # sluice-ilog: the same build, the volume created with --intent-log.
+        local extra=() create=() bin=$SLUICE
         [ "$srv" = sluice-pool ] && extra=(--no-inline-writes)
         [ "$srv" = sluice-noring ] && extra=(--no-read-ring)
         [ "$srv" = sluice-base ] && bin=${SLUICE_BASE:?set SLUICE_BASE to the other build}
-        # the fresh file is zero-filled (allocated): create refuses it without --force
-        "$bin" create --force "$img" >/dev/null
+        [ "$srv" = sluice-ilog ] && create=(--intent-log)
+        # the fresh zero-filled file is the script's own: --force past the probe
+        "$bin" create "$img" --force "${create[@]}" >/dev/null
         "$bin" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
         SERVER_PID=$! ;;
     qemu-nbd)

@@ -228,6 +228,21 @@ apply_host_crc_of_wrong_block() {
 apply_idle_discard_skipped() {
   replace src/volume/housekeeper.rs '        if idle_ahead && idle_ms >= 1000 && self.commit.discard_enabled() {' '        if false && idle_ahead && idle_ms >= 1000 && self.commit.discard_enabled() {'
 }
+apply_log_replay_skipped() {
+  replace src/recovery.rs '        let Some((h, crc, img)) = found else {' '        let Some((h, crc, img)) = found.filter(|_| false) else {'
+}
+apply_record_crc_unchecked() {
+  marker record-crc-unchecked
+}
+apply_flush_before_record() {
+  marker flush-before-record
+}
+apply_ring_freed_early() {
+  # free every record at the next persisted start, and take out the
+  # assertion that would stop it: the simulator's oracle must see the loss
+  marker ring-freed-early
+  replace src/volume/intent.rs '                r.lsn_end <= durable_lsn,' '                true,'
+}
 apply_metadata_not_allocated() {
   replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
   replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
@@ -264,6 +279,10 @@ run discard-tombstone dst
 run stale-inflight-kept model
 run host-crc-of-wrong-block engine
 run idle-discard-skipped host_full
+run log-replay-skipped intent_log dst
+run record-crc-unchecked dst
+run flush-before-record dst
+run ring-freed-early intent_log dst
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -26,6 +26,7 @@ pub fn finish_image(
     next_seq: u64,
     lifetime: Lifetime,
     created_unix_ns: u64,
+    next_lsn: u64,
 ) {
     let body_len = body_bytes(geo.logical_blocks, geo.segment_count) as usize;
     let header = CheckpointHeader {
@@ -36,6 +37,7 @@ pub fn finish_image(
         body_crc: crc32c::crc32c(&img[BLOCK_BYTES..BLOCK_BYTES + body_len]),
         created_unix_ns,
         lifetime: Some(lifetime),
+        next_lsn,
     };
     img[..BLOCK_BYTES].copy_from_slice(&header.encode());
 }
@@ -47,6 +49,8 @@ pub struct Loaded {
     pub next_seq: u64,
     /// Lifetime counters (None: written by a build that did not keep them).
     pub lifetime: Option<Lifetime>,
+    /// Format v2: every user block record below this LSN is in the checkpoint.
+    pub next_lsn: u64,
 }
 
 /// Read and verify checkpoint `slot`; the error says what is wrong with it.
@@ -76,6 +80,7 @@ pub fn load(media: &dyn Media, sb: &Superblock, slot: u32) -> std::result::Resul
         segments,
         next_seq: h.next_seq,
         lifetime: h.lifetime,
+        next_lsn: h.next_lsn,
     })
 }
 

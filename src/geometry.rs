@@ -25,6 +25,10 @@ pub struct Geometry {
     /// Byte offset of the tail area, or 0: no tail copies (a volume created
     /// before issue 17).
     pub tail_offset: u64,
+    /// The intent log ring (format v2): media byte offset and size, between
+    /// the checkpoint slots and the segment area; 0 and 0 = none.
+    pub log_offset: u64,
+    pub log_bytes: u64,
 }
 
 /// Data blocks a segment holds at worst (random single-block writes: one header
@@ -54,6 +58,8 @@ impl Geometry {
             checkpoint_offset: sb.checkpoint_offset,
             checkpoint_slot_bytes: sb.checkpoint_slot_bytes,
             tail_offset: sb.tail_offset,
+            log_offset: sb.log_ring().map_or(0, |r| r.0),
+            log_bytes: sb.log_ring().map_or(0, |r| r.1),
         }
     }
 
@@ -62,6 +68,17 @@ impl Geometry {
     /// volume (library only): more logical blocks than the media can hold, so
     /// writes fail with ENOSPC once live data fills it.
     pub fn for_logical(logical_blocks: u64, segment_blocks: u32, op: f64) -> Geometry {
+        Geometry::for_logical_log(logical_blocks, segment_blocks, op, 0)
+    }
+
+    /// `for_logical` with an intent log ring of `log_bytes` (0 = none) right
+    /// after the checkpoint slots, so it never shares a segment.
+    pub fn for_logical_log(
+        logical_blocks: u64,
+        segment_blocks: u32,
+        op: f64,
+        log_bytes: u64,
+    ) -> Geometry {
         let usable = (segment_data_capacity(segment_blocks) as f64 * (1.0 - op)).max(1.0);
         let user_segments = ((logical_blocks as f64 / usable).ceil() as u64).max(2);
         let mut segment_count = user_segments as u32 + OPEN_SEGMENTS + 2;
@@ -72,7 +89,8 @@ impl Geometry {
         let slot = checkpoint::slot_bytes(logical_blocks, segment_count);
         let c0 = 2 * BLOCK_BYTES as u64;
         let c1 = c0 + slot;
-        let data_offset = (c1 + slot).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;
+        let log_offset = if log_bytes > 0 { c1 + slot } else { 0 };
+        let data_offset = (c1 + slot + log_bytes).div_ceil(DATA_ALIGN_BYTES) * DATA_ALIGN_BYTES;
         let tail_offset =
             data_offset + segment_count as u64 * segment_blocks as u64 * BLOCK_BYTES as u64;
         Geometry {
@@ -83,22 +101,36 @@ impl Geometry {
             checkpoint_offset: [c0, c1],
             checkpoint_slot_bytes: slot,
             tail_offset,
+            log_offset,
+            log_bytes,
         }
     }
 
     /// The largest volume that fits in `media_bytes`, or None if not even a tiny one fits.
     pub fn for_media(media_bytes: u64, segment_blocks: u32, op: f64) -> Option<Geometry> {
+        Geometry::for_media_log(media_bytes, segment_blocks, op, 0)
+    }
+
+    /// `for_media` with an intent log ring of `log_bytes` (0 = none).
+    pub fn for_media_log(
+        media_bytes: u64,
+        segment_blocks: u32,
+        op: f64,
+        log_bytes: u64,
+    ) -> Option<Geometry> {
         let (mut lo, mut hi) = (0u64, media_bytes / BLOCK_BYTES as u64);
         while lo < hi {
             let mid = (lo + hi).div_ceil(2);
-            if Geometry::for_logical(mid, segment_blocks, op).media_bytes() <= media_bytes {
+            if Geometry::for_logical_log(mid, segment_blocks, op, log_bytes).media_bytes()
+                <= media_bytes
+            {
                 lo = mid;
             } else {
                 hi = mid - 1;
             }
         }
         (lo > 0).then(|| {
-            let mut g = Geometry::for_logical(lo, segment_blocks, op);
+            let mut g = Geometry::for_logical_log(lo, segment_blocks, op, log_bytes);
             // the tail area at the very end of the media, not just after the segments
             g.tail_offset = media_bytes / BLOCK_BYTES as u64 * BLOCK_BYTES as u64 - TAIL_AREA_BYTES;
             g

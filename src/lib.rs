@@ -43,4 +43,6 @@ pub mod volume;
 pub use error::{Error, Result};
 pub use gc::GcPolicy;
 pub use stats::Stats;
-pub use volume::{CreateOptions, Extent, MountReport, OpenOptions, Volume, WallClock};
+pub use volume::{
+    CreateOptions, Extent, MountReport, OpenOptions, Volume, WallClock, DEFAULT_INTENT_LOG_BYTES,
+};

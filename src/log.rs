@@ -10,7 +10,8 @@
 //! (the engine's in-flight list or the commit stage's writer) lets go, so a
 //! busy volume neither allocates, zeroes nor faults in a 1 MiB buffer per chunk.
 
-use crate::format::chunk::{self, ChunkHeader, Entry, Kind, Stream, MAX_ENTRIES, NO_SRC};
+use crate::format::chunk::{self, ChunkHeader, Entry, Kind, LsnRange, Stream, MAX_ENTRIES, NO_SRC};
+use crate::format::intent::RecordEntry;
 use crate::format::BLOCK_BYTES;
 use crate::media::AlignedBuf;
 use std::sync::{Arc, Mutex};
@@ -81,6 +82,21 @@ pub struct OpenChunk {
     pub crcs: Vec<u32>,
     pub image: AlignedBuf,
     pub opened: Instant,
+    /// Format v2: the LSNs of the user block records appended so far (one per
+    /// block record, in entry order); GC chunks carry an empty range.
+    pub lsn: Option<LsnRange>,
+    /// Block records (and data blocks among them) already carried by an
+    /// intent log record: a FLUSH logs only those after them.
+    pub logged: u32,
+    pub logged_data: u32,
+}
+
+/// The block records of an open chunk not yet in the intent log.
+pub struct Unlogged {
+    pub first_lsn: u64,
+    pub entries: Vec<RecordEntry>,
+    /// Their data blocks, as indexes into the chunk's data area.
+    pub data: std::ops::Range<u32>,
 }
 
 /// A chunk ready for (or being written to) the media.
@@ -119,7 +135,62 @@ impl OpenChunk {
             crcs: Vec::new(),
             image,
             opened: Instant::now(),
+            lsn: None,
+            logged: 0,
+            logged_data: 0,
         }
+    }
+
+    /// Count one more user block record (its LSN is `lsn.end()` before the call).
+    pub fn count_lsn(&mut self) {
+        if let Some(l) = &mut self.lsn {
+            l.count += 1;
+        }
+    }
+
+    /// Block records not yet logged, and how many data blocks they hold.
+    pub fn unlogged_counts(&self) -> (u32, u32) {
+        let records = self.lsn.map_or(0, |l| l.count);
+        (records - self.logged, self.data_blocks() - self.logged_data)
+    }
+
+    /// The block records after `logged`, as record entries (a chunk entry
+    /// partly logged is split). Every block record of a user chunk is one
+    /// block of one entry, in entry order.
+    pub fn unlogged(&self) -> Unlogged {
+        let lsn = self.lsn.expect("an LSN chunk");
+        let mut entries = Vec::new();
+        let mut at = 0u32;
+        for e in &self.entries {
+            let end = at + e.count;
+            if end > self.logged {
+                let from = self.logged.max(at);
+                entries.push(RecordEntry {
+                    lba: e.lba + (from - at) as u64,
+                    count: end - from,
+                    kind: e.kind,
+                });
+            }
+            at = end;
+        }
+        debug_assert_eq!(at, lsn.count, "one block record per block");
+        Unlogged {
+            first_lsn: lsn.first + self.logged as u64,
+            entries,
+            data: self.logged_data..self.data_blocks(),
+        }
+    }
+
+    /// Everything appended so far is in the intent log.
+    pub fn mark_logged(&mut self) {
+        self.logged = self.lsn.map_or(0, |l| l.count);
+        self.logged_data = self.data_blocks();
+    }
+
+    /// The data block at index `i` of the data area.
+    pub fn data_block(&self, i: u32) -> &[u8] {
+        let off = (1 + i as usize) * BLOCK_BYTES;
+        &self.image[off..off + BLOCK_BYTES]
     }
 
     pub fn data_blocks(&self) -> u32 {
@@ -214,6 +285,7 @@ impl OpenChunk {
             data_blocks,
             entries: std::mem::take(&mut self.entries),
             block_crcs: std::mem::take(&mut self.crcs),
+            lsn: self.lsn,
         };
         header.encode_into(&mut self.image[..BLOCK_BYTES]);
         let blocks = 1 + data_blocks;

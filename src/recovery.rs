@@ -115,6 +115,18 @@ rules! {
     damage_refused,
     /// A segment found free still started with a chunk header: scheduled for wiping.
     free_segment_wipe_scheduled,
+    /// An intent log record verified, followed its predecessor and was replayed.
+    log_record_replayed,
+    /// A block of a replayed record was skipped: the main log already holds its LSN.
+    log_block_already_in_main,
+    /// A record did not fit before the ring's end and was found at its start.
+    log_record_found_after_wrap,
+    /// Log replay ended: the next place holds no record that verifies and follows
+    /// (torn, never written, stale from an earlier lap, or of another volume).
+    log_end_at_unverified_record,
+    /// A record carries LSNs above what the main log and the records before it
+    /// hold (a chunk before it was lost in the crash): replay ends before it.
+    log_record_after_lsn_gap_ends_replay,
 }
 
 pub struct Mounted {
@@ -136,6 +148,169 @@ pub struct Mounted {
     /// Free segments whose first block still holds an old chunk header.
     pub wipe: Vec<u32>,
     pub report: MountReport,
+    /// Format v2 with an intent log: what its replay found (None: no log).
+    pub log: Option<LogReplay>,
+    /// Every user block record below this LSN is in the main log (format v2;
+    /// 0 otherwise); the intent log's blocks to re-home follow it.
+    pub next_lsn: u64,
+}
+
+/// What the intent log's replay found: the blocks to re-home into the main
+/// log (claim before reuse), in LSN order, and where new records go.
+#[derive(Debug, Clone, Default)]
+pub struct LogReplay {
+    /// (lba, kind, index of its data block in `data` for data blocks).
+    pub blocks: Vec<(u64, Kind, Option<usize>)>,
+    pub data: Vec<u8>,
+    /// The mount's start: the place after the last replayed record, the next
+    /// record seq, and a fresh chain seed (persisted by the mount's first
+    /// superblock write, before any record is written).
+    pub start: crate::format::superblock::LogStart,
+    /// LSN after the last block replayed (the main log's when none was).
+    pub next_lsn: u64,
+    pub records: u64,
+    /// Salvage: logical block ranges of records after an LSN gap (EIO).
+    pub unvouched: Vec<(u64, u64)>,
+}
+
+impl LogReplay {
+    pub fn data_block(&self, i: usize) -> &[u8] {
+        &self.data[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]
+    }
+}
+
+/// Read the record expected at ring offset `at` (seq `seq`, chained to
+/// `chain`): header, then the whole record if its header says it fits.
+fn read_record(
+    media: &dyn Media,
+    ring: (u64, u64),
+    at: u64,
+    uuid: &[u8; 16],
+    seq: u64,
+    chain: u32,
+) -> Result<Option<(crate::format::intent::RecordHeader, u32, Vec<u8>)>> {
+    use crate::format::intent;
+    let bs = BLOCK_BYTES as u64;
+    if at + bs > ring.1 {
+        return Ok(None);
+    }
+    let mut hdr = AlignedBuf::new(BLOCK_BYTES);
+    media.read_at(&mut hdr[..], ring.0 + at)?;
+    let Ok((h, _)) = intent::RecordHeader::decode(&hdr) else {
+        return Ok(None);
+    };
+    let len = h.total_blocks() as u64 * bs;
+    if h.seq != seq || at + len > ring.1 {
+        return Ok(None);
+    }
+    let mut img = AlignedBuf::new(len as usize);
+    media.read_at(&mut img[..], ring.0 + at)?;
+    Ok(match intent::verify(&img, uuid, seq, chain) {
+        Ok((h, crc)) => Some((h, crc, img.to_vec())),
+        Err(_) => None,
+    })
+}
+
+/// Mount step `replay_intent_log` (format v2 with INTENT_LOG), after the main
+/// log's replay: from the persisted start, apply records while each verifies,
+/// has seq = previous + 1 and chains to the previous header's CRC (ZFS's
+/// `zil_parse` rule); a record that does not fit before the ring's end was
+/// written at its start. Blocks whose LSN the main log already holds
+/// (`main_lsn`: every LSN below it) are skipped; a record whose first LSN lies
+/// above what is held ends replay (the chunk before it was lost, so applying
+/// it would break the prefix); a salvage mount, whose main log may have
+/// skipped a damaged chunk, walks on and lists the blocks of the records after
+/// the gap as unvouched (EIO) instead.
+pub fn replay_intent_log(
+    media: &dyn Media,
+    sb: &Superblock,
+    main_lsn: u64,
+    salvage: bool,
+    rules: &mut RecoveryRules,
+) -> Result<LogReplay> {
+    let v = sb.v2.expect("a v2 superblock");
+    let ring = (v.log_offset, v.log_bytes);
+    let bs = BLOCK_BYTES as u64;
+    let mut out = LogReplay {
+        next_lsn: main_lsn,
+        ..LogReplay::default()
+    };
+    let (mut at, mut seq, mut chain) = (v.log_start.offset, v.log_start.seq, v.log_start.chain);
+    let mut after_gap = false;
+    // every record takes at least one block, and a place holds one record:
+    // the walk cannot go round the ring more than once
+    for _ in 0..=ring.1 / bs {
+        let mut found = read_record(media, ring, at, &sb.uuid, seq, chain)?;
+        let mut pos = at;
+        if found.is_none() && at != 0 {
+            found = read_record(media, ring, 0, &sb.uuid, seq, chain)?;
+            pos = 0;
+            if found.is_some() {
+                rules.log_record_found_after_wrap += 1;
+            }
+        }
+        let Some((h, crc, img)) = found else {
+            rules.log_end_at_unverified_record += 1;
+            break;
+        };
+        if h.first_lsn > out.next_lsn && !after_gap {
+            rules.log_record_after_lsn_gap_ends_replay += 1;
+            if !salvage {
+                break;
+            }
+            // salvage: the main log's damaged stretch held the missing LSNs;
+            // the blocks of this and every later record answer EIO
+            after_gap = true;
+        }
+        if after_gap {
+            for e in &h.entries {
+                out.unvouched.push((e.lba, e.lba + e.count as u64));
+            }
+            at = (pos + h.total_blocks() as u64 * bs) % ring.1;
+            seq += 1;
+            chain = crc;
+            continue;
+        }
+        let mut lsn = h.first_lsn;
+        let mut di = 0usize;
+        for e in &h.entries {
+            if e.lba + e.count as u64 > sb.logical_blocks {
+                return Err(Error::Corrupt(format!(
+                    "intent log record {} names blocks beyond the volume",
+                    h.seq
+                )));
+            }
+            for k in 0..e.count as u64 {
+                let data = (e.kind == Kind::Data).then(|| {
+                    di += 1;
+                    di - 1
+                });
+                if lsn < out.next_lsn {
+                    rules.log_block_already_in_main += 1;
+                } else {
+                    let idx = data.map(|d| {
+                        let off = (1 + d) * BLOCK_BYTES;
+                        out.data.extend_from_slice(&img[off..off + BLOCK_BYTES]);
+                        out.data.len() / BLOCK_BYTES - 1
+                    });
+                    out.blocks.push((e.lba + k, e.kind, idx));
+                    out.next_lsn = lsn + 1;
+                }
+                lsn += 1;
+            }
+        }
+        rules.log_record_replayed += 1;
+        out.records += 1;
+        at = (pos + h.total_blocks() as u64 * bs) % ring.1;
+        seq += 1;
+        chain = crc;
+    }
+    out.start = crate::format::superblock::LogStart {
+        offset: at,
+        seq,
+        chain: crate::format::intent::chain_seed(&sb.uuid, sb.generation),
+    };
+    Ok(out)
 }
 
 /// Which end of the media a superblock copy sits at.
@@ -655,6 +830,8 @@ pub struct Base {
     pub records: Vec<crate::format::checkpoint::SegmentRecord>,
     /// The checkpoint reflects exactly the chunks with seq < c_next.
     pub c_next: u64,
+    /// Format v2: every user block record below this LSN is in the checkpoint.
+    pub c_lsn: u64,
     pub clean: bool,
     pub lifetime: Option<crate::format::checkpoint::Lifetime>,
 }
@@ -742,13 +919,14 @@ pub fn load_checkpoint(
     if clean {
         report.rules.clean_mount += 1;
     }
-    let (map, records, c_next, lifetime) = match loaded {
-        Some((_, l)) => (l.map, l.segments, l.next_seq, l.lifetime),
+    let (map, records, c_next, lifetime, c_lsn) = match loaded {
+        Some((_, l)) => (l.map, l.segments, l.next_seq, l.lifetime, l.next_lsn),
         None => (
             Map::new(geo.logical_blocks),
             checkpoint::empty_records(geo.segment_count),
             1,
             None,
+            0,
         ),
     };
     Base {
@@ -757,6 +935,7 @@ pub fn load_checkpoint(
         c_next,
         clean,
         lifetime,
+        c_lsn,
     }
 }
 
@@ -922,6 +1101,7 @@ pub fn judge_spans(
 /// W is a dead chunk whose segment was reused (skip it); the first missing seq at
 /// or above W ends the log. Returns the seq after every chunk seen (the mount adds
 /// `unseen_chunks_bound`).
+#[allow(clippy::too_many_arguments)]
 pub fn replay(
     map: &mut Map,
     geo: &Geometry,
@@ -931,6 +1111,7 @@ pub fn replay(
     w: u64,
     last_seq: &mut [u64],
     salvage: Option<(&mut [u32], bool)>,
+    main_lsn: &mut u64,
     report: &mut MountReport,
 ) -> Result<u64> {
     // salvage: (the record each block's mapping comes from, whether blocks that
@@ -998,6 +1179,11 @@ pub fn replay(
             report.rules.gap_below_watermark_skipped += 1;
         }
         apply(map, geo, f, &mut report.rules)?;
+        if let Some(l) = f.header.lsn {
+            if f.header.stream == chunk::Stream::User && l.count > 0 {
+                *main_lsn = (*main_lsn).max(l.end());
+            }
+        }
         if let Some(lw) = last_write.as_deref_mut() {
             // salvage: which record each block's mapping now comes from
             let rel = (f.seq - c_next + 1).min(DISCARDED as u64 - 1) as u32;
@@ -1215,6 +1401,8 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
     let mut next_seq = base.c_next;
     let mut wipe = Vec::new();
     let mut unvouched = Vec::new();
+    // every user block record below it is in the main log (format v2)
+    let mut main_lsn = base.c_lsn;
 
     if !clean {
         let t = std::time::Instant::now();
@@ -1246,6 +1434,7 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
             w,
             &mut last_seq,
             last_write.as_deref_mut().map(|lw| (lw, sb_fallback)),
+            &mut main_lsn,
             report,
         )?;
         if let Some(lw) = &last_write {
@@ -1316,6 +1505,40 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
     timed(report, "rebuild_segments", t, ());
     wipe.retain(|&s| segs.segs[s as usize].state == SegState::Free);
     report.rules.free_segment_wipe_scheduled += wipe.len() as u64;
+
+    // A row of the table for format v2 volumes with an intent log: after the
+    // main log, the records above what it holds (re-homed by `Volume::open`).
+    let log = match sb.log_ring() {
+        Some(_) => {
+            let t = std::time::Instant::now();
+            let r = replay_intent_log(media, &sb, main_lsn, salvage, &mut report.rules)?;
+            if !r.unvouched.is_empty() {
+                unvouched.extend_from_slice(&r.unvouched);
+                unvouched.sort_unstable();
+                // merge overlapping ranges (readers search them sorted)
+                let mut merged: Vec<(u64, u64)> = Vec::new();
+                for (s, e) in unvouched.drain(..) {
+                    match merged.last_mut() {
+                        Some(m) if s <= m.1 => m.1 = m.1.max(e),
+                        _ => merged.push((s, e)),
+                    }
+                }
+                unvouched = merged;
+            }
+            if r.records > 0 {
+                report.notes.push(format!(
+                    "intent log: {} record(s) replayed, {} block record(s) to re-home",
+                    r.records,
+                    r.blocks.len()
+                ));
+            }
+            Some(timed(report, "replay_intent_log", t, r))
+        }
+        None => None,
+    };
+    // the engine numbers from the main log's end; re-homing the log's blocks
+    // gives them their LSNs again
+    let next_lsn = main_lsn;
     Ok(Mounted {
         sb,
         geo,
@@ -1328,6 +1551,8 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
         wipe,
         unvouched,
         report: std::mem::take(report),
+        log,
+        next_lsn,
     })
 }
 
@@ -1362,6 +1587,7 @@ mod tests {
                 block_crcs: vec![chunk::block_crc(
                     &img[at + BLOCK_BYTES..at + 2 * BLOCK_BYTES],
                 )],
+                lsn: None,
             };
             h.encode_into(&mut img[at..at + BLOCK_BYTES]);
             chunk::seal_crc(&mut img[at..at + 2 * BLOCK_BYTES]);

@@ -39,6 +39,9 @@ pub struct Counters {
     pub scrub_errors: AtomicU64,
     /// Bytes of freed segments given back to the host or device (`Media::discard`).
     pub discard_bytes: AtomicU64,
+    /// Intent log records written and their bytes (headers + data) this session.
+    pub log_records: AtomicU64,
+    pub media_log_bytes: AtomicU64,
     /// Lifetime counters of the checkpoint this mount started from (set once,
     /// at mount; `mounts` already counts this mount).
     pub lifetime_base: Lifetime,
@@ -151,6 +154,10 @@ pub struct Stats {
     /// Bytes of freed segments given back to the host (punched holes) or the
     /// device (discard) this session.
     pub discarded_bytes: u64,
+    /// Intent log records written this session, and their bytes on the media
+    /// (counted in `media_write_bytes`, so in the write amplification).
+    pub log_records: u64,
+    pub media_log_bytes: u64,
     /// The volume stopped after a media write error or a full host file
     /// system: writes, trims, zeroes and flushes fail, reads go on.
     pub failed: bool,
@@ -179,8 +186,12 @@ impl Counters {
         s.media_superblock_bytes = g(&self.media_superblock_bytes);
         s.media_metadata_bytes =
             s.media_chunk_header_bytes + s.media_checkpoint_bytes + s.media_superblock_bytes;
-        s.media_write_bytes =
-            s.media_user_data_bytes + s.media_gc_data_bytes + s.media_metadata_bytes;
+        s.log_records = g(&self.log_records);
+        s.media_log_bytes = g(&self.media_log_bytes);
+        s.media_write_bytes = s.media_user_data_bytes
+            + s.media_gc_data_bytes
+            + s.media_metadata_bytes
+            + s.media_log_bytes;
         s.media_flushes = g(&self.media_flushes);
         s.write_amplification = if s.host_write_bytes == 0 {
             0.0

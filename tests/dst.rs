@@ -45,6 +45,8 @@ struct Shape {
     seg_blocks: u32,
     checkpoint_bytes: u64,
     op: f64,
+    /// Intent log ring bytes (0: a v1 volume without one).
+    intent_log: u64,
 }
 
 const SHAPE: Shape = Shape {
@@ -52,10 +54,25 @@ const SHAPE: Shape = Shape {
     seg_blocks: 16,
     checkpoint_bytes: 128 << 10,
     op: 0.10,
+    intent_log: 0,
 };
 
+/// Even seeds create their volume with an intent log: the smallest ring (64
+/// KiB, 16 blocks; a record takes 2 to 9), so records wrap and new starts are
+/// persisted every few flushes. (Seed % 3 picks the GC policy, independently.)
+fn shape_for(seed: u64) -> Shape {
+    Shape {
+        intent_log: if seed.is_multiple_of(2) { 64 << 10 } else { 0 },
+        ..SHAPE
+    }
+}
+
+fn geometry(sh: Shape) -> Geometry {
+    Geometry::for_logical_log(sh.blocks, sh.seg_blocks, sh.op, sh.intent_log)
+}
+
 fn media_bytes(sh: Shape) -> u64 {
-    Geometry::for_logical(sh.blocks, sh.seg_blocks, sh.op).media_bytes()
+    Geometry::for_logical_log(sh.blocks, sh.seg_blocks, sh.op, sh.intent_log).media_bytes()
 }
 
 /// The volume uuid and the wall clock of every volume this test creates and
@@ -77,6 +94,7 @@ fn create_opts(sh: Shape, gc: sluice::GcPolicy) -> CreateOptions {
         gc_policy: gc,
         uuid: Some(DST_UUID),
         clock: DST_CLOCK,
+        intent_log: (sh.intent_log > 0).then_some(sh.intent_log),
     }
 }
 
@@ -716,6 +734,57 @@ fn unprotected_tail(img: &[u8], geo: &Geometry) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// Byte ranges of the intent log records a mount would replay (the chain from
+/// the start either valid head superblock copy holds). The ring has one copy of
+/// each: a flipped bit in a record that chain reaches ends replay there, losing
+/// it and every later record, acknowledged or not, like the main log's "last
+/// flushed chunk" limit (ARCHITECTURE.md, Known limits; a mirrored log device
+/// is the planned cure, docs/format-v2.md §4.3). So flips in the ring go only
+/// where replay must not look: stale records, freed space, never-written blocks.
+fn replayed_records(img: &[u8], geo: &Geometry) -> Vec<(u64, u64)> {
+    use sluice::format::intent;
+    let mut out = Vec::new();
+    if geo.log_bytes == 0 {
+        return out;
+    }
+    for i in 0..2 {
+        let Ok(sb) = sluice::format::superblock::Superblock::decode(&img[i * BS..(i + 1) * BS])
+        else {
+            continue;
+        };
+        let Some(v) = sb.v2 else { continue };
+        let (mut at, mut seq, mut chain) = (v.log_start.offset, v.log_start.seq, v.log_start.chain);
+        let ring = |a: u64, len: u64| {
+            let s = (geo.log_offset + a) as usize;
+            &img[s..s + len as usize]
+        };
+        for _ in 0..geo.log_bytes / BS as u64 {
+            let try_at = |a: u64| -> Option<(u64, u64, u32)> {
+                if a + BS as u64 > geo.log_bytes {
+                    return None;
+                }
+                let (h, _) = intent::RecordHeader::decode(ring(a, BS as u64)).ok()?;
+                let len = h.total_blocks() as u64 * BS as u64;
+                if a + len > geo.log_bytes {
+                    return None;
+                }
+                let (_, crc) = intent::verify(ring(a, len), &sb.uuid, seq, chain).ok()?;
+                Some((a, len, crc))
+            };
+            let Some((a, len, crc)) = try_at(at).or_else(|| try_at(0)) else {
+                break;
+            };
+            out.push((geo.log_offset + a, geo.log_offset + a + len));
+            at = (a + len) % geo.log_bytes;
+            seq += 1;
+            chain = crc;
+        }
+        // the place replay stops at: a torn record there is the end of the log
+        out.push((geo.log_offset + at, geo.log_offset + at + BS as u64));
+    }
+    out
+}
+
 /// Where injected damage goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Area {
@@ -739,7 +808,7 @@ fn check_damaged(
     rng: &mut SmallRng,
     t: &mut Tally,
 ) -> Result<(), String> {
-    let geo = Geometry::for_logical(sh.blocks, sh.seg_blocks, sh.op);
+    let geo = geometry(sh);
     let ranges: Vec<(u64, u64)> = match area {
         Area::Meta => vec![
             (0, 2 * BS as u64),
@@ -748,7 +817,15 @@ fn check_damaged(
             // the superblock copies at the tail (issue 17)
             (geo.tail_offset, 2 * BS as u64),
         ],
-        Area::Log => vec![(geo.data_offset, geo.data_end() - geo.data_offset)],
+        Area::Log => {
+            let mut r = vec![(geo.data_offset, geo.data_end() - geo.data_offset)];
+            if geo.log_bytes > 0 {
+                // the intent log ring: records of earlier laps, records whose
+                // space a persisted start freed, never-written blocks
+                r.push((geo.log_offset, geo.log_bytes));
+            }
+            r
+        }
     };
     // One meta point in four instead loses both head superblock copies (a wiped
     // head): the mount must come from the tail copies, or refuse.
@@ -761,7 +838,11 @@ fn check_damaged(
     // damage there cannot be told from a torn unflushed write, so no flip goes
     // there. Everything below the on-media watermark must refuse or answer EIO.
     let tail = match area {
-        Area::Log => unprotected_tail(&img, &geo),
+        Area::Log => {
+            let mut t = unprotected_tail(&img, &geo);
+            t.extend(replayed_records(&img, &geo));
+            t
+        }
         Area::Meta => Vec::new(),
     };
     let mut at = None;
@@ -867,6 +948,12 @@ fn describe_event(e: &SimEvent, geo: &Geometry) -> String {
             let o = *offset;
             let what = if o < 2 * BS as u64 {
                 format!("superblock copy {}", o / BS as u64)
+            } else if geo.tail_offset != 0 && o >= geo.tail_offset {
+                format!("superblock tail copy {}", (o - geo.tail_offset) / BS as u64)
+            } else if geo.log_bytes > 0
+                && (geo.log_offset..geo.log_offset + geo.log_bytes).contains(&o)
+            {
+                format!("intent log ring block {}", (o - geo.log_offset) / BS as u64)
             } else if o >= geo.data_offset {
                 let rel = o - geo.data_offset;
                 let sb = geo.segment_bytes();
@@ -889,7 +976,7 @@ fn run_seed(
     verbose: bool,
     damage: Option<Area>,
 ) -> Result<SeedResult, String> {
-    let sh = SHAPE;
+    let sh = shape_for(seed);
     let gc = [
         sluice::gc::DEFAULT_POLICY,
         sluice::GcPolicy::Greedy,
@@ -995,7 +1082,7 @@ fn run_seed(
                 }
             };
             if r.is_err() && verbose {
-                let geo = Geometry::for_logical(sh.blocks, sh.seg_blocks, sh.op);
+                let geo = geometry(sh);
                 println!("media ops from the last completed flush to the cut:");
                 for (i, e) in media_ops
                     .iter()
@@ -1073,7 +1160,7 @@ struct ClientLog {
 }
 
 fn threaded_run(seed: u64) -> Result<Tally, String> {
-    let sh = SHAPE;
+    let sh = shape_for(seed);
     let mut rng = SmallRng::seed_from_u64(seed);
     let clients = rng.gen_range(2..=4usize);
     let media = Arc::new(SimMedia::new(media_bytes(sh)));

@@ -217,11 +217,25 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
     let g = vol.geometry();
     let st = vol.stats();
     let uuid: String = sb.uuid.iter().map(|b| format!("{b:02x}")).collect();
+    // the intent log (format v2): where, the start mount replays from, and
+    // what this read-only mount found to replay (the server's own count of
+    // records written is in its stats: `log_records`)
+    let replayed = vol.mount_report().rules.log_record_replayed;
+    let ilog = sb.v2.filter(|_| sb.log_ring().is_some()).map(|v| {
+        serde_json::json!({
+            "offset": v.log_offset,
+            "bytes": v.log_bytes,
+            "start_offset": v.log_start.offset,
+            "start_seq": v.log_start.seq,
+            "records_to_replay": replayed,
+        })
+    });
     if a.json {
         let v = serde_json::json!({
             "path": a.path,
             "media": describe,
-            "format_version": sluice::format::FORMAT_VERSION,
+            "format_version": sb.version(),
+            "intent_log": ilog,
             "uuid": uuid,
             "logical_bytes": vol.size_bytes(),
             "block_bytes": 4096,
@@ -247,10 +261,16 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
     } else {
         println!("volume        {}", a.path.display());
         println!("media         {describe}");
-        println!(
-            "format        sluice v{}  uuid {uuid}",
-            sluice::format::FORMAT_VERSION
-        );
+        println!("format        sluice v{}  uuid {uuid}", sb.version());
+        match (sb.v2, sb.log_ring()) {
+            (Some(v), Some((off, bytes))) => println!(
+                "intent log    {} ring at byte {off}, replay starts at ring byte {} (record seq {}); {replayed} record(s) to replay",
+                human(bytes),
+                v.log_start.offset,
+                v.log_start.seq
+            ),
+            _ => println!("intent log    none (FLUSH seals the open chunk)"),
+        }
         println!(
             "exported      {} ({} blocks of 4 KiB)",
             human(vol.size_bytes()),

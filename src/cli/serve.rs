@@ -404,6 +404,7 @@ fn open_volume(
             gc: sluice::gc::DEFAULT_POLICY,
             force: false,
             preallocate: false,
+            intent_log: false,
         })?;
         vol.close()?;
         say!("sluice: created {} ({})", path.display(), human(size));

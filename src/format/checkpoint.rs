@@ -44,7 +44,10 @@ pub const LIFETIME_TAG: [u8; 4] = *b"LIFE";
 /// fields at +8.
 pub const LIFETIME_OFFSET: usize = 64;
 /// Most u64 fields the header has room for (up to the CRC at 4092).
-pub const LIFETIME_MAX_FIELDS: usize = (BLOCK_BYTES - 4 - LIFETIME_OFFSET - 8) / 8;
+pub const LIFETIME_MAX_FIELDS: usize = (NEXT_LSN_OFFSET - LIFETIME_OFFSET - 8) / 8;
+/// Header offset of `next_lsn` (format v2; zero, reserved, in version 1
+/// checkpoints, whose lifetime block never reaches it).
+pub const NEXT_LSN_OFFSET: usize = BLOCK_BYTES - 16;
 /// GC output classes counted per class (the engine uses at most this many).
 pub const LIFETIME_GC_CLASSES: usize = 3;
 
@@ -182,6 +185,9 @@ pub struct CheckpointHeader {
     pub created_unix_ns: u64,
     /// Lifetime counters as of this checkpoint (None: not recorded).
     pub lifetime: Option<Lifetime>,
+    /// Format v2 (LSN feature): every user block record with an LSN below
+    /// this is reflected in this checkpoint. 0 in version 1 volumes.
+    pub next_lsn: u64,
 }
 
 impl CheckpointHeader {
@@ -198,6 +204,7 @@ impl CheckpointHeader {
         if let Some(l) = &self.lifetime {
             l.encode_into(&mut b);
         }
+        put_u64(&mut b, NEXT_LSN_OFFSET, self.next_lsn);
         let crc = crc32c::crc32c(&b[..BLOCK_BYTES - 4]);
         put_u32(&mut b, BLOCK_BYTES - 4, crc);
         b
@@ -228,6 +235,7 @@ impl CheckpointHeader {
             body_crc: get_u32(b, 52),
             created_unix_ns: get_u64(b, 56),
             lifetime: Lifetime::decode_from(b),
+            next_lsn: get_u64(b, NEXT_LSN_OFFSET),
         })
     }
 }
@@ -297,6 +305,7 @@ mod tests {
             body_crc: 5,
             created_unix_ns: 6,
             lifetime: None,
+            next_lsn: 0,
         };
         let b = h.encode();
         assert_eq!(CheckpointHeader::decode(&b).unwrap(), h);
@@ -320,6 +329,7 @@ mod tests {
             body_crc: 5,
             created_unix_ns: 6,
             lifetime: Some(l),
+            next_lsn: 0,
         };
         let b = h.encode();
         assert_eq!(CheckpointHeader::decode(&b).unwrap(), h);
@@ -353,6 +363,7 @@ mod tests {
         put_u32(&mut huge, 4092, crc);
         let d = CheckpointHeader::decode(&huge).unwrap();
         assert_eq!((d.lifetime, d.next_seq), (None, 9));
-        assert_eq!(LIFETIME_MAX_FIELDS, 502);
+        // 501 since format v2 keeps `next_lsn` at 4080
+        assert_eq!(LIFETIME_MAX_FIELDS, 501);
     }
 }

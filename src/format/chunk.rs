@@ -86,7 +86,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn from_u8(v: u8) -> Option<Kind> {
+    pub(crate) fn from_u8(v: u8) -> Option<Kind> {
         Some(match v {
             0 => Kind::Data,
             1 => Kind::Zero,
@@ -184,7 +184,28 @@ pub struct ChunkHeader {
     pub entries: Vec<Entry>,
     /// CRC32C of each data block, in data order (len == data_blocks).
     pub block_crcs: Vec<u32>,
+    /// Format v2 (volumes with the LSN feature): the LSNs of the user block
+    /// records the chunk carries, `first..first + count`, one per block record
+    /// in entry order (count 0 for GC chunks). None: a version 1 header.
+    pub lsn: Option<LsnRange>,
 }
+
+/// The order numbers of a chunk's user block records (docs/format-v2.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LsnRange {
+    pub first: u64,
+    pub count: u32,
+}
+
+impl LsnRange {
+    pub fn end(&self) -> u64 {
+        self.first + self.count as u64
+    }
+}
+
+/// Where a v2 header keeps `first_lsn` (u64) and `lsn_count` (u32): the 12
+/// bytes after the block CRC array, reserved (zero) in version 1.
+const LSN_FIELD: usize = BLOCK_CRC_OFFSET + 4 * MAX_DATA_BLOCKS as usize; // 4084
 
 impl ChunkHeader {
     /// Total blocks the chunk occupies on the media (header + data).
@@ -204,7 +225,15 @@ impl ChunkHeader {
         debug_assert_eq!(self.block_crcs.len(), self.data_blocks as usize);
         block.fill(0);
         block[0..8].copy_from_slice(&CHUNK_MAGIC);
-        put_u16(block, 8, FORMAT_VERSION);
+        put_u16(
+            block,
+            8,
+            if self.lsn.is_some() {
+                FORMAT_VERSION_2
+            } else {
+                FORMAT_VERSION
+            },
+        );
         put_u16(block, 10, self.entries.len() as u16);
         put_u32(block, 12, self.data_blocks);
         block[16..32].copy_from_slice(&self.uuid);
@@ -219,6 +248,10 @@ impl ChunkHeader {
         }
         for (i, c) in self.block_crcs.iter().enumerate() {
             put_u32(block, BLOCK_CRC_OFFSET + 4 * i, *c);
+        }
+        if let Some(l) = self.lsn {
+            put_u64(block, LSN_FIELD, l.first);
+            put_u32(block, LSN_FIELD + 8, l.count);
         }
     }
 
@@ -238,7 +271,7 @@ impl ChunkHeader {
             return Err(FormatError::Checksum);
         }
         let version = get_u16(block, 8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_2 {
             return Err(FormatError::Version(version));
         }
         let n = get_u16(block, 10) as usize;
@@ -271,6 +304,15 @@ impl ChunkHeader {
         let block_crcs = (0..data_blocks as usize)
             .map(|i| get_u32(block, BLOCK_CRC_OFFSET + 4 * i))
             .collect();
+        let lsn = (version == FORMAT_VERSION_2).then(|| LsnRange {
+            first: get_u64(block, LSN_FIELD),
+            count: get_u32(block, LSN_FIELD + 8),
+        });
+        if let Some(l) = lsn {
+            if l.first.checked_add(l.count as u64).is_none() {
+                return Err(invalid("first_lsn", "LSN range overflows"));
+            }
+        }
         Ok(ChunkHeader {
             uuid: block[16..32].try_into().unwrap(),
             seq: get_u64(block, 32),
@@ -281,6 +323,7 @@ impl ChunkHeader {
             data_blocks,
             entries,
             block_crcs,
+            lsn,
         })
     }
 }
@@ -358,6 +401,7 @@ mod tests {
                     src: 4,
                 },
             ],
+            lsn: None,
         };
         let mut img = vec![0u8; 3 * BLOCK_BYTES];
         h.encode_into(&mut img[..BLOCK_BYTES]);
@@ -382,5 +426,23 @@ mod tests {
         }
         assert!(verify(&img, &[8; 16]).is_err());
         assert!(verify(&img[..2 * BLOCK_BYTES], &[9; 16]).is_err());
+    }
+
+    #[test]
+    fn v2_header_carries_its_lsn_range_and_v1_stays_v1() {
+        let (mut h, mut img) = sample_image();
+        assert_eq!(get_u16(&img, 8), 1);
+        assert!(img[LSN_FIELD..BLOCK_BYTES].iter().all(|&b| b == 0));
+        h.lsn = Some(LsnRange {
+            first: 1 << 40,
+            count: 3,
+        });
+        h.encode_into(&mut img[..BLOCK_BYTES]);
+        seal_crc(&mut img);
+        assert_eq!(get_u16(&img, 8), 2);
+        assert_eq!(verify(&img, &[9; 16]).unwrap(), h);
+        // the LSN bytes are covered by the header CRC
+        img[LSN_FIELD] ^= 1;
+        assert!(verify(&img, &[9; 16]).is_err());
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 pub mod chunk;
+pub mod intent;
 pub mod packed;
 pub mod superblock;
 
@@ -15,6 +16,9 @@ pub const BLOCK_BYTES: usize = 4096;
 /// On-disk format version written by this build. Readers accept exactly this
 /// major version; see docs/format.md for the upgrade rule.
 pub const FORMAT_VERSION: u16 = 1;
+/// Format version 2 (docs/format-v2.md): written only for volumes that use a
+/// v2 feature (today: the intent log). Decoders accept 1 and 2.
+pub const FORMAT_VERSION_2: u16 = 2;
 
 /// Why a decoder refused some bytes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -23,6 +27,8 @@ pub enum FormatError {
     BadMagic,
     #[error("unsupported format version {0}")]
     Version(u16),
+    #[error("needs feature {0}, which this build does not know")]
+    Feature(String),
     #[error("checksum mismatch")]
     Checksum,
     #[error("buffer too short: need {need} bytes, have {have}")]

@@ -19,7 +19,22 @@ use super::OpenOptions;
 use crate::crc_index::CrcIndex;
 use crate::error::{Error, Failure, Result};
 use crate::format::chunk::Stream;
-use crate::format::superblock::Superblock;
+use crate::format::superblock::{LogStart, Superblock};
+
+/// Write a new intent log start to both superblock indexes (two updates, each
+/// flushed), so a mount that falls back to either copy replays from it: a
+/// copy with an older start would send replay into ring space reused since.
+pub(in crate::volume) fn persist_start(commit: &Commit, start: LogStart) -> Result<()> {
+    let set = |sb: &mut Superblock| {
+        if let Some(v) = sb.v2.as_mut() {
+            if start.seq >= v.log_start.seq {
+                v.log_start = start;
+            }
+        }
+    };
+    commit.update_superblock(set)?;
+    commit.update_superblock(set)
+}
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
 use crate::log::{ChunkPool, Sealed};
@@ -56,6 +71,11 @@ pub(in crate::volume) struct Progress {
     /// so a burst of writes does not wake every flusher for every chunk.
     wake_written: u64,
     pub failed: Option<Failure>,
+    /// Intent log records: every record with seq < `log_written` is written,
+    /// every one below `log_durable` durable (the same prefix rule as chunks).
+    pub log_written: u64,
+    log_completed: BTreeSet<u64>,
+    pub log_durable: u64,
 }
 
 impl Progress {
@@ -168,6 +188,9 @@ impl Commit {
                 flushing: false,
                 wake_written: u64::MAX,
                 failed: None,
+                log_written: 0,
+                log_completed: BTreeSet::new(),
+                log_durable: 0,
             }),
             progress_cv: Condvar::new(),
             sb: Mutex::new(sb),
@@ -382,19 +405,61 @@ impl Commit {
         Ok(())
     }
 
+    /// The intent log's records start at `seq` (mount).
+    pub fn start_log(&self, seq: u64) {
+        let mut p = self.progress.lock();
+        p.log_written = seq;
+        p.log_durable = seq;
+    }
+
+    /// Write one intent log record into the ring (no flush: the waiter's
+    /// `flush_covering_log` shares one media flush with every other waiter).
+    pub fn write_record(&self, r: &super::intent::PlannedRecord) -> Result<()> {
+        self.check_failed()?;
+        if let Err(e) = self.media.write_at(&r.image, r.at) {
+            return Err(self.fail(
+                format_args!("writing intent log record {} at byte {}", r.seq, r.at),
+                &e,
+            ));
+        }
+        Counters::add(&self.counters.media_log_bytes, r.image.len() as u64);
+        Counters::add(&self.counters.log_records, 1);
+        let mut p = self.progress.lock();
+        assert!(r.seq >= p.log_written, "record {} written twice", r.seq);
+        let fresh = p.log_completed.insert(r.seq);
+        assert!(fresh, "record {} written twice", r.seq);
+        while p.log_completed.first() == Some(&p.log_written) {
+            p.log_completed.pop_first();
+            p.log_written += 1;
+        }
+        // flush waiters for records wait without a wake mark: wake them all
+        self.progress_cv.notify_all();
+        Ok(())
+    }
+
     /// Group commit: return once every chunk with seq < target is durable. One
     /// media flush serves every caller whose chunks were written before it began.
     pub fn flush_covering(&self, target: u64) -> Result<()> {
+        self.flush_covering_log(target, 0)
+    }
+
+    /// `flush_covering` that also waits for every intent log record with seq <
+    /// `rec_target` to be durable: written, then covered by a media flush that
+    /// began after its write (one flush serves chunks and records alike).
+    pub fn flush_covering_log(&self, target: u64, rec_target: u64) -> Result<()> {
         let mut p = self.progress.lock();
         loop {
             if let Some(f) = &p.failed {
                 return Err(Error::Failed(f.clone()));
             }
-            if p.durable >= target {
+            // MUTANT: flush-before-record s|p.log_durable >= rec_target|true|
+            if p.durable >= target && p.log_durable >= rec_target {
                 return Ok(());
             }
-            if p.written_through < target {
-                p.wake_written = p.wake_written.min(target);
+            if p.written_through < target || p.log_written < rec_target {
+                if p.written_through < target {
+                    p.wake_written = p.wake_written.min(target);
+                }
                 self.progress_cv.wait(&mut p);
                 continue;
             }
@@ -405,6 +470,7 @@ impl Commit {
             }
             p.flushing = true;
             let upto = p.written_through;
+            let log_upto = p.log_written;
             drop(p);
             let r = self.media.flush();
             Counters::add(&self.counters.media_flushes, 1);
@@ -413,7 +479,8 @@ impl Commit {
             match r {
                 Ok(()) => {
                     assert!(upto <= p.written_through, "durable passes written");
-                    p.durable = p.durable.max(upto)
+                    p.durable = p.durable.max(upto);
+                    p.log_durable = p.log_durable.max(log_upto);
                 }
                 Err(e) => {
                     drop(p);

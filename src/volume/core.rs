@@ -19,14 +19,14 @@
 //! output classes. On the media they are just Stream::User / Stream::Gc; the slot only
 //! decides which segment a record joins (see gc.rs).
 
-use crate::format::chunk::{Kind, Stream, MAX_CHUNK_BLOCKS, MAX_DATA_BLOCKS};
+use crate::format::chunk::{Kind, LsnRange, Stream, MAX_CHUNK_BLOCKS, MAX_DATA_BLOCKS};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
 use crate::log::{ChunkPool, OpenChunk, Sealed};
 use crate::map::{Loc, Map, Virt};
 use crate::media::AlignedBuf;
 use crate::segments::{SegState, SegmentTable};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 pub use crate::gc::GC_CLASSES;
@@ -103,6 +103,20 @@ pub struct Core {
     pruned_through: u64,
     /// Source of chunk header timestamps (the mount's `OpenOptions::clock`).
     pub clock: super::WallClock,
+    /// Format v2 (LSN feature): every user block record gets the next LSN, in
+    /// arrival order under this lock, and chunk headers carry their range.
+    pub lsn_on: bool,
+    pub next_lsn: u64,
+    /// User chunks sealed and not yet known durable: (seq, end of their LSNs).
+    user_seals: VecDeque<(u64, u64)>,
+    /// Every LSN below this is in a durable main-log chunk.
+    pub durable_lsn: u64,
+    /// `next_lsn` when a segment last became Pending: the records that
+    /// emptied it are below it, and the barrier that frees it must have them
+    /// durable in the main log, never only in the intent log.
+    pub kill_lsn: u64,
+    /// The intent log ring, if the volume has one.
+    pub ring: Option<super::intent::Ring>,
 }
 
 pub use crate::map::{kind_of, virt_of};
@@ -133,7 +147,67 @@ impl Core {
             )),
             pruned_through: 0,
             clock: super::WallClock::System,
+            lsn_on: false,
+            next_lsn: 0,
+            user_seals: VecDeque::new(),
+            durable_lsn: 0,
+            kill_lsn: 0,
+            ring: None,
         }
+    }
+
+    /// Start numbering user block records at `lsn` (mount).
+    pub fn start_lsn(&mut self, lsn: u64) {
+        self.lsn_on = true;
+        self.next_lsn = lsn;
+        self.durable_lsn = lsn;
+        self.kill_lsn = lsn;
+    }
+
+    /// Every chunk below `durable_seq` is durable: raise `durable_lsn` past the
+    /// user chunks among them.
+    pub fn note_durable(&mut self, durable_seq: u64) -> u64 {
+        while let Some(&(seq, end)) = self.user_seals.front() {
+            if seq >= durable_seq {
+                break;
+            }
+            self.user_seals.pop_front();
+            self.durable_lsn = self.durable_lsn.max(end);
+        }
+        self.durable_lsn
+    }
+
+    /// Segments just became Pending: whatever emptied them may sit in any
+    /// slot's open chunk, so the next barrier seals them all.
+    fn mark_killed(&mut self) {
+        self.killed_pending = [true; SLOTS];
+        self.kill_lsn = self.next_lsn;
+    }
+
+    /// FLUSH or FUA with an intent log: if the open user chunk's unlogged
+    /// block records are few (`LOG_MAX_DATA_BLOCKS`) and fit the ring, build
+    /// their record and leave the chunk open (Ok(Some)); if they are too many
+    /// or the ring is full, seal the chunk into `out` (Ok(None)); with nothing
+    /// unlogged, do neither. Without a ring: seal.
+    pub fn flush_plan(
+        &mut self,
+        durable_seq: u64,
+        out: &mut Vec<Sealed>,
+    ) -> Option<super::intent::PlannedRecord> {
+        let uuid = self.uuid;
+        if let (Some(ring), Some(ch)) = (self.ring.as_mut(), self.open[0].as_mut()) {
+            let (records, data) = ch.unlogged_counts();
+            if records == 0 {
+                return None;
+            }
+            if data <= super::intent::LOG_MAX_DATA_BLOCKS {
+                if let Some(r) = ring.plan(ch, uuid) {
+                    return Some(r);
+                }
+            }
+        }
+        self.seal(Stream::User, durable_seq, out);
+        None
     }
 
     fn seg_blocks(&self) -> u32 {
@@ -188,6 +262,9 @@ impl Core {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
+        if let (Stream::User, Some(l)) = (ch.stream, ch.lsn) {
+            self.user_seals.push_back((seq, l.end()));
+        }
         let sealed = ch.seal(seq, durable_seq, self.uuid, self.clock.unix_ns());
         let seg_blocks = self.seg_blocks();
         let info = &mut self.segs.segs[sealed.segment as usize];
@@ -231,7 +308,7 @@ impl Core {
         self.segs.close(seg);
         if self.segs.pending.len() > before {
             // whatever emptied it may sit in any slot's open chunk
-            self.killed_pending = [true; SLOTS];
+            self.mark_killed();
         }
     }
 
@@ -242,7 +319,7 @@ impl Core {
         let before = self.segs.pending.len();
         self.segs.end_victim(victim);
         if self.segs.pending.len() > before {
-            self.killed_pending = [true; SLOTS];
+            self.mark_killed();
         }
     }
 
@@ -335,7 +412,18 @@ impl Core {
         let start = self.segs.segs[seg as usize].fill;
         let cap = MAX_DATA_BLOCKS.min(seg_blocks - start - 1);
         let image = self.pool.get();
-        self.open[slot] = Some(OpenChunk::new(stream, seg, start, cap, image));
+        let mut ch = OpenChunk::new(stream, seg, start, cap, image);
+        if self.lsn_on {
+            ch.lsn = Some(LsnRange {
+                first: if stream == Stream::User {
+                    self.next_lsn
+                } else {
+                    0
+                },
+                count: 0,
+            });
+        }
+        self.open[slot] = Some(ch);
         Ok(())
     }
 
@@ -417,6 +505,11 @@ impl Core {
                 Loc::Virtual(v, ch.segment)
             }
         };
+        if stream == Stream::User && self.lsn_on {
+            // one LSN per user block record, in arrival order
+            ch.count_lsn();
+            self.next_lsn += 1;
+        }
         let out_seg = ch.segment;
         let pending_before = self.segs.pending.len();
         self.remap(lba, new);
@@ -434,7 +527,7 @@ impl Core {
             // The records that moved or superseded the rest of that segment may sit
             // in any slot's open chunk (a victim's relocations spread over the GC
             // classes), so the barrier must seal them all before the wipe.
-            self.killed_pending = [true; SLOTS];
+            self.mark_killed();
         }
         Ok(())
     }

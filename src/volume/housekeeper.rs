@@ -367,7 +367,9 @@ impl Shared {
             .user_chunk_age()
             .is_some_and(|a| a >= Duration::from_millis(self.opts.idle_seal_ms));
         if idle {
-            self.flush()?;
+            // seal, never log: the idle seal is what moves logged blocks
+            // into the main log
+            self.flush_sealing(true)?;
         }
         let (free, pending) = self.free_pending();
         if writers_wait || free <= self.hk.reserve {
@@ -488,14 +490,23 @@ impl Shared {
         let geo = self.geo;
         let mut img = AlignedBuf::new(geo.checkpoint_slot_bytes as usize);
         let mut out = Vec::new();
-        let (next_seq, uuid) = {
+        let (next_seq, uuid, lsn) = {
             let mut c = self.core.lock();
             let d = self.commit.durable_seq();
             let n = c.checkpoint_image(d, &mut img[BLOCK_BYTES..], &mut out);
-            (n, c.uuid)
+            (n, c.uuid, c.next_lsn)
         };
         self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(next_seq)?;
+        {
+            // every user record below `lsn` is durable in the main log now
+            let mut c = self.core.lock();
+            let dl = c.note_durable(self.commit.durable_seq());
+            assert!(
+                !c.lsn_on || dl >= lsn,
+                "checkpoint before its user records are durable"
+            );
+        }
         // the lifetime counters it records include its own writes: the slot,
         // its flush, and the superblock write that makes it current
         let own = Lifetime {
@@ -513,6 +524,7 @@ impl Shared {
             next_seq,
             lifetime,
             self.opts.clock.unix_ns(),
+            lsn,
         );
         self.commit.write_checkpoint(&img, next_seq, clean)?;
         self.hk.credit.lock().checkpoints += 1;
@@ -538,11 +550,11 @@ impl Shared {
     /// recorded watermark: such a chunk was dead and its segment reused.
     pub(in crate::volume) fn barrier(&self) -> Result<()> {
         let mut out = Vec::new();
-        let (target, segs) = {
+        let (target, segs, kill_lsn) = {
             let mut c = self.core.lock();
             let d = self.commit.durable_seq();
             c.seal_for_barrier(d, &mut out);
-            (c.next_seq, c.segs.pending.clone())
+            (c.next_seq, c.segs.pending.clone(), c.kill_lsn)
         };
         if segs.is_empty() {
             return Ok(());
@@ -550,6 +562,17 @@ impl Shared {
         // 1. every chunk so far durable; 2. the superblock records it
         self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(target)?;
+        {
+            // redb's rule: nothing is freed by a write that is durable only in
+            // the intent log; the records that emptied these segments are in
+            // durable main-log chunks now
+            let mut c = self.core.lock();
+            let dl = c.note_durable(target);
+            assert!(
+                !c.lsn_on || dl >= kill_lsn,
+                "reuse barrier before the records that emptied its segments are durable in the main log ({dl} < {kill_lsn})"
+            );
+        }
         self.commit
             .update_superblock(|sb| sb.durable_seq = sb.durable_seq.max(target))?;
         assert!(self.commit.sb.lock().durable_seq >= target, "barrier order");

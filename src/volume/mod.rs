@@ -21,6 +21,7 @@
 mod commit;
 mod core;
 mod housekeeper;
+mod intent;
 mod read;
 mod scrub;
 
@@ -35,7 +36,7 @@ use self::housekeeper::Housekeeper;
 use crate::error::{Error, Result};
 use crate::format::checkpoint::Lifetime;
 use crate::format::chunk::{Stream, NO_SRC};
-use crate::format::superblock::{Superblock, FLAG_CLEAN, NO_CHECKPOINT};
+use crate::format::superblock::{LogStart, Superblock, FLAG_CLEAN, NO_CHECKPOINT};
 use crate::format::{is_filled_with, BLOCK_BYTES};
 use crate::gc::{self, GcPolicy};
 use crate::geometry::{self, Geometry};
@@ -97,7 +98,20 @@ pub struct CreateOptions {
     pub uuid: Option<[u8; 16]>,
     /// Source of the superblock's creation time.
     pub clock: WallClock,
+    /// An intent log ring of this many bytes in the volume (format v2,
+    /// docs/format-v2.md §4; `DEFAULT_INTENT_LOG_BYTES` from the CLI), or
+    /// None: a version 1 volume without one (the default until the
+    /// simulator has proven it on more seeds).
+    pub intent_log: Option<u64>,
 }
+
+/// The ring `sluice create --intent-log` makes: 16 MiB. The ring holds the
+/// records of blocks not yet in a durable main-log chunk (at most the open
+/// user chunk's 255 blocks, each logged at worst in a record of its own: 2 MiB
+/// with the headers) plus what waits for the next persisted start, which a
+/// flush moves once the ring is half used: 8 MiB of records between two
+/// superblock writes, over 1000 4 KiB synchronous writes.
+pub const DEFAULT_INTENT_LOG_BYTES: u64 = 16 << 20;
 
 impl Default for CreateOptions {
     fn default() -> Self {
@@ -108,6 +122,7 @@ impl Default for CreateOptions {
             gc_policy: gc::DEFAULT_POLICY,
             uuid: None,
             clock: WallClock::System,
+            intent_log: None,
         }
     }
 }
@@ -361,6 +376,21 @@ impl Volume {
             )));
         }
         let seg_blocks = (opts.segment_bytes / BS) as u32;
+        let log_bytes = match opts.intent_log {
+            None => 0,
+            Some(b)
+                if b >= crate::format::superblock::MIN_LOG_BYTES
+                    && b.is_multiple_of(BS)
+                    && b <= 1 << 30 =>
+            {
+                b
+            }
+            Some(b) => {
+                return Err(Error::InvalidArgument(format!(
+                    "intent log size {b} must be a multiple of 4 KiB between 64 KiB and 1 GiB"
+                )))
+            }
+        };
         let geo = match opts.logical_bytes {
             Some(l) => {
                 if l == 0 || l % BS != 0 {
@@ -368,7 +398,8 @@ impl Volume {
                         "volume size {l} must be a positive multiple of 4 KiB"
                     )));
                 }
-                let g = Geometry::for_logical(l / BS, seg_blocks, opts.overprovision);
+                let g =
+                    Geometry::for_logical_log(l / BS, seg_blocks, opts.overprovision, log_bytes);
                 if g.media_bytes() > media.len() {
                     return Err(Error::InvalidArgument(format!(
                         "media holds {} bytes but a {} byte volume at {:.0}% over-provisioning needs {}",
@@ -380,14 +411,13 @@ impl Volume {
                 }
                 g
             }
-            None => Geometry::for_media(media.len(), seg_blocks, opts.overprovision).ok_or_else(
-                || {
+            None => Geometry::for_media_log(media.len(), seg_blocks, opts.overprovision, log_bytes)
+                .ok_or_else(|| {
                     Error::InvalidArgument(format!(
                         "media of {} bytes is too small for a volume",
                         media.len()
                     ))
-                },
-            )?,
+                })?,
         };
         if geo.logical_blocks > crate::map::MAX_LOGICAL_BLOCKS
             || geo.segment_count as u64 * seg_blocks as u64 >= crate::map::MAX_PHYS_BLOCKS
@@ -400,8 +430,9 @@ impl Volume {
         // head copies are lost looks for them), not just after the segments.
         let mut geo = geo;
         geo.tail_offset = media.len() / BS * BS - crate::format::superblock::TAIL_AREA_BYTES;
+        let uuid = opts.uuid.unwrap_or_else(rand::random);
         let sb = Superblock {
-            uuid: opts.uuid.unwrap_or_else(rand::random),
+            uuid,
             generation: 1,
             logical_blocks: geo.logical_blocks,
             segment_blocks: geo.segment_blocks,
@@ -417,6 +448,23 @@ impl Volume {
             created_unix_s: opts.clock.unix_s(),
             gc_policy: opts.gc_policy.id(),
             tail_offset: geo.tail_offset,
+            // a v2 superblock only when a v2 feature is asked for
+            v2: (geo.log_bytes > 0).then(|| {
+                use crate::format::superblock::{incompat, LogStart, SbV2};
+                SbV2 {
+                    features_incompat: incompat::INTENT_LOG | incompat::LSN,
+                    // an in-volume log has no identity of its own
+                    log_uuid: uuid.map(|b| b ^ 0x5a),
+                    log_offset: geo.log_offset,
+                    log_bytes: geo.log_bytes,
+                    log_start: LogStart {
+                        offset: 0,
+                        seq: 1,
+                        chain: crate::format::intent::chain_seed(&uuid, 0),
+                    },
+                    ..SbV2::default()
+                }
+            }),
         };
         // Host space for the metadata area first, so no later mount needs any.
         media.allocate(&metadata_ranges(&geo))?;
@@ -425,6 +473,11 @@ impl Volume {
         let zero = AlignedBuf::new(BLOCK_BYTES);
         for seg in 0..geo.segment_count {
             media.write_at(&zero, geo.segment_offset(seg))?;
+        }
+        if geo.log_bytes > 0 {
+            // the ring's first record place (stale records of another volume
+            // are refused by uuid anyway)
+            media.write_at(&zero, geo.log_offset)?;
         }
         let mut second = sb.clone();
         second.generation = 0;
@@ -479,6 +532,15 @@ impl Volume {
             .checkpoint_interval_bytes
             .unwrap_or((64u64 << 20).max(32 * slot_bytes))
             .max(2 * geo.segment_bytes());
+        if let Some(v) = m.sb.v2 {
+            if v.features_ro_compat != 0 && !opts.read_only {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: the volume uses read-only-compatible features this build does not know (bits {:#x}); mount it read-only",
+                    media.describe(),
+                    v.features_ro_compat
+                )));
+            }
+        }
         let next_seq = m.next_seq;
         let needs_checkpoint = m.needs_checkpoint;
         let mut report = m.report.clone();
@@ -494,6 +556,16 @@ impl Volume {
         }
         if core.hot_lifetime > 0 {
             core.last_write = vec![0; geo.logical_blocks as usize];
+        }
+        if m.sb
+            .v2
+            .is_some_and(|v| v.has(crate::format::superblock::incompat::LSN))
+        {
+            core.start_lsn(m.next_lsn);
+        }
+        let log_start = m.log.as_ref().map(|l| l.start);
+        if let Some(start) = log_start {
+            core.ring = Some(intent::Ring::new(geo.log_offset, geo.log_bytes, start));
         }
         // lifetime counters: the checkpoint's, or (none recorded) counting
         // starts at create when no checkpoint was ever written, else now
@@ -544,8 +616,17 @@ impl Volume {
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;
+        if let Some(start) = log_start {
+            sh.commit.start_log(start.seq);
+        }
         let t_finish = std::time::Instant::now();
-        if let Err(e) = sh.finish_mount(&m.wipe, needs_checkpoint, m.superblock_repair) {
+        let r = sh
+            .finish_mount(&m.wipe, needs_checkpoint, m.superblock_repair)
+            .and_then(|_| match (&m.log, log_start) {
+                (Some(log), Some(start)) => sh.finish_log(log, start),
+                _ => Ok(()),
+            });
+        if let Err(e) = r {
             sh.commit.stop_writer_threads(writers);
             return Err(e);
         }
@@ -1055,19 +1136,136 @@ impl Shared {
         self.after_append(since_checkpoint)
     }
 
-    /// Seal the open user chunk and return once everything before it is durable.
+    /// Return once every write acknowledged before this call is durable: the
+    /// open user chunk's unlogged records go to the intent log as one record
+    /// when they are few (`Core::flush_plan`), else the chunk is sealed; either
+    /// way every chunk sealed before and every record built before is covered
+    /// by the one media flush this waits for.
     pub(crate) fn flush(&self) -> Result<()> {
+        self.flush_sealing(false)
+    }
+
+    /// `flush`; with `seal`, the open user chunk is sealed even when the
+    /// intent log could take its records (the idle seal).
+    pub(crate) fn flush_sealing(&self, seal: bool) -> Result<()> {
         let mut out = Vec::new();
-        let target = {
+        let (target, rec, rec_target) = {
             let mut c = self.core.lock();
             let d = self.durable_seq();
-            c.seal(Stream::User, d, &mut out);
-            c.next_seq
+            let rec = if seal {
+                c.seal(Stream::User, d, &mut out);
+                None
+            } else {
+                c.flush_plan(d, &mut out)
+            };
+            (c.next_seq, rec, c.ring.as_ref().map_or(0, |r| r.next_seq))
         };
         // Write the sealed chunk here rather than through the queue: the caller
         // waits for it anyway, and a hand-off to a writer thread costs two wakeups.
         self.commit.write_sealed(out)?;
-        self.commit.flush_covering(target)
+        if let Some(r) = &rec {
+            self.commit.write_record(r)?;
+        }
+        self.commit.flush_covering_log(target, rec_target)?;
+        if rec_target > 0 {
+            self.persist_log_start(false)?;
+        }
+        Ok(())
+    }
+
+    /// Persist a new intent log start when half the ring is taken (or
+    /// `always`) and records before it have their blocks durable in the main
+    /// log: one superblock write, after which their space is free.
+    fn persist_log_start(&self, always: bool) -> Result<()> {
+        let start = {
+            let mut c = self.core.lock();
+            let d = self.durable_seq();
+            let dl = c.note_durable(d);
+            let Some(ring) = c.ring.as_mut() else {
+                return Ok(());
+            };
+            if !ring.claimed || ring.persisting || !(always || ring.wants_new_start()) {
+                return Ok(());
+            }
+            let s = ring.candidate_start(dl);
+            if s.seq <= ring.persisted.seq {
+                return Ok(());
+            }
+            ring.persisting = true;
+            s
+        };
+        let r = commit::persist_start(&self.commit, start);
+        let mut c = self.core.lock();
+        let dl = c.durable_lsn;
+        if let Some(ring) = c.ring.as_mut() {
+            ring.persisting = false;
+            if r.is_ok() {
+                ring.advance(start, dl);
+            }
+        }
+        r
+    }
+
+    /// Last mount step of a volume with an intent log, after `finish` (whose
+    /// wipes must precede any new chunk in the segments they tombstone):
+    /// re-home the replayed blocks into the main log and checkpoint them
+    /// (claim before reuse), then persist the mount's new start, whose fresh
+    /// chain seed no record of the ring's earlier life follows. A read-only
+    /// mount keeps the blocks in memory (served from the open chunk).
+    fn finish_log(&self, log: &recovery::LogReplay, start: LogStart) -> Result<()> {
+        self.rehome(log)?;
+        if self.opts.read_only {
+            return Ok(());
+        }
+        if !log.blocks.is_empty() {
+            self.checkpoint_now(false)?;
+        }
+        // unconditionally: the fresh chain seed must reach the media even
+        // when no record was replayed (same seq as before)
+        commit::persist_start(&self.commit, start)?;
+        if let Some(r) = self.core.lock().ring.as_mut() {
+            r.claimed = true;
+        }
+        Ok(())
+    }
+
+    fn rehome(&self, log: &recovery::LogReplay) -> Result<()> {
+        if log.blocks.is_empty() {
+            return Ok(());
+        }
+        let mut out = Vec::new();
+        {
+            let mut c = self.core.lock();
+            assert_eq!(
+                c.next_lsn + log.blocks.len() as u64,
+                log.next_lsn,
+                "re-homed blocks keep their LSNs"
+            );
+            let d = self.durable_seq();
+            for &(lba, kind, data) in &log.blocks {
+                let what = match data {
+                    Some(i) => {
+                        // (verified against its record's CRC when replayed)
+                        let b = log.data_block(i);
+                        What::Data(b, crc32c::crc32c(b))
+                    }
+                    None => What::Virtual(crate::map::virt_of(kind).expect("virtual kind")),
+                };
+                // may dip into the GC reserve: these blocks were in the open
+                // chunk's reserved place before the crash
+                c.append(Stream::User, lba, what, NO_SRC, 0, d, &mut out)
+                    .map_err(|NeedSpace| {
+                        Error::Corrupt(format!(
+                            "no free segment to re-home {} block(s) of the intent log",
+                            log.blocks.len()
+                        ))
+                    })?;
+            }
+        }
+        if self.opts.read_only {
+            return Ok(());
+        }
+        self.commit.submit(out)
     }
 
     fn stats(&self) -> Stats {
@@ -1115,6 +1313,8 @@ impl Shared {
             scrub_errors: 0,
             crc_index_bytes: self.crc_index.memory_bytes(),
             discarded_bytes: 0,
+            log_records: 0,
+            media_log_bytes: 0,
             failed: false,
             failure: None,
             lifetime: Default::default(),
@@ -1130,8 +1330,8 @@ impl Shared {
     }
 }
 
-/// The byte ranges of the metadata area (superblock copies and both
-/// checkpoint slots: everything before the segments), which `Volume::format`
+/// The byte ranges of the metadata area (superblock copies, both checkpoint
+/// slots and the intent log ring, if any: everything before the segments), which `Volume::format`
 /// allocates on the host (`Media::allocate`) so that a mount, a checkpoint or a
 /// superblock write never needs new host space: a full host file system can
 /// stop the volume's writes but never its restart. Tombstone blocks need none

@@ -1,0 +1,294 @@
+//! Intent log ring, engine side (memory only, under the engine lock): where
+//! the next record goes, which records are live, and what start mount would
+//! replay from. Records are built here from the open user chunk's unlogged
+//! block records; the commit stage writes them (`Commit::write_record`).
+//!
+//! Invariants kept here (asserted in release):
+//! - a record's ring space is reused only after a persisted start has passed
+//!   it, and a start passes a record only once every LSN it carries is in a
+//!   durable main-log chunk (`durable_lsn`);
+//! - records never overlap: `used` (bytes from the persisted start to `head`,
+//!   the waste at a wrap included) never exceeds the ring.
+
+use crate::format::intent::RecordHeader;
+use crate::format::superblock::LogStart;
+use crate::format::BLOCK_BYTES;
+use crate::log::OpenChunk;
+use crate::media::AlignedBuf;
+use std::collections::VecDeque;
+
+const BS: u64 = BLOCK_BYTES as u64;
+
+/// A FLUSH or FUA logs the open chunk's unlogged block records when they hold
+/// at most this many data blocks (32 KiB); more seal the chunk as before. The
+/// value is ZFS's `zfs_immediate_write_sz` (32 KiB): above it, writing the data
+/// twice (log now, main log at seal) costs more device bandwidth than a partial
+/// chunk's extra header block, and ZFS's `zil_slog_bulk` lesson (bulk
+/// synchronous data belongs in the main pool, not the log) says the same for
+/// large writes: they stream to the main log and never wait behind the ring.
+pub const LOG_MAX_DATA_BLOCKS: u32 = 8;
+
+/// One record since the persisted start.
+#[derive(Debug, Clone, Copy)]
+pub struct RecInfo {
+    pub offset: u64,
+    pub seq: u64,
+    pub prev_crc: u32,
+    /// Every LSN the record carries is below this.
+    pub lsn_end: u64,
+}
+
+/// A record built under the engine lock, for the commit stage to write.
+pub struct PlannedRecord {
+    pub seq: u64,
+    /// Media byte offset.
+    pub at: u64,
+    pub image: AlignedBuf,
+}
+
+pub struct Ring {
+    /// Media byte offset and size of the ring.
+    pub offset: u64,
+    pub bytes: u64,
+    /// Ring offset of the next record.
+    pub head: u64,
+    pub next_seq: u64,
+    /// Header CRC of the last record (the next record's `prev_crc`).
+    pub chain: u32,
+    /// The start the superblock holds: mount replays from there.
+    pub persisted: LogStart,
+    /// Bytes from `persisted.offset` to `head` (the tail skipped at a wrap
+    /// included): space a record may not take.
+    pub used: u64,
+    /// Records at or after the persisted start, oldest first.
+    pub recs: VecDeque<RecInfo>,
+    /// A start is being persisted (one at a time).
+    pub persisting: bool,
+    /// Records written since mount (`sluice info`, stats).
+    pub records: u64,
+    /// The mount has re-homed what the log's replay found and persisted its
+    /// start: until then no start may be persisted (not even by the mount's
+    /// own checkpoint, which runs before the re-homed blocks are durable).
+    pub claimed: bool,
+}
+
+impl Ring {
+    /// The ring at mount: `start` is what the superblock holds (its chain the
+    /// fresh seed of this mount), `head` and `next_seq` where the replayed
+    /// records end.
+    pub fn new(offset: u64, bytes: u64, start: LogStart) -> Ring {
+        Ring {
+            offset,
+            bytes,
+            head: start.offset,
+            next_seq: start.seq,
+            chain: start.chain,
+            persisted: start,
+            used: 0,
+            recs: VecDeque::new(),
+            persisting: false,
+            records: 0,
+            claimed: false,
+        }
+    }
+
+    /// Ring offset for a record of `blocks`, and the bytes skipped to get
+    /// there (a record never wraps: it goes to offset 0 when it does not fit
+    /// before the end; replay looks there when the next place does not follow).
+    fn place(&self, blocks: u32) -> Option<(u64, u64)> {
+        let len = blocks as u64 * BS;
+        let free = self.bytes - self.used;
+        if self.head + len <= self.bytes {
+            (len <= free).then_some((self.head, 0))
+        } else {
+            let waste = self.bytes - self.head;
+            (waste + len <= free).then_some((0, waste))
+        }
+    }
+
+    /// Build the record of `ch`'s unlogged block records if it fits in the
+    /// ring; marks them logged. `main_lsn`: where `ch` starts (every LSN
+    /// below it is in a sealed chunk).
+    pub fn plan(&mut self, ch: &mut OpenChunk, uuid: [u8; 16]) -> Option<PlannedRecord> {
+        let un = ch.unlogged();
+        let ndata = un.data.len();
+        if !crate::format::intent::fits(un.entries.len(), ndata) {
+            return None;
+        }
+        let blocks = 1 + ndata as u32;
+        let (at, waste) = self.place(blocks)?;
+        let h = RecordHeader {
+            uuid,
+            seq: self.next_seq,
+            prev_crc: self.chain,
+            main_lsn: ch.lsn.map_or(0, |l| l.first),
+            first_lsn: un.first_lsn,
+            block_crcs: un.data.clone().map(|i| ch.crcs[i as usize]).collect(),
+            entries: un.entries,
+        };
+        let mut image = AlignedBuf::new(blocks as usize * BLOCK_BYTES);
+        for (k, i) in un.data.enumerate() {
+            let off = (1 + k) * BLOCK_BYTES;
+            image[off..off + BLOCK_BYTES].copy_from_slice(ch.data_block(i));
+        }
+        let crc = h.encode_into(&mut image[..BLOCK_BYTES]);
+        self.recs.push_back(RecInfo {
+            offset: at,
+            seq: h.seq,
+            prev_crc: h.prev_crc,
+            lsn_end: h.lsn_end(),
+        });
+        self.used += waste + blocks as u64 * BS;
+        assert!(self.used <= self.bytes, "intent log records overlap");
+        self.head = (at + blocks as u64 * BS) % self.bytes;
+        self.chain = crc;
+        self.next_seq += 1;
+        self.records += 1;
+        ch.mark_logged();
+        Some(PlannedRecord {
+            seq: h.seq,
+            at: self.offset + at,
+            image,
+        })
+    }
+
+    /// Whether a new start is worth persisting: half the ring is taken.
+    pub fn wants_new_start(&self) -> bool {
+        self.claimed && !self.persisting && self.used > self.bytes / 2
+    }
+
+    /// The start mount could replay from now: the first record whose blocks
+    /// are not all in a durable main-log chunk, else the head.
+    pub fn candidate_start(&self, durable_lsn: u64) -> LogStart {
+        // MUTANT: ring-freed-early s|r.lsn_end > durable_lsn|false|
+        match self.recs.iter().find(|r| r.lsn_end > durable_lsn) {
+            Some(r) => LogStart {
+                offset: r.offset,
+                seq: r.seq,
+                chain: r.prev_crc,
+            },
+            None => LogStart {
+                offset: self.head,
+                seq: self.next_seq,
+                chain: self.chain,
+            },
+        }
+    }
+
+    /// `start` is persisted: the space of the records before it is free.
+    pub fn advance(&mut self, start: LogStart, durable_lsn: u64) {
+        if start.seq <= self.persisted.seq {
+            return;
+        }
+        while self.recs.front().is_some_and(|r| r.seq < start.seq) {
+            let r = self.recs.pop_front().expect("present");
+            assert!(
+                r.lsn_end <= durable_lsn,
+                "intent log record {} freed before its blocks are durable in the main log",
+                r.seq
+            );
+        }
+        self.persisted = start;
+        self.used = if self.recs.is_empty() {
+            assert_eq!(start.offset, self.head, "an empty ring starts at its head");
+            0
+        } else {
+            match (self.head + self.bytes - start.offset) % self.bytes {
+                0 => self.bytes,
+                d => d,
+            }
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::chunk::{Kind, LsnRange, Stream, NO_SRC};
+    use crate::format::intent::verify;
+
+    fn chunk(first_lsn: u64) -> OpenChunk {
+        let mut ch = OpenChunk::new(Stream::User, 0, 0, 32, AlignedBuf::new(33 * BLOCK_BYTES));
+        ch.lsn = Some(LsnRange {
+            first: first_lsn,
+            count: 0,
+        });
+        ch
+    }
+
+    #[test]
+    fn records_chain_wrap_and_free_only_when_durable() {
+        let uuid = [1; 16];
+        let start = LogStart {
+            offset: 0,
+            seq: 1,
+            chain: 77,
+        };
+        let mut ring = Ring::new(1 << 20, 16 * BS, start);
+        ring.claimed = true;
+        let mut ch = chunk(100);
+        let mut prev = 77;
+        let mut recs = Vec::new();
+        for i in 0..5u64 {
+            let b = vec![i as u8 + 1; BLOCK_BYTES];
+            ch.push_data(i, &b, NO_SRC);
+            ch.count_lsn();
+            ch.push_virtual(50 + i, Kind::Trim, NO_SRC);
+            ch.count_lsn();
+            let r = ring.plan(&mut ch, uuid).expect("room");
+            let (h, crc) = verify(&r.image, &uuid, 1 + i, prev).expect("valid");
+            assert_eq!(h.first_lsn, 100 + 2 * i);
+            assert_eq!(h.lsn_count(), 2);
+            prev = crc;
+            recs.push(r.at);
+        }
+        // 5 records of 2 blocks: 10 of 16 blocks; a sixth of 2 fits, the
+        // seventh wraps only if the start moved
+        assert_eq!(ring.used, 10 * BS);
+        assert!(ring.wants_new_start());
+        // nothing durable: the start stays at the first record
+        let s = ring.candidate_start(100);
+        assert_eq!((s.offset, s.seq, s.chain), (0, 1, 77));
+        // the first three records' blocks are durable in the main log
+        let s = ring.candidate_start(106);
+        assert_eq!((s.offset, s.seq), (6 * BS, 4));
+        ring.advance(s, 106);
+        assert_eq!(ring.used, 4 * BS);
+        // fill to the end and wrap to 0, never over the start (block 6)
+        let mut wrapped = false;
+        for i in 5..12u64 {
+            ch.push_data(i, &[9; BLOCK_BYTES], NO_SRC);
+            ch.count_lsn();
+            ch.push_data(i + 100, &[8; BLOCK_BYTES], NO_SRC);
+            ch.count_lsn();
+            match ring.plan(&mut ch, uuid) {
+                Some(r) => {
+                    wrapped |= r.at == 1 << 20;
+                    let off = r.at - (1 << 20);
+                    assert!(
+                        off + 3 * BS <= 6 * BS || off >= 10 * BS,
+                        "over live records"
+                    );
+                }
+                None => {
+                    // full until a durable main log frees more
+                    assert!(wrapped && ring.used + 3 * BS > ring.bytes);
+                    return;
+                }
+            }
+        }
+        panic!("the ring never filled");
+    }
+
+    #[test]
+    #[should_panic(expected = "freed before its blocks are durable")]
+    fn freeing_a_record_whose_blocks_are_not_durable_panics() {
+        let mut ring = Ring::new(0, 16 * BS, LogStart::default());
+        let mut ch = chunk(0);
+        ch.push_data(1, &[3; BLOCK_BYTES], NO_SRC);
+        ch.count_lsn();
+        ring.plan(&mut ch, [0; 16]).unwrap();
+        let s = ring.candidate_start(1);
+        ring.advance(s, 0);
+    }
+}
