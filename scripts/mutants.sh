@@ -243,6 +243,9 @@ apply_ring_freed_early() {
   marker ring-freed-early
   replace src/volume/intent.rs '                r.lsn_end <= durable_lsn,' '                true,'
 }
+apply_discard_unwiped() {
+  replace src/segments.rs '            discarded: vec![true; segs.len()],' '            discarded: vec![false; segs.len()],'
+}
 apply_metadata_not_allocated() {
   replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
   replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
@@ -279,6 +282,7 @@ run discard-tombstone dst
 run stale-inflight-kept model
 run host-crc-of-wrong-block engine
 run idle-discard-skipped host_full
+run discard-unwiped superblock_ends
 run log-replay-skipped intent_log dst
 run record-crc-unchecked dst
 run flush-before-record dst

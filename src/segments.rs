@@ -86,8 +86,13 @@ pub struct SegmentTable {
     /// Free segments, the next one to take at the front (a stack: released
     /// segments go on the front too; discarded ones return at the back).
     pub free: VecDeque<u32>,
-    /// Per segment: given back (discarded) since it was last freed, or never
-    /// written since create; reset when a stream takes it.
+    /// Per segment: not to be discarded: given back (discarded) since it was
+    /// last freed, never written since create, or free since the mount with a
+    /// first block that may not be a tombstone; reset when a stream takes it
+    /// and when a wipe of this mount tombstones it (`wiped`). Discard needs the
+    /// tombstone: a chunk header left at block 0 over discarded data reads as
+    /// damage to a mount that walks the segment (a fallback mount without a
+    /// checkpoint walks them all).
     pub discarded: Vec<bool>,
     /// The fewest free segments since the last `take_to_discard` pass: the
     /// bottom `free_low` of the stack were not taken since then.
@@ -130,8 +135,10 @@ impl SegmentTable {
             }
         }
         SegmentTable {
-            // unknown after a mount: free segments may still hold old data
-            discarded: vec![false; segs.len()],
+            // a free segment of a clean mount may still hold a chunk header of
+            // its last life at block 0 (it emptied after the last barrier):
+            // never discarded until a wipe of ours tombstones it
+            discarded: vec![true; segs.len()],
             // the first pass after a mount only starts the window
             free_low: 0,
             segs,
@@ -267,6 +274,15 @@ impl SegmentTable {
         // (the ones out for discard come back at the bottom)
         self.free_low = self.free.len() + out.len();
         out
+    }
+
+    /// The mount tombstoned these free segments: they may be discarded.
+    pub fn wiped(&mut self, segs: &[u32]) {
+        for &seg in segs {
+            if self.segs[seg as usize].state == SegState::Free {
+                self.discarded[seg as usize] = false;
+            }
+        }
     }
 
     /// Segments `take_to_discard` took, back at the bottom of the free stack.

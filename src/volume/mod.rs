@@ -1044,6 +1044,7 @@ impl Shared {
         }
         if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
+            self.core.lock().segs.wiped(wipe);
         }
         // the free segments after the wipes: give back what waits deep
         self.discard_deep()
