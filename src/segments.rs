@@ -324,6 +324,7 @@ mod tests {
     fn free_segments_are_a_stack_and_deep_ones_are_discarded_once() {
         let mut t = SegmentTable::rebuild(vec![SegInfo::EMPTY; 8], 16);
         assert_eq!(t.free, [0, 1, 2, 3, 4, 5, 6, 7]);
+        t.wiped(&[0, 1, 2, 3, 4, 5, 6, 7]);
         // the first pass after a mount only starts the window
         assert!(t.take_to_discard(6, 64, true).is_empty());
         // nothing taken since: below the low-water mark, deeper than `keep`
@@ -349,11 +350,24 @@ mod tests {
         assert_eq!(t.take_to_discard(0, 64, false), [2, 3, 4, 5]);
     }
 
+    /// Segments free at mount may still hold a chunk header of their last
+    /// life at block 0: not discarded until a wipe of the mount tombstones them.
+    #[test]
+    fn segments_free_at_mount_wait_for_a_wipe_before_a_discard() {
+        let mut t = SegmentTable::rebuild(vec![SegInfo::EMPTY; 8], 16);
+        for _ in 0..3 {
+            assert!(t.take_to_discard(0, 64, false).is_empty());
+        }
+        t.wiped(&[6, 7]);
+        assert_eq!(t.take_to_discard(0, 64, false), [6, 7]);
+    }
+
     /// Segments writes reached since the last pass are not discarded: only
     /// the bottom of the stack that stayed below the low-water mark.
     #[test]
     fn only_segments_below_the_low_water_mark_are_discarded() {
         let mut t = SegmentTable::rebuild(vec![SegInfo::EMPTY; 8], 16);
+        t.wiped(&[0, 1, 2, 3, 4, 5, 6, 7]);
         assert!(t.take_to_discard(0, 64, true).is_empty());
         // streams take 0..5 (the stack falls to 3), then they are freed again
         let taken: Vec<u32> = (0..5).map(|_| t.take_free(Stream::User).unwrap()).collect();

@@ -20,6 +20,16 @@ use crate::crc_index::CrcIndex;
 use crate::error::{Error, Failure, Result};
 use crate::format::chunk::Stream;
 use crate::format::superblock::{LogStart, Superblock};
+use crate::format::BLOCK_BYTES;
+use crate::geometry::Geometry;
+use crate::log::{ChunkPool, Sealed};
+use crate::media::{AlignedBuf, Media};
+use crate::stats::Counters;
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 /// Write a new intent log start to both superblock indexes (two updates, each
 /// flushed), so a mount that falls back to either copy replays from it: a
@@ -35,16 +45,6 @@ pub(in crate::volume) fn persist_start(commit: &Commit, start: LogStart) -> Resu
     commit.update_superblock(set)?;
     commit.update_superblock(set)
 }
-use crate::format::BLOCK_BYTES;
-use crate::geometry::Geometry;
-use crate::log::{ChunkPool, Sealed};
-use crate::media::{AlignedBuf, Media};
-use crate::stats::Counters;
-use parking_lot::{Condvar, Mutex};
-use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 
 const BS: u64 = BLOCK_BYTES as u64;
 
