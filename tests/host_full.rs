@@ -195,6 +195,24 @@ fn a_full_host_file_system_stops_writes_keeps_reads_and_restarts() {
     }
 }
 
+/// A volume of `logical` bytes in 256 KiB segments (25% over-provisioning)
+/// on a new file at `path`, and its geometry.
+fn small_volume(
+    path: &Path,
+    logical: u64,
+    opts: &OpenOptions,
+) -> (Volume, sluice::geometry::Geometry) {
+    let create = CreateOptions {
+        logical_bytes: Some(logical),
+        overprovision: 0.25,
+        segment_bytes: 256 * 1024,
+        ..Default::default()
+    };
+    let g = sluice::geometry::Geometry::for_logical(logical / 4096, 64, 0.25);
+    let media: Arc<dyn Media> = Arc::new(FileMedia::create(path, g.media_bytes()).unwrap());
+    (Volume::create(media, &create, opts).unwrap(), g)
+}
+
 /// Segments GC frees are punched out of the file (never their first block),
 /// and the volume's data stays intact; with discard off nothing is punched.
 #[test]
@@ -205,16 +223,8 @@ fn gc_gives_freed_segments_back_to_the_host() {
     for discard in [true, false] {
         let path = fs.path(&format!("v-{discard}.img"));
         let logical = 8 * MIB;
-        let create = CreateOptions {
-            logical_bytes: Some(logical),
-            overprovision: 0.25,
-            segment_bytes: 256 * 1024,
-            ..Default::default()
-        };
-        let g = sluice::geometry::Geometry::for_logical(logical / 4096, 64, 0.25);
-        let media: Arc<dyn Media> = Arc::new(FileMedia::create(&path, g.media_bytes()).unwrap());
         let opts = OpenOptions { discard, ..det() };
-        let vol = Volume::create(media, &create, &opts).unwrap();
+        let (vol, g) = small_volume(&path, logical, &opts);
         let n = logical / BS as u64;
         // fill, then trim most of it and overwrite the rest: GC empties segments
         for round in 0..3u8 {
@@ -269,20 +279,12 @@ fn an_idle_volume_gives_trimmed_space_back() {
     for discard in [true, false] {
         let path = fs.path(&format!("idle-{discard}.img"));
         let logical = 8 * MIB;
-        let create = CreateOptions {
-            logical_bytes: Some(logical),
-            overprovision: 0.25,
-            segment_bytes: 256 * 1024,
-            ..Default::default()
-        };
-        let g = sluice::geometry::Geometry::for_logical(logical / 4096, 64, 0.25);
-        let media: Arc<dyn Media> = Arc::new(FileMedia::create(&path, g.media_bytes()).unwrap());
         let opts = OpenOptions {
             discard,
             background: true,
             ..Default::default()
         };
-        let vol = Volume::create(media, &create, &opts).unwrap();
+        let (vol, _) = small_volume(&path, logical, &opts);
         let n = logical / BS as u64;
         for i in 0..n {
             vol.write(i * BS as u64, &block(i, 0), false).unwrap();
