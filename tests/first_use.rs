@@ -433,6 +433,7 @@ fn bench_progress_counts_the_planned_phases_not_the_prefill() {
         stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         observer: obs.clone(),
         seed: 3,
+        compressible: 0,
     };
     let spec = format!("sluice:{}", dir.path().join("p.vol").display());
     let t = target::open(&TargetSpec::parse(&spec).unwrap(), &spec_small()).unwrap();

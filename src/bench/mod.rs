@@ -93,6 +93,9 @@ pub struct BenchConfig {
     pub slog_settle_s: f64,
     pub slog_split: bool,
     pub seed: u64,
+    /// Percent of each 4 KiB block written as zeros after a random head (fio's
+    /// `buffer_compress_percentage` with `buffer_compress_chunk=4k`); 0 = random.
+    pub compressible: u32,
 }
 
 impl BenchConfig {
@@ -112,6 +115,7 @@ impl BenchConfig {
             slog_settle_s: 1.0,
             slog_split: true,
             seed: 0x51_u64 << 32 | 0xCE,
+            compressible: 0,
         };
         match w {
             Workload::Grid => {

@@ -473,6 +473,17 @@ pub fn render(r: &Report) -> String {
     if r.interrupted {
         let _ = writeln!(o, "INTERRUPTED: what was measured before Ctrl-C\n");
     }
+    if r.config.compressible > 0 {
+        let _ = writeln!(
+            o,
+            "payload: {pct}% of every 4 KiB block zeros after a random head (fio \
+             buffer_compress_percentage={pct}, buffer_compress_chunk=4k); LZ4 alone keeps \
+             {:.0}% of such a block. A sluice target's WA is media bytes per host byte: \
+             with compression, bytes stored per byte written.\n",
+            super::workload::lz4_share(r.config.seed, r.config.compressible) * 100.0,
+            pct = r.config.compressible
+        );
+    }
     for t in &r.targets {
         if let Some(p) = &t.prefill {
             let _ = writeln!(

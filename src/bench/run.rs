@@ -36,6 +36,9 @@ pub struct Ctx {
     pub stop: Arc<AtomicBool>,
     pub observer: Arc<dyn Observer>,
     pub seed: u64,
+    /// Payload shape: percent of each 4 KiB block that is zeros (fio's
+    /// `buffer_compress_percentage`); 0 = random.
+    pub compressible: u32,
 }
 
 impl Ctx {
@@ -44,6 +47,7 @@ impl Ctx {
             stop: Arc::new(AtomicBool::new(false)),
             observer: Arc::new(Quiet),
             seed,
+            compressible: 0,
         }
     }
     pub fn stopped(&self) -> bool {
@@ -235,6 +239,7 @@ struct Shared<'a> {
     t: &'a dyn Target,
     spec: &'a PhaseSpec,
     seed: u64,
+    compressible: u32,
     ops: AtomicU64,
     bytes: AtomicU64,
     cursor: AtomicU64,
@@ -257,7 +262,7 @@ fn worker(sh: &Shared, w: usize) -> Histogram {
     let mut h = Histogram::default();
     let mut wbuf = AlignedBuf::new(if spec.op.writes() { block } else { 0 });
     let mut rbuf = AlignedBuf::new(if spec.op.reads() { block } else { 0 });
-    let mut data = DataGen::new(sh.seed, w as u64);
+    let mut data = DataGen::compressible(sh.seed, w as u64, sh.compressible);
     data.fill(&mut wbuf);
     let mut offs = OffsetGen::new(
         sh.seed ^ ((w as u64 + 1) * 0x2545_F491_4F6C_DD1D),
@@ -358,6 +363,7 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
         t,
         spec,
         seed: ctx.seed,
+        compressible: ctx.compressible,
         ops: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         cursor: AtomicU64::new(0),
@@ -552,10 +558,10 @@ pub fn run_slog(t: &dyn Target, spec: &SlogSpec, ctx: &Ctx) -> PhaseResult {
         let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<(), String>>();
         for h in 0..pieces.saturating_sub(1) {
             let (rx, tx) = (job_rx.clone(), done_tx.clone());
-            let seed = ctx.seed;
+            let (seed, pct) = (ctx.seed, ctx.compressible);
             s.spawn(move || {
                 let mut buf = AlignedBuf::new(piece_len as usize);
-                let mut g = DataGen::new(seed, 1000 + h as u64);
+                let mut g = DataGen::compressible(seed, 1000 + h as u64, pct);
                 g.fill(&mut buf);
                 loop {
                     let job = rx
@@ -573,7 +579,7 @@ pub fn run_slog(t: &dyn Target, spec: &SlogSpec, ctx: &Ctx) -> PhaseResult {
         }
         drop(done_tx);
         let mut buf = AlignedBuf::new(piece_len as usize);
-        let mut g = DataGen::new(ctx.seed, 999);
+        let mut g = DataGen::compressible(ctx.seed, 999, ctx.compressible);
         g.fill(&mut buf);
         'outer: loop {
             for _ in 0..spec.batch.max(1) {

@@ -3,9 +3,13 @@
 //! random payload generator.
 //!
 //! Invariants: every offset is aligned to the IO size (as the seeds' tools do) and the
-//! IO lies wholly inside the region; every payload is random, never all 0x00 or all
-//! 0xFF in any 512-byte sector, and differs from every earlier payload of the same
-//! generator (so no zero-block or dedupe shortcut can flatter a target).
+//! IO lies wholly inside the region; every payload differs in every 4 KiB block from
+//! every earlier payload of the same generator and is never all 0x00 or all 0xFF in
+//! any 4 KiB block (so no zero-block or dedupe shortcut can flatter a target). By
+//! default payloads are random, never uniform in any 512-byte sector; with
+//! `--compressible PCT` each 4 KiB block is fio's `buffer_compress_percentage=PCT`,
+//! `buffer_compress_chunk=4k` shape: its first `100 - PCT` percent random, the rest
+//! zeros (only sectors starting in the random head are restamped).
 
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
@@ -97,26 +101,48 @@ pub struct DataGen {
     rng: SmallRng,
     counter: u64,
     id: u64,
+    /// Bytes of each 4 KiB block that are random (the rest zeros); 4096 = all.
+    random_head: usize,
 }
+
+/// The unit `--compressible` shapes (fio's `buffer_compress_chunk=4k`).
+pub const COMPRESS_CHUNK: usize = 4096;
 
 impl DataGen {
     pub fn new(seed: u64, id: u64) -> DataGen {
+        DataGen::compressible(seed, id, 0)
+    }
+    /// Payloads of which each 4 KiB block is `pct` percent zeros after a random
+    /// head (fio's `buffer_compress_percentage`); 0 = all random. Above 99 the
+    /// head is still the 16-byte stamp of its first sector.
+    pub fn compressible(seed: u64, id: u64, pct: u32) -> DataGen {
+        let pct = pct.min(100) as usize;
         DataGen {
             rng: SmallRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ id),
             counter: 0,
             id,
+            random_head: (COMPRESS_CHUNK * (100 - pct) / 100).max(16),
         }
     }
-    /// Fill `buf` with random bytes (call once per buffer).
+    /// Fill `buf` with this generator's payload shape (call once per buffer).
     pub fn fill(&mut self, buf: &mut [u8]) {
         self.rng.fill_bytes(buf);
+        if self.random_head < COMPRESS_CHUNK {
+            for chunk in buf.chunks_mut(COMPRESS_CHUNK) {
+                let head = self.random_head.min(chunk.len());
+                chunk[head..].fill(0);
+            }
+        }
         self.stamp(buf);
     }
     /// Make `buf` (already filled) a fresh payload.
     pub fn stamp(&mut self, buf: &mut [u8]) {
         self.counter += 1;
         let r = self.rng.next_u64();
-        for sector in buf.chunks_mut(512) {
+        for (i, sector) in buf.chunks_mut(512).enumerate() {
+            if (i * 512) % COMPRESS_CHUNK >= self.random_head {
+                continue; // the zero tail of a compressible block stays zero
+            }
             let n = sector.len().min(16);
             let mut tag = [0u8; 16];
             // counter | 0x1 in the top byte guarantees a non-zero, non-0xFF tag
@@ -125,6 +151,20 @@ impl DataGen {
             sector[..n].copy_from_slice(&tag[..n]);
         }
     }
+}
+
+/// The share of the bytes LZ4 alone keeps of this generator shape's 4 KiB
+/// blocks (each block compressed on its own, a block that grows kept raw):
+/// the reference a compressing target's stored bytes are compared with.
+pub fn lz4_share(seed: u64, pct: u32) -> f64 {
+    let mut d = DataGen::compressible(seed, u64::MAX, pct);
+    let mut buf = vec![0u8; 256 * COMPRESS_CHUNK];
+    d.fill(&mut buf);
+    let kept: usize = buf
+        .chunks(COMPRESS_CHUNK)
+        .map(|b| lz4_flex::block::compress(b).len().min(COMPRESS_CHUNK))
+        .sum();
+    kept as f64 / buf.len() as f64
 }
 
 #[cfg(test)]
@@ -184,6 +224,29 @@ mod tests {
         assert!((0..1000).all(|_| !c.next_is_read()));
         let mut c = OpChooser::new(3, 100);
         assert!((0..1000).all(|_| c.next_is_read()));
+    }
+
+    #[test]
+    fn compressible_payloads_compress_as_asked_and_stay_unique() {
+        for pct in [0u32, 25, 50, 75, 90] {
+            let mut d = DataGen::compressible(7, 3, pct);
+            let mut buf = vec![0u8; 64 << 10];
+            d.fill(&mut buf);
+            let first = buf.clone();
+            d.stamp(&mut buf);
+            for (a, b) in first.chunks(4096).zip(buf.chunks(4096)) {
+                assert_ne!(a, b, "pct {pct}: every 4 KiB block must change");
+                assert!(!b.iter().all(|&x| x == 0) && !b.iter().all(|&x| x == 0xff));
+            }
+            // LZ4 alone keeps about (100 - pct)% of each block (plus its framing;
+            // minus the repeated 16-byte sector stamps, about 2.7% of a block)
+            let share = lz4_share(7, pct);
+            let want = (100 - pct) as f64 / 100.0;
+            assert!(
+                share >= want - 0.03 && share <= want + 0.05,
+                "pct {pct}: LZ4 keeps {share:.3}, expected about {want:.2}"
+            );
+        }
     }
 
     #[test]

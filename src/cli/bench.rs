@@ -81,6 +81,12 @@ pub struct Args {
     /// Seed of the workload generators (same seed, same offsets on every target).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Payloads of a chosen compressibility: PCT percent of every 4 KiB block
+    /// written is zeros after a random head, as fio's
+    /// `buffer_compress_percentage=PCT` with `buffer_compress_chunk=4k`
+    /// (default 0: random, incompressible). Example: `--compressible 50`.
+    #[arg(long, value_name = "PCT")]
+    pub compressible: Option<u32>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -176,6 +182,12 @@ pub fn config_from(a: &Args) -> anyhow::Result<BenchConfig> {
     }
     if let Some(s) = a.seed {
         c.seed = s;
+    }
+    if let Some(p) = a.compressible {
+        if p > 100 {
+            bail!("--compressible {p} is above 100 (percent of each 4 KiB block that is zeros)");
+        }
+        c.compressible = p;
     }
     Ok(c)
 }
@@ -320,6 +332,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         stop: stop.clone(),
         observer: Arc::new(Bar(bar.clone())),
         seed: cfg.seed,
+        compressible: cfg.compressible,
     };
     let mut report = Report::new(&cfg);
     let mut failed = false;
