@@ -32,6 +32,7 @@ pub mod map;
 pub mod media;
 pub mod metrics;
 pub mod nbd;
+pub mod parity;
 pub mod recovery;
 pub mod segments;
 pub mod sim;
