@@ -38,6 +38,7 @@ pub mod segments;
 pub mod sim;
 pub mod size;
 pub mod stats;
+pub mod stripe;
 pub mod trace;
 pub mod volume;
 

@@ -394,6 +394,7 @@ pub fn reconstruct(
                 xor_into(x, view[qi]);
                 let denom = gf::inv(gf::exp2(a) ^ gf::exp2(b)).expect("g^a != g^b");
                 let tq = gf::mul_table(denom);
+                // MUTANT: raid6-wrong-coefficient s|gf::exp2(b), denom|gf::exp2(a), denom|
                 let tp = gf::mul_table(gf::mul(gf::exp2(b), denom));
                 for (xa, yb) in x.iter_mut().zip(y.iter_mut()) {
                     let da = tq[*xa as usize] ^ tp[*yb as usize];
@@ -475,6 +476,7 @@ pub fn heal(
         }
         (1, [i]) => {
             let x = rebuild(&[*i]).expect("one lost with P").pop().expect("one");
+            // MUTANT: heal-skips-crc s|if valid(*i, &x) {|if true {|
             Ok(if valid(*i, &x) {
                 Heal::Repair(vec![(*i, x)])
             } else {
@@ -491,6 +493,7 @@ pub fn heal(
                 (true, false) => Heal::Repair(vec![(qi, q)]),
                 // Both disagree with data that passed its checks: two wrong
                 // parity shards, or a data byte no CRC covers. Don't guess.
+                // MUTANT: heal-guesses-parity s|=> Heal::Undecidable|=> Heal::Repair(vec![(pi, p)])|
                 (false, false) => Heal::Undecidable,
             })
         }
@@ -503,7 +506,9 @@ pub fn heal(
             let ok_p = valid(*i, &from_p[0]);
             let ok_q = valid(*i, &from_q[0]);
             Ok(match (ok_p, ok_q) {
-                (true, true) if from_p[0] == from_q[0] => Heal::Repair(vec![(*i, from_p[0].clone())]),
+                (true, true) if from_p[0] == from_q[0] => {
+                    Heal::Repair(vec![(*i, from_p[0].clone())])
+                }
                 (true, false) => {
                     let mut from_p = from_p;
                     let q = from_p.pop().expect("Q");
