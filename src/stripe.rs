@@ -22,6 +22,7 @@
 //! other byte of those rows is P or Q of the row: `role`), and every piece
 //! it returns lies inside one unit.
 
+use crate::format::stripe::{self as fstripe, Layout, StripeIdentity};
 use crate::format::superblock::TAIL_AREA_BYTES;
 use crate::format::BLOCK_BYTES;
 
@@ -32,11 +33,11 @@ use crate::format::BLOCK_BYTES;
 /// (512 KiB) would make the write unit of a 4+1 set 2 MiB, larger than any
 /// chunk, so every flushed chunk would be a partial row.
 pub const DEFAULT_STRIPE_UNIT: u64 = 64 << 10;
-/// Most members of a set (Q's coefficients g^d are distinct for at most 255
-/// data members; the format keeps the count in a u16).
-pub const MAX_MEMBERS: u32 = 255;
+/// Most members of a set (`format::stripe`: Q's coefficients g^d are
+/// distinct for at most 255 data members).
+pub const MAX_MEMBERS: u32 = fstripe::MAX_MEMBERS as u32;
 /// Largest stripe unit accepted (16 MiB).
-pub const MAX_STRIPE_UNIT: u64 = 16 << 20;
+pub const MAX_STRIPE_UNIT: u64 = fstripe::MAX_STRIPE_UNIT as u64;
 
 /// Why a layout or a mapping was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -134,6 +135,24 @@ impl StripeLayout {
             rows_per_segment,
             member_offset,
         })
+    }
+
+    /// The layout a member's identity describes (row 0 at `member_offset`,
+    /// the superblock's data offset).
+    pub fn from_identity(
+        id: &StripeIdentity,
+        member_offset: u64,
+    ) -> Result<StripeLayout, LayoutError> {
+        match id.layout {
+            Layout::LeftSymmetric => {}
+        }
+        StripeLayout::new(
+            id.member_count as u32,
+            id.parity as u32,
+            id.stripe_unit as u64,
+            id.rows_per_segment as u64,
+            member_offset,
+        )
     }
 
     /// Rows per segment closest to `target` segment bytes (at least one):
