@@ -119,12 +119,12 @@ impl StripeLayout {
         if unit == 0 || unit % BLOCK_BYTES as u64 != 0 || unit > MAX_STRIPE_UNIT {
             return Err(LayoutError::Unit(unit));
         }
-        // A segment must stay addressable in bytes (and in u32 blocks).
+        // A segment no larger than the superblock allows.
         let row = unit * (members - parity) as u64;
         if rows_per_segment == 0
             || rows_per_segment
                 .checked_mul(row)
-                .is_none_or(|b| b / BLOCK_BYTES as u64 > u32::MAX as u64)
+                .is_none_or(|b| b > fstripe::MAX_SEGMENT_BYTES)
         {
             return Err(LayoutError::Rows);
         }

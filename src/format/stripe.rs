@@ -24,6 +24,11 @@ pub const STRIPE_SET: u64 = incompat::STRIPE_SET;
 pub const MAX_MEMBERS: u16 = 255;
 /// Largest stripe unit (16 MiB).
 pub const MAX_STRIPE_UNIT: u32 = 16 << 20;
+/// Largest segment: the superblock's limit on `segment_blocks` (2^20 blocks).
+pub const MAX_SEGMENT_BYTES: u64 = (1 << 20) * BLOCK_BYTES as u64;
+/// Largest member area in use (rows * unit): 2^62 bytes, so every member
+/// offset plus a head area stays a u64.
+pub const MAX_MEMBER_BYTES: u64 = 1 << 62;
 
 /// How data and parity rotate over the members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,9 +136,19 @@ impl StripeIdentity {
                 format!("{} rows, {} per segment", id.rows, id.rows_per_segment),
             ));
         }
-        // Every member byte offset of a row must be a u64.
-        if id.rows.checked_mul(u as u64).is_none() {
-            return Err(invalid("stripe rows", format!("{} rows overflow", id.rows)));
+        let segment = id.rows_per_segment as u64 * u as u64 * (n - p) as u64;
+        if segment > MAX_SEGMENT_BYTES {
+            return Err(invalid(
+                "stripe rows_per_segment",
+                format!("segments of {segment} bytes"),
+            ));
+        }
+        if id
+            .rows
+            .checked_mul(u as u64)
+            .is_none_or(|b| b > MAX_MEMBER_BYTES)
+        {
+            return Err(invalid("stripe rows", format!("{} rows too many", id.rows)));
         }
         Ok(id)
     }
@@ -259,6 +274,11 @@ mod tests {
             ("no rows per segment", Box::new(|i| i.rows_per_segment = 0)),
             ("fewer rows than a segment", Box::new(|i| i.rows = 15)),
             ("rows overflow", Box::new(|i| i.rows = u64::MAX / 4096)),
+            ("members too large", Box::new(|i| i.rows = (1 << 46) + 1)),
+            (
+                "segment too large",
+                Box::new(|i| i.rows_per_segment = 1 << 16),
+            ),
         ];
         for (what, f) in bad {
             let mut i = id();
