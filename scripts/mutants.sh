@@ -100,7 +100,11 @@ run() {
   fi
   local args=()
   for t in "$@"; do
-    args+=(--test "$t")
+    if [ "$t" = lib ]; then
+      args+=(--lib)  # the library's unit tests
+    else
+      args+=(--test "$t")
+    fi
   done
   echo "== $name: cargo test --release ${args[*]}" >&2
   local log=$work/$name.log
@@ -249,6 +253,9 @@ apply_heal_guesses_parity() {
 apply_parity_not_rotated() {
   marker parity-not-rotated
 }
+apply_member_wrong_slot_accepted() {
+  marker member-wrong-slot-accepted
+}
 apply_ring_freed_early() {
   # free every record at the next persisted start, and take out the
   # assertion that would stop it: the simulator's oracle must see the loss
@@ -303,6 +310,7 @@ run heal-skips-crc parity
 run raid6-wrong-coefficient parity
 run heal-guesses-parity parity
 run parity-not-rotated stripe
+run member-wrong-slot-accepted lib
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -116,7 +116,7 @@ impl StripeLayout {
         if parity > 2 || members < parity + 2 || members > MAX_MEMBERS {
             return Err(LayoutError::Members { members, parity });
         }
-        if unit == 0 || unit % BLOCK_BYTES as u64 != 0 || unit > MAX_STRIPE_UNIT {
+        if unit == 0 || !unit.is_multiple_of(BLOCK_BYTES as u64) || unit > MAX_STRIPE_UNIT {
             return Err(LayoutError::Unit(unit));
         }
         // A segment no larger than the superblock allows.

@@ -127,7 +127,7 @@ impl StripeIdentity {
             ));
         }
         let u = id.stripe_unit;
-        if u == 0 || u % BLOCK_BYTES as u32 != 0 || u > MAX_STRIPE_UNIT {
+        if u == 0 || !u.is_multiple_of(BLOCK_BYTES as u32) || u > MAX_STRIPE_UNIT {
             return Err(invalid("stripe_unit", u.to_string()));
         }
         if id.rows_per_segment == 0 || id.rows < id.rows_per_segment as u64 {
@@ -192,6 +192,7 @@ impl StripeIdentity {
         if !self.same_set(expect) {
             return Err(MemberRefusal::Shape);
         }
+        // MUTANT: member-wrong-slot-accepted s|self.member_index != slot|false|
         if self.member_index != slot {
             return Err(MemberRefusal::WrongSlot {
                 claims: self.member_index,
@@ -261,7 +262,8 @@ mod tests {
 
     #[test]
     fn impossible_shapes_are_refused() {
-        let bad: Vec<(&str, Box<dyn Fn(&mut StripeIdentity)>)> = vec![
+        type Edit = Box<dyn Fn(&mut StripeIdentity)>;
+        let bad: Vec<(&str, Edit)> = vec![
             ("zero set uuid", Box::new(|i| i.set_uuid = [0; 16])),
             ("zero member uuid", Box::new(|i| i.member_uuid = [0; 16])),
             ("index out of range", Box::new(|i| i.member_index = 5)),
