@@ -3,7 +3,8 @@
 //! Layers (imports only go downward; see ARCHITECTURE.md):
 //! frontends (`nbd`, `cli`, `bench`, `sim`, `trace`) -> `volume` (its stages:
 //! engine, commit stage, housekeeper) -> parts (`map`, `log`, `segments`, `gc`,
-//! `checkpoint`, `recovery`, `check`, `crc_index`) -> `geometry` -> `format`
+//! `checkpoint`, `recovery`, `check`, `crc_index`, `parity`) -> `geometry`
+//! (and `stripe`) -> `format`
 //! (pure) and `media` (the only IO). `tests/layers.rs` fails on an upward
 //! import inside the crate; module privacy keeps the stages to the volume:
 //!
