@@ -256,6 +256,9 @@ apply_parity_not_rotated() {
 apply_member_wrong_slot_accepted() {
   marker member-wrong-slot-accepted
 }
+apply_stale_member_accepted() {
+  marker stale-member-accepted
+}
 apply_ring_freed_early() {
   # free every record at the next persisted start, and take out the
   # assertion that would stop it: the simulator's oracle must see the loss
@@ -311,6 +314,7 @@ run raid6-wrong-coefficient parity
 run heal-guesses-parity parity
 run parity-not-rotated stripe
 run member-wrong-slot-accepted lib
+run stale-member-accepted stripe
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

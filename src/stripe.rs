@@ -22,7 +22,7 @@
 //! other byte of those rows is P or Q of the row: `role`), and every piece
 //! it returns lies inside one unit.
 
-use crate::format::stripe::{self as fstripe, Layout, StripeIdentity};
+use crate::format::stripe::{self as fstripe, Layout, MemberRefusal, StripeIdentity};
 use crate::format::superblock::TAIL_AREA_BYTES;
 use crate::format::BLOCK_BYTES;
 
@@ -282,6 +282,94 @@ impl StripeLayout {
             data_bytes: segments * self.segment_bytes(),
         })
     }
+}
+
+/// Members found on the devices given (in any order), put in their slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assembly {
+    /// The set's identity as its newest member says (its own member fields
+    /// are that member's).
+    pub set: StripeIdentity,
+    /// For each slot, the index into the `found` list that fills it.
+    pub slots: Vec<Option<usize>>,
+}
+
+impl Assembly {
+    /// Slots no device filled: the set serves degraded without them.
+    pub fn missing(&self) -> Vec<u16> {
+        (0..self.slots.len() as u16)
+            .filter(|&s| self.slots[s as usize].is_none())
+            .collect()
+    }
+}
+
+/// Why the devices given do not make a set. Each names the device(s).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssemblyError {
+    #[error("no stripe-set member among the devices given")]
+    Empty,
+    #[error("{name} {why}")]
+    Refused { name: String, why: MemberRefusal },
+    #[error("{first} and {second} both claim member {slot} of the set (a copied device?)")]
+    DuplicateSlot {
+        slot: u16,
+        first: String,
+        second: String,
+    },
+    #[error(
+        "members {missing:?} are missing; a set with {parity} parity can lose at most {parity}"
+    )]
+    TooManyMissing { missing: Vec<u16>, parity: u8 },
+}
+
+/// Put the members found (`(device name, identity)`, in any order) into
+/// their slots. The set is the one most devices name (the first device's on a
+/// tie); a device of another set, of another shape, or stale (below the
+/// newest generation found) is refused by name, as is a second device for a
+/// slot. Up to `parity` missing slots assemble (degraded); more refuse.
+pub fn assemble(found: &[(String, StripeIdentity)]) -> Result<Assembly, AssemblyError> {
+    let count = |u: &[u8; 16]| found.iter().filter(|(_, i)| &i.set_uuid == u).count();
+    let Some(first) = found.first() else {
+        return Err(AssemblyError::Empty);
+    };
+    let mut uuid = first.1.set_uuid;
+    for (_, id) in found {
+        if count(&id.set_uuid) > count(&uuid) {
+            uuid = id.set_uuid;
+        }
+    }
+    let set = found
+        .iter()
+        .filter(|(_, i)| i.set_uuid == uuid)
+        .map(|(_, i)| *i)
+        .max_by_key(|i| i.generation)
+        .expect("the chosen set has a member");
+    let mut slots: Vec<Option<usize>> = vec![None; set.member_count as usize];
+    for (n, (name, id)) in found.iter().enumerate() {
+        let refuse = |why| AssemblyError::Refused {
+            name: name.clone(),
+            why,
+        };
+        id.check_member(&set, id.member_index).map_err(refuse)?;
+        let slot = &mut slots[id.member_index as usize];
+        if let Some(other) = *slot {
+            return Err(AssemblyError::DuplicateSlot {
+                slot: id.member_index,
+                first: found[other].0.clone(),
+                second: name.clone(),
+            });
+        }
+        *slot = Some(n);
+    }
+    let a = Assembly { set, slots };
+    let missing = a.missing();
+    if missing.len() > set.parity as usize {
+        return Err(AssemblyError::TooManyMissing {
+            missing,
+            parity: set.parity,
+        });
+    }
+    Ok(a)
 }
 
 #[cfg(test)]

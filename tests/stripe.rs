@@ -4,7 +4,10 @@
 //! boundaries; capacity follows the smallest member; bad shapes are errors.
 
 use proptest::prelude::*;
-use sluice::stripe::{LayoutError, Role, StripeLayout, DEFAULT_STRIPE_UNIT};
+use sluice::format::stripe::{Layout, MemberRefusal, StripeIdentity};
+use sluice::stripe::{
+    assemble, AssemblyError, LayoutError, Role, StripeLayout, DEFAULT_STRIPE_UNIT,
+};
 use std::collections::BTreeSet;
 
 fn layout_strategy() -> impl Strategy<Value = StripeLayout> {
@@ -149,4 +152,94 @@ fn shapes_that_cannot_work_are_refused() {
     let l = StripeLayout::new(3, 1, 4096, 2, 0).unwrap();
     assert!(l.map(u64::MAX, 0, 1).is_err());
     assert!(l.map(0, u64::MAX, 2).is_err());
+}
+
+fn member(set: u8, index: u16, n: u16, parity: u8, generation: u64) -> StripeIdentity {
+    StripeIdentity {
+        set_uuid: [set; 16],
+        member_uuid: [index as u8 + 1; 16],
+        member_index: index,
+        member_count: n,
+        parity,
+        layout: Layout::LeftSymmetric,
+        stripe_unit: 64 << 10,
+        rows_per_segment: 16,
+        rows: 1024,
+        generation,
+    }
+}
+
+fn named(ids: &[StripeIdentity]) -> Vec<(String, StripeIdentity)> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| (format!("/dev/d{i}"), *id))
+        .collect()
+}
+
+#[test]
+fn members_assemble_in_any_order_and_degraded_up_to_the_parity() {
+    // Given in reverse order: each lands in the slot it names.
+    let ids: Vec<StripeIdentity> = (0..5).rev().map(|i| member(1, i, 5, 1, 3)).collect();
+    let a = assemble(&named(&ids)).unwrap();
+    assert_eq!(a.slots, vec![Some(4), Some(3), Some(2), Some(1), Some(0)]);
+    assert!(a.missing().is_empty());
+    // One missing with P: degraded; two missing with P: refused; with P+Q: degraded.
+    let four: Vec<StripeIdentity> = [0, 1, 3, 4]
+        .iter()
+        .map(|&i| member(1, i, 5, 1, 3))
+        .collect();
+    assert_eq!(assemble(&named(&four)).unwrap().missing(), vec![2]);
+    let three: Vec<StripeIdentity> = [0, 3, 4].iter().map(|&i| member(1, i, 5, 1, 3)).collect();
+    assert_eq!(
+        assemble(&named(&three)),
+        Err(AssemblyError::TooManyMissing {
+            missing: vec![1, 2],
+            parity: 1
+        })
+    );
+    let three6: Vec<StripeIdentity> = [0, 3, 4].iter().map(|&i| member(1, i, 5, 2, 3)).collect();
+    assert_eq!(assemble(&named(&three6)).unwrap().missing(), vec![1, 2]);
+    assert_eq!(assemble(&[]), Err(AssemblyError::Empty));
+}
+
+#[test]
+fn a_foreign_stale_or_duplicate_member_is_refused_by_name() {
+    let mut ids: Vec<StripeIdentity> = (0..4).map(|i| member(1, i, 4, 1, 3)).collect();
+    // A member of another set among them.
+    let mut other = ids.clone();
+    other[2] = member(9, 2, 4, 1, 3);
+    let e = assemble(&named(&other)).unwrap_err();
+    assert!(
+        matches!(&e, AssemblyError::Refused { name, why: MemberRefusal::OtherSet { .. } } if name == "/dev/d2"),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("/dev/d2 belongs to stripe set 0909"),
+        "{e}"
+    );
+    // A stale member (replaced, then given again).
+    let mut stale = ids.clone();
+    stale[1].generation = 2;
+    let e = assemble(&named(&stale)).unwrap_err();
+    assert_eq!(
+        e,
+        AssemblyError::Refused {
+            name: "/dev/d1".into(),
+            why: MemberRefusal::Stale {
+                generation: 2,
+                set: 3
+            }
+        }
+    );
+    // Two devices claiming one slot.
+    ids.push(member(1, 3, 4, 1, 3));
+    assert_eq!(
+        assemble(&named(&ids)),
+        Err(AssemblyError::DuplicateSlot {
+            slot: 3,
+            first: "/dev/d3".into(),
+            second: "/dev/d4".into()
+        })
+    );
 }

@@ -199,6 +199,7 @@ impl StripeIdentity {
                 slot,
             });
         }
+        // MUTANT: stale-member-accepted s|self.generation < expect.generation|false|
         if self.generation < expect.generation {
             return Err(MemberRefusal::Stale {
                 generation: self.generation,
