@@ -107,6 +107,44 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Never a wrong repair: whatever set of members is corrupted, `heal`
+    /// either says it cannot tell, or its repairs restore the row exactly;
+    /// `Clean` only for an untouched row.
+    #[test]
+    fn heal_never_repairs_wrongly(
+        (data, p) in shards_strategy(),
+        mask in any::<u16>(),
+        at in any::<prop::sample::Index>(),
+    ) {
+        let k = data.len();
+        let len = data[0].len();
+        prop_assume!(len > 0);
+        let good = row(&data, p);
+        let crcs: Vec<u32> = data.iter().map(|d| crc32c::crc32c(d)).collect();
+        let mut r = good.clone();
+        let hit: Vec<usize> = (0..k + p).filter(|m| mask & (1 << m) != 0).collect();
+        for (n, &m) in hit.iter().enumerate() {
+            let j = (at.index(len) + n) % len;
+            r[m][j] ^= 0x80 | n as u8;
+        }
+        let refs: Vec<&[u8]> = r.iter().map(|x| x.as_slice()).collect();
+        let mut valid = |i: usize, b: &[u8]| crc32c::crc32c(b) == crcs[i];
+        match parity::heal(&refs, k, &mut valid).unwrap() {
+            Heal::Clean => prop_assert!(hit.is_empty(), "clean with {:?} corrupted", hit),
+            Heal::Undecidable => prop_assert!(!hit.is_empty()),
+            Heal::Repair(fix) => {
+                for (m, bytes) in fix {
+                    r[m] = bytes;
+                }
+                prop_assert!(r == good, "wrong repair of {:?}", hit);
+            }
+        }
+    }
+}
+
 fn random_data(k: usize, len: usize, seed: u64) -> Vec<Vec<u8>> {
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
