@@ -100,7 +100,11 @@ run() {
   fi
   local args=()
   for t in "$@"; do
-    args+=(--test "$t")
+    if [ "$t" = lib ]; then
+      args+=(--lib)  # the library's unit tests
+    else
+      args+=(--test "$t")
+    fi
   done
   echo "== $name: cargo test --release ${args[*]}" >&2
   local log=$work/$name.log
@@ -237,6 +241,24 @@ apply_record_crc_unchecked() {
 apply_flush_before_record() {
   marker flush-before-record
 }
+apply_heal_skips_crc() {
+  marker heal-skips-crc
+}
+apply_raid6_wrong_coefficient() {
+  marker raid6-wrong-coefficient
+}
+apply_heal_guesses_parity() {
+  marker heal-guesses-parity
+}
+apply_parity_not_rotated() {
+  marker parity-not-rotated
+}
+apply_member_wrong_slot_accepted() {
+  marker member-wrong-slot-accepted
+}
+apply_stale_member_accepted() {
+  marker stale-member-accepted
+}
 apply_ring_freed_early() {
   # free every record at the next persisted start, and take out the
   # assertion that would stop it: the simulator's oracle must see the loss
@@ -287,6 +309,12 @@ run log-replay-skipped intent_log dst
 run record-crc-unchecked dst
 run flush-before-record dst
 run ring-freed-early intent_log dst
+run heal-skips-crc parity
+run raid6-wrong-coefficient parity
+run heal-guesses-parity parity
+run parity-not-rotated stripe
+run member-wrong-slot-accepted lib
+run stale-member-accepted stripe
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

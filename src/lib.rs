@@ -3,7 +3,8 @@
 //! Layers (imports only go downward; see ARCHITECTURE.md):
 //! frontends (`nbd`, `cli`, `bench`, `sim`, `trace`) -> `volume` (its stages:
 //! engine, commit stage, housekeeper) -> parts (`map`, `log`, `segments`, `gc`,
-//! `checkpoint`, `recovery`, `check`, `crc_index`) -> `geometry` -> `format`
+//! `checkpoint`, `recovery`, `check`, `crc_index`, `parity`) -> `geometry`
+//! (and `stripe`) -> `format`
 //! (pure) and `media` (the only IO). `tests/layers.rs` fails on an upward
 //! import inside the crate; module privacy keeps the stages to the volume:
 //!
@@ -32,11 +33,13 @@ pub mod map;
 pub mod media;
 pub mod metrics;
 pub mod nbd;
+pub mod parity;
 pub mod recovery;
 pub mod segments;
 pub mod sim;
 pub mod size;
 pub mod stats;
+pub mod stripe;
 pub mod trace;
 pub mod volume;
 

@@ -173,6 +173,10 @@ fn fuzz_packed() {
     fuzz_target("packed", 20_000);
 }
 #[test]
+fn fuzz_stripe_identity() {
+    fuzz_target("stripe_identity", 20_000);
+}
+#[test]
 fn fuzz_intent_record() {
     fuzz_target("intent_record", 20_000);
 }

@@ -14,10 +14,11 @@ fn layers() -> BTreeMap<&'static str, u32> {
     let mut m = BTreeMap::new();
     for (layer, mods) in [
         (0, &["error", "size", "format", "media"][..]),
-        (1, &["geometry", "stats"][..]),
+        (1, &["geometry", "stats", "stripe"][..]),
         (
             2,
             &[
+                "parity",
                 "compress",
                 "map",
                 "log",
@@ -47,6 +48,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
 /// Parts of layer 2 that may use each other only downward, in this order.
 fn part_rank(name: &str) -> Option<u32> {
     [
+        "parity",
         "compress",
         "map",
         "log",

@@ -25,7 +25,7 @@ use sluice::recovery;
 use std::sync::{Arc, OnceLock};
 
 /// Names of the properties; each is one cargo-fuzz target of the same name.
-pub const TARGETS: [&str; 9] = [
+pub const TARGETS: [&str; 10] = [
     "intent_record",
     "superblock",
     "chunk_header",
@@ -35,6 +35,7 @@ pub const TARGETS: [&str; 9] = [
     "map_decode",
     "mount",
     "packed",
+    "stripe_identity",
 ];
 
 /// Run the property named `target` on `data`.
@@ -48,6 +49,7 @@ pub fn run(target: &str, data: &[u8]) {
         "map_decode" => check_map_decode(data),
         "mount" => check_mount(data),
         "packed" => check_packed(data),
+        "stripe_identity" => check_stripe_identity(data),
         "intent_record" => check_intent_record(data),
         _ => panic!("unknown fuzz target {target}"),
     }
@@ -373,6 +375,41 @@ pub fn check_packed(data: &[u8]) {
     if unpack(block, next, slot, &mut raw).is_ok() {
         let table = Table::decode(block).expect("unpack accepted a table decode refuses");
         assert_eq!(crc32c::crc32c(&raw), table.slots[slot as usize].raw_crc);
+    }
+}
+
+/// Stripe-set member identity (format v2 §6): control byte bit 0 = read it
+/// from a v2 superblock block with `STRIPE_SET` set (the 64 bytes at 200),
+/// else decode the bytes directly. Decode never panics; what it accepts
+/// re-encodes to the same bytes, and is a shape `StripeLayout` accepts too.
+pub fn check_stripe_identity(data: &[u8]) {
+    use sluice::format::stripe::{StripeIdentity, GEOMETRY_BYTES, GEOMETRY_OFFSET, STRIPE_SET};
+    use sluice::stripe::StripeLayout;
+    let (ctl, rest) = split_control(data);
+    let mut bytes = [0u8; GEOMETRY_BYTES];
+    let n = rest.len().min(GEOMETRY_BYTES);
+    bytes[..n].copy_from_slice(&rest[..n]);
+    let got = if ctl & 1 != 0 {
+        let mut block = vec![0u8; BLOCK_BYTES];
+        block[8..10].copy_from_slice(&2u16.to_le_bytes());
+        block[160..168].copy_from_slice(&STRIPE_SET.to_le_bytes());
+        block[GEOMETRY_OFFSET..GEOMETRY_OFFSET + GEOMETRY_BYTES].copy_from_slice(&bytes);
+        match StripeIdentity::from_superblock(&block) {
+            Ok(id) => Ok(id.expect("STRIPE_SET is set")),
+            Err(e) => Err(e),
+        }
+    } else {
+        StripeIdentity::decode(rest)
+    };
+    if let Ok(id) = got {
+        assert_eq!(id.encode(), bytes, "stripe identity round-trip");
+        let l = StripeLayout::from_identity(&id, 1 << 20)
+            .expect("a decoded identity is a layout the geometry accepts");
+        let segs = id.rows / id.rows_per_segment as u64;
+        let pieces = l
+            .map(segs - 1, 0, l.segment_bytes())
+            .expect("the last segment of the set maps");
+        assert_eq!(pieces.iter().map(|p| p.len).sum::<u64>(), l.segment_bytes());
     }
 }
 
@@ -872,6 +909,30 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
                 "packed",
                 format!("slot{i}"),
                 with(place.slot, &packed[..end]),
+            ));
+        }
+    }
+    // Stripe identities: a 4+1 and a 6+2 member, direct and in a superblock.
+    {
+        use sluice::format::stripe::{Layout, StripeIdentity};
+        for (name, n, p, index) in [("raid5", 5u16, 1u8, 3u16), ("raid6", 8, 2, 0)] {
+            let id = StripeIdentity {
+                set_uuid: *b"fuzz-stripe-set!",
+                member_uuid: [index as u8 + 1; 16],
+                member_index: index,
+                member_count: n,
+                parity: p,
+                layout: Layout::LeftSymmetric,
+                stripe_unit: 64 << 10,
+                rows_per_segment: 16,
+                rows: 4096,
+                generation: 2,
+            };
+            out.push(("stripe_identity", name.into(), with(0, &id.encode())));
+            out.push((
+                "stripe_identity",
+                format!("{name}-sb"),
+                with(1, &id.encode()),
             ));
         }
     }

@@ -9,6 +9,7 @@ pub mod checkpoint;
 pub mod chunk;
 pub mod intent;
 pub mod packed;
+pub mod stripe;
 pub mod superblock;
 
 /// The logical and physical block size of every sluice volume.
