@@ -124,6 +124,10 @@ rules! {
     /// Log replay ended: the next place holds no record that verifies and follows
     /// (torn, never written, stale from an earlier lap, or of another volume).
     log_end_at_unverified_record,
+    /// Mirrored log devices: one device's chain of records ended before the
+    /// other's (a record it lost at the power cut, or it missed records while
+    /// it failed); replay took the longer chain.
+    log_mirror_shorter_chain_ignored,
     /// A record carries LSNs above what the main log and the records before it
     /// hold (a chunk before it was lost in the crash): replay ends before it.
     log_record_after_lsn_gap_ends_replay,
@@ -153,6 +157,171 @@ pub struct Mounted {
     /// Every user block record below this LSN is in the main log (format v2;
     /// 0 otherwise); the intent log's blocks to re-home follow it.
     pub next_lsn: u64,
+    /// Where the log ring is: `(media byte offset, bytes)` on the volume's
+    /// media (no log device) or on each of `log_devices`.
+    pub log_ring: Option<(u64, u64)>,
+    /// Log devices (indexes into the `logs` given to the mount, in mirror
+    /// order) that belong to this volume and are used; empty without a log
+    /// device.
+    pub log_devices: Vec<usize>,
+    /// Devices the volume was created with that this mount runs without,
+    /// each with why (a mirrored pair with one device missing or unusable).
+    pub log_missing: Vec<String>,
+}
+
+/// Read and check the superblock of log device `dev` for volume `sb`: either
+/// copy that verifies (both are written at create with the same content),
+/// its volume uuid, log uuid and ring size equal to the volume's, and the
+/// device large enough for its ring. Err: why not, in words.
+pub fn identify_log_device(
+    dev: &dyn Media,
+    sb: &Superblock,
+) -> std::result::Result<crate::format::logdev::LogDevSuperblock, String> {
+    use crate::format::logdev::LogDevSuperblock;
+    let Some((log_uuid, ring_bytes)) = sb.log_device() else {
+        return Err("the volume has no log device".into());
+    };
+    let mut errs = Vec::new();
+    let mut found = None;
+    for copy in 0..2u64 {
+        let mut b = AlignedBuf::new(BLOCK_BYTES);
+        match dev.read_at(&mut b[..], copy * BLOCK_BYTES as u64) {
+            Ok(()) => match LogDevSuperblock::decode(&b) {
+                Ok(s) => {
+                    found = Some(s);
+                    break;
+                }
+                Err(e) => errs.push(format!("copy {copy}: {e}")),
+            },
+            Err(e) => errs.push(format!("copy {copy}: {e}")),
+        }
+    }
+    let Some(s) = found else {
+        return Err(format!(
+            "no valid log device superblock ({})",
+            errs.join("; ")
+        ));
+    };
+    let hex = |u: &[u8; 16]| u.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    // MUTANT: logdev-foreign-accepted s|s.volume_uuid != sb.uuid || s.log_uuid != log_uuid|false|
+    if s.volume_uuid != sb.uuid || s.log_uuid != log_uuid {
+        return Err(format!(
+            "it belongs to another volume or log (volume {}, log {}; this volume is {} with log {})",
+            hex(&s.volume_uuid),
+            hex(&s.log_uuid),
+            hex(&sb.uuid),
+            hex(&log_uuid)
+        ));
+    }
+    if s.ring_bytes != ring_bytes {
+        return Err(format!(
+            "its ring holds {} bytes, the volume's superblock says {ring_bytes}",
+            s.ring_bytes
+        ));
+    }
+    if dev.len() < s.device_bytes() {
+        return Err(format!(
+            "it holds {} bytes, its ring needs {}",
+            dev.len(),
+            s.device_bytes()
+        ));
+    }
+    Ok(s)
+}
+
+/// The log step of a volume whose ring is on log device(s): identify each
+/// given device (one of another volume or log refuses the mount, naming it),
+/// replay each usable one's chain and take the longest (mirrors hold the same
+/// records at the same places; a device that lost or missed records holds a
+/// prefix of the other's chain). Refuses when no device is usable; runs
+/// degraded (noted, `Mounted::log_missing`) when one of a pair is.
+fn replay_log_devices(
+    logs: &[&dyn Media],
+    sb: &Superblock,
+    main_lsn: u64,
+    salvage: bool,
+    report: &mut MountReport,
+) -> Result<(LogReplay, (u64, u64), Vec<usize>, Vec<String>)> {
+    let (log_uuid, ring_bytes) = sb.log_device().expect("a log device volume");
+    let hex: String = log_uuid.iter().map(|b| format!("{b:02x}")).collect();
+    if logs.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "the volume's intent log is on a separate log device (log {hex}, ring of {ring_bytes} bytes) and none was given: name it (serve --log-device PATH)"
+        )));
+    }
+    let mut usable: Vec<(usize, crate::format::logdev::LogDevSuperblock)> = Vec::new();
+    let mut missing = Vec::new();
+    let mut count = 1u16;
+    for (i, d) in logs.iter().enumerate() {
+        match identify_log_device(*d, sb) {
+            Ok(s) => {
+                if usable.iter().any(|(_, u)| u.mirror_index == s.mirror_index) {
+                    return Err(Error::InvalidArgument(format!(
+                        "log device {} is mirror {} of the volume's log, and so is another one given: give each device once",
+                        d.describe(),
+                        s.mirror_index
+                    )));
+                }
+                count = count.max(s.mirror_count);
+                usable.push((i, s));
+            }
+            Err(why) if why.contains("another volume") => {
+                return Err(Error::InvalidArgument(format!(
+                    "log device {}: {why}",
+                    d.describe()
+                )))
+            }
+            Err(why) => missing.push(format!("{}: {why}", d.describe())),
+        }
+    }
+    if usable.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "no usable log device for the volume's intent log (log {hex}): {}",
+            missing.join("; ")
+        )));
+    }
+    usable.sort_by_key(|(_, s)| s.mirror_index);
+    for m in 0..count {
+        if !usable.iter().any(|(_, s)| s.mirror_index == m)
+            && missing.len() < (count - usable.len() as u16) as usize
+        {
+            missing.push(format!("log device mirror {m}: not given"));
+        }
+    }
+    let ring = (usable[0].1.ring_offset, usable[0].1.ring_bytes);
+    let mut best: Option<(LogReplay, RecoveryRules)> = None;
+    for (i, s) in &usable {
+        let mut rules = RecoveryRules::default();
+        let r = replay_intent_log(
+            logs[*i],
+            (s.ring_offset, s.ring_bytes),
+            sb,
+            main_lsn,
+            salvage,
+            &mut rules,
+        )?;
+        best = match best {
+            Some((b, br)) if (b.records, b.next_lsn) >= (r.records, r.next_lsn) => {
+                if (b.records, b.next_lsn) > (r.records, r.next_lsn) {
+                    report.rules.log_mirror_shorter_chain_ignored += 1;
+                }
+                Some((b, br))
+            }
+            Some(_) => {
+                report.rules.log_mirror_shorter_chain_ignored += 1;
+                Some((r, rules))
+            }
+            None => Some((r, rules)),
+        };
+    }
+    let (r, rules) = best.expect("one usable device");
+    report.rules.add(&rules);
+    for m in &missing {
+        report
+            .notes
+            .push(format!("intent log degraded, running without {m}"));
+    }
+    Ok((r, ring, usable.iter().map(|(i, _)| *i).collect(), missing))
 }
 
 /// What the intent log's replay found: the blocks to re-home into the main
@@ -223,13 +392,13 @@ fn read_record(
 /// the gap as unvouched (EIO) instead.
 pub fn replay_intent_log(
     media: &dyn Media,
+    ring: (u64, u64),
     sb: &Superblock,
     main_lsn: u64,
     salvage: bool,
     rules: &mut RecoveryRules,
 ) -> Result<LogReplay> {
     let v = sb.v2.expect("a v2 superblock");
-    let ring = (v.log_offset, v.log_bytes);
     let bs = BLOCK_BYTES as u64;
     let mut out = LogReplay {
         next_lsn: main_lsn,
@@ -1296,7 +1465,19 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
 /// tells which rules fired on the way (`damage_refused` among them). On success
 /// the report moves into `Mounted::report`.
 pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
-    mount_inner(media, report, false)
+    mount_inner(media, &[], report, false)
+}
+
+/// `mount_with` (or, with `salvage`, `mount_salvage`) for a volume whose
+/// intent log is on separate device(s): `logs` are the devices given, in any
+/// order (each one's superblock says which mirror it is).
+pub fn mount_logs(
+    media: &dyn Media,
+    logs: &[&dyn Media],
+    report: &mut MountReport,
+    salvage: bool,
+) -> Result<Mounted> {
+    mount_inner(media, logs, report, salvage)
 }
 
 /// A salvage mount (read-only use only): like `mount_with`, but damage below the
@@ -1310,7 +1491,7 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
 ///   may hold, including blocks mapped by the checkpoint or never written (the
 ///   lost chunk may have written any block).
 pub fn mount_salvage(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
-    mount_inner(media, report, true)
+    mount_inner(media, &[], report, true)
 }
 
 /// `last_write` value of a block named by a chunk after the end of the log that
@@ -1354,7 +1535,12 @@ pub fn unvouched_ranges(spans: &[Span], last_write: &[u32], c_next: u64) -> Vec<
     out
 }
 
-fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Result<Mounted> {
+fn mount_inner(
+    media: &dyn Media,
+    logs: &[&dyn Media],
+    report: &mut MountReport,
+    salvage: bool,
+) -> Result<Mounted> {
     let t = std::time::Instant::now();
     let read = timed(report, "read_superblocks", t, read_superblocks(media)?);
     for c in read.lost() {
@@ -1508,10 +1694,24 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
 
     // A row of the table for format v2 volumes with an intent log: after the
     // main log, the records above what it holds (re-homed by `Volume::open`).
-    let log = match sb.log_ring() {
-        Some(_) => {
+    let mut log_ring = sb.log_ring();
+    let (mut log_devices, mut log_missing) = (Vec::new(), Vec::new());
+    let log = match sb.has_intent_log() {
+        true => {
             let t = std::time::Instant::now();
-            let r = replay_intent_log(media, &sb, main_lsn, salvage, &mut report.rules)?;
+            let r = match log_ring {
+                Some(ring) => {
+                    replay_intent_log(media, ring, &sb, main_lsn, salvage, &mut report.rules)?
+                }
+                None => {
+                    let (r, ring, used, missing) =
+                        replay_log_devices(logs, &sb, main_lsn, salvage, report)?;
+                    log_ring = Some(ring);
+                    log_devices = used;
+                    log_missing = missing;
+                    r
+                }
+            };
             if !r.unvouched.is_empty() {
                 unvouched.extend_from_slice(&r.unvouched);
                 unvouched.sort_unstable();
@@ -1534,7 +1734,7 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
             }
             Some(timed(report, "replay_intent_log", t, r))
         }
-        None => None,
+        false => None,
     };
     // the engine numbers from the main log's end; re-homing the log's blocks
     // gives them their LSNs again
@@ -1553,6 +1753,9 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
         report: std::mem::take(report),
         log,
         next_lsn,
+        log_ring,
+        log_devices,
+        log_missing,
     })
 }
 

@@ -126,6 +126,10 @@ pub(in crate::volume) struct Commit {
     /// Freed segments are discarded (`OpenOptions::discard`); turned off for
     /// the mount when the media cannot discard or a discard fails.
     discard_on: AtomicBool,
+    /// The intent log's devices (empty: the ring is in the volume's media),
+    /// each with whether it is still in use: a write or flush error takes one
+    /// of a mirrored pair out (warned, counted) and the other carries on.
+    log_devs: Vec<(Arc<dyn Media>, AtomicBool)>,
 }
 
 /// Write `sb` to its copy (index generation mod 2) at the head and, when the
@@ -173,7 +177,10 @@ impl Commit {
         sb: Superblock,
         next_seq: u64,
         opts: &OpenOptions,
+        log_devs: Vec<Arc<dyn Media>>,
+        log_missing: usize,
     ) -> Commit {
+        Counters::add(&counters.log_devices_degraded, log_missing as u64);
         Commit {
             media,
             geo,
@@ -199,7 +206,69 @@ impl Commit {
             writeq_space: Condvar::new(),
             async_writes: opts.background && !opts.read_only,
             discard_on: AtomicBool::new(opts.discard && !opts.read_only),
+            log_devs: log_devs
+                .into_iter()
+                .map(|d| (d, AtomicBool::new(true)))
+                .collect(),
         }
+    }
+
+    /// Log device `i` failed at `what`: take it out of use (warned once,
+    /// counted). Err (through `fail`) when it was the last one in use: no
+    /// device is left to make records durable.
+    fn log_device_failed(
+        &self,
+        i: usize,
+        what: std::fmt::Arguments,
+        e: &std::io::Error,
+    ) -> Result<()> {
+        let (d, alive) = &self.log_devs[i];
+        Counters::add(&self.counters.log_device_errors, 1);
+        if alive.swap(false, Ordering::AcqRel) {
+            Counters::add(&self.counters.log_devices_degraded, 1);
+            tracing::warn!(
+                "log device {}: {what}: {e}; the intent log runs without it until the next mount",
+                d.describe()
+            );
+        }
+        if self.log_devs.iter().any(|(_, a)| a.load(Ordering::Acquire)) {
+            return Ok(());
+        }
+        Err(self.fail(
+            format_args!(
+                "{what} on log device {} (the last one in use)",
+                d.describe()
+            ),
+            e,
+        ))
+    }
+
+    /// Each log device (mirror order) and whether it is still in use.
+    pub fn log_device_state(&self) -> Vec<(String, bool)> {
+        self.log_devs
+            .iter()
+            .map(|(d, a)| (d.describe(), a.load(Ordering::Acquire)))
+            .collect()
+    }
+
+    /// Flush every log device in use (a record is durable once each device
+    /// still in use has flushed it: a mirrored record is acknowledged only
+    /// after both flushes).
+    fn flush_log_devices(&self) -> Result<()> {
+        for (i, (d, alive)) in self.log_devs.iter().enumerate() {
+            if !alive.load(Ordering::Acquire) {
+                continue;
+            }
+            // MUTANT: logdev-flush-noop s|d.flush()|Ok::<(), std::io::Error>(())|
+            let r = d.flush();
+            Counters::add(&self.counters.log_flushes, 1);
+            if let Err(e) = r {
+                self.log_device_failed(i, format_args!("flush"), &e)?;
+            }
+            // MUTANT: mirror-acked-after-one-flush s|continue;|break;|
+            continue;
+        }
+        Ok(())
     }
 
     pub fn check_failed(&self) -> Result<()> {
@@ -416,11 +485,25 @@ impl Commit {
     /// `flush_covering_log` shares one media flush with every other waiter).
     pub fn write_record(&self, r: &super::intent::PlannedRecord) -> Result<()> {
         self.check_failed()?;
-        if let Err(e) = self.media.write_at(&r.image, r.at) {
-            return Err(self.fail(
-                format_args!("writing intent log record {} at byte {}", r.seq, r.at),
-                &e,
-            ));
+        if self.log_devs.is_empty() {
+            if let Err(e) = self.media.write_at(&r.image, r.at) {
+                return Err(self.fail(
+                    format_args!("writing intent log record {} at byte {}", r.seq, r.at),
+                    &e,
+                ));
+            }
+        }
+        for (i, (d, alive)) in self.log_devs.iter().enumerate() {
+            if !alive.load(Ordering::Acquire) {
+                continue;
+            }
+            if let Err(e) = d.write_at(&r.image, r.at) {
+                self.log_device_failed(
+                    i,
+                    format_args!("writing intent log record {} at byte {}", r.seq, r.at),
+                    &e,
+                )?;
+            }
         }
         Counters::add(&self.counters.media_log_bytes, r.image.len() as u64);
         Counters::add(&self.counters.log_records, 1);
@@ -471,9 +554,26 @@ impl Commit {
             p.flushing = true;
             let upto = p.written_through;
             let log_upto = p.log_written;
+            // with log devices, the media flush is for chunks and the log
+            // devices' for records: each only when it has something to make
+            // durable (a FLUSH that only logged needs no media flush)
+            let main = self.log_devs.is_empty() || upto > p.durable;
+            let logs = !self.log_devs.is_empty() && log_upto > p.log_durable;
             drop(p);
-            let r = self.media.flush();
-            Counters::add(&self.counters.media_flushes, 1);
+            let mut r = Ok(());
+            if main {
+                r = self.media.flush();
+                Counters::add(&self.counters.media_flushes, 1);
+            }
+            if r.is_ok() && logs {
+                if let Err(e) = self.flush_log_devices() {
+                    p = self.progress.lock();
+                    p.flushing = false;
+                    drop(p);
+                    self.progress_cv.notify_all();
+                    return Err(e);
+                }
+            }
             p = self.progress.lock();
             p.flushing = false;
             match r {
