@@ -250,6 +250,15 @@ apply_metadata_not_allocated() {
   replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
   replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
 }
+apply_logdev_flush_noop() {
+  marker logdev-flush-noop
+}
+apply_mirror_acked_after_one_flush() {
+  marker mirror-acked-after-one-flush
+}
+apply_logdev_foreign_accepted() {
+  marker logdev-foreign-accepted
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -287,6 +296,9 @@ run log-replay-skipped intent_log dst
 run record-crc-unchecked dst
 run flush-before-record dst
 run ring-freed-early intent_log dst
+run logdev-flush-noop log_device
+run mirror-acked-after-one-flush log_device
+run logdev-foreign-accepted log_device
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"
