@@ -296,8 +296,8 @@ run log-replay-skipped intent_log dst
 run record-crc-unchecked dst
 run flush-before-record dst
 run ring-freed-early intent_log dst
-run logdev-flush-noop log_device
-run mirror-acked-after-one-flush log_device
+run logdev-flush-noop log_device dst
+run mirror-acked-after-one-flush log_device dst
 run logdev-foreign-accepted log_device
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"

@@ -175,7 +175,10 @@ fn a_mirrored_record_survives_on_either_device_alone() {
         assert_eq!(degraded, (given.len() == 1) as u64, "{name}");
         if given.len() == 1 {
             assert!(
-                v.mount_report().notes.iter().any(|n| n.contains("degraded")),
+                v.mount_report()
+                    .notes
+                    .iter()
+                    .any(|n| n.contains("degraded")),
                 "{:?}",
                 v.mount_report().notes
             );
