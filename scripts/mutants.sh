@@ -259,6 +259,9 @@ apply_mirror_acked_after_one_flush() {
 apply_logdev_foreign_accepted() {
   marker logdev-foreign-accepted
 }
+apply_log_loss_stops_volume() {
+  marker log-loss-stops-volume
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -299,6 +302,7 @@ run ring-freed-early intent_log dst
 run logdev-flush-noop log_device dst
 run mirror-acked-after-one-flush log_device dst
 run logdev-foreign-accepted log_device
+run log-loss-stops-volume log_device
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -50,6 +50,9 @@ pub struct Counters {
     pub log_device_errors: AtomicU64,
     /// Log devices the volume runs without (missing at mount or failed since).
     pub log_devices_degraded: AtomicU64,
+    /// Times every log device had failed and FLUSH fell back to sealing
+    /// into the main log (at most once per mount).
+    pub log_fallbacks: AtomicU64,
     /// Lifetime counters of the checkpoint this mount started from (set once,
     /// at mount; `mounts` already counts this mount).
     pub lifetime_base: Lifetime,
@@ -172,6 +175,8 @@ pub struct Stats {
     pub log_device_errors: u64,
     /// Log devices of the volume it runs without: its intent log is degraded.
     pub log_devices_degraded: u64,
+    /// Every log device failed this session: FLUSH seals into the main log.
+    pub log_fallbacks: u64,
     /// The volume stopped after a media write error or a full host file
     /// system: writes, trims, zeroes and flushes fail, reads go on.
     pub failed: bool,
@@ -205,6 +210,7 @@ impl Counters {
         s.log_flushes = g(&self.log_flushes);
         s.log_device_errors = g(&self.log_device_errors);
         s.log_devices_degraded = g(&self.log_devices_degraded);
+        s.log_fallbacks = g(&self.log_fallbacks);
         s.media_write_bytes = s.media_user_data_bytes
             + s.media_gc_data_bytes
             + s.media_metadata_bytes

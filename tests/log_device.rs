@@ -220,3 +220,58 @@ fn one_mirror_failing_while_serving_costs_nothing_and_replay_takes_the_longer_ch
         assert_eq!(buf, block(1 + i as u8), "block {i}");
     }
 }
+
+/// The log device fails while serving (FaultMedia: every write and flush
+/// from then on fails): the volume falls back to sealing on FLUSH, logs and
+/// counts it once, keeps serving, and a crash keeps every acknowledged write.
+#[test]
+fn the_only_log_device_failing_falls_back_to_sealing_and_keeps_serving() {
+    use sluice::media::{CrashPolicy, FaultMedia};
+    let main = Arc::new(SimMedia::new(main_len()));
+    let log = Arc::new(FaultMedia::new(LOG_LEN));
+    let logs = vec![LogDevice(log.clone() as Arc<dyn Media>)];
+    let opts = OpenOptions {
+        log_devices: logs.clone(),
+        ..det(&[])
+    };
+    let c = CreateOptions {
+        log_devices: logs.clone(),
+        ..create_opts(3, &[])
+    };
+    let vol = Volume::create(main.clone() as Arc<dyn Media>, &c, &opts).unwrap();
+    vol.write(0, &block(1), false).unwrap();
+    vol.flush().unwrap();
+    assert_eq!(vol.stats().log_records, 1);
+    // the device dies: a record written, not yet flushed, is never durable
+    vol.write(BS as u64, &block(2), false).unwrap();
+    log.cut_power_after_writes(log.writes_issued() + 1);
+    vol.flush().unwrap();
+    let s = vol.stats();
+    assert!(!s.failed, "{:?}", s.failure);
+    assert_eq!(s.log_fallbacks, 1);
+    assert!(s.log_device_errors >= 1);
+    assert!(s.chunks_sealed >= 1, "the FLUSH sealed instead");
+    // it keeps serving, FLUSH and FUA seal from now on, counted once
+    vol.write(2 * BS as u64, &block(3), true).unwrap();
+    vol.write(3 * BS as u64, &block(4), false).unwrap();
+    vol.flush().unwrap();
+    let s2 = vol.stats();
+    assert_eq!((s2.log_fallbacks, s2.log_records), (1, 2));
+    assert!(!s2.failed);
+    let mut buf = vec![0u8; BS];
+    vol.read(2 * BS as u64, &mut buf).unwrap();
+    assert_eq!(buf, block(3));
+    drop(vol);
+    // every acknowledged write survives a crash of both devices
+    let m = crashed(&main, Loss::DropAll);
+    let l = Arc::new(SimMedia::from_image(log.crash_image(CrashPolicy {
+        drop_probability: 1.0,
+        tear_last: false,
+        seed: 1,
+    })));
+    let v = Volume::open(m as Arc<dyn Media>, &det(&[l])).unwrap();
+    for i in 0..4u64 {
+        v.read(i * BS as u64, &mut buf).unwrap();
+        assert_eq!(buf, block(1 + i as u8), "block {i}");
+    }
+}

@@ -130,6 +130,11 @@ pub(in crate::volume) struct Commit {
     /// each with whether it is still in use: a write or flush error takes one
     /// of a mirrored pair out (warned, counted) and the other carries on.
     log_devs: Vec<(Arc<dyn Media>, AtomicBool)>,
+    /// Every log device failed while serving: records are no longer written,
+    /// and a FLUSH seals the open chunk into the main log instead (the path
+    /// of a volume without an intent log). Set once, never cleared (until
+    /// the next mount).
+    log_lost: AtomicBool,
 }
 
 /// Write `sb` to its copy (index generation mod 2) at the head and, when the
@@ -210,18 +215,21 @@ impl Commit {
                 .into_iter()
                 .map(|d| (d, AtomicBool::new(true)))
                 .collect(),
+            log_lost: AtomicBool::new(false),
         }
     }
 
+    /// Every log device failed: FLUSH seals instead of logging.
+    pub fn log_lost(&self) -> bool {
+        self.log_lost.load(Ordering::Acquire)
+    }
+
     /// Log device `i` failed at `what`: take it out of use (warned once,
-    /// counted). Err (through `fail`) when it was the last one in use: no
-    /// device is left to make records durable.
-    fn log_device_failed(
-        &self,
-        i: usize,
-        what: std::fmt::Arguments,
-        e: &std::io::Error,
-    ) -> Result<()> {
+    /// counted). When it was the last one in use, the intent log is lost for
+    /// this mount: logged once at error level, counted (`log_fallbacks`),
+    /// and every FLUSH from now on seals into the main log (`log_lost`);
+    /// waiters for records are woken to do so. The volume keeps serving.
+    fn log_device_failed(&self, i: usize, what: std::fmt::Arguments, e: &std::io::Error) {
         let (d, alive) = &self.log_devs[i];
         Counters::add(&self.counters.log_device_errors, 1);
         if alive.swap(false, Ordering::AcqRel) {
@@ -232,15 +240,19 @@ impl Commit {
             );
         }
         if self.log_devs.iter().any(|(_, a)| a.load(Ordering::Acquire)) {
-            return Ok(());
+            return;
         }
-        Err(self.fail(
-            format_args!(
-                "{what} on log device {} (the last one in use)",
+        // MUTANT: log-loss-stops-volume s|if !self.log_lost.swap(true, Ordering::AcqRel) {|if self.fail("log device", e).to_string() != "" && !self.log_lost.swap(true, Ordering::AcqRel) {|
+        if !self.log_lost.swap(true, Ordering::AcqRel) {
+            Counters::add(&self.counters.log_fallbacks, 1);
+            tracing::error!(
+                "log device {}: {what}: {e}; no log device is left: FLUSH and FUA now seal the open chunk into the main log (slower, nothing acknowledged is lost); restart with a working log device to log again",
                 d.describe()
-            ),
-            e,
-        ))
+            );
+        }
+        // record waiters must stop waiting for records that will not come
+        let _p = self.progress.lock();
+        self.progress_cv.notify_all();
     }
 
     /// Each log device (mirror order) and whether it is still in use.
@@ -253,8 +265,8 @@ impl Commit {
 
     /// Flush every log device in use (a record is durable once each device
     /// still in use has flushed it: a mirrored record is acknowledged only
-    /// after both flushes).
-    fn flush_log_devices(&self) -> Result<()> {
+    /// after both flushes). False: no device is left (`log_lost`).
+    fn flush_log_devices(&self) -> bool {
         for (i, (d, alive)) in self.log_devs.iter().enumerate() {
             if !alive.load(Ordering::Acquire) {
                 continue;
@@ -263,12 +275,12 @@ impl Commit {
             let r = d.flush();
             Counters::add(&self.counters.log_flushes, 1);
             if let Err(e) = r {
-                self.log_device_failed(i, format_args!("flush"), &e)?;
+                self.log_device_failed(i, format_args!("flush"), &e);
             }
             // MUTANT: mirror-acked-after-one-flush s|continue;|break;|
             continue;
         }
-        Ok(())
+        !self.log_lost()
     }
 
     pub fn check_failed(&self) -> Result<()> {
@@ -502,8 +514,12 @@ impl Commit {
                     i,
                     format_args!("writing intent log record {} at byte {}", r.seq, r.at),
                     &e,
-                )?;
+                );
             }
+        }
+        if self.log_lost() {
+            // written nowhere: never counted as written (its waiter seals)
+            return Ok(());
         }
         Counters::add(&self.counters.media_log_bytes, r.image.len() as u64);
         Counters::add(&self.counters.log_records, 1);
@@ -523,23 +539,26 @@ impl Commit {
     /// Group commit: return once every chunk with seq < target is durable. One
     /// media flush serves every caller whose chunks were written before it began.
     pub fn flush_covering(&self, target: u64) -> Result<()> {
-        self.flush_covering_log(target, 0)
+        self.flush_covering_log(target, 0).map(|_| ())
     }
 
     /// `flush_covering` that also waits for every intent log record with seq <
     /// `rec_target` to be durable: written, then covered by a media flush that
     /// began after its write (one flush serves chunks and records alike).
-    pub fn flush_covering_log(&self, target: u64, rec_target: u64) -> Result<()> {
+    /// Ok(false): the chunks are durable but the records never will be (every
+    /// log device failed, `log_lost`): the caller must seal instead.
+    pub fn flush_covering_log(&self, target: u64, rec_target: u64) -> Result<bool> {
         let mut p = self.progress.lock();
         loop {
             if let Some(f) = &p.failed {
                 return Err(Error::Failed(f.clone()));
             }
+            let lost = self.log_lost() && p.log_durable < rec_target;
             // MUTANT: flush-before-record s|p.log_durable >= rec_target|true|
-            if p.durable >= target && p.log_durable >= rec_target {
-                return Ok(());
+            if p.durable >= target && (p.log_durable >= rec_target || lost) {
+                return Ok(!lost);
             }
-            if p.written_through < target || p.log_written < rec_target {
+            if p.written_through < target || (p.log_written < rec_target && !lost) {
                 if p.written_through < target {
                     p.wake_written = p.wake_written.min(target);
                 }
@@ -558,29 +577,23 @@ impl Commit {
             // devices' for records: each only when it has something to make
             // durable (a FLUSH that only logged needs no media flush)
             let main = self.log_devs.is_empty() || upto > p.durable;
-            let logs = !self.log_devs.is_empty() && log_upto > p.log_durable;
+            let logs = !self.log_devs.is_empty() && log_upto > p.log_durable && !lost;
             drop(p);
             let mut r = Ok(());
             if main {
                 r = self.media.flush();
                 Counters::add(&self.counters.media_flushes, 1);
             }
-            if r.is_ok() && logs {
-                if let Err(e) = self.flush_log_devices() {
-                    p = self.progress.lock();
-                    p.flushing = false;
-                    drop(p);
-                    self.progress_cv.notify_all();
-                    return Err(e);
-                }
-            }
+            let logs_flushed = r.is_ok() && (!logs || self.flush_log_devices());
             p = self.progress.lock();
             p.flushing = false;
             match r {
                 Ok(()) => {
                     assert!(upto <= p.written_through, "durable passes written");
                     p.durable = p.durable.max(upto);
-                    p.log_durable = p.log_durable.max(log_upto);
+                    if logs_flushed && (logs || self.log_devs.is_empty()) {
+                        p.log_durable = p.log_durable.max(log_upto);
+                    }
                 }
                 Err(e) => {
                     drop(p);

@@ -1261,6 +1261,10 @@ impl Shared {
         let mut out = Vec::new();
         let (target, rec, rec_target) = {
             let mut c = self.core.lock();
+            if c.ring.is_some() && self.commit.log_lost() {
+                // every log device failed: no more records, FLUSH seals
+                c.ring = None;
+            }
             let d = self.durable_seq();
             let rec = if seal {
                 c.seal(Stream::User, d, &mut out);
@@ -1276,7 +1280,11 @@ impl Shared {
         if let Some(r) = &rec {
             self.commit.write_record(r)?;
         }
-        self.commit.flush_covering_log(target, rec_target)?;
+        if !self.commit.flush_covering_log(target, rec_target)? {
+            // a record this waits for was lost with the last log device:
+            // seal everything appended so far into the main log instead
+            return self.flush_sealing(true);
+        }
         if rec_target > 0 {
             self.persist_log_start(false)?;
         }
@@ -1428,6 +1436,7 @@ impl Shared {
             log_flushes: 0,
             log_device_errors: 0,
             log_devices_degraded: 0,
+            log_fallbacks: 0,
             failed: false,
             failure: None,
             lifetime: Default::default(),
