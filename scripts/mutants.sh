@@ -262,6 +262,9 @@ apply_logdev_foreign_accepted() {
 apply_log_loss_stops_volume() {
   marker log-loss-stops-volume
 }
+apply_missing_ok_keeps_old_chain() {
+  marker missing-ok-keeps-old-chain
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -303,6 +306,7 @@ run logdev-flush-noop log_device dst
 run mirror-acked-after-one-flush log_device dst
 run logdev-foreign-accepted log_device
 run log-loss-stops-volume log_device
+run missing-ok-keeps-old-chain log_device
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

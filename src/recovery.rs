@@ -235,18 +235,56 @@ pub fn identify_log_device(
 /// records at the same places; a device that lost or missed records holds a
 /// prefix of the other's chain). Refuses when no device is usable; runs
 /// degraded (noted, `Mounted::log_missing`) when one of a pair is.
+#[allow(clippy::type_complexity)]
 fn replay_log_devices(
     logs: &[&dyn Media],
     sb: &Superblock,
     main_lsn: u64,
     salvage: bool,
+    missing_ok: bool,
     report: &mut MountReport,
-) -> Result<(LogReplay, (u64, u64), Vec<usize>, Vec<String>)> {
+) -> Result<(LogReplay, Option<(u64, u64)>, Vec<usize>, Vec<String>)> {
     let (log_uuid, ring_bytes) = sb.log_device().expect("a log device volume");
     let hex: String = log_uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let v = sb.v2.expect("v2");
+    // Mounting without the log (`missing_ok`): nothing to replay; the new
+    // start's fresh chain seed (persisted by a read-write mount) keeps a
+    // device that comes back later from replaying its old records over
+    // newer writes.
+    let without = |report: &mut MountReport, why: String| {
+        let lost = if sb.is_clean() {
+            "it was closed cleanly, so its log held nothing the main log lacks: nothing is lost"
+                .to_string()
+        } else {
+            format!(
+                "writes acknowledged by FLUSH or FUA that were only in the log are lost: those with an order number (LSN) of {main_lsn} or more; the main log holds every write below it. The format does not record how many such writes or which blocks (the log device held them)"
+            )
+        };
+        report.notes.push(format!(
+            "mounted WITHOUT its intent log device (log {hex}; {why}): {lost}"
+        ));
+        tracing::warn!("mounted without the intent log device (log {hex}; {why}): {lost}");
+        (
+            LogReplay {
+                next_lsn: main_lsn,
+                start: crate::format::superblock::LogStart {
+                    // MUTANT: missing-ok-keeps-old-chain s|crate::format::intent::chain_seed(&sb.uuid, sb.generation)|v.log_start.chain|
+                    chain: crate::format::intent::chain_seed(&sb.uuid, sb.generation),
+                    ..v.log_start
+                },
+                ..LogReplay::default()
+            },
+            None,
+            Vec::new(),
+            vec![format!("every log device ({why})")],
+        )
+    };
+    if logs.is_empty() && missing_ok {
+        return Ok(without(report, "none given".into()));
+    }
     if logs.is_empty() {
         return Err(Error::InvalidArgument(format!(
-            "the volume's intent log is on a separate log device (log {hex}, ring of {ring_bytes} bytes) and none was given: name it (serve --log-device PATH)"
+            "the volume's intent log is on a separate log device (log {hex}, ring of {ring_bytes} bytes) and none was given: name it (serve --log-device PATH), or mount without it (serve --log-device-missing-ok: loses what only the log held)"
         )));
     }
     let mut usable: Vec<(usize, crate::format::logdev::LogDevSuperblock)> = Vec::new();
@@ -273,6 +311,9 @@ fn replay_log_devices(
             }
             Err(why) => missing.push(format!("{}: {why}", d.describe())),
         }
+    }
+    if usable.is_empty() && missing_ok {
+        return Ok(without(report, missing.join("; ")));
     }
     if usable.is_empty() {
         return Err(Error::InvalidArgument(format!(
@@ -321,7 +362,12 @@ fn replay_log_devices(
             .notes
             .push(format!("intent log degraded, running without {m}"));
     }
-    Ok((r, ring, usable.iter().map(|(i, _)| *i).collect(), missing))
+    Ok((
+        r,
+        Some(ring),
+        usable.iter().map(|(i, _)| *i).collect(),
+        missing,
+    ))
 }
 
 /// What the intent log's replay found: the blocks to re-home into the main
@@ -1465,7 +1511,7 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
 /// tells which rules fired on the way (`damage_refused` among them). On success
 /// the report moves into `Mounted::report`.
 pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
-    mount_inner(media, &[], report, false)
+    mount_inner(media, &[], report, false, false)
 }
 
 /// `mount_with` (or, with `salvage`, `mount_salvage`) for a volume whose
@@ -1477,7 +1523,21 @@ pub fn mount_logs(
     report: &mut MountReport,
     salvage: bool,
 ) -> Result<Mounted> {
-    mount_inner(media, logs, report, salvage)
+    mount_inner(media, logs, report, salvage, false)
+}
+
+/// `mount_logs` that, when no given log device is usable (none given, or
+/// none that is this volume's and readable), mounts without the log instead
+/// of refusing: what only the log held is lost, and `Mounted::log_lost_note`
+/// says what the format can tell about it. A device of another volume is
+/// still refused.
+pub fn mount_logs_missing_ok(
+    media: &dyn Media,
+    logs: &[&dyn Media],
+    report: &mut MountReport,
+    salvage: bool,
+) -> Result<Mounted> {
+    mount_inner(media, logs, report, salvage, true)
 }
 
 /// A salvage mount (read-only use only): like `mount_with`, but damage below the
@@ -1491,7 +1551,7 @@ pub fn mount_logs(
 ///   may hold, including blocks mapped by the checkpoint or never written (the
 ///   lost chunk may have written any block).
 pub fn mount_salvage(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
-    mount_inner(media, &[], report, true)
+    mount_inner(media, &[], report, true, false)
 }
 
 /// `last_write` value of a block named by a chunk after the end of the log that
@@ -1540,6 +1600,7 @@ fn mount_inner(
     logs: &[&dyn Media],
     report: &mut MountReport,
     salvage: bool,
+    missing_ok: bool,
 ) -> Result<Mounted> {
     let t = std::time::Instant::now();
     let read = timed(report, "read_superblocks", t, read_superblocks(media)?);
@@ -1705,8 +1766,8 @@ fn mount_inner(
                 }
                 None => {
                     let (r, ring, used, missing) =
-                        replay_log_devices(logs, &sb, main_lsn, salvage, report)?;
-                    log_ring = Some(ring);
+                        replay_log_devices(logs, &sb, main_lsn, salvage, missing_ok, report)?;
+                    log_ring = ring;
                     log_devices = used;
                     log_missing = missing;
                     r

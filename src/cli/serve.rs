@@ -74,6 +74,13 @@ pub struct Args {
     /// degraded (`sluice info`, stats `log_devices_degraded`).
     #[arg(long = "log-device", value_name = "PATH")]
     pub log_devices: Vec<PathBuf>,
+    /// Mount a volume whose log device is gone (none given, or none that can
+    /// be opened and is this volume's): writes acknowledged only through the
+    /// log are lost, and the mount says which order numbers (as `zpool
+    /// import -m`). FLUSH then seals into the main log. A device of another
+    /// volume is still refused.
+    #[arg(long)]
+    pub log_device_missing_ok: bool,
     /// Write the server's pid here once it is listening; removed at exit if it
     /// still holds it. Never replaces a file other than a stale pid file.
     #[arg(long, value_name = "FILE")]
@@ -397,6 +404,7 @@ impl Daemon {
 pub fn open_log_devices(
     paths: &[PathBuf],
     read_only: bool,
+    missing_ok: bool,
 ) -> anyhow::Result<Vec<sluice::LogDevice>> {
     let mut out = Vec::new();
     let mut missing = Vec::new();
@@ -409,9 +417,9 @@ pub fn open_log_devices(
             Err(e) => missing.push(format!("{}: {e}", p.display())),
         }
     }
-    if out.is_empty() && !missing.is_empty() {
+    if out.is_empty() && !missing.is_empty() && !missing_ok {
         bail!(
-            "no log device could be opened ({}); the volume's acknowledged writes may be there",
+            "no log device could be opened ({}); the volume's acknowledged writes may be there (--log-device-missing-ok mounts without it, losing them)",
             missing.join("; ")
         );
     }
@@ -465,9 +473,10 @@ fn open_volume(
     if a.scrub_rate == Some(0) {
         bail!("--scrub-rate must be above 0 (leave it out to turn scrub off)");
     }
-    let log_devices = open_log_devices(&a.log_devices, read_only)?;
+    let log_devices = open_log_devices(&a.log_devices, read_only, a.log_device_missing_ok)?;
     let opts = OpenOptions {
         log_devices,
+        log_device_missing_ok: a.log_device_missing_ok,
         read_only,
         verify_reads: !a.no_verify_reads,
         scrub_rate: a.scrub_rate,
@@ -499,6 +508,9 @@ fn open_volume(
         }
     }
     let r = vol.mount_report();
+    for n in r.notes.iter().filter(|n| n.contains("intent log")) {
+        say!("sluice: {}: {n}", path.display());
+    }
     if a.salvage {
         let n: u64 = vol.unvouched().iter().map(|(s, e)| e - s).sum();
         say!(

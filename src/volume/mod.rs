@@ -186,6 +186,13 @@ pub struct OpenOptions {
     /// The volume's intent log devices (any order), for a volume created with
     /// `CreateOptions::log_devices`; ignored otherwise.
     pub log_devices: Vec<LogDevice>,
+    /// Mount a volume whose log device(s) are all missing or unusable,
+    /// without the log (`recovery::mount_logs_missing_ok`): what only the log
+    /// held is lost (the mount report says what the format can tell), FLUSH
+    /// seals, and the log's start gets a fresh chain so the old device's
+    /// records are never replayed later. A device of another volume is still
+    /// refused.
+    pub log_device_missing_ok: bool,
 }
 
 impl Default for OpenOptions {
@@ -203,6 +210,7 @@ impl Default for OpenOptions {
             discard_every_segment: false,
             salvage: false,
             log_devices: Vec::new(),
+            log_device_missing_ok: false,
         }
     }
 }
@@ -598,7 +606,12 @@ impl Volume {
             ));
         }
         let logs: Vec<&dyn Media> = opts.log_devices.iter().map(|d| &*d.0).collect();
-        let m = recovery::mount_logs(&*media, &logs, &mut MountReport::default(), opts.salvage)?;
+        let mut rep = MountReport::default();
+        let m = if opts.log_device_missing_ok {
+            recovery::mount_logs_missing_ok(&*media, &logs, &mut rep, opts.salvage)?
+        } else {
+            recovery::mount_logs(&*media, &logs, &mut rep, opts.salvage)?
+        };
         for w in &m.log_missing {
             tracing::warn!(
                 "{}: intent log degraded, running without {w} (records go to the other device only)",
