@@ -265,6 +265,12 @@ apply_log_loss_stops_volume() {
 apply_missing_ok_keeps_old_chain() {
   marker missing-ok-keeps-old-chain
 }
+apply_stale_mirror_unmarked() {
+  marker stale-mirror-unmarked
+}
+apply_stale_mirror_replayed() {
+  marker stale-mirror-replayed
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -307,6 +313,8 @@ run mirror-acked-after-one-flush log_device dst
 run logdev-foreign-accepted log_device
 run log-loss-stops-volume log_device
 run missing-ok-keeps-old-chain log_device
+run stale-mirror-unmarked log_device dst
+run stale-mirror-replayed log_device
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

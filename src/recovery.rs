@@ -167,6 +167,11 @@ pub struct Mounted {
     /// Devices the volume was created with that this mount runs without,
     /// each with why (a mirrored pair with one device missing or unusable).
     pub log_missing: Vec<String>,
+    /// The mirror index of each of `log_devices`.
+    pub log_mirrors: Vec<u16>,
+    /// Bit i: mirror i is not among `log_devices` (this mount writes no
+    /// records to it, so it is stale from now on).
+    pub log_absent: u32,
 }
 
 /// Read and check the superblock of log device `dev` for volume `sb`: either
@@ -235,7 +240,17 @@ pub fn identify_log_device(
 /// records at the same places; a device that lost or missed records holds a
 /// prefix of the other's chain). Refuses when no device is usable; runs
 /// degraded (noted, `Mounted::log_missing`) when one of a pair is.
-#[allow(clippy::type_complexity)]
+/// What `replay_log_devices` found: the replay, the ring, the devices used
+/// (indexes into `logs`, mirror index), what is missing, and the mask of
+/// absent mirrors.
+type LogDevicesFound = (
+    LogReplay,
+    Option<(u64, u64)>,
+    Vec<(usize, u16)>,
+    Vec<String>,
+    u32,
+);
+
 fn replay_log_devices(
     logs: &[&dyn Media],
     sb: &Superblock,
@@ -243,7 +258,7 @@ fn replay_log_devices(
     salvage: bool,
     missing_ok: bool,
     report: &mut MountReport,
-) -> Result<(LogReplay, Option<(u64, u64)>, Vec<usize>, Vec<String>)> {
+) -> Result<LogDevicesFound> {
     let (log_uuid, ring_bytes) = sb.log_device().expect("a log device volume");
     let hex: String = log_uuid.iter().map(|b| format!("{b:02x}")).collect();
     let v = sb.v2.expect("v2");
@@ -277,6 +292,7 @@ fn replay_log_devices(
             None,
             Vec::new(),
             vec![format!("every log device ({why})")],
+            0,
         )
     };
     if logs.is_empty() && missing_ok {
@@ -322,6 +338,31 @@ fn replay_log_devices(
         )));
     }
     usable.sort_by_key(|(_, s)| s.mirror_index);
+    // a stale mirror (it missed records) is written to again but never
+    // replayed while the other is here; alone it cannot vouch for anything
+    let stale =
+        |s: &crate::format::logdev::LogDevSuperblock| v.log_stale & (1 << s.mirror_index) != 0;
+    // MUTANT: stale-mirror-replayed s|.filter(|(_, s)| !stale(s))|.filter(|_| true)|
+    let replay_from: Vec<_> = usable.iter().filter(|(_, s)| !stale(s)).cloned().collect();
+    if replay_from.is_empty() {
+        let why = format!(
+            "only log device mirror {} is here, and it missed records while the volume ran without it (the other mirror holds acknowledged writes)",
+            usable[0].1.mirror_index
+        );
+        if missing_ok {
+            return Ok(without(report, why));
+        }
+        return Err(Error::InvalidArgument(format!(
+            "{}: {why}; give the other log device too (or --log-device-missing-ok)",
+            logs[usable[0].0].describe()
+        )));
+    }
+    for (_, s) in usable.iter().filter(|(_, s)| stale(s)) {
+        report.notes.push(format!(
+            "intent log: log device mirror {} is stale (it missed records): not replayed, written again from this mount on",
+            s.mirror_index
+        ));
+    }
     for m in 0..count {
         if !usable.iter().any(|(_, s)| s.mirror_index == m)
             && missing.len() < (count - usable.len() as u16) as usize
@@ -331,7 +372,7 @@ fn replay_log_devices(
     }
     let ring = (usable[0].1.ring_offset, usable[0].1.ring_bytes);
     let mut best: Option<(LogReplay, RecoveryRules)> = None;
-    for (i, s) in &usable {
+    for (i, s) in &replay_from {
         let mut rules = RecoveryRules::default();
         let r = replay_intent_log(
             logs[*i],
@@ -362,11 +403,15 @@ fn replay_log_devices(
             .notes
             .push(format!("intent log degraded, running without {m}"));
     }
+    let absent = (0..count)
+        .filter(|m| !usable.iter().any(|(_, s)| s.mirror_index == *m))
+        .fold(0u32, |a, m| a | 1 << m);
     Ok((
         r,
         Some(ring),
-        usable.iter().map(|(i, _)| *i).collect(),
+        usable.iter().map(|(i, s)| (*i, s.mirror_index)).collect(),
         missing,
+        absent,
     ))
 }
 
@@ -1757,6 +1802,7 @@ fn mount_inner(
     // main log, the records above what it holds (re-homed by `Volume::open`).
     let mut log_ring = sb.log_ring();
     let (mut log_devices, mut log_missing) = (Vec::new(), Vec::new());
+    let (mut log_mirrors, mut log_absent) = (Vec::new(), 0);
     let log = match sb.has_intent_log() {
         true => {
             let t = std::time::Instant::now();
@@ -1765,11 +1811,13 @@ fn mount_inner(
                     replay_intent_log(media, ring, &sb, main_lsn, salvage, &mut report.rules)?
                 }
                 None => {
-                    let (r, ring, used, missing) =
+                    let (r, ring, used, missing, absent) =
                         replay_log_devices(logs, &sb, main_lsn, salvage, missing_ok, report)?;
                     log_ring = ring;
-                    log_devices = used;
+                    log_devices = used.iter().map(|u| u.0).collect();
+                    log_mirrors = used.iter().map(|u| u.1).collect();
                     log_missing = missing;
+                    log_absent = absent;
                     r
                 }
             };
@@ -1817,6 +1865,8 @@ fn mount_inner(
         log_ring,
         log_devices,
         log_missing,
+        log_mirrors,
+        log_absent,
     })
 }
 

@@ -627,6 +627,8 @@ struct Tally {
     known: BTreeMap<&'static str, u64>,
     /// Mirrored seeds' final mounts with one log device only.
     degraded_mounts: u64,
+    /// ... refused because that device was marked stale.
+    stale_refused: u64,
 }
 
 impl Tally {
@@ -638,6 +640,7 @@ impl Tally {
         self.mount_cuts += o.mount_cuts;
         self.live += o.live;
         self.degraded_mounts += o.degraded_mounts;
+        self.stale_refused += o.stale_refused;
         self.refused += o.refused;
         self.eio += o.eio;
         self.salvaged += o.salvaged;
@@ -766,9 +769,24 @@ fn check_mounted(
     // every acknowledged record must be on each
     let vol = if sh.log_devices == 2 && rng.gen_ratio(1, 3) {
         let which = rng.gen_range(0..2);
-        t.degraded_mounts += 1;
-        open_vol_degraded(&m, sh, which)
-            .map_err(|e| format!("mount with log device {which} only failed after {how}: {e}"))?
+        match open_vol_degraded(&m, sh, which) {
+            Ok(v) => {
+                t.degraded_mounts += 1;
+                v
+            }
+            // a mirror marked stale (it failed while the other went on) is
+            // refused alone: the other one holds acknowledged records
+            Err(e) if e.to_string().contains("missed records") => {
+                t.stale_refused += 1;
+                open_vol(&m, sh, open_opts(sh, false))
+                    .map_err(|e| format!("mount failed after {how}: {e}"))?
+            }
+            Err(e) => {
+                return Err(format!(
+                    "mount with log device {which} only failed after {how}: {e}"
+                ))
+            }
+        }
     } else {
         open_vol(&m, sh, open_opts(sh, false))
             .map_err(|e| format!("mount failed after {how}: {e}"))?
@@ -1487,8 +1505,8 @@ fn print_tally(t: &Tally) {
         t.points, t.mount_cuts, t.live, t.refused, t.salvaged, t.eio
     );
     println!(
-        "dst: {} final mounts of mirrored seeds with one log device only",
-        t.degraded_mounts
+        "dst: {} final mounts of mirrored seeds with one log device only ({} more refused: that device was marked stale)",
+        t.degraded_mounts, t.stale_refused
     );
     for (k, v) in &t.rules {
         println!("dst: recovery rule {k:<32} fired {v}");

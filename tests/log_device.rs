@@ -206,14 +206,25 @@ fn one_mirror_failing_while_serving_costs_nothing_and_replay_takes_the_longer_ch
     assert_eq!(s.log_records, 3);
     let state = vol.log_devices();
     assert_eq!(state.iter().map(|d| d.1).collect::<Vec<_>>(), [true, false]);
+    // marked stale in the superblock before anything relied on a alone
+    assert_eq!(vol.superblock().v2.unwrap().log_stale, 0b10);
     drop(vol);
     let m = crashed(&main, Loss::DropAll);
     let a = crashed(&logs[0], Loss::DropAll);
     let b = crashed(&logs[1], Loss::DropAll);
-    let v = Volume::open(m as Arc<dyn Media>, &det(&[b, a])).unwrap();
+    // b alone would replay a shorter chain (writes 2 and 3 missing): refused
+    let e = open_err(&m, std::slice::from_ref(&b));
+    assert!(e.contains("missed records"), "{e}");
+    let mm = Arc::new(SimMedia::from_image(m.current_image()));
+    let v = Volume::open(mm as Arc<dyn Media>, &det(&[b, a])).unwrap();
     let r = v.mount_report();
     assert_eq!(r.rules.log_record_replayed, 3);
-    assert_eq!(r.rules.log_mirror_shorter_chain_ignored, 1);
+    assert!(r.notes.iter().any(|n| n.contains("stale")), "{:?}", r.notes);
+    assert_eq!(
+        v.superblock().v2.unwrap().log_stale,
+        0,
+        "both written again from this mount on"
+    );
     let mut buf = vec![0u8; BS];
     for i in 0..3u64 {
         v.read(i * BS as u64, &mut buf).unwrap();

@@ -110,6 +110,11 @@ pub struct SbV2 {
     pub log_offset: u64,
     pub log_bytes: u64,
     pub log_start: LogStart,
+    /// With `LOG_DEVICE`: bit i set = log device mirror i missed records
+    /// (it failed while serving, or a mount ran without it); replay never
+    /// reads it while the other mirror is there, and alone it is refused.
+    /// Cleared by a mount that writes to both again.
+    pub log_stale: u32,
 }
 
 impl SbV2 {
@@ -185,6 +190,7 @@ impl Superblock {
             put_u64(&mut b, 264, v.log_start.offset);
             put_u64(&mut b, 272, v.log_start.seq);
             put_u32(&mut b, 280, v.log_start.chain);
+            put_u32(&mut b, 284, v.log_stale);
         }
         let crc = crc32c::crc32c(&b[..BLOCK_BYTES - 4]);
         put_u32(&mut b, BLOCK_BYTES - 4, crc);
@@ -244,6 +250,7 @@ impl Superblock {
                     seq: get_u64(b, 272),
                     chain: get_u32(b, 280),
                 },
+                log_stale: get_u32(b, 284),
             }),
         };
         if let Some(v) = &sb.v2 {
@@ -356,6 +363,10 @@ impl Superblock {
             };
         }
         let bs = BLOCK_BYTES as u64;
+        if v.log_stale != 0 && (!v.has(incompat::LOG_DEVICE) || v.log_stale > 2) {
+            // at most one of a pair is stale: the last device in use is never marked
+            return Err(invalid("log_stale", v.log_stale.to_string()));
+        }
         if v.has(incompat::LOG_DEVICE) {
             // the ring is on the device(s); its size here must match theirs
             if v.log_offset != 0
@@ -510,7 +521,12 @@ mod tests {
         assert_eq!(d.log_ring(), None);
         assert_eq!(d.log_device(), Some(([3; 16], 16 << 20)));
         assert!(d.has_intent_log());
-        let bad: [fn(&mut SbV2); 5] = [
+        let mut st = sb.clone();
+        st.v2.as_mut().unwrap().log_stale = 2;
+        assert_eq!(Superblock::decode(&st.encode()).unwrap(), st);
+        let bad: [fn(&mut SbV2); 7] = [
+            |v| v.log_stale = 3,                            // both mirrors stale
+            |v| v.log_stale = 4,                            // no mirror 2
             |v| v.log_offset = 1 << 20,                     // a ring in the volume too
             |v| v.log_bytes = 4096,                         // too small
             |v| v.log_uuid = [0; 16],                       // no identity

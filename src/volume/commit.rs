@@ -35,11 +35,15 @@ use std::thread::JoinHandle;
 /// flushed), so a mount that falls back to either copy replays from it: a
 /// copy with an older start would send replay into ring space reused since.
 pub(in crate::volume) fn persist_start(commit: &Commit, start: LogStart) -> Result<()> {
+    let stale = commit.log_stale.load(Ordering::Acquire);
     let set = |sb: &mut Superblock| {
         if let Some(v) = sb.v2.as_mut() {
             if start.seq >= v.log_start.seq {
                 v.log_start = start;
             }
+            // the mirrors this mount does not write to (set at mount: a
+            // mirror absent now; later: one that failed), and only those
+            v.log_stale = stale;
         }
     };
     commit.update_superblock(set)?;
@@ -129,7 +133,11 @@ pub(in crate::volume) struct Commit {
     /// The intent log's devices (empty: the ring is in the volume's media),
     /// each with whether it is still in use: a write or flush error takes one
     /// of a mirrored pair out (warned, counted) and the other carries on.
-    log_devs: Vec<(Arc<dyn Media>, AtomicBool)>,
+    log_devs: Vec<(Arc<dyn Media>, AtomicBool, u16)>,
+    /// Mirrors this mount does not write records to (bit = mirror index):
+    /// absent at mount, or failed since. Durable in the superblock
+    /// (`log_stale`) before a waiter is released on the other mirror alone.
+    log_stale: std::sync::atomic::AtomicU32,
     /// Every log device failed while serving: records are no longer written,
     /// and a FLUSH seals the open chunk into the main log instead (the path
     /// of a volume without an intent log). Set once, never cleared (until
@@ -182,8 +190,9 @@ impl Commit {
         sb: Superblock,
         next_seq: u64,
         opts: &OpenOptions,
-        log_devs: Vec<Arc<dyn Media>>,
+        log_devs: Vec<(Arc<dyn Media>, u16)>,
         log_missing: usize,
+        log_absent: u32,
     ) -> Commit {
         Counters::add(&counters.log_devices_degraded, log_missing as u64);
         Commit {
@@ -213,8 +222,9 @@ impl Commit {
             discard_on: AtomicBool::new(opts.discard && !opts.read_only),
             log_devs: log_devs
                 .into_iter()
-                .map(|d| (d, AtomicBool::new(true)))
+                .map(|(d, m)| (d, AtomicBool::new(true), m))
                 .collect(),
+            log_stale: std::sync::atomic::AtomicU32::new(log_absent),
             log_lost: AtomicBool::new(false),
         }
     }
@@ -229,18 +239,41 @@ impl Commit {
     /// this mount: logged once at error level, counted (`log_fallbacks`),
     /// and every FLUSH from now on seals into the main log (`log_lost`);
     /// waiters for records are woken to do so. The volume keeps serving.
-    fn log_device_failed(&self, i: usize, what: std::fmt::Arguments, e: &std::io::Error) {
-        let (d, alive) = &self.log_devs[i];
+    fn log_device_failed(
+        &self,
+        i: usize,
+        what: std::fmt::Arguments,
+        e: &std::io::Error,
+    ) -> Result<()> {
+        let (d, alive, mirror) = &self.log_devs[i];
         Counters::add(&self.counters.log_device_errors, 1);
-        if alive.swap(false, Ordering::AcqRel) {
+        let first = alive.swap(false, Ordering::AcqRel);
+        if first {
             Counters::add(&self.counters.log_devices_degraded, 1);
             tracing::warn!(
                 "log device {}: {what}: {e}; the intent log runs without it until the next mount",
                 d.describe()
             );
         }
-        if self.log_devs.iter().any(|(_, a)| a.load(Ordering::Acquire)) {
-            return;
+        if self
+            .log_devs
+            .iter()
+            .any(|(_, a, _)| a.load(Ordering::Acquire))
+        {
+            if first {
+                // the other mirror now holds records this one lacks: say so
+                // durably before any waiter relies on the other alone, so a
+                // mount never replays this one's shorter chain by itself
+                let bit = 1u32 << mirror;
+                self.log_stale.fetch_or(bit, Ordering::AcqRel);
+                // MUTANT: stale-mirror-unmarked s|v.log_stale |= bit;|v.log_stale |= 0;|
+                self.update_superblock(|sb| {
+                    if let Some(v) = sb.v2.as_mut() {
+                        v.log_stale |= bit;
+                    }
+                })?;
+            }
+            return Ok(());
         }
         // MUTANT: log-loss-stops-volume s|if !self.log_lost.swap(true, Ordering::AcqRel) {|if self.fail("log device", e).to_string() != "" && !self.log_lost.swap(true, Ordering::AcqRel) {|
         if !self.log_lost.swap(true, Ordering::AcqRel) {
@@ -253,21 +286,22 @@ impl Commit {
         // record waiters must stop waiting for records that will not come
         let _p = self.progress.lock();
         self.progress_cv.notify_all();
+        Ok(())
     }
 
     /// Each log device (mirror order) and whether it is still in use.
     pub fn log_device_state(&self) -> Vec<(String, bool)> {
         self.log_devs
             .iter()
-            .map(|(d, a)| (d.describe(), a.load(Ordering::Acquire)))
+            .map(|(d, a, _)| (d.describe(), a.load(Ordering::Acquire)))
             .collect()
     }
 
     /// Flush every log device in use (a record is durable once each device
     /// still in use has flushed it: a mirrored record is acknowledged only
-    /// after both flushes). False: no device is left (`log_lost`).
-    fn flush_log_devices(&self) -> bool {
-        for (i, (d, alive)) in self.log_devs.iter().enumerate() {
+    /// after both flushes). Ok(false): no device is left (`log_lost`).
+    fn flush_log_devices(&self) -> Result<bool> {
+        for (i, (d, alive, _)) in self.log_devs.iter().enumerate() {
             if !alive.load(Ordering::Acquire) {
                 continue;
             }
@@ -275,12 +309,12 @@ impl Commit {
             let r = d.flush();
             Counters::add(&self.counters.log_flushes, 1);
             if let Err(e) = r {
-                self.log_device_failed(i, format_args!("flush"), &e);
+                self.log_device_failed(i, format_args!("flush"), &e)?;
             }
             // MUTANT: mirror-acked-after-one-flush s|continue;|break;|
             continue;
         }
-        !self.log_lost()
+        Ok(!self.log_lost())
     }
 
     pub fn check_failed(&self) -> Result<()> {
@@ -505,7 +539,7 @@ impl Commit {
                 ));
             }
         }
-        for (i, (d, alive)) in self.log_devs.iter().enumerate() {
+        for (i, (d, alive, _)) in self.log_devs.iter().enumerate() {
             if !alive.load(Ordering::Acquire) {
                 continue;
             }
@@ -514,7 +548,7 @@ impl Commit {
                     i,
                     format_args!("writing intent log record {} at byte {}", r.seq, r.at),
                     &e,
-                );
+                )?;
             }
         }
         if self.log_lost() {
@@ -584,7 +618,19 @@ impl Commit {
                 r = self.media.flush();
                 Counters::add(&self.counters.media_flushes, 1);
             }
-            let logs_flushed = r.is_ok() && (!logs || self.flush_log_devices());
+            let logs_flushed = match r.is_ok() && logs {
+                true => match self.flush_log_devices() {
+                    Ok(ok) => ok,
+                    Err(e) => {
+                        p = self.progress.lock();
+                        p.flushing = false;
+                        drop(p);
+                        self.progress_cv.notify_all();
+                        return Err(e);
+                    }
+                },
+                false => r.is_ok(),
+            };
             p = self.progress.lock();
             p.flushing = false;
             match r {

@@ -618,10 +618,11 @@ impl Volume {
                 media.describe()
             );
         }
-        let log_media: Vec<Arc<dyn Media>> = m
+        let log_media: Vec<(Arc<dyn Media>, u16)> = m
             .log_devices
             .iter()
-            .map(|&i| opts.log_devices[i].0.clone())
+            .zip(&m.log_mirrors)
+            .map(|(&i, &mirror)| (opts.log_devices[i].0.clone(), mirror))
             .collect();
         let unvouched = m.unvouched.clone();
         let geo = m.geo;
@@ -706,6 +707,7 @@ impl Volume {
             opts,
             log_media,
             m.log_missing.len(),
+            m.log_absent,
         ));
         let threaded = opts.background && !opts.read_only;
         let sh = Arc::new(Shared {
