@@ -98,7 +98,11 @@ fn a_flush_logs_to_the_device_only_and_a_crash_keeps_it() {
     drop(vol);
     for loss in [Loss::DropAll, Loss::Subset] {
         let (m2, l2) = (crashed(&main, loss), crashed(&logs[0], Loss::DropAll));
-        let v2 = Volume::open(m2.clone() as Arc<dyn Media>, &det(&[l2.clone()])).unwrap();
+        let v2 = Volume::open(
+            m2.clone() as Arc<dyn Media>,
+            &det(std::slice::from_ref(&l2)),
+        )
+        .unwrap();
         assert_eq!(v2.mount_report().rules.log_record_replayed, 1, "{loss:?}");
         let mut buf = vec![0u8; BS];
         for i in 0..3u64 {

@@ -93,6 +93,15 @@ impl Progress {
     }
 }
 
+/// The intent log devices a mount uses (`Commit::new`): each with its mirror
+/// index, how many of the volume's devices are missing, and the mask of
+/// mirrors absent (stale from this mount on).
+pub(in crate::volume) struct LogDeviceSet {
+    pub devs: Vec<(Arc<dyn Media>, u16)>,
+    pub missing: usize,
+    pub absent: u32,
+}
+
 /// Chunks handed to the writer threads; bounded by WRITE_QUEUE_BYTES.
 #[derive(Default)]
 struct WriteQueue {
@@ -190,10 +199,13 @@ impl Commit {
         sb: Superblock,
         next_seq: u64,
         opts: &OpenOptions,
-        log_devs: Vec<(Arc<dyn Media>, u16)>,
-        log_missing: usize,
-        log_absent: u32,
+        logs: LogDeviceSet,
     ) -> Commit {
+        let LogDeviceSet {
+            devs: log_devs,
+            missing: log_missing,
+            absent: log_absent,
+        } = logs;
         Counters::add(&counters.log_devices_degraded, log_missing as u64);
         Commit {
             media,

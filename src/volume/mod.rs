@@ -705,9 +705,11 @@ impl Volume {
             m.sb.clone(),
             next_seq,
             opts,
-            log_media,
-            m.log_missing.len(),
-            m.log_absent,
+            commit::LogDeviceSet {
+                devs: log_media,
+                missing: m.log_missing.len(),
+                absent: m.log_absent,
+            },
         ));
         let threaded = opts.background && !opts.read_only;
         let sh = Arc::new(Shared {
