@@ -271,6 +271,9 @@ apply_stale_mirror_unmarked() {
 apply_stale_mirror_replayed() {
   marker stale-mirror-replayed
 }
+apply_replace_loses_unclean_log() {
+  marker replace-loses-unclean-log
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -315,6 +318,7 @@ run log-loss-stops-volume log_device
 run missing-ok-keeps-old-chain log_device
 run stale-mirror-unmarked log_device dst
 run stale-mirror-replayed log_device
+run replace-loses-unclean-log log_device
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

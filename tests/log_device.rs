@@ -353,3 +353,71 @@ fn a_missing_log_device_mounts_only_when_asked_and_says_what_is_lost() {
     v.read(0, &mut buf).unwrap();
     assert_eq!(buf, block(5));
 }
+
+/// `replace_log_device`: a failed mirror is replaced by a new device while
+/// the volume is not mounted (the survivor's records are replayed, the stale
+/// mark cleared, both written again); the only device of a volume not closed
+/// cleanly is replaced only when the loss is accepted.
+#[test]
+fn a_failed_mirror_is_replaced_and_an_unclean_single_device_only_when_asked() {
+    use sluice::volume::replace_log_device;
+    let (main, logs, vol) = new_volume(3, 2);
+    vol.write(0, &block(1), false).unwrap();
+    vol.flush().unwrap();
+    logs[1].cut_at_op(logs[1].ops());
+    vol.write(BS as u64, &block(2), true).unwrap();
+    drop(vol);
+    let m = crashed(&main, Loss::DropAll);
+    let a = crashed(&logs[0], Loss::DropAll);
+    let c = Arc::new(SimMedia::new(LOG_LEN));
+    let notes = replace_log_device(
+        m.clone() as Arc<dyn Media>,
+        LogDevice(c.clone() as Arc<dyn Media>),
+        1,
+        devs(std::slice::from_ref(&a)),
+        false,
+    )
+    .unwrap();
+    assert!(notes.iter().any(|n| n.contains("stale")), "{notes:?}");
+    let v = Volume::open(m.clone() as Arc<dyn Media>, &det(&[a.clone(), c.clone()])).unwrap();
+    assert_eq!(v.superblock().v2.unwrap().log_stale, 0);
+    let mut buf = vec![0u8; BS];
+    for i in 0..2u64 {
+        v.read(i * BS as u64, &mut buf).unwrap();
+        assert_eq!(buf, block(1 + i as u8), "block {i}");
+    }
+    // the new mirror alone mounts (nothing was live in the log at the close)
+    v.write(5 * BS as u64, &block(5), true).unwrap();
+    drop(v);
+    let m2 = crashed(&m, Loss::DropAll);
+    let v = Volume::open(m2 as Arc<dyn Media>, &det(&[crashed(&c, Loss::DropAll)])).unwrap();
+    v.read(5 * BS as u64, &mut buf).unwrap();
+    assert_eq!(buf, block(5), "the FUA write is on the new mirror");
+    drop(v);
+
+    // a single device, volume not closed cleanly: refused, unless accepted
+    let (main, _logs, vol) = new_volume(4, 1);
+    vol.write(0, &block(7), true).unwrap();
+    drop(vol);
+    let m = crashed(&main, Loss::DropAll);
+    let d = Arc::new(SimMedia::new(LOG_LEN));
+    let e = replace_log_device(
+        m.clone() as Arc<dyn Media>,
+        LogDevice(d.clone() as Arc<dyn Media>),
+        0,
+        Vec::new(),
+        false,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("not closed cleanly"), "{e}");
+    let notes = replace_log_device(
+        m.clone() as Arc<dyn Media>,
+        LogDevice(d.clone() as Arc<dyn Media>),
+        0,
+        Vec::new(),
+        true,
+    )
+    .unwrap();
+    assert!(notes.iter().any(|n| n.contains("WITHOUT")), "{notes:?}");
+    Volume::open(m as Arc<dyn Media>, &det(&[d])).unwrap();
+}

@@ -328,3 +328,92 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     vol.close()?;
     Ok(0)
 }
+
+/// `sluice log-device`: change the intent log device of a volume that is not
+/// mounted.
+#[derive(clap::Args)]
+pub struct LogDeviceArgs {
+    #[command(subcommand)]
+    pub action: LogDeviceAction,
+}
+
+#[derive(clap::Subcommand)]
+pub enum LogDeviceAction {
+    /// Make NEW the volume's log device (mirror --mirror of a pair): NEW gets
+    /// the log device superblock, then the volume is mounted with NEW and the
+    /// other mirror (--log-device) and closed cleanly. Refused for a volume
+    /// not closed cleanly with no other mirror given, unless
+    /// --log-device-missing-ok (what only the old device held is lost).
+    Replace {
+        /// The volume (file or block device; not in use).
+        volume: PathBuf,
+        /// The new log device (a missing file is created with a 16 MiB ring).
+        new: PathBuf,
+        /// Which mirror NEW replaces (0, or 1 of a pair).
+        #[arg(long, default_value_t = 0)]
+        mirror: u16,
+        /// The volume's other log device, for a mirrored pair.
+        #[arg(long = "log-device", value_name = "PATH")]
+        others: Vec<PathBuf>,
+        /// Overwrite a NEW that holds data (never one in use).
+        #[arg(long)]
+        force: bool,
+        /// Replace the only log device of a volume not closed cleanly: what
+        /// only it held is lost (the notes say from which LSN).
+        #[arg(long)]
+        log_device_missing_ok: bool,
+    },
+}
+
+pub fn run_log_device(a: LogDeviceArgs) -> anyhow::Result<i32> {
+    let LogDeviceAction::Replace {
+        volume,
+        new,
+        mirror,
+        others,
+        force,
+        log_device_missing_ok,
+    } = a.action;
+    let media =
+        FileMedia::open(&volume, false).with_context(|| format!("opening {}", volume.display()))?;
+    let others = super::serve::open_log_devices(&others, false, false)?;
+    // the new device: locked, and probed unless --force (as create does)
+    let args = Args {
+        path: volume.clone(),
+        size: None,
+        overprovision: 10.0,
+        segment_size: 4 << 20,
+        gc: sluice::gc::DEFAULT_POLICY,
+        force,
+        preallocate: false,
+        intent_log: true,
+        log_devices: vec![new.clone()],
+    };
+    let mut logs = Vec::new();
+    if let Err(e) = open_log_devices(&args, &mut logs) {
+        for l in logs {
+            if let Ok(m) = Arc::try_unwrap(l) {
+                let _ = m.remove_created();
+            }
+        }
+        return Err(e);
+    }
+    let new_dev = sluice::LogDevice(logs[0].clone() as Arc<dyn Media>);
+    let notes = sluice::volume::replace_log_device(
+        Arc::new(media),
+        new_dev,
+        mirror,
+        others,
+        log_device_missing_ok,
+    )
+    .with_context(|| format!("replacing the log device of {}", volume.display()))?;
+    for n in notes {
+        println!("mount       {n}");
+    }
+    println!(
+        "replaced    log device mirror {mirror} of {} by {}",
+        volume.display(),
+        new.display()
+    );
+    Ok(0)
+}

@@ -526,25 +526,10 @@ impl Volume {
         if let Some(ring) = device_ring {
             // the devices first: a volume superblock naming a log device is
             // never on the media before the device says whose it is
-            let v = sb.v2.expect("v2");
+            debug_assert_eq!(sb.log_device().map(|l| l.1), Some(ring));
             let n = opts.log_devices.len() as u16;
             for (i, d) in opts.log_devices.iter().enumerate() {
-                let ls = crate::format::logdev::LogDevSuperblock {
-                    volume_uuid: uuid,
-                    log_uuid: v.log_uuid,
-                    ring_offset: crate::format::logdev::LOGDEV_RING_OFFSET,
-                    ring_bytes: ring,
-                    mirror_index: i as u16,
-                    mirror_count: n,
-                    created_unix_s: sb.created_unix_s,
-                };
-                let m = &*d.0;
-                m.allocate(&[(0, ls.device_bytes())])?;
-                let b = ls.encode();
-                commit::write_block(m, &b, 0)?;
-                commit::write_block(m, &b, BS)?;
-                m.write_at(&zero, ls.ring_offset)?;
-                m.flush()?;
+                format_log_device(&*d.0, &sb, i as u16, n, sb.created_unix_s)?;
             }
         }
         let mut second = sb.clone();
@@ -1467,6 +1452,134 @@ impl Shared {
         }
         s
     }
+}
+
+/// Make `dev` log device mirror `index` of `count` of the volume whose
+/// superblock is `sb` (it must have `LOG_DEVICE`): both superblock copies and
+/// a zeroed first ring block, flushed. Used by `Volume::format` and by
+/// `replace_log_device`; whatever `dev` held is overwritten (the caller has
+/// locked and probed it).
+pub fn format_log_device(
+    dev: &dyn Media,
+    sb: &Superblock,
+    index: u16,
+    count: u16,
+    created_unix_s: u64,
+) -> Result<()> {
+    let (log_uuid, ring) = sb.log_device().ok_or_else(|| {
+        Error::InvalidArgument("the volume keeps no intent log on a log device".into())
+    })?;
+    if index >= count || count > crate::format::logdev::MAX_LOG_MIRRORS {
+        return Err(Error::InvalidArgument(format!(
+            "log device mirror {index} of {count}: the index must be below the count (at most 2)"
+        )));
+    }
+    let ls = crate::format::logdev::LogDevSuperblock {
+        volume_uuid: sb.uuid,
+        log_uuid,
+        ring_offset: crate::format::logdev::LOGDEV_RING_OFFSET,
+        ring_bytes: ring,
+        mirror_index: index,
+        mirror_count: count,
+        created_unix_s,
+    };
+    if dev.len() < ls.device_bytes() {
+        return Err(Error::InvalidArgument(format!(
+            "{} holds {} bytes; the volume's log ring needs {}",
+            dev.describe(),
+            dev.len(),
+            ls.device_bytes()
+        )));
+    }
+    dev.allocate(&[(0, ls.device_bytes())])?;
+    let b = ls.encode();
+    commit::write_block(dev, &b, 0)?;
+    commit::write_block(dev, &b, BS)?;
+    dev.write_at(&AlignedBuf::new(BLOCK_BYTES), ls.ring_offset)?;
+    dev.flush()?;
+    Ok(())
+}
+
+/// Replace log device mirror `index` of a volume that is not mounted: `new`
+/// becomes that mirror (`format_log_device`), then the volume is mounted
+/// with `new` and `others` (its other devices, if any) and closed cleanly.
+/// The mount replays the longest chain among the others (a new device's is
+/// empty); writes to every device again from there, and clears the stale
+/// mark. Refused when the volume was not closed cleanly and no other device
+/// is given (the replaced device's records would be lost) unless
+/// `missing_ok`, which mounts without them and reports it
+/// (`MountReport::notes`, returned).
+pub fn replace_log_device(
+    media: Arc<dyn Media>,
+    new: LogDevice,
+    index: u16,
+    others: Vec<LogDevice>,
+    missing_ok: bool,
+) -> Result<Vec<String>> {
+    let mut sb = recovery::read_superblocks(&*media)?.sb;
+    let Some(_) = sb.log_device() else {
+        return Err(Error::InvalidArgument(format!(
+            "{} keeps no intent log on a log device",
+            media.describe()
+        )));
+    };
+    let mut count = index + 1;
+    for o in &others {
+        match recovery::identify_log_device(&*o.0, &sb) {
+            Ok(s) if s.mirror_index != index => count = count.max(s.mirror_count),
+            Ok(_) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is log device mirror {index} itself: give the other mirror with it",
+                    o.0.describe()
+                )))
+            }
+            Err(why) => {
+                return Err(Error::InvalidArgument(format!(
+                    "log device {}: {why}",
+                    o.0.describe()
+                )))
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    // MUTANT: replace-loses-unclean-log s|!sb.is_clean() && others.is_empty()|false|
+    if !sb.is_clean() && others.is_empty() {
+        if !missing_ok {
+            return Err(Error::InvalidArgument(format!(
+                "{} was not closed cleanly and its log device may hold acknowledged writes: mount it with that device first (serve --log-device OLD), or give the other mirror, or accept losing them (--log-device-missing-ok)",
+                media.describe()
+            )));
+        }
+        // mount without the log first: it says what is lost and leaves the
+        // volume closed cleanly, with nothing in any log
+        let vol = Volume::open(
+            media.clone(),
+            &OpenOptions {
+                background: false,
+                log_device_missing_ok: true,
+                ..OpenOptions::default()
+            },
+        )?;
+        notes.extend(vol.mount_report().notes.iter().cloned());
+        vol.close()?;
+        drop(vol);
+        sb = recovery::read_superblocks(&*media)?.sb;
+    }
+    format_log_device(&*new.0, &sb, index, count, sb.created_unix_s)?;
+    let mut devs = others;
+    devs.push(new);
+    let vol = Volume::open(
+        media,
+        &OpenOptions {
+            background: false,
+            log_devices: devs,
+            log_device_missing_ok: missing_ok,
+            ..OpenOptions::default()
+        },
+    )?;
+    notes.extend(vol.mount_report().notes.iter().cloned());
+    vol.close()?;
+    Ok(notes)
 }
 
 /// The byte ranges of the metadata area (superblock copies, both checkpoint
