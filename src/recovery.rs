@@ -208,8 +208,9 @@ pub fn identify_log_device(
         ));
     };
     let hex = |u: &[u8; 16]| u.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    // MUTANT: logdev-foreign-accepted s|s.volume_uuid != sb.uuid || s.log_uuid != log_uuid|false|
-    if s.volume_uuid != sb.uuid || s.log_uuid != log_uuid {
+    let ours = s.volume_uuid == sb.uuid && s.log_uuid == log_uuid;
+    // MUTANT: logdev-foreign-accepted s|if !ours {|if false {|
+    if !ours {
         return Err(format!(
             "it belongs to another volume or log (volume {}, log {}; this volume is {} with log {})",
             hex(&s.volume_uuid),
@@ -342,8 +343,13 @@ fn replay_log_devices(
     // replayed while the other is here; alone it cannot vouch for anything
     let stale =
         |s: &crate::format::logdev::LogDevSuperblock| v.log_stale & (1 << s.mirror_index) != 0;
-    // MUTANT: stale-mirror-replayed s|.filter(|(_, s)| !stale(s))|.filter(|_| true)|
-    let replay_from: Vec<_> = usable.iter().filter(|(_, s)| !stale(s)).cloned().collect();
+    // MUTANT: stale-mirror-replayed s|let skip_stale = true;|let skip_stale = false;|
+    let skip_stale = true;
+    let replay_from: Vec<_> = usable
+        .iter()
+        .filter(|(_, s)| !(skip_stale && stale(s)))
+        .cloned()
+        .collect();
     if replay_from.is_empty() {
         let why = format!(
             "only log device mirror {} is here, and it missed records while the volume ran without it (the other mirror holds acknowledged writes)",

@@ -278,10 +278,11 @@ impl Commit {
                 // mount never replays this one's shorter chain by itself
                 let bit = 1u32 << mirror;
                 self.log_stale.fetch_or(bit, Ordering::AcqRel);
-                // MUTANT: stale-mirror-unmarked s|v.log_stale |= bit;|v.log_stale |= 0;|
+                // MUTANT: stale-mirror-unmarked s|let mark = bit;|let mark = 0;|
+                let mark = bit;
                 self.update_superblock(|sb| {
                     if let Some(v) = sb.v2.as_mut() {
-                        v.log_stale |= bit;
+                        v.log_stale |= mark;
                     }
                 })?;
             }
