@@ -272,6 +272,30 @@ apply_metadata_not_allocated() {
   replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
   replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
 }
+apply_logdev_flush_noop() {
+  marker logdev-flush-noop
+}
+apply_mirror_acked_after_one_flush() {
+  marker mirror-acked-after-one-flush
+}
+apply_logdev_foreign_accepted() {
+  marker logdev-foreign-accepted
+}
+apply_log_loss_stops_volume() {
+  marker log-loss-stops-volume
+}
+apply_missing_ok_keeps_old_chain() {
+  marker missing-ok-keeps-old-chain
+}
+apply_stale_mirror_unmarked() {
+  marker stale-mirror-unmarked
+}
+apply_stale_mirror_replayed() {
+  marker stale-mirror-replayed
+}
+apply_replace_loses_unclean_log() {
+  marker replace-loses-unclean-log
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -315,6 +339,14 @@ run heal-guesses-parity parity
 run parity-not-rotated stripe
 run member-wrong-slot-accepted lib
 run stale-member-accepted stripe
+run logdev-flush-noop log_device dst
+run mirror-acked-after-one-flush log_device dst
+run logdev-foreign-accepted log_device
+run log-loss-stops-volume log_device
+run missing-ok-keeps-old-chain log_device
+run stale-mirror-unmarked log_device dst
+run stale-mirror-replayed log_device
+run replace-loses-unclean-log log_device
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -143,6 +143,17 @@ pub fn check(media: &dyn Media) -> CheckReport {
 /// `check`, calling `progress` at each step and as segments and map entries are
 /// verified.
 pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> CheckReport {
+    check_logs(media, &[], progress)
+}
+
+/// `check_with` for a volume whose intent log is on separate device(s):
+/// `logs` are the devices given (any order); the mount identifies each (one
+/// of another volume is a finding) and replays the longest chain.
+pub fn check_logs(
+    media: &dyn Media,
+    logs: &[&dyn Media],
+    progress: &mut dyn FnMut(Progress),
+) -> CheckReport {
     let mut r = CheckReport::default();
     let mut step = |step, done, total| progress(Progress { step, done, total });
     step("superblocks", 0, 2);
@@ -292,7 +303,7 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
         r.checkpoint_slots.push(sc);
     }
     step("mount", 0, 1);
-    let m = match recovery::mount(media) {
+    let m = match recovery::mount_logs(media, logs, &mut recovery::MountReport::default(), false) {
         Ok(m) => m,
         Err(e) => {
             r.mount = format!("fails: {e}");
@@ -318,7 +329,7 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
                     );
                 }
             }
-            salvage_ranges(media, &mut r);
+            salvage_ranges(media, logs, &mut r);
             return r;
         }
     };
@@ -336,6 +347,17 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
             .collect(),
         cause: None,
     };
+    for &i in &m.log_devices {
+        r.notes.push(format!(
+            "log device {}: belongs to this volume, its records verified up to the end of the chain replay took",
+            logs[i].describe()
+        ));
+    }
+    for w in &m.log_missing {
+        r.notes.push(format!(
+            "intent log degraded: {w} (a mirrored record now has one copy)"
+        ));
+    }
     r.mount = format!(
         "ok ({} chunks replayed, {} discarded, {})",
         m.report.chunks_replayed,
@@ -489,8 +511,9 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
 
 /// After a refused mount: what a salvage mount (`serve --read-only --salvage`)
 /// would serve, and the logical block ranges it answers EIO for.
-fn salvage_ranges(media: &dyn Media, r: &mut CheckReport) {
-    let Ok(m) = recovery::mount_salvage(media, &mut recovery::MountReport::default()) else {
+fn salvage_ranges(media: &dyn Media, logs: &[&dyn Media], r: &mut CheckReport) {
+    let Ok(m) = recovery::mount_logs(media, logs, &mut recovery::MountReport::default(), true)
+    else {
         r.notes
             .push("a salvage mount is not possible either (the damage is not in the log)".into());
         return;

@@ -47,5 +47,6 @@ pub use error::{Error, Result};
 pub use gc::GcPolicy;
 pub use stats::Stats;
 pub use volume::{
-    CreateOptions, Extent, MountReport, OpenOptions, Volume, WallClock, DEFAULT_INTENT_LOG_BYTES,
+    CreateOptions, Extent, LogDevice, MountReport, OpenOptions, Volume, WallClock,
+    DEFAULT_INTENT_LOG_BYTES,
 };

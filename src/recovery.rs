@@ -124,6 +124,10 @@ rules! {
     /// Log replay ended: the next place holds no record that verifies and follows
     /// (torn, never written, stale from an earlier lap, or of another volume).
     log_end_at_unverified_record,
+    /// Mirrored log devices: one device's chain of records ended before the
+    /// other's (a record it lost at the power cut, or it missed records while
+    /// it failed); replay took the longer chain.
+    log_mirror_shorter_chain_ignored,
     /// A record carries LSNs above what the main log and the records before it
     /// hold (a chunk before it was lost in the crash): replay ends before it.
     log_record_after_lsn_gap_ends_replay,
@@ -153,6 +157,268 @@ pub struct Mounted {
     /// Every user block record below this LSN is in the main log (format v2;
     /// 0 otherwise); the intent log's blocks to re-home follow it.
     pub next_lsn: u64,
+    /// Where the log ring is: `(media byte offset, bytes)` on the volume's
+    /// media (no log device) or on each of `log_devices`.
+    pub log_ring: Option<(u64, u64)>,
+    /// Log devices (indexes into the `logs` given to the mount, in mirror
+    /// order) that belong to this volume and are used; empty without a log
+    /// device.
+    pub log_devices: Vec<usize>,
+    /// Devices the volume was created with that this mount runs without,
+    /// each with why (a mirrored pair with one device missing or unusable).
+    pub log_missing: Vec<String>,
+    /// The mirror index of each of `log_devices`.
+    pub log_mirrors: Vec<u16>,
+    /// Bit i: mirror i is not among `log_devices` (this mount writes no
+    /// records to it, so it is stale from now on).
+    pub log_absent: u32,
+}
+
+/// Read and check the superblock of log device `dev` for volume `sb`: either
+/// copy that verifies (both are written at create with the same content),
+/// its volume uuid, log uuid and ring size equal to the volume's, and the
+/// device large enough for its ring. Err: why not, in words.
+pub fn identify_log_device(
+    dev: &dyn Media,
+    sb: &Superblock,
+) -> std::result::Result<crate::format::logdev::LogDevSuperblock, String> {
+    use crate::format::logdev::LogDevSuperblock;
+    let Some((log_uuid, ring_bytes)) = sb.log_device() else {
+        return Err("the volume has no log device".into());
+    };
+    let mut errs = Vec::new();
+    let mut found = None;
+    for copy in 0..2u64 {
+        let mut b = AlignedBuf::new(BLOCK_BYTES);
+        match dev.read_at(&mut b[..], copy * BLOCK_BYTES as u64) {
+            Ok(()) => match LogDevSuperblock::decode(&b) {
+                Ok(s) => {
+                    found = Some(s);
+                    break;
+                }
+                Err(e) => errs.push(format!("copy {copy}: {e}")),
+            },
+            Err(e) => errs.push(format!("copy {copy}: {e}")),
+        }
+    }
+    let Some(s) = found else {
+        return Err(format!(
+            "no valid log device superblock ({})",
+            errs.join("; ")
+        ));
+    };
+    let hex = |u: &[u8; 16]| u.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let ours = s.volume_uuid == sb.uuid && s.log_uuid == log_uuid;
+    // MUTANT: logdev-foreign-accepted s|if !ours {|if false {|
+    if !ours {
+        return Err(format!(
+            "it belongs to another volume or log (volume {}, log {}; this volume is {} with log {})",
+            hex(&s.volume_uuid),
+            hex(&s.log_uuid),
+            hex(&sb.uuid),
+            hex(&log_uuid)
+        ));
+    }
+    if s.ring_bytes != ring_bytes {
+        return Err(format!(
+            "its ring holds {} bytes, the volume's superblock says {ring_bytes}",
+            s.ring_bytes
+        ));
+    }
+    if dev.len() < s.device_bytes() {
+        return Err(format!(
+            "it holds {} bytes, its ring needs {}",
+            dev.len(),
+            s.device_bytes()
+        ));
+    }
+    Ok(s)
+}
+
+/// The log step of a volume whose ring is on log device(s): identify each
+/// given device (one of another volume or log refuses the mount, naming it),
+/// replay each usable one's chain and take the longest (mirrors hold the same
+/// records at the same places; a device that lost or missed records holds a
+/// prefix of the other's chain). Refuses when no device is usable; runs
+/// degraded (noted, `Mounted::log_missing`) when one of a pair is.
+/// What `replay_log_devices` found: the replay, the ring, the devices used
+/// (indexes into `logs`, mirror index), what is missing, and the mask of
+/// absent mirrors.
+type LogDevicesFound = (
+    LogReplay,
+    Option<(u64, u64)>,
+    Vec<(usize, u16)>,
+    Vec<String>,
+    u32,
+);
+
+fn replay_log_devices(
+    logs: &[&dyn Media],
+    sb: &Superblock,
+    main_lsn: u64,
+    salvage: bool,
+    missing_ok: bool,
+    report: &mut MountReport,
+) -> Result<LogDevicesFound> {
+    let (log_uuid, ring_bytes) = sb.log_device().expect("a log device volume");
+    let hex: String = log_uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let v = sb.v2.expect("v2");
+    // Mounting without the log (`missing_ok`): nothing to replay; the new
+    // start's fresh chain seed (persisted by a read-write mount) keeps a
+    // device that comes back later from replaying its old records over
+    // newer writes.
+    let without = |report: &mut MountReport, why: String| {
+        let lost = if sb.is_clean() {
+            "it was closed cleanly, so its log held nothing the main log lacks: nothing is lost"
+                .to_string()
+        } else {
+            format!(
+                "writes acknowledged by FLUSH or FUA that were only in the log are lost: those with an order number (LSN) of {main_lsn} or more; the main log holds every write below it. The format does not record how many such writes or which blocks (the log device held them)"
+            )
+        };
+        report.notes.push(format!(
+            "mounted WITHOUT its intent log device (log {hex}; {why}): {lost}"
+        ));
+        tracing::warn!("mounted without the intent log device (log {hex}; {why}): {lost}");
+        (
+            LogReplay {
+                next_lsn: main_lsn,
+                start: crate::format::superblock::LogStart {
+                    // MUTANT: missing-ok-keeps-old-chain s|crate::format::intent::chain_seed(&sb.uuid, sb.generation)|v.log_start.chain|
+                    chain: crate::format::intent::chain_seed(&sb.uuid, sb.generation),
+                    ..v.log_start
+                },
+                ..LogReplay::default()
+            },
+            None,
+            Vec::new(),
+            vec![format!("every log device ({why})")],
+            0,
+        )
+    };
+    if logs.is_empty() && missing_ok {
+        return Ok(without(report, "none given".into()));
+    }
+    if logs.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "the volume's intent log is on a separate log device (log {hex}, ring of {ring_bytes} bytes) and none was given: name it (serve --log-device PATH), or mount without it (serve --log-device-missing-ok: loses what only the log held)"
+        )));
+    }
+    let mut usable: Vec<(usize, crate::format::logdev::LogDevSuperblock)> = Vec::new();
+    let mut missing = Vec::new();
+    let mut count = 1u16;
+    for (i, d) in logs.iter().enumerate() {
+        match identify_log_device(*d, sb) {
+            Ok(s) => {
+                if usable.iter().any(|(_, u)| u.mirror_index == s.mirror_index) {
+                    return Err(Error::InvalidArgument(format!(
+                        "log device {} is mirror {} of the volume's log, and so is another one given: give each device once",
+                        d.describe(),
+                        s.mirror_index
+                    )));
+                }
+                count = count.max(s.mirror_count);
+                usable.push((i, s));
+            }
+            Err(why) if why.contains("another volume") => {
+                return Err(Error::InvalidArgument(format!(
+                    "log device {}: {why}",
+                    d.describe()
+                )))
+            }
+            Err(why) => missing.push(format!("{}: {why}", d.describe())),
+        }
+    }
+    if usable.is_empty() && missing_ok {
+        return Ok(without(report, missing.join("; ")));
+    }
+    if usable.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "no usable log device for the volume's intent log (log {hex}): {}",
+            missing.join("; ")
+        )));
+    }
+    usable.sort_by_key(|(_, s)| s.mirror_index);
+    // a stale mirror (it missed records) is written to again but never
+    // replayed while the other is here; alone it cannot vouch for anything
+    let stale =
+        |s: &crate::format::logdev::LogDevSuperblock| v.log_stale & (1 << s.mirror_index) != 0;
+    // MUTANT: stale-mirror-replayed s|let skip_stale = true;|let skip_stale = false;|
+    let skip_stale = true;
+    let replay_from: Vec<_> = usable
+        .iter()
+        .filter(|(_, s)| !(skip_stale && stale(s)))
+        .cloned()
+        .collect();
+    if replay_from.is_empty() {
+        let why = format!(
+            "only log device mirror {} is here, and it missed records while the volume ran without it (the other mirror holds acknowledged writes)",
+            usable[0].1.mirror_index
+        );
+        if missing_ok {
+            return Ok(without(report, why));
+        }
+        return Err(Error::InvalidArgument(format!(
+            "{}: {why}; give the other log device too (or --log-device-missing-ok)",
+            logs[usable[0].0].describe()
+        )));
+    }
+    for (_, s) in usable.iter().filter(|(_, s)| stale(s)) {
+        report.notes.push(format!(
+            "intent log: log device mirror {} is stale (it missed records): not replayed, written again from this mount on",
+            s.mirror_index
+        ));
+    }
+    for m in 0..count {
+        if !usable.iter().any(|(_, s)| s.mirror_index == m)
+            && missing.len() < (count - usable.len() as u16) as usize
+        {
+            missing.push(format!("log device mirror {m}: not given"));
+        }
+    }
+    let ring = (usable[0].1.ring_offset, usable[0].1.ring_bytes);
+    let mut best: Option<(LogReplay, RecoveryRules)> = None;
+    for (i, s) in &replay_from {
+        let mut rules = RecoveryRules::default();
+        let r = replay_intent_log(
+            logs[*i],
+            (s.ring_offset, s.ring_bytes),
+            sb,
+            main_lsn,
+            salvage,
+            &mut rules,
+        )?;
+        best = match best {
+            Some((b, br)) if (b.records, b.next_lsn) >= (r.records, r.next_lsn) => {
+                if (b.records, b.next_lsn) > (r.records, r.next_lsn) {
+                    report.rules.log_mirror_shorter_chain_ignored += 1;
+                }
+                Some((b, br))
+            }
+            Some(_) => {
+                report.rules.log_mirror_shorter_chain_ignored += 1;
+                Some((r, rules))
+            }
+            None => Some((r, rules)),
+        };
+    }
+    let (r, rules) = best.expect("one usable device");
+    report.rules.add(&rules);
+    for m in &missing {
+        report
+            .notes
+            .push(format!("intent log degraded, running without {m}"));
+    }
+    let absent = (0..count)
+        .filter(|m| !usable.iter().any(|(_, s)| s.mirror_index == *m))
+        .fold(0u32, |a, m| a | 1 << m);
+    Ok((
+        r,
+        Some(ring),
+        usable.iter().map(|(i, s)| (*i, s.mirror_index)).collect(),
+        missing,
+        absent,
+    ))
 }
 
 /// What the intent log's replay found: the blocks to re-home into the main
@@ -223,13 +489,13 @@ fn read_record(
 /// the gap as unvouched (EIO) instead.
 pub fn replay_intent_log(
     media: &dyn Media,
+    ring: (u64, u64),
     sb: &Superblock,
     main_lsn: u64,
     salvage: bool,
     rules: &mut RecoveryRules,
 ) -> Result<LogReplay> {
     let v = sb.v2.expect("a v2 superblock");
-    let ring = (v.log_offset, v.log_bytes);
     let bs = BLOCK_BYTES as u64;
     let mut out = LogReplay {
         next_lsn: main_lsn,
@@ -1296,7 +1562,33 @@ pub fn mount(media: &dyn Media) -> Result<Mounted> {
 /// tells which rules fired on the way (`damage_refused` among them). On success
 /// the report moves into `Mounted::report`.
 pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
-    mount_inner(media, report, false)
+    mount_inner(media, &[], report, false, false)
+}
+
+/// `mount_with` (or, with `salvage`, `mount_salvage`) for a volume whose
+/// intent log is on separate device(s): `logs` are the devices given, in any
+/// order (each one's superblock says which mirror it is).
+pub fn mount_logs(
+    media: &dyn Media,
+    logs: &[&dyn Media],
+    report: &mut MountReport,
+    salvage: bool,
+) -> Result<Mounted> {
+    mount_inner(media, logs, report, salvage, false)
+}
+
+/// `mount_logs` that, when no given log device is usable (none given, or
+/// none that is this volume's and readable), mounts without the log instead
+/// of refusing: what only the log held is lost, and `Mounted::log_lost_note`
+/// says what the format can tell about it. A device of another volume is
+/// still refused.
+pub fn mount_logs_missing_ok(
+    media: &dyn Media,
+    logs: &[&dyn Media],
+    report: &mut MountReport,
+    salvage: bool,
+) -> Result<Mounted> {
+    mount_inner(media, logs, report, salvage, true)
 }
 
 /// A salvage mount (read-only use only): like `mount_with`, but damage below the
@@ -1310,7 +1602,7 @@ pub fn mount_with(media: &dyn Media, report: &mut MountReport) -> Result<Mounted
 ///   may hold, including blocks mapped by the checkpoint or never written (the
 ///   lost chunk may have written any block).
 pub fn mount_salvage(media: &dyn Media, report: &mut MountReport) -> Result<Mounted> {
-    mount_inner(media, report, true)
+    mount_inner(media, &[], report, true, false)
 }
 
 /// `last_write` value of a block named by a chunk after the end of the log that
@@ -1354,7 +1646,13 @@ pub fn unvouched_ranges(spans: &[Span], last_write: &[u32], c_next: u64) -> Vec<
     out
 }
 
-fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Result<Mounted> {
+fn mount_inner(
+    media: &dyn Media,
+    logs: &[&dyn Media],
+    report: &mut MountReport,
+    salvage: bool,
+    missing_ok: bool,
+) -> Result<Mounted> {
     let t = std::time::Instant::now();
     let read = timed(report, "read_superblocks", t, read_superblocks(media)?);
     for c in read.lost() {
@@ -1508,10 +1806,27 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
 
     // A row of the table for format v2 volumes with an intent log: after the
     // main log, the records above what it holds (re-homed by `Volume::open`).
-    let log = match sb.log_ring() {
-        Some(_) => {
+    let mut log_ring = sb.log_ring();
+    let (mut log_devices, mut log_missing) = (Vec::new(), Vec::new());
+    let (mut log_mirrors, mut log_absent) = (Vec::new(), 0);
+    let log = match sb.has_intent_log() {
+        true => {
             let t = std::time::Instant::now();
-            let r = replay_intent_log(media, &sb, main_lsn, salvage, &mut report.rules)?;
+            let r = match log_ring {
+                Some(ring) => {
+                    replay_intent_log(media, ring, &sb, main_lsn, salvage, &mut report.rules)?
+                }
+                None => {
+                    let (r, ring, used, missing, absent) =
+                        replay_log_devices(logs, &sb, main_lsn, salvage, missing_ok, report)?;
+                    log_ring = ring;
+                    log_devices = used.iter().map(|u| u.0).collect();
+                    log_mirrors = used.iter().map(|u| u.1).collect();
+                    log_missing = missing;
+                    log_absent = absent;
+                    r
+                }
+            };
             if !r.unvouched.is_empty() {
                 unvouched.extend_from_slice(&r.unvouched);
                 unvouched.sort_unstable();
@@ -1534,7 +1849,7 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
             }
             Some(timed(report, "replay_intent_log", t, r))
         }
-        None => None,
+        false => None,
     };
     // the engine numbers from the main log's end; re-homing the log's blocks
     // gives them their LSNs again
@@ -1553,6 +1868,11 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
         report: std::mem::take(report),
         log,
         next_lsn,
+        log_ring,
+        log_devices,
+        log_missing,
+        log_mirrors,
+        log_absent,
     })
 }
 

@@ -42,6 +42,17 @@ pub struct Counters {
     /// Intent log records written and their bytes (headers + data) this session.
     pub log_records: AtomicU64,
     pub media_log_bytes: AtomicU64,
+    /// Flushes of log devices (a volume with its log in the volume counts
+    /// none: its records share the media flush).
+    pub log_flushes: AtomicU64,
+    /// Write or flush errors of a log device while serving (each takes that
+    /// device out of use until the next mount).
+    pub log_device_errors: AtomicU64,
+    /// Log devices the volume runs without (missing at mount or failed since).
+    pub log_devices_degraded: AtomicU64,
+    /// Times every log device had failed and FLUSH fell back to sealing
+    /// into the main log (at most once per mount).
+    pub log_fallbacks: AtomicU64,
     /// Lifetime counters of the checkpoint this mount started from (set once,
     /// at mount; `mounts` already counts this mount).
     pub lifetime_base: Lifetime,
@@ -158,6 +169,14 @@ pub struct Stats {
     /// (counted in `media_write_bytes`, so in the write amplification).
     pub log_records: u64,
     pub media_log_bytes: u64,
+    /// Flushes of log devices this session (`Counters::log_flushes`).
+    pub log_flushes: u64,
+    /// Write or flush errors of log devices this session.
+    pub log_device_errors: u64,
+    /// Log devices of the volume it runs without: its intent log is degraded.
+    pub log_devices_degraded: u64,
+    /// Every log device failed this session: FLUSH seals into the main log.
+    pub log_fallbacks: u64,
     /// The volume stopped after a media write error or a full host file
     /// system: writes, trims, zeroes and flushes fail, reads go on.
     pub failed: bool,
@@ -188,6 +207,10 @@ impl Counters {
             s.media_chunk_header_bytes + s.media_checkpoint_bytes + s.media_superblock_bytes;
         s.log_records = g(&self.log_records);
         s.media_log_bytes = g(&self.media_log_bytes);
+        s.log_flushes = g(&self.log_flushes);
+        s.log_device_errors = g(&self.log_device_errors);
+        s.log_devices_degraded = g(&self.log_devices_degraded);
+        s.log_fallbacks = g(&self.log_fallbacks);
         s.media_write_bytes = s.media_user_data_bytes
             + s.media_gc_data_bytes
             + s.media_metadata_bytes

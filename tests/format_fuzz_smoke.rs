@@ -181,6 +181,10 @@ fn fuzz_intent_record() {
     fuzz_target("intent_record", 20_000);
 }
 #[test]
+fn fuzz_logdev_superblock() {
+    fuzz_target("logdev_superblock", 20_000);
+}
+#[test]
 fn fuzz_mount() {
     fuzz_target("mount", 3_000);
 }

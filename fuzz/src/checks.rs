@@ -27,6 +27,7 @@ use std::sync::{Arc, OnceLock};
 /// Names of the properties; each is one cargo-fuzz target of the same name.
 pub const TARGETS: [&str; 10] = [
     "intent_record",
+    "logdev_superblock",
     "superblock",
     "chunk_header",
     "chunk_verify",
@@ -51,6 +52,7 @@ pub fn run(target: &str, data: &[u8]) {
         "packed" => check_packed(data),
         "stripe_identity" => check_stripe_identity(data),
         "intent_record" => check_intent_record(data),
+        "logdev_superblock" => check_logdev_superblock(data),
         _ => panic!("unknown fuzz target {target}"),
     }
 }
@@ -125,6 +127,25 @@ pub fn check_superblock(data: &[u8]) {
     assert!(c0 + s <= sb.data_offset && c1 + s <= sb.data_offset);
     assert!(c0 + s <= c1 || c1 + s <= c0, "checkpoint slots overlap");
     let _ = sb.media_bytes();
+}
+
+/// Input: [control][log device superblock block]. Control bit 0: re-seal the
+/// CRC. A block that decodes re-encodes to the same value, its ring lies
+/// inside the u64 range, and its mirror index is below its count.
+pub fn check_logdev_superblock(data: &[u8]) {
+    use sluice::format::logdev::{LogDevSuperblock, LOGDEV_RING_OFFSET, MAX_LOG_MIRRORS};
+    let (ctl, rest) = split_control(data);
+    let mut b = rest.to_vec();
+    if ctl & FLAG_RESEAL != 0 {
+        reseal_block(&mut b);
+    }
+    let Ok(s) = LogDevSuperblock::decode(&b) else {
+        return;
+    };
+    assert_eq!(LogDevSuperblock::decode(&s.encode()), Ok(s), "round-trip");
+    assert!(s.mirror_index < s.mirror_count && s.mirror_count <= MAX_LOG_MIRRORS);
+    assert!(s.ring_offset >= LOGDEV_RING_OFFSET);
+    assert!(s.device_bytes() >= s.ring_bytes);
 }
 
 /// Input: [control][intent log record: header block + data]. Control bit 0:
@@ -676,6 +697,21 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             format!("{name}-nockpt"),
             with(0, &sb.encode()),
         ));
+    }
+
+    // Log device superblocks: a single device and the second of a pair.
+    for (name, index, count) in [("single", 0u16, 1u16), ("mirror-1", 1, 2)] {
+        use sluice::format::logdev::{LogDevSuperblock, LOGDEV_RING_OFFSET};
+        let s = LogDevSuperblock {
+            volume_uuid: BASE_UUID,
+            log_uuid: [0x42; 16],
+            ring_offset: LOGDEV_RING_OFFSET,
+            ring_bytes: 16 << 20,
+            mirror_index: index,
+            mirror_count: count,
+            created_unix_s: 1_700_000_000,
+        };
+        out.push(("logdev_superblock", name.to_string(), with(0, &s.encode())));
     }
 
     // Intent log records: data, trim and zero entries; a header-only record.

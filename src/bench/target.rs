@@ -28,6 +28,10 @@ pub enum TargetSpec {
     /// The in-process engine with discard of freed segments off
     /// (`sluice-nodiscard:PATH`), to measure what hole punching costs.
     SluiceNoDiscard(PathBuf),
+    /// The in-process engine on a volume with an intent log (format v2):
+    /// in the volume (`sluice-ilog:VOL`) or on a log device
+    /// (`sluice-logdev:VOL,LOG`); created with it when VOL is missing.
+    SluiceLog(PathBuf, Option<PathBuf>),
     Nbd(String),
     File(PathBuf),
     Dev(PathBuf),
@@ -45,6 +49,13 @@ impl TargetSpec {
             "sluice" => TargetSpec::Sluice(rest.into()),
             "sluice-noverify" => TargetSpec::SluiceNoVerify(rest.into()),
             "sluice-nodiscard" => TargetSpec::SluiceNoDiscard(rest.into()),
+            "sluice-ilog" => TargetSpec::SluiceLog(rest.into(), None),
+            "sluice-logdev" => match rest.split_once(',') {
+                Some((v, l)) if !v.is_empty() && !l.is_empty() => {
+                    TargetSpec::SluiceLog(v.into(), Some(l.into()))
+                }
+                _ => bail!("target {s:?}: give sluice-logdev:VOLUME,LOGDEVICE"),
+            },
             "nbd" => TargetSpec::Nbd(rest.to_string()),
             "file" => TargetSpec::File(rest.into()),
             "dev" => TargetSpec::Dev(rest.into()),
@@ -57,7 +68,8 @@ impl TargetSpec {
         match self {
             TargetSpec::Sluice(_)
             | TargetSpec::SluiceNoVerify(_)
-            | TargetSpec::SluiceNoDiscard(_) => "sluice",
+            | TargetSpec::SluiceNoDiscard(_)
+            | TargetSpec::SluiceLog(..) => "sluice",
             TargetSpec::Nbd(_) => "nbd",
             TargetSpec::File(_) => "file",
             TargetSpec::Dev(_) => "dev",
@@ -71,6 +83,10 @@ impl std::fmt::Display for TargetSpec {
             TargetSpec::Sluice(p) => write!(f, "sluice:{}", p.display()),
             TargetSpec::SluiceNoVerify(p) => write!(f, "sluice-noverify:{}", p.display()),
             TargetSpec::SluiceNoDiscard(p) => write!(f, "sluice-nodiscard:{}", p.display()),
+            TargetSpec::SluiceLog(p, None) => write!(f, "sluice-ilog:{}", p.display()),
+            TargetSpec::SluiceLog(p, Some(l)) => {
+                write!(f, "sluice-logdev:{},{}", p.display(), l.display())
+            }
             TargetSpec::Nbd(u) => write!(f, "nbd:{u}"),
             TargetSpec::File(p) => write!(f, "file:{}", p.display()),
             TargetSpec::Dev(p) => write!(f, "dev:{}", p.display()),
@@ -128,6 +144,7 @@ pub fn open(spec: &TargetSpec, o: &OpenSpec) -> Result<Arc<dyn Target>> {
                 ..Default::default()
             },
         )?),
+        TargetSpec::SluiceLog(p, log) => Arc::new(SluiceTarget::open_log(p, log.as_deref(), o)?),
         TargetSpec::File(p) => Arc::new(RawTarget::open(p, false, o)?),
         TargetSpec::Dev(p) => Arc::new(RawTarget::open(p, true, o)?),
         TargetSpec::Nbd(uri) => {
@@ -166,6 +183,48 @@ impl SluiceTarget {
     }
 
     pub fn open_with(path: &Path, o: &OpenSpec, open_opts: OpenOptions) -> Result<SluiceTarget> {
+        Self::open_full(path, o, open_opts, None)
+    }
+
+    /// A volume with an intent log: in the volume (`log` None) or on the
+    /// log device `log` (locked; created if missing, probed unless --force).
+    pub fn open_log(path: &Path, log: Option<&Path>, o: &OpenSpec) -> Result<SluiceTarget> {
+        let mut devs = Vec::new();
+        if let Some(l) = log {
+            let size = crate::format::logdev::LOGDEV_RING_OFFSET + crate::DEFAULT_INTENT_LOG_BYTES;
+            let m = match FileMedia::create_new(l, size) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let m = FileMedia::open(l, false)
+                        .with_context(|| format!("opening log device {}", l.display()))?;
+                    // a log device of this volume is kept; anything else that
+                    // holds data is refused without --force
+                    if !o.force && !path.exists() {
+                        if let Some(why) = safety::refuse_write(l, false)? {
+                            bail!("log device {} {why} (use --force)", l.display());
+                        }
+                    }
+                    m
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("creating log device {}", l.display()))
+                }
+            };
+            devs.push(crate::LogDevice(Arc::new(m) as Arc<dyn Media>));
+        }
+        let open_opts = OpenOptions {
+            log_devices: devs.clone(),
+            ..OpenOptions::default()
+        };
+        Self::open_full(path, o, open_opts, Some(devs))
+    }
+
+    fn open_full(
+        path: &Path,
+        o: &OpenSpec,
+        open_opts: OpenOptions,
+        log: Option<Vec<crate::LogDevice>>,
+    ) -> Result<SluiceTarget> {
         let exists = path.exists();
         let holds_volume = exists && safety::is_sluice(path)?;
         let vol = if holds_volume {
@@ -195,10 +254,15 @@ impl SluiceTarget {
                 );
             }
             let seg = crate::geometry::DEFAULT_SEGMENT_BYTES;
-            let need = crate::geometry::Geometry::for_logical(
+            let in_volume_ring = match &log {
+                Some(d) if d.is_empty() => crate::DEFAULT_INTENT_LOG_BYTES,
+                _ => 0,
+            };
+            let need = crate::geometry::Geometry::for_logical_log(
                 o.create_size / 4096,
                 (seg / 4096) as u32,
                 o.overprovision,
+                in_volume_ring,
             )
             .media_bytes();
             // The volume lock first (FileMedia::open/create_new), then the probe:
@@ -227,6 +291,8 @@ impl SluiceTarget {
                     logical_bytes: Some(o.create_size),
                     overprovision: o.overprovision,
                     segment_bytes: seg,
+                    intent_log: log.as_ref().map(|_| crate::DEFAULT_INTENT_LOG_BYTES),
+                    log_devices: log.clone().unwrap_or_default(),
                     ..Default::default()
                 },
                 &open_opts,
@@ -234,11 +300,16 @@ impl SluiceTarget {
             .with_context(|| format!("creating a volume on {}", path.display()))?
         };
         let desc = format!(
-            "sluice in-process{}, {}",
+            "sluice in-process{}{}, {}",
             if open_opts.verify_reads {
                 ""
             } else {
                 " (verified reads off)"
+            },
+            match &log {
+                None => String::new(),
+                Some(d) if d.is_empty() => " (intent log in the volume)".into(),
+                Some(d) => format!(" (intent log on {})", d[0].0.describe()),
             },
             path.display()
         );

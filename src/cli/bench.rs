@@ -21,7 +21,9 @@ pub struct Args {
     /// (ratios are to the first):
     /// sluice:PATH (in-process engine; sluice-noverify:PATH, a diagnostic, mounts it
     /// with verified reads off; sluice-nodiscard:PATH with discard of freed
-    /// segments off), nbd:URI (nbd+unix:///NAME?socket=PATH or
+    /// segments off; sluice-ilog:PATH a volume with its intent log in it,
+    /// sluice-logdev:PATH,LOG with its intent log on the log device LOG),
+    /// nbd:URI (nbd+unix:///NAME?socket=PATH or
     /// nbd://HOST:PORT/NAME), file:PATH, dev:PATH (raw, O_DIRECT).
     #[arg(long = "target", required = true, value_name = "KIND:WHERE")]
     pub targets: Vec<String>,
@@ -249,7 +251,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     for (_, s) in &specs {
         if let TargetSpec::Sluice(p)
         | TargetSpec::SluiceNoVerify(p)
-        | TargetSpec::SluiceNoDiscard(p) = s
+        | TargetSpec::SluiceNoDiscard(p)
+        | TargetSpec::SluiceLog(p, _) = s
         {
             // (the file may not exist yet: resolve its directory)
             let dir = match p.parent() {
@@ -277,6 +280,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             TargetSpec::Sluice(p)
             | TargetSpec::SluiceNoVerify(p)
             | TargetSpec::SluiceNoDiscard(p)
+            | TargetSpec::SluiceLog(p, _)
             | TargetSpec::File(p)
             | TargetSpec::Dev(p) => Some(p.clone()),
             TargetSpec::Nbd(_) => None,

@@ -46,6 +46,13 @@ pub struct Args {
     /// with it need a build that knows format v2.
     #[arg(long)]
     pub intent_log: bool,
+    /// Keep the intent log on a separate, faster device instead (an NVMe or
+    /// Optane partition, a pmem device; a file in tests), implies
+    /// --intent-log. Give it twice to mirror the log on two devices. A file
+    /// that does not exist is created (16 MiB of ring); an existing one that
+    /// holds data is refused unless --force; one in use never.
+    #[arg(long = "log-device", value_name = "PATH")]
+    pub log_devices: Vec<PathBuf>,
 }
 
 /// Fewest segments a volume may have: below this the GC reserve and open segments
@@ -158,7 +165,10 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
         );
     }
     let mut media = Arc::new(media);
-    match format(a, &mut media, op, seg_blocks) {
+    let mut logs = Vec::new();
+    let r =
+        open_log_devices(a, &mut logs).and_then(|_| format(a, &mut media, op, seg_blocks, &logs));
+    match r {
         Ok(vol) => Ok(vol),
         Err(e) => {
             if fresh {
@@ -168,9 +178,51 @@ pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
                     let _ = m.remove_created();
                 }
             }
+            for l in logs {
+                if let Ok(m) = Arc::try_unwrap(l) {
+                    let _ = m.remove_created();
+                }
+            }
             Err(e)
         }
     }
+}
+
+/// Lock (and, without --force, probe) each `--log-device`, creating a
+/// missing file; `logs` gets each as it is opened, so a failure removes
+/// only the files this run created.
+fn open_log_devices(a: &Args, logs: &mut Vec<Arc<FileMedia>>) -> anyhow::Result<()> {
+    if a.log_devices.len() > 2 {
+        bail!(
+            "--log-device given {} times: at most twice (a mirrored pair)",
+            a.log_devices.len()
+        );
+    }
+    let size = sluice::format::logdev::LOGDEV_RING_OFFSET + sluice::DEFAULT_INTENT_LOG_BYTES;
+    for p in &a.log_devices {
+        let m = match FileMedia::create_new(p, size) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // the lock first (a log device in use is never touched), then the probe
+                let m = FileMedia::open(p, false)
+                    .with_context(|| format!("opening log device {}", p.display()))?;
+                if !a.force {
+                    if let Some(why) = sluice::media::probe::refuse_write(p, false)? {
+                        bail!(
+                            "log device {} {why}; use --force to overwrite it",
+                            p.display()
+                        );
+                    }
+                }
+                m
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating log device {}", p.display()))
+            }
+        };
+        logs.push(Arc::new(m));
+    }
+    Ok(())
 }
 
 /// Size (files only), optionally preallocate, and format the locked media.
@@ -179,9 +231,10 @@ fn format(
     media: &mut Arc<FileMedia>,
     op: f64,
     seg_blocks: u64,
+    logs: &[Arc<FileMedia>],
 ) -> anyhow::Result<Volume> {
     if let (false, Some(size)) = (media.is_block_device(), a.size) {
-        let log = if a.intent_log {
+        let log = if a.intent_log && logs.is_empty() {
             sluice::DEFAULT_INTENT_LOG_BYTES
         } else {
             0
@@ -213,15 +266,25 @@ fn format(
         overprovision: op,
         segment_bytes: a.segment_size,
         gc_policy: a.gc,
-        intent_log: a.intent_log.then_some(sluice::DEFAULT_INTENT_LOG_BYTES),
+        intent_log: (a.intent_log || !logs.is_empty()).then_some(sluice::DEFAULT_INTENT_LOG_BYTES),
+        log_devices: log_devices(logs),
         ..Default::default()
     };
     Volume::create(
         media.clone() as Arc<dyn Media>,
         &opts,
-        &sluice::OpenOptions::default(),
+        &sluice::OpenOptions {
+            log_devices: log_devices(logs),
+            ..Default::default()
+        },
     )
     .with_context(|| format!("creating a volume on {}", a.path.display()))
+}
+
+fn log_devices(logs: &[Arc<FileMedia>]) -> Vec<sluice::LogDevice> {
+    logs.iter()
+        .map(|l| sluice::LogDevice(l.clone() as Arc<dyn Media>))
+        .collect()
 }
 
 /// Refuse to format over something that holds data (the probe bench uses:
@@ -254,6 +317,103 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         spare,
         vol.gc_policy().name()
     );
+    for (i, l) in a.log_devices.iter().enumerate() {
+        println!(
+            "intent log on {} (log device {} of {})",
+            l.display(),
+            i + 1,
+            a.log_devices.len()
+        );
+    }
     vol.close()?;
+    Ok(0)
+}
+
+/// `sluice log-device`: change the intent log device of a volume that is not
+/// mounted.
+#[derive(clap::Args)]
+pub struct LogDeviceArgs {
+    #[command(subcommand)]
+    pub action: LogDeviceAction,
+}
+
+#[derive(clap::Subcommand)]
+pub enum LogDeviceAction {
+    /// Make NEW the volume's log device (mirror --mirror of a pair): NEW gets
+    /// the log device superblock, then the volume is mounted with NEW and the
+    /// other mirror (--log-device) and closed cleanly. Refused for a volume
+    /// not closed cleanly with no other mirror given, unless
+    /// --log-device-missing-ok (what only the old device held is lost).
+    Replace {
+        /// The volume (file or block device; not in use).
+        volume: PathBuf,
+        /// The new log device (a missing file is created with a 16 MiB ring).
+        new: PathBuf,
+        /// Which mirror NEW replaces (0, or 1 of a pair).
+        #[arg(long, default_value_t = 0)]
+        mirror: u16,
+        /// The volume's other log device, for a mirrored pair.
+        #[arg(long = "log-device", value_name = "PATH")]
+        others: Vec<PathBuf>,
+        /// Overwrite a NEW that holds data (never one in use).
+        #[arg(long)]
+        force: bool,
+        /// Replace the only log device of a volume not closed cleanly: what
+        /// only it held is lost (the notes say from which LSN).
+        #[arg(long)]
+        log_device_missing_ok: bool,
+    },
+}
+
+pub fn run_log_device(a: LogDeviceArgs) -> anyhow::Result<i32> {
+    let LogDeviceAction::Replace {
+        volume,
+        new,
+        mirror,
+        others,
+        force,
+        log_device_missing_ok,
+    } = a.action;
+    let media =
+        FileMedia::open(&volume, false).with_context(|| format!("opening {}", volume.display()))?;
+    let others = super::serve::open_log_devices(&others, false, false)?;
+    // the new device: locked, and probed unless --force (as create does)
+    let args = Args {
+        path: volume.clone(),
+        size: None,
+        overprovision: 10.0,
+        segment_size: 4 << 20,
+        gc: sluice::gc::DEFAULT_POLICY,
+        force,
+        preallocate: false,
+        intent_log: true,
+        log_devices: vec![new.clone()],
+    };
+    let mut logs = Vec::new();
+    if let Err(e) = open_log_devices(&args, &mut logs) {
+        for l in logs {
+            if let Ok(m) = Arc::try_unwrap(l) {
+                let _ = m.remove_created();
+            }
+        }
+        return Err(e);
+    }
+    let new_dev = sluice::LogDevice(logs[0].clone() as Arc<dyn Media>);
+    let notes = sluice::volume::replace_log_device(
+        Arc::new(media),
+        new_dev,
+        mirror,
+        others,
+        log_device_missing_ok,
+    )
+    .with_context(|| format!("replacing the log device of {}", volume.display()))?;
+    for n in notes {
+        println!("mount       {n}");
+    }
+    println!(
+        "replaced    log device mirror {mirror} of {} by {}",
+        volume.display(),
+        new.display()
+    );
     Ok(0)
 }

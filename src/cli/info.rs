@@ -22,6 +22,24 @@ pub struct InfoArgs {
     /// show its live counters (session WA, bytes written) too.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+    /// The volume's intent log device(s), if it has any (`create --log-device`).
+    #[arg(long = "log-device", value_name = "PATH")]
+    pub log_devices: Vec<PathBuf>,
+}
+
+/// Open each log device read-only, without its lock (as `info` opens the
+/// volume); one that cannot be opened is left out (the mount says what is missing).
+fn log_devices_unlocked(paths: &[PathBuf]) -> Vec<sluice::LogDevice> {
+    paths
+        .iter()
+        .filter_map(|p| match FileMedia::open_unlocked_read_only(p) {
+            Ok(m) => Some(sluice::LogDevice(Arc::new(m) as Arc<dyn Media>)),
+            Err(e) => {
+                eprintln!("sluice: warning: log device {}: {e}", p.display());
+                None
+            }
+        })
+        .collect()
 }
 
 /// Live counters from a server's metrics endpoint, if given and reachable: the
@@ -63,6 +81,9 @@ pub struct CheckArgs {
     /// under the check, so damage found may only be writes in flight.
     #[arg(long)]
     pub force: bool,
+    /// The volume's intent log device(s), if it has any (`create --log-device`).
+    #[arg(long = "log-device", value_name = "PATH")]
+    pub log_devices: Vec<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -204,11 +225,13 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
     let copies = sluice::recovery::read_superblocks(&*media)
         .map(|r| superblock_summary(&r))
         .unwrap_or_default();
+    let log_devices = log_devices_unlocked(&a.log_devices);
     let vol = Volume::open(
         media,
         &OpenOptions {
             read_only: true,
             background: false,
+            log_devices: log_devices.clone(),
             ..Default::default()
         },
     )
@@ -221,13 +244,18 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
     // what this read-only mount found to replay (the server's own count of
     // records written is in its stats: `log_records`)
     let replayed = vol.mount_report().rules.log_record_replayed;
-    let ilog = sb.v2.filter(|_| sb.log_ring().is_some()).map(|v| {
+    let devs = vol.log_devices();
+    let degraded = st.log_devices_degraded;
+    let ilog = sb.v2.filter(|_| sb.has_intent_log()).map(|v| {
         serde_json::json!({
             "offset": v.log_offset,
             "bytes": v.log_bytes,
             "start_offset": v.log_start.offset,
             "start_seq": v.log_start.seq,
             "records_to_replay": replayed,
+            "log_devices": devs.iter().map(|(d, _)| d).collect::<Vec<_>>(),
+            "log_devices_missing": degraded,
+            "degraded": degraded > 0,
         })
     });
     if a.json {
@@ -268,6 +296,18 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
                 human(bytes),
                 v.log_start.offset,
                 v.log_start.seq
+            ),
+            (Some(v), None) if sb.log_device().is_some() => println!(
+                "intent log    {} ring on log device(s) {}, replay starts at ring byte {} (record seq {}); {replayed} record(s) to replay{}",
+                human(v.log_bytes),
+                devs.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>().join(", "),
+                v.log_start.offset,
+                v.log_start.seq,
+                if degraded > 0 {
+                    format!("; DEGRADED: {degraded} log device(s) missing")
+                } else {
+                    String::new()
+                }
             ),
             _ => println!("intent log    none (FLUSH seals the open chunk)"),
         }
@@ -511,7 +551,9 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
-    let r = sluice::check::check_with(&media, &mut check_progress());
+    let logs = log_devices_unlocked(&a.log_devices);
+    let log_refs: Vec<&dyn Media> = logs.iter().map(|d| &*d.0).collect();
+    let r = sluice::check::check_logs(&media, &log_refs, &mut check_progress());
     if a.json {
         println!(
             "{}",

@@ -59,6 +59,11 @@ pub enum Cmd {
         after_help = "Examples:\n  sluice check vol.img   # exit 1: superblock copies at the head are unreadable\n  sluice repair vol.img"
     )]
     Repair(info::RepairArgs),
+    /// Change the intent log device of a volume that is not mounted (replace).
+    #[command(
+        after_help = "Examples:\n  sluice log-device replace vol.img /dev/nvme0n1p3\n  sluice log-device replace vol.img new.log --mirror 1 --log-device a.log"
+    )]
+    LogDevice(create::LogDeviceArgs),
     /// Benchmarks from the seeds (grid, slog, steady, mix) and more, on sluice and its peers side by side.
     #[command(
         after_help = "Examples:\n  sluice bench grid --target sluice:vol.img --target file:raw.img --size 8G --sizes 4K,128K\n  sluice bench slog --target nbd:nbd+unix:///vol?socket=/tmp/s.sock\n  sluice bench steady --target sluice:vol.img --duration 10m --interval 30s --plot steady.svg\n  sluice bench mix --target sluice:vol.img --target file:raw.img --json mix.json\n  sluice bench ceiling --target file:raw.img --target sluice:vol.img"
@@ -108,6 +113,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Info(a) => info::run_info(a),
         Cmd::Check(a) => info::run_check(a),
         Cmd::Repair(a) => info::run_repair(a),
+        Cmd::LogDevice(a) => create::run_log_device(a),
         Cmd::Bench(a) => bench::run(*a),
         Cmd::Replay(a) => replay::run(a),
         Cmd::Sim(a) => sim::run(a),

@@ -68,6 +68,19 @@ pub struct Args {
     /// the ranges `sluice check` lists). See docs/salvage.md.
     #[arg(long, requires = "read_only")]
     pub salvage: bool,
+    /// The volume's intent log device (see `sluice create --log-device`);
+    /// twice for a mirrored pair. A device of another volume is refused; of
+    /// a pair, one missing or unusable is warned about and the volume runs
+    /// degraded (`sluice info`, stats `log_devices_degraded`).
+    #[arg(long = "log-device", value_name = "PATH")]
+    pub log_devices: Vec<PathBuf>,
+    /// Mount a volume whose log device is gone (none given, or none that can
+    /// be opened and is this volume's): writes acknowledged only through the
+    /// log are lost, and the mount says which order numbers (as `zpool
+    /// import -m`). FLUSH then seals into the main log. A device of another
+    /// volume is still refused.
+    #[arg(long)]
+    pub log_device_missing_ok: bool,
     /// Write the server's pid here once it is listening; removed at exit if it
     /// still holds it. Never replaces a file other than a stale pid file.
     #[arg(long, value_name = "FILE")]
@@ -385,6 +398,37 @@ impl Daemon {
     }
 }
 
+/// Open (and lock) each `--log-device`. One that cannot be opened is warned
+/// about and left out (the mount decides whether the others suffice: one of
+/// a mirrored pair does); one in use by another process is refused.
+pub fn open_log_devices(
+    paths: &[PathBuf],
+    read_only: bool,
+    missing_ok: bool,
+) -> anyhow::Result<Vec<sluice::LogDevice>> {
+    let mut out = Vec::new();
+    let mut missing = Vec::new();
+    for p in paths {
+        match FileMedia::open(p, read_only) {
+            Ok(m) => out.push(sluice::LogDevice(Arc::new(m) as Arc<dyn Media>)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(e).with_context(|| format!("opening log device {}", p.display()))
+            }
+            Err(e) => missing.push(format!("{}: {e}", p.display())),
+        }
+    }
+    if out.is_empty() && !missing.is_empty() && !missing_ok {
+        bail!(
+            "no log device could be opened ({}); the volume's acknowledged writes may be there (--log-device-missing-ok mounts without it, losing them)",
+            missing.join("; ")
+        );
+    }
+    for m in &missing {
+        say!("sluice: warning: log device {m}; mounting without it");
+    }
+    Ok(out)
+}
+
 /// Mount (creating if asked) one volume; its media holds the volume lock.
 fn open_volume(
     path: &Path,
@@ -405,6 +449,7 @@ fn open_volume(
             force: false,
             preallocate: false,
             intent_log: false,
+            log_devices: Vec::new(),
         })?;
         vol.close()?;
         say!("sluice: created {} ({})", path.display(), human(size));
@@ -428,7 +473,10 @@ fn open_volume(
     if a.scrub_rate == Some(0) {
         bail!("--scrub-rate must be above 0 (leave it out to turn scrub off)");
     }
+    let log_devices = open_log_devices(&a.log_devices, read_only, a.log_device_missing_ok)?;
     let opts = OpenOptions {
+        log_devices,
+        log_device_missing_ok: a.log_device_missing_ok,
         read_only,
         verify_reads: !a.no_verify_reads,
         scrub_rate: a.scrub_rate,
@@ -460,6 +508,9 @@ fn open_volume(
         }
     }
     let r = vol.mount_report();
+    for n in r.notes.iter().filter(|n| n.contains("intent log")) {
+        say!("sluice: {}: {n}", path.display());
+    }
     if a.salvage {
         let n: u64 = vol.unvouched().iter().map(|(s, e)| e - s).sum();
         say!(

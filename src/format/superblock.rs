@@ -59,7 +59,8 @@ pub struct Superblock {
 pub mod incompat {
     /// An intent log ring in the volume (§4); requires `LSN`.
     pub const INTENT_LOG: u64 = 1 << 0;
-    /// The intent log is on a separate device (§4.3; not in this build).
+    /// The intent log ring is on separate device(s) (§4.3): `log_offset` is
+    /// 0 and each device carries its own superblock (`format::logdev`).
     pub const LOG_DEVICE: u64 = 1 << 1;
     /// Packed (compressed) entries (§5; not in this build).
     pub const COMPRESSION: u64 = 1 << 2;
@@ -70,7 +71,7 @@ pub mod incompat {
     /// Chunk headers carry the LSN range of their user entries (§3).
     pub const LSN: u64 = 1 << 5;
     /// The bits this build mounts.
-    pub const KNOWN: u64 = INTENT_LOG | LSN;
+    pub const KNOWN: u64 = INTENT_LOG | LSN | LOG_DEVICE;
     /// Name of one bit, for refusals.
     pub fn name(bit: u32) -> String {
         match bit {
@@ -109,6 +110,11 @@ pub struct SbV2 {
     pub log_offset: u64,
     pub log_bytes: u64,
     pub log_start: LogStart,
+    /// With `LOG_DEVICE`: bit i set = log device mirror i missed records
+    /// (it failed while serving, or a mount ran without it); replay never
+    /// reads it while the other mirror is there, and alone it is refused.
+    /// Cleared by a mount that writes to both again.
+    pub log_stale: u32,
 }
 
 impl SbV2 {
@@ -120,6 +126,8 @@ impl SbV2 {
 /// Smallest intent log ring (a record of one header and 8 data blocks must
 /// fit several times).
 pub const MIN_LOG_BYTES: u64 = 64 << 10;
+/// Largest ring on a log device (a bound for validation, not a target).
+pub const MAX_DEVICE_LOG_BYTES: u64 = 1 << 40;
 
 impl Superblock {
     /// The format version this superblock is written with.
@@ -134,8 +142,20 @@ impl Superblock {
     /// The in-volume intent log ring `(media offset, bytes)`, if the volume has one.
     pub fn log_ring(&self) -> Option<(u64, u64)> {
         self.v2
-            .filter(|v| v.has(incompat::INTENT_LOG))
+            .filter(|v| v.has(incompat::INTENT_LOG) && !v.has(incompat::LOG_DEVICE))
             .map(|v| (v.log_offset, v.log_bytes))
+    }
+
+    /// The intent log on separate device(s): `(log_uuid, ring bytes)`.
+    pub fn log_device(&self) -> Option<([u8; 16], u64)> {
+        self.v2
+            .filter(|v| v.has(incompat::LOG_DEVICE))
+            .map(|v| (v.log_uuid, v.log_bytes))
+    }
+
+    /// The volume has an intent log, in the volume or on a device.
+    pub fn has_intent_log(&self) -> bool {
+        self.v2.is_some_and(|v| v.has(incompat::INTENT_LOG))
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -170,6 +190,7 @@ impl Superblock {
             put_u64(&mut b, 264, v.log_start.offset);
             put_u64(&mut b, 272, v.log_start.seq);
             put_u32(&mut b, 280, v.log_start.chain);
+            put_u32(&mut b, 284, v.log_stale);
         }
         let crc = crc32c::crc32c(&b[..BLOCK_BYTES - 4]);
         put_u32(&mut b, BLOCK_BYTES - 4, crc);
@@ -229,6 +250,7 @@ impl Superblock {
                     seq: get_u64(b, 272),
                     chain: get_u32(b, 280),
                 },
+                log_stale: get_u32(b, 284),
             }),
         };
         if let Some(v) = &sb.v2 {
@@ -334,13 +356,38 @@ impl Superblock {
             ));
         }
         if !v.has(incompat::INTENT_LOG) {
-            return if v.log_offset == 0 && v.log_bytes == 0 {
+            return if v.log_offset == 0 && v.log_bytes == 0 && !v.has(incompat::LOG_DEVICE) {
                 Ok(())
             } else {
                 Err(invalid("log_offset", "a log ring without INTENT_LOG"))
             };
         }
         let bs = BLOCK_BYTES as u64;
+        if v.log_stale != 0 && (!v.has(incompat::LOG_DEVICE) || v.log_stale > 2) {
+            // at most one of a pair is stale: the last device in use is never marked
+            return Err(invalid("log_stale", v.log_stale.to_string()));
+        }
+        if v.has(incompat::LOG_DEVICE) {
+            // the ring is on the device(s); its size here must match theirs
+            if v.log_offset != 0
+                || v.log_bytes < MIN_LOG_BYTES
+                || !v.log_bytes.is_multiple_of(bs)
+                || v.log_bytes > MAX_DEVICE_LOG_BYTES
+                || v.log_uuid == [0; 16]
+            {
+                return Err(invalid(
+                    "log_offset",
+                    format!(
+                        "a log device ring of {} bytes at {} (offset must be 0, size 64 KiB..1 TiB, uuid set)",
+                        v.log_bytes, v.log_offset
+                    ),
+                ));
+            }
+            if v.log_start.offset >= v.log_bytes || !v.log_start.offset.is_multiple_of(bs) {
+                return Err(invalid("log_start", v.log_start.offset.to_string()));
+            }
+            return Ok(());
+        }
         let slots_end =
             self.checkpoint_offset[0].max(self.checkpoint_offset[1]) + self.checkpoint_slot_bytes;
         if v.log_bytes < MIN_LOG_BYTES
@@ -451,12 +498,45 @@ mod tests {
 
     #[test]
     fn unknown_incompat_bit_is_refused_by_name() {
-        for (bit, name) in [(1u64, "LOG_DEVICE"), (2, "COMPRESSION"), (40, "bit 40")] {
+        for (bit, name) in [(2u64, "COMPRESSION"), (3, "STRIPE_SET"), (40, "bit 40")] {
             let mut sb = sample_v2();
             sb.v2.as_mut().unwrap().features_incompat |= 1 << bit;
             let e = Superblock::decode(&sb.encode()).unwrap_err();
             assert_eq!(e, FormatError::Feature(name.into()));
             assert!(e.to_string().contains(name), "{e}");
+        }
+    }
+
+    #[test]
+    fn log_device_volume_roundtrips_and_is_validated() {
+        let mut sb = sample_v2();
+        {
+            let v = sb.v2.as_mut().unwrap();
+            v.features_incompat |= incompat::LOG_DEVICE;
+            v.log_offset = 0;
+            v.log_bytes = 16 << 20;
+        }
+        let d = Superblock::decode(&sb.encode()).unwrap();
+        assert_eq!(d, sb);
+        assert_eq!(d.log_ring(), None);
+        assert_eq!(d.log_device(), Some(([3; 16], 16 << 20)));
+        assert!(d.has_intent_log());
+        let mut st = sb.clone();
+        st.v2.as_mut().unwrap().log_stale = 2;
+        assert_eq!(Superblock::decode(&st.encode()).unwrap(), st);
+        let bad: [fn(&mut SbV2); 7] = [
+            |v| v.log_stale = 3,                            // both mirrors stale
+            |v| v.log_stale = 4,                            // no mirror 2
+            |v| v.log_offset = 1 << 20,                     // a ring in the volume too
+            |v| v.log_bytes = 4096,                         // too small
+            |v| v.log_uuid = [0; 16],                       // no identity
+            |v| v.log_start.offset = 16 << 20,              // start outside the ring
+            |v| v.features_incompat = incompat::LOG_DEVICE, // without INTENT_LOG
+        ];
+        for (i, f) in bad.iter().enumerate() {
+            let mut b = sb.clone();
+            f(b.v2.as_mut().unwrap());
+            assert!(Superblock::decode(&b.encode()).is_err(), "case {i}");
         }
     }
 

@@ -22,7 +22,7 @@ pub use file::{lock_file, lock_holder, lock_holder_of, FileMedia};
 pub use flash_sim::{FlashCounters, FlashSim, Ftl, OP_CONSUMER, OP_ENTERPRISE};
 pub use memory::MemMedia;
 pub use replay::{ReplayMedia, Store, PATTERN};
-pub use sim::{crash_apply, crash_apply_opts, Loss, SimEvent, SimMedia};
+pub use sim::{crash_apply, crash_apply_opts, Loss, SimEvent, SimMedia, SimPart};
 pub use uring::{UringReads, WAKE as URING_WAKE};
 
 use std::io;

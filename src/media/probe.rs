@@ -26,6 +26,9 @@ pub fn signature(b: &[u8]) -> Option<String> {
     if at(b, 0, b"SLUICESB") || at(b, 4096, b"SLUICESB") {
         return sig("a sluice volume");
     }
+    if at(b, 0, b"SLUICELG") || at(b, 4096, b"SLUICELG") {
+        return sig("a sluice log device");
+    }
     if at(b, 512, b"EFI PART") || at(b, 4096, b"EFI PART") {
         return sig("a GPT partition table");
     }

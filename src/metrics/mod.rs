@@ -732,6 +732,54 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
         "Bytes the background scrub read and verified.",
         |x| one(x.st.scrub_bytes),
     );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_log_records_total",
+        "counter",
+        "Intent log records written (FLUSH/FUA that logged instead of sealing).",
+        |x| one(x.st.log_records),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_log_bytes_total",
+        "counter",
+        "Bytes of intent log records written (headers and data), on the volume or its log device(s).",
+        |x| one(x.st.media_log_bytes),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_log_device_flushes_total",
+        "counter",
+        "Flushes of log devices (an in-volume log shares the media flush and counts none).",
+        |x| one(x.st.log_flushes),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_log_device_errors_total",
+        "counter",
+        "Write or flush errors of log devices while serving.",
+        |x| one(x.st.log_device_errors),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_log_devices_degraded",
+        "gauge",
+        "Log devices of the volume it runs without (missing at mount or failed since): the log is degraded.",
+        |x| one(x.st.log_devices_degraded),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_log_fallbacks_total",
+        "counter",
+        "1 once every log device failed and FLUSH fell back to sealing into the main log.",
+        |x| one(x.st.log_fallbacks),
+    );
     pattern::render(&mut t.0, &[("host", &m.host), ("media", &m.media)]);
     t.0
 }

@@ -35,11 +35,15 @@ use std::thread::JoinHandle;
 /// flushed), so a mount that falls back to either copy replays from it: a
 /// copy with an older start would send replay into ring space reused since.
 pub(in crate::volume) fn persist_start(commit: &Commit, start: LogStart) -> Result<()> {
+    let stale = commit.log_stale.load(Ordering::Acquire);
     let set = |sb: &mut Superblock| {
         if let Some(v) = sb.v2.as_mut() {
             if start.seq >= v.log_start.seq {
                 v.log_start = start;
             }
+            // the mirrors this mount does not write to (set at mount: a
+            // mirror absent now; later: one that failed), and only those
+            v.log_stale = stale;
         }
     };
     commit.update_superblock(set)?;
@@ -89,6 +93,15 @@ impl Progress {
     }
 }
 
+/// The intent log devices a mount uses (`Commit::new`): each with its mirror
+/// index, how many of the volume's devices are missing, and the mask of
+/// mirrors absent (stale from this mount on).
+pub(in crate::volume) struct LogDeviceSet {
+    pub devs: Vec<(Arc<dyn Media>, u16)>,
+    pub missing: usize,
+    pub absent: u32,
+}
+
 /// Chunks handed to the writer threads; bounded by WRITE_QUEUE_BYTES.
 #[derive(Default)]
 struct WriteQueue {
@@ -126,6 +139,19 @@ pub(in crate::volume) struct Commit {
     /// Freed segments are discarded (`OpenOptions::discard`); turned off for
     /// the mount when the media cannot discard or a discard fails.
     discard_on: AtomicBool,
+    /// The intent log's devices (empty: the ring is in the volume's media),
+    /// each with whether it is still in use: a write or flush error takes one
+    /// of a mirrored pair out (warned, counted) and the other carries on.
+    log_devs: Vec<(Arc<dyn Media>, AtomicBool, u16)>,
+    /// Mirrors this mount does not write records to (bit = mirror index):
+    /// absent at mount, or failed since. Durable in the superblock
+    /// (`log_stale`) before a waiter is released on the other mirror alone.
+    log_stale: std::sync::atomic::AtomicU32,
+    /// Every log device failed while serving: records are no longer written,
+    /// and a FLUSH seals the open chunk into the main log instead (the path
+    /// of a volume without an intent log). Set once, never cleared (until
+    /// the next mount).
+    log_lost: AtomicBool,
 }
 
 /// Write `sb` to its copy (index generation mod 2) at the head and, when the
@@ -173,7 +199,14 @@ impl Commit {
         sb: Superblock,
         next_seq: u64,
         opts: &OpenOptions,
+        logs: LogDeviceSet,
     ) -> Commit {
+        let LogDeviceSet {
+            devs: log_devs,
+            missing: log_missing,
+            absent: log_absent,
+        } = logs;
+        Counters::add(&counters.log_devices_degraded, log_missing as u64);
         Commit {
             media,
             geo,
@@ -199,7 +232,102 @@ impl Commit {
             writeq_space: Condvar::new(),
             async_writes: opts.background && !opts.read_only,
             discard_on: AtomicBool::new(opts.discard && !opts.read_only),
+            log_devs: log_devs
+                .into_iter()
+                .map(|(d, m)| (d, AtomicBool::new(true), m))
+                .collect(),
+            log_stale: std::sync::atomic::AtomicU32::new(log_absent),
+            log_lost: AtomicBool::new(false),
         }
+    }
+
+    /// Every log device failed: FLUSH seals instead of logging.
+    pub fn log_lost(&self) -> bool {
+        self.log_lost.load(Ordering::Acquire)
+    }
+
+    /// Log device `i` failed at `what`: take it out of use (warned once,
+    /// counted). When it was the last one in use, the intent log is lost for
+    /// this mount: logged once at error level, counted (`log_fallbacks`),
+    /// and every FLUSH from now on seals into the main log (`log_lost`);
+    /// waiters for records are woken to do so. The volume keeps serving.
+    fn log_device_failed(
+        &self,
+        i: usize,
+        what: std::fmt::Arguments,
+        e: &std::io::Error,
+    ) -> Result<()> {
+        let (d, alive, mirror) = &self.log_devs[i];
+        Counters::add(&self.counters.log_device_errors, 1);
+        let first = alive.swap(false, Ordering::AcqRel);
+        if first {
+            Counters::add(&self.counters.log_devices_degraded, 1);
+            tracing::warn!(
+                "log device {}: {what}: {e}; the intent log runs without it until the next mount",
+                d.describe()
+            );
+        }
+        if self
+            .log_devs
+            .iter()
+            .any(|(_, a, _)| a.load(Ordering::Acquire))
+        {
+            if first {
+                // the other mirror now holds records this one lacks: say so
+                // durably before any waiter relies on the other alone, so a
+                // mount never replays this one's shorter chain by itself
+                let bit = 1u32 << mirror;
+                self.log_stale.fetch_or(bit, Ordering::AcqRel);
+                // MUTANT: stale-mirror-unmarked s|let mark = bit;|let mark = 0;|
+                let mark = bit;
+                self.update_superblock(|sb| {
+                    if let Some(v) = sb.v2.as_mut() {
+                        v.log_stale |= mark;
+                    }
+                })?;
+            }
+            return Ok(());
+        }
+        // MUTANT: log-loss-stops-volume s|if !self.log_lost.swap(true, Ordering::AcqRel) {|if self.fail("log device", e).to_string() != "" && !self.log_lost.swap(true, Ordering::AcqRel) {|
+        if !self.log_lost.swap(true, Ordering::AcqRel) {
+            Counters::add(&self.counters.log_fallbacks, 1);
+            tracing::error!(
+                "log device {}: {what}: {e}; no log device is left: FLUSH and FUA now seal the open chunk into the main log (slower, nothing acknowledged is lost); restart with a working log device to log again",
+                d.describe()
+            );
+        }
+        // record waiters must stop waiting for records that will not come
+        let _p = self.progress.lock();
+        self.progress_cv.notify_all();
+        Ok(())
+    }
+
+    /// Each log device (mirror order) and whether it is still in use.
+    pub fn log_device_state(&self) -> Vec<(String, bool)> {
+        self.log_devs
+            .iter()
+            .map(|(d, a, _)| (d.describe(), a.load(Ordering::Acquire)))
+            .collect()
+    }
+
+    /// Flush every log device in use (a record is durable once each device
+    /// still in use has flushed it: a mirrored record is acknowledged only
+    /// after both flushes). Ok(false): no device is left (`log_lost`).
+    fn flush_log_devices(&self) -> Result<bool> {
+        for (i, (d, alive, _)) in self.log_devs.iter().enumerate() {
+            if !alive.load(Ordering::Acquire) {
+                continue;
+            }
+            // MUTANT: logdev-flush-noop s|d.flush()|Ok::<(), std::io::Error>(())|
+            let r = d.flush();
+            Counters::add(&self.counters.log_flushes, 1);
+            if let Err(e) = r {
+                self.log_device_failed(i, format_args!("flush"), &e)?;
+            }
+            // MUTANT: mirror-acked-after-one-flush s|continue;|break;|
+            continue;
+        }
+        Ok(!self.log_lost())
     }
 
     pub fn check_failed(&self) -> Result<()> {
@@ -416,11 +544,29 @@ impl Commit {
     /// `flush_covering_log` shares one media flush with every other waiter).
     pub fn write_record(&self, r: &super::intent::PlannedRecord) -> Result<()> {
         self.check_failed()?;
-        if let Err(e) = self.media.write_at(&r.image, r.at) {
-            return Err(self.fail(
-                format_args!("writing intent log record {} at byte {}", r.seq, r.at),
-                &e,
-            ));
+        if self.log_devs.is_empty() {
+            if let Err(e) = self.media.write_at(&r.image, r.at) {
+                return Err(self.fail(
+                    format_args!("writing intent log record {} at byte {}", r.seq, r.at),
+                    &e,
+                ));
+            }
+        }
+        for (i, (d, alive, _)) in self.log_devs.iter().enumerate() {
+            if !alive.load(Ordering::Acquire) {
+                continue;
+            }
+            if let Err(e) = d.write_at(&r.image, r.at) {
+                self.log_device_failed(
+                    i,
+                    format_args!("writing intent log record {} at byte {}", r.seq, r.at),
+                    &e,
+                )?;
+            }
+        }
+        if self.log_lost() {
+            // written nowhere: never counted as written (its waiter seals)
+            return Ok(());
         }
         Counters::add(&self.counters.media_log_bytes, r.image.len() as u64);
         Counters::add(&self.counters.log_records, 1);
@@ -440,23 +586,26 @@ impl Commit {
     /// Group commit: return once every chunk with seq < target is durable. One
     /// media flush serves every caller whose chunks were written before it began.
     pub fn flush_covering(&self, target: u64) -> Result<()> {
-        self.flush_covering_log(target, 0)
+        self.flush_covering_log(target, 0).map(|_| ())
     }
 
     /// `flush_covering` that also waits for every intent log record with seq <
     /// `rec_target` to be durable: written, then covered by a media flush that
     /// began after its write (one flush serves chunks and records alike).
-    pub fn flush_covering_log(&self, target: u64, rec_target: u64) -> Result<()> {
+    /// Ok(false): the chunks are durable but the records never will be (every
+    /// log device failed, `log_lost`): the caller must seal instead.
+    pub fn flush_covering_log(&self, target: u64, rec_target: u64) -> Result<bool> {
         let mut p = self.progress.lock();
         loop {
             if let Some(f) = &p.failed {
                 return Err(Error::Failed(f.clone()));
             }
+            let lost = self.log_lost() && p.log_durable < rec_target;
             // MUTANT: flush-before-record s|p.log_durable >= rec_target|true|
-            if p.durable >= target && p.log_durable >= rec_target {
-                return Ok(());
+            if p.durable >= target && (p.log_durable >= rec_target || lost) {
+                return Ok(!lost);
             }
-            if p.written_through < target || p.log_written < rec_target {
+            if p.written_through < target || (p.log_written < rec_target && !lost) {
                 if p.written_through < target {
                     p.wake_written = p.wake_written.min(target);
                 }
@@ -471,16 +620,39 @@ impl Commit {
             p.flushing = true;
             let upto = p.written_through;
             let log_upto = p.log_written;
+            // with log devices, the media flush is for chunks and the log
+            // devices' for records: each only when it has something to make
+            // durable (a FLUSH that only logged needs no media flush)
+            let main = self.log_devs.is_empty() || upto > p.durable;
+            let logs = !self.log_devs.is_empty() && log_upto > p.log_durable && !lost;
             drop(p);
-            let r = self.media.flush();
-            Counters::add(&self.counters.media_flushes, 1);
+            let mut r = Ok(());
+            if main {
+                r = self.media.flush();
+                Counters::add(&self.counters.media_flushes, 1);
+            }
+            let logs_flushed = match r.is_ok() && logs {
+                true => match self.flush_log_devices() {
+                    Ok(ok) => ok,
+                    Err(e) => {
+                        p = self.progress.lock();
+                        p.flushing = false;
+                        drop(p);
+                        self.progress_cv.notify_all();
+                        return Err(e);
+                    }
+                },
+                false => r.is_ok(),
+            };
             p = self.progress.lock();
             p.flushing = false;
             match r {
                 Ok(()) => {
                     assert!(upto <= p.written_through, "durable passes written");
                     p.durable = p.durable.max(upto);
-                    p.log_durable = p.log_durable.max(log_upto);
+                    if logs_flushed && (logs || self.log_devs.is_empty()) {
+                        p.log_durable = p.log_durable.max(log_upto);
+                    }
                 }
                 Err(e) => {
                     drop(p);

@@ -84,6 +84,18 @@ impl WallClock {
     }
 }
 
+/// A separate intent log device (docs/format-v2.md §4.3): a fast device or
+/// partition (NVMe, Optane, pmem, a file in tests) the log ring lives on, as
+/// given to `CreateOptions::log_devices` and `OpenOptions::log_devices`.
+#[derive(Clone)]
+pub struct LogDevice(pub Arc<dyn Media>);
+
+impl std::fmt::Debug for LogDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LogDevice({})", self.0.describe())
+    }
+}
+
 /// Options fixed at create time.
 #[derive(Debug, Clone)]
 pub struct CreateOptions {
@@ -103,6 +115,12 @@ pub struct CreateOptions {
     /// None: a version 1 volume without one (the default until the
     /// simulator has proven it on more seeds).
     pub intent_log: Option<u64>,
+    /// Put the intent log on these devices instead of in the volume (one, or
+    /// two mirrored); the ring is `intent_log` bytes (default
+    /// `DEFAULT_INTENT_LOG_BYTES`), at most what the smallest device holds.
+    /// Each device gets its own superblock; whatever it held is overwritten
+    /// (the caller has locked and probed it).
+    pub log_devices: Vec<LogDevice>,
 }
 
 /// The ring `sluice create --intent-log` makes: 16 MiB. The ring holds the
@@ -123,6 +141,7 @@ impl Default for CreateOptions {
             uuid: None,
             clock: WallClock::System,
             intent_log: None,
+            log_devices: Vec::new(),
         }
     }
 }
@@ -164,6 +183,16 @@ pub struct OpenOptions {
     /// point, answering EIO for every block whose newest record may lie in a
     /// damaged chunk (`recovery::mount_salvage`, docs/salvage.md).
     pub salvage: bool,
+    /// The volume's intent log devices (any order), for a volume created with
+    /// `CreateOptions::log_devices`; ignored otherwise.
+    pub log_devices: Vec<LogDevice>,
+    /// Mount a volume whose log device(s) are all missing or unusable,
+    /// without the log (`recovery::mount_logs_missing_ok`): what only the log
+    /// held is lost (the mount report says what the format can tell), FLUSH
+    /// seals, and the log's start gets a fresh chain so the old device's
+    /// records are never replayed later. A device of another volume is still
+    /// refused.
+    pub log_device_missing_ok: bool,
 }
 
 impl Default for OpenOptions {
@@ -180,6 +209,8 @@ impl Default for OpenOptions {
             discard: true,
             discard_every_segment: false,
             salvage: false,
+            log_devices: Vec::new(),
+            log_device_missing_ok: false,
         }
     }
 }
@@ -376,7 +407,9 @@ impl Volume {
             )));
         }
         let seg_blocks = (opts.segment_bytes / BS) as u32;
+        let device_ring = Self::device_ring_bytes(opts)?;
         let log_bytes = match opts.intent_log {
+            _ if device_ring.is_some() => 0,
             None => 0,
             Some(b)
                 if b >= crate::format::superblock::MIN_LOG_BYTES
@@ -449,14 +482,25 @@ impl Volume {
             gc_policy: opts.gc_policy.id(),
             tail_offset: geo.tail_offset,
             // a v2 superblock only when a v2 feature is asked for
-            v2: (geo.log_bytes > 0).then(|| {
+            v2: (geo.log_bytes > 0 || device_ring.is_some()).then(|| {
                 use crate::format::superblock::{incompat, LogStart, SbV2};
                 SbV2 {
-                    features_incompat: incompat::INTENT_LOG | incompat::LSN,
-                    // an in-volume log has no identity of its own
-                    log_uuid: uuid.map(|b| b ^ 0x5a),
+                    features_incompat: incompat::INTENT_LOG
+                        | incompat::LSN
+                        | if device_ring.is_some() {
+                            incompat::LOG_DEVICE
+                        } else {
+                            0
+                        },
+                    // an in-volume log has no identity of its own; a log
+                    // device's is random (derived when the uuid is fixed,
+                    // for the simulator)
+                    log_uuid: match (device_ring, opts.uuid) {
+                        (Some(_), None) => rand::random(),
+                        _ => uuid.map(|b| b ^ 0x5a),
+                    },
                     log_offset: geo.log_offset,
-                    log_bytes: geo.log_bytes,
+                    log_bytes: device_ring.unwrap_or(geo.log_bytes),
                     log_start: LogStart {
                         offset: 0,
                         seq: 1,
@@ -479,12 +523,53 @@ impl Volume {
             // are refused by uuid anyway)
             media.write_at(&zero, geo.log_offset)?;
         }
+        if let Some(ring) = device_ring {
+            // the devices first: a volume superblock naming a log device is
+            // never on the media before the device says whose it is
+            debug_assert_eq!(sb.log_device().map(|l| l.1), Some(ring));
+            let n = opts.log_devices.len() as u16;
+            for (i, d) in opts.log_devices.iter().enumerate() {
+                format_log_device(&*d.0, &sb, i as u16, n, sb.created_unix_s)?;
+            }
+        }
         let mut second = sb.clone();
         second.generation = 0;
         commit::write_superblock(media, &second)?;
         commit::write_superblock(media, &sb)?;
         media.flush()?;
         Ok(sb)
+    }
+
+    /// The ring size on the log devices of `opts` (None: no log device):
+    /// `intent_log` or the default, capped by the smallest device.
+    fn device_ring_bytes(opts: &CreateOptions) -> Result<Option<u64>> {
+        use crate::format::logdev::{LOGDEV_RING_OFFSET, MAX_LOG_MIRRORS};
+        use crate::format::superblock::{MAX_DEVICE_LOG_BYTES, MIN_LOG_BYTES};
+        if opts.log_devices.is_empty() {
+            return Ok(None);
+        }
+        if opts.log_devices.len() > MAX_LOG_MIRRORS as usize {
+            return Err(Error::InvalidArgument(format!(
+                "{} log devices given: at most {MAX_LOG_MIRRORS} (a mirrored pair)",
+                opts.log_devices.len()
+            )));
+        }
+        let want = opts.intent_log.unwrap_or(DEFAULT_INTENT_LOG_BYTES);
+        let room = opts
+            .log_devices
+            .iter()
+            .map(|d| d.0.len().saturating_sub(LOGDEV_RING_OFFSET) / BS * BS)
+            .min()
+            .unwrap_or(0);
+        let ring = want.min(room);
+        if ring < MIN_LOG_BYTES || !ring.is_multiple_of(BS) || ring > MAX_DEVICE_LOG_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "log device ring of {ring} bytes: a log device must hold at least {} bytes ({} of ring after its superblocks), and the ring size be a multiple of 4 KiB",
+                LOGDEV_RING_OFFSET + MIN_LOG_BYTES,
+                MIN_LOG_BYTES
+            )));
+        }
+        Ok(Some(ring))
     }
 
     /// Format and mount.
@@ -505,11 +590,25 @@ impl Volume {
                 "a salvage mount is read-only only (it never writes): add read_only".into(),
             ));
         }
-        let m = if opts.salvage {
-            recovery::mount_salvage(&*media, &mut MountReport::default())?
+        let logs: Vec<&dyn Media> = opts.log_devices.iter().map(|d| &*d.0).collect();
+        let mut rep = MountReport::default();
+        let m = if opts.log_device_missing_ok {
+            recovery::mount_logs_missing_ok(&*media, &logs, &mut rep, opts.salvage)?
         } else {
-            recovery::mount(&*media)?
+            recovery::mount_logs(&*media, &logs, &mut rep, opts.salvage)?
         };
+        for w in &m.log_missing {
+            tracing::warn!(
+                "{}: intent log degraded, running without {w} (records go to the other device only)",
+                media.describe()
+            );
+        }
+        let log_media: Vec<(Arc<dyn Media>, u16)> = m
+            .log_devices
+            .iter()
+            .zip(&m.log_mirrors)
+            .map(|(&i, &mirror)| (opts.log_devices[i].0.clone(), mirror))
+            .collect();
         let unvouched = m.unvouched.clone();
         let geo = m.geo;
         if !opts.read_only {
@@ -564,8 +663,8 @@ impl Volume {
             core.start_lsn(m.next_lsn);
         }
         let log_start = m.log.as_ref().map(|l| l.start);
-        if let Some(start) = log_start {
-            core.ring = Some(intent::Ring::new(geo.log_offset, geo.log_bytes, start));
+        if let (Some(start), Some((at, bytes))) = (log_start, m.log_ring) {
+            core.ring = Some(intent::Ring::new(at, bytes, start));
         }
         // lifetime counters: the checkpoint's, or (none recorded) counting
         // starts at create when no checkpoint was ever written, else now
@@ -591,6 +690,11 @@ impl Volume {
             m.sb.clone(),
             next_seq,
             opts,
+            commit::LogDeviceSet {
+                devs: log_media,
+                missing: m.log_missing.len(),
+                absent: m.log_absent,
+            },
         ));
         let threaded = opts.background && !opts.read_only;
         let sh = Arc::new(Shared {
@@ -697,6 +801,13 @@ impl Volume {
     }
     pub fn is_read_only(&self) -> bool {
         self.sh.opts.read_only
+    }
+    /// The intent log's devices this mount uses, in mirror order, each with
+    /// whether it is still in use (a write or flush error takes one out).
+    /// Devices missing at mount are in `mount_report().notes`; how many the
+    /// volume runs without, in `stats().log_devices_degraded`.
+    pub fn log_devices(&self) -> Vec<(String, bool)> {
+        self.sh.commit.log_device_state()
     }
     pub fn superblock(&self) -> Superblock {
         self.sh.commit.sb.lock().clone()
@@ -1152,6 +1263,10 @@ impl Shared {
         let mut out = Vec::new();
         let (target, rec, rec_target) = {
             let mut c = self.core.lock();
+            if c.ring.is_some() && self.commit.log_lost() {
+                // every log device failed: no more records, FLUSH seals
+                c.ring = None;
+            }
             let d = self.durable_seq();
             let rec = if seal {
                 c.seal(Stream::User, d, &mut out);
@@ -1167,7 +1282,11 @@ impl Shared {
         if let Some(r) = &rec {
             self.commit.write_record(r)?;
         }
-        self.commit.flush_covering_log(target, rec_target)?;
+        if !self.commit.flush_covering_log(target, rec_target)? {
+            // a record this waits for was lost with the last log device:
+            // seal everything appended so far into the main log instead
+            return self.flush_sealing(true);
+        }
         if rec_target > 0 {
             self.persist_log_start(false)?;
         }
@@ -1316,6 +1435,10 @@ impl Shared {
             discarded_bytes: 0,
             log_records: 0,
             media_log_bytes: 0,
+            log_flushes: 0,
+            log_device_errors: 0,
+            log_devices_degraded: 0,
+            log_fallbacks: 0,
             failed: false,
             failure: None,
             lifetime: Default::default(),
@@ -1329,6 +1452,134 @@ impl Shared {
         }
         s
     }
+}
+
+/// Make `dev` log device mirror `index` of `count` of the volume whose
+/// superblock is `sb` (it must have `LOG_DEVICE`): both superblock copies and
+/// a zeroed first ring block, flushed. Used by `Volume::format` and by
+/// `replace_log_device`; whatever `dev` held is overwritten (the caller has
+/// locked and probed it).
+pub fn format_log_device(
+    dev: &dyn Media,
+    sb: &Superblock,
+    index: u16,
+    count: u16,
+    created_unix_s: u64,
+) -> Result<()> {
+    let (log_uuid, ring) = sb.log_device().ok_or_else(|| {
+        Error::InvalidArgument("the volume keeps no intent log on a log device".into())
+    })?;
+    if index >= count || count > crate::format::logdev::MAX_LOG_MIRRORS {
+        return Err(Error::InvalidArgument(format!(
+            "log device mirror {index} of {count}: the index must be below the count (at most 2)"
+        )));
+    }
+    let ls = crate::format::logdev::LogDevSuperblock {
+        volume_uuid: sb.uuid,
+        log_uuid,
+        ring_offset: crate::format::logdev::LOGDEV_RING_OFFSET,
+        ring_bytes: ring,
+        mirror_index: index,
+        mirror_count: count,
+        created_unix_s,
+    };
+    if dev.len() < ls.device_bytes() {
+        return Err(Error::InvalidArgument(format!(
+            "{} holds {} bytes; the volume's log ring needs {}",
+            dev.describe(),
+            dev.len(),
+            ls.device_bytes()
+        )));
+    }
+    dev.allocate(&[(0, ls.device_bytes())])?;
+    let b = ls.encode();
+    commit::write_block(dev, &b, 0)?;
+    commit::write_block(dev, &b, BS)?;
+    dev.write_at(&AlignedBuf::new(BLOCK_BYTES), ls.ring_offset)?;
+    dev.flush()?;
+    Ok(())
+}
+
+/// Replace log device mirror `index` of a volume that is not mounted: `new`
+/// becomes that mirror (`format_log_device`), then the volume is mounted
+/// with `new` and `others` (its other devices, if any) and closed cleanly.
+/// The mount replays the longest chain among the others (a new device's is
+/// empty); writes to every device again from there, and clears the stale
+/// mark. Refused when the volume was not closed cleanly and no other device
+/// is given (the replaced device's records would be lost) unless
+/// `missing_ok`, which mounts without them and reports it
+/// (`MountReport::notes`, returned).
+pub fn replace_log_device(
+    media: Arc<dyn Media>,
+    new: LogDevice,
+    index: u16,
+    others: Vec<LogDevice>,
+    missing_ok: bool,
+) -> Result<Vec<String>> {
+    let mut sb = recovery::read_superblocks(&*media)?.sb;
+    let Some(_) = sb.log_device() else {
+        return Err(Error::InvalidArgument(format!(
+            "{} keeps no intent log on a log device",
+            media.describe()
+        )));
+    };
+    let mut count = index + 1;
+    for o in &others {
+        match recovery::identify_log_device(&*o.0, &sb) {
+            Ok(s) if s.mirror_index != index => count = count.max(s.mirror_count),
+            Ok(_) => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} is log device mirror {index} itself: give the other mirror with it",
+                    o.0.describe()
+                )))
+            }
+            Err(why) => {
+                return Err(Error::InvalidArgument(format!(
+                    "log device {}: {why}",
+                    o.0.describe()
+                )))
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    // MUTANT: replace-loses-unclean-log s|!sb.is_clean() && others.is_empty()|false|
+    if !sb.is_clean() && others.is_empty() {
+        if !missing_ok {
+            return Err(Error::InvalidArgument(format!(
+                "{} was not closed cleanly and its log device may hold acknowledged writes: mount it with that device first (serve --log-device OLD), or give the other mirror, or accept losing them (--log-device-missing-ok)",
+                media.describe()
+            )));
+        }
+        // mount without the log first: it says what is lost and leaves the
+        // volume closed cleanly, with nothing in any log
+        let vol = Volume::open(
+            media.clone(),
+            &OpenOptions {
+                background: false,
+                log_device_missing_ok: true,
+                ..OpenOptions::default()
+            },
+        )?;
+        notes.extend(vol.mount_report().notes.iter().cloned());
+        vol.close()?;
+        drop(vol);
+        sb = recovery::read_superblocks(&*media)?.sb;
+    }
+    format_log_device(&*new.0, &sb, index, count, sb.created_unix_s)?;
+    let mut devs = others;
+    devs.push(new);
+    let vol = Volume::open(
+        media,
+        &OpenOptions {
+            background: false,
+            log_devices: devs,
+            log_device_missing_ok: missing_ok,
+            ..OpenOptions::default()
+        },
+    )?;
+    notes.extend(vol.mount_report().notes.iter().cloned());
+    vol.close()?;
+    Ok(notes)
 }
 
 /// The byte ranges of the metadata area (superblock copies, both checkpoint
