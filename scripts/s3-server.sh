@@ -9,10 +9,12 @@
 # the port (DIR/port), the log (DIR/weed.log) and the unix sockets. PORT is the
 # S3 port (default 8333); the server's other listeners take PORT+1 .. PORT+9
 # (s3 grpc, master http/grpc, volume http/grpc, filer http/grpc, admin
-# http/grpc), all bound to 127.0.0.1 only. The bucket SLUICE_S3_BUCKET (default
-# "sluice") is created at start; auth is open (no -s3.config), so any access key
-# works. Telemetry is off (-master.telemetry=false) and its URL points at
-# loopback: this server sends nothing off the machine.
+# http/grpc), all bound to 127.0.0.1 only. The bucket SLUICE_S3_BUCKET
+# (default "sluice") is created at start; `start` returns once an object put
+# into it (.s3-server-probe, deleted again) reads back. Auth is open (no
+# -s3.config), so any access key works. Telemetry is off
+# (-master.telemetry=false) and its URL points at loopback: this server sends
+# nothing off the machine.
 #
 # `start` is idempotent: a live server of this DIR is reused (its port is
 # printed), a stale pid file (its pid gone or not ours) is replaced. It refuses
@@ -66,11 +68,18 @@ running_pid() {
   echo "$pid"
 }
 
-# answers PORT: S3 answers a listing of the bucket.
+# answers PORT: S3 answers a listing of the bucket, and stores and returns
+# an object (64 KiB, put, read back, compared, deleted). The listing alone
+# answers before the volume server has registered with the master: reads of
+# stored objects then fail with 500 for a while after a restart.
 answers() {
-  local code
-  code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$1/$bucket" 2>/dev/null) || true
-  [ "$code" = 200 ]
+  local code url=http://127.0.0.1:$1/$bucket
+  code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "$url" 2>/dev/null) || true
+  [ "$code" = 200 ] || return 1
+  [ -s "$dir/probe" ] || head -c 65536 /dev/urandom >"$dir/probe"
+  curl -sf -o /dev/null -m 5 -X PUT --data-binary @"$dir/probe" "$url/.s3-server-probe" 2>/dev/null &&
+    curl -sf -m 5 "$url/.s3-server-probe" 2>/dev/null | cmp -s - "$dir/probe" &&
+    curl -sf -o /dev/null -m 5 -X DELETE "$url/.s3-server-probe" 2>/dev/null
 }
 
 listening() {

@@ -19,6 +19,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
             2,
             &[
                 "compress",
+                "lease",
                 "map",
                 "log",
                 "segments",
@@ -48,6 +49,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
 fn part_rank(name: &str) -> Option<u32> {
     [
         "compress",
+        "lease",
         "map",
         "log",
         "segments",

@@ -8,6 +8,7 @@
 pub mod checkpoint;
 pub mod chunk;
 pub mod intent;
+pub mod objname;
 pub mod packed;
 pub mod superblock;
 
