@@ -2,7 +2,9 @@
 # The RBD baseline of issue 21, by hand (not in CI): fio's rbd engine against
 # the single-node Ceph of scripts/ceph-cluster.sh, 4 KiB random writes at
 # queue depth 32 and 1, and the OSDs' CPU seconds per GiB written (utime +
-# stime from /proc/PID/stat of every OSD, before and after each run).
+# stime from /proc/PID/stat of every OSD, before and after each run), with
+# its peer in the same run: a file on the same file system written O_DIRECT +
+# O_DSYNC at the same depths (ratios printed at the end).
 #
 #   scripts/bench-rbd.sh DIR [SECONDS]     # default 30 s a run
 #
@@ -40,7 +42,28 @@ osd_ticks() {
   done
   echo $t
 }
-rows=()
+rows=() ratios=()
+# the peer in the same run: a 1 GiB file on the file system that holds the
+# OSD's block file, O_DIRECT + O_DSYNC (each write durable on its own), io_uring
+peer=$dir/bench-peer.file
+[ -f "$peer" ] || fallocate -l 1G "$peer"
+declare -A file_iops
+for qd in 32 1; do
+  fio --name=file-qd$qd --filename="$peer" --ioengine=io_uring --direct=1 --sync=dsync \
+    --rw=randwrite --bs=4k --iodepth=$qd --size=1G --time_based --runtime="$secs" \
+    --randrepeat=0 --output-format=json --output="$dir/fio-file-qd$qd.json"
+  row=$(python3 - "$dir/fio-file-qd$qd.json" "$qd" <<'EOF2'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
+lat = j["clat_ns"]
+p99 = lat.get("percentile", {}).get("99.000000", 0) / 1000
+print(f"| file O_DIRECT+O_DSYNC QD{sys.argv[2]} | {j['iops']:.0f} | {lat['mean']/1000:.0f} | {p99:.0f} | - | - |")
+EOF2
+)
+  echo "$row"
+  rows+=("$row")
+  file_iops[$qd]=$(echo "$row" | awk -F'|' '{print $3}')
+done
 for qd in 32 1; do
   out=$dir/fio-qd$qd.json
   t0=$(osd_ticks)
@@ -62,8 +85,12 @@ EOF
 )
   echo "$row"
   rows+=("$row")
+  rbd=$(echo "$row" | awk -F'|' '{print $3}')
+  ratios+=("QD$qd: RBD IOPS / file IOPS = $(python3 -c "print(f'{$rbd / $((file_iops[$qd])):.3f}')")")
 done
 echo
 echo "| run | IOPS | mean lat us | p99 lat us | OSD CPU s | OSD CPU s per GiB |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+echo
+printf '%s\n' "${ratios[@]}"

@@ -149,6 +149,7 @@ pub fn holder_of(store: &dyn ObjectStore, e: u64) -> Result<Holder, LeaseError> 
 /// gone); refuses when another taker created the next epoch first.
 pub fn take(store: &dyn ObjectStore, me: &Holder, takeover: bool) -> Result<Lease, LeaseError> {
     let newest = epochs(store)?.last().copied().unwrap_or(0);
+    // MUTANT: lease-ignores-holder s|if newest > 0 && !takeover {|if false {|
     if newest > 0 && !takeover {
         let released = match store.head(&ObjName::Release(newest).encode()) {
             Ok(_) => true,
@@ -171,6 +172,7 @@ pub fn take(store: &dyn ObjectStore, me: &Holder, takeover: bool) -> Result<Leas
             epoch,
             holder: me.clone(),
         }),
+        // MUTANT: lease-exists-wins s|Err(ObjError::Exists(_)) => Err(LeaseError::Held {|Err(ObjError::Exists(_)) => Ok(Lease { epoch, holder: me.clone() }), Err(ObjError::Invalid(_)) => Err(LeaseError::Held {|
         Err(ObjError::Exists(_)) => Err(LeaseError::Held {
             epoch,
             holder: holder_of(store, epoch)?,

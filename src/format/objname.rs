@@ -130,6 +130,7 @@ impl ObjName {
                 }
             }
         };
+        // MUTANT: objname-accepts-epoch-zero s|n.epoch() == 0|false|
         if n.epoch() == 0 {
             return Err(err("epoch 0"));
         }

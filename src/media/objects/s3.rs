@@ -187,6 +187,7 @@ impl ObjectStore for S3Objects {
         let path = self.path(name)?;
         for _ in 0..CONFLICT_TRIES {
             let opts = PutOptions {
+                // MUTANT: put-new-overwrites s|PutMode::Create|PutMode::Overwrite|
                 mode: PutMode::Create,
                 ..PutOptions::default()
             };
@@ -194,6 +195,7 @@ impl ObjectStore for S3Objects {
             match self.rt.block_on(self.store.put_opts(&path, payload, opts)) {
                 Ok(_) => return Ok(()),
                 Err(object_store::Error::AlreadyExists { .. }) => match self.get(name) {
+                    // MUTANT: put-new-any-existing-is-ours s|Ok(there) if there == bytes =>|Ok(_) =>|
                     Ok(there) if there == bytes => return Ok(()),
                     Ok(_) => return Err(ObjError::Exists(name.to_string())),
                     // a conflicting create still in flight, or one deleted since
@@ -217,6 +219,7 @@ impl ObjectStore for S3Objects {
         }
         let want = range.end - range.start;
         match self.rt.block_on(self.store.get_range(&path, range.clone())) {
+            // MUTANT: range-length-unchecked s|Ok(b) if b.len() as u64 == want =>|Ok(b) =>|
             Ok(b) if b.len() as u64 == want => Ok(b.to_vec()),
             Ok(_) | Err(object_store::Error::Generic { .. }) => {
                 // short, or a range the store refused (416): say which
@@ -273,6 +276,7 @@ impl ObjectStore for S3Objects {
         };
         let mut out = Vec::new();
         self.rt.block_on(async {
+            // MUTANT: list-first-page-only s|.list(list_path.as_ref());|.list(list_path.as_ref()).take(1000);|
             let mut s = self.store.list(list_path.as_ref());
             while let Some(m) = s.next().await {
                 let m = m.map_err(|e| self.err(prefix, e))?;
