@@ -364,6 +364,57 @@ mod tests {
         }
     }
 
+    /// A store where another taker's create of an epoch lands between this
+    /// taker's list and its own create (the race, made certain).
+    struct Overtaken {
+        inner: MemObjects,
+        rival: Holder,
+    }
+
+    impl ObjectStore for Overtaken {
+        fn put_new(&self, name: &str, bytes: &[u8]) -> Result<(), ObjError> {
+            if let Ok(ObjName::Epoch(e)) = ObjName::parse(name) {
+                self.inner.put_new(name, &self.rival.encode(e))?;
+            }
+            self.inner.put_new(name, bytes)
+        }
+        fn get_range(&self, n: &str, r: std::ops::Range<u64>) -> Result<Vec<u8>, ObjError> {
+            self.inner.get_range(n, r)
+        }
+        fn get(&self, n: &str) -> Result<Vec<u8>, ObjError> {
+            self.inner.get(n)
+        }
+        fn head(&self, n: &str) -> Result<u64, ObjError> {
+            self.inner.head(n)
+        }
+        fn list(&self, p: &str) -> Result<Vec<crate::media::objects::ObjectInfo>, ObjError> {
+            self.inner.list(p)
+        }
+        fn delete(&self, n: &str) -> Result<(), ObjError> {
+            self.inner.delete(n)
+        }
+        fn describe(&self) -> String {
+            "overtaken".into()
+        }
+    }
+
+    #[test]
+    fn a_taker_overtaken_between_list_and_create_loses_naming_the_winner() {
+        let s = Overtaken {
+            inner: MemObjects::new(),
+            rival: who("rival"),
+        };
+        for takeover in [false, true] {
+            let e = take(&s, &who("me"), takeover).unwrap_err();
+            assert!(
+                matches!(&e, LeaseError::Held { holder, .. } if holder.host == "rival"),
+                "{e}"
+            );
+        }
+        // the rival holds epochs 1 (first try) and 2 (the takeover's try)
+        assert_eq!(epochs(&s.inner).unwrap(), [1, 2]);
+    }
+
     #[test]
     fn foreign_or_damaged_epoch_objects_are_errors() {
         let s = MemObjects::new();
