@@ -204,6 +204,9 @@ start_rgw() {
   if [ ! -f "$dir/s3.env" ]; then
     timeout 60 radosgw-admin -c "$conf" user create --uid=sluice --display-name=sluice \
       --access-key=sluice --secret=sluice-secret >/dev/null
+    # the bucket "sluice" (radosgw-admin cannot make buckets; a signed PUT can)
+    curl -sf -o /dev/null -m 30 --aws-sigv4 "aws:amz:us-east-1:s3" --user sluice:sluice-secret \
+      -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X PUT "http://127.0.0.1:$(rgw_port)/sluice"
     cat >"$dir/s3.env" <<EOF
 AWS_ACCESS_KEY_ID=sluice
 AWS_SECRET_ACCESS_KEY=sluice-secret
