@@ -79,7 +79,7 @@ gib = j["io_bytes"] / 2**30
 cpu = ticks / tck
 lat = j["clat_ns"]
 p99 = lat.get("percentile", {}).get("99.000000", 0) / 1000
-print(f"| 4 KiB randwrite QD{qd} | {j['iops']:.0f} | {lat['mean']/1000:.0f} | {p99:.0f} | "
+print(f"| rbd 4 KiB randwrite QD{qd} | {j['iops']:.0f} | {lat['mean']/1000:.0f} | {p99:.0f} | "
       f"{cpu:.1f} | {cpu/gib if gib else float('nan'):.0f} |")
 EOF
 )
