@@ -15,7 +15,7 @@
 
 use sluice::format::objname::ObjName;
 use sluice::lease::{self, Holder, LeaseError};
-use sluice::media::objects::{ObjError, ObjectStore, S3Objects, S3Options};
+use sluice::media::objects::{self, ObjError, ObjectStore, S3Objects, S3Options};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
@@ -167,6 +167,9 @@ fn put_new_refuses_an_existing_object_and_the_first_content_survives() {
         return;
     };
     let s = w.store("t/put-new");
+    // the server honours If-None-Match (the check a writer runs first)
+    objects::verify_write_once(&s, "probe/1").unwrap();
+    assert!(s.list("probe/").unwrap().is_empty());
     let first = pattern(1, 100_000);
     let second = pattern(2, 100_000);
     s.put_new("seg/a", &first).unwrap();

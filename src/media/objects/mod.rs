@@ -91,9 +91,10 @@ pub trait ObjectStore: Send + Sync {
     fn describe(&self) -> String;
 }
 
-/// Check a relative object name: non-empty `/`-separated parts of printable
-/// ASCII without `\`, none `.` or `..`, at most 512 bytes. Both stores apply
-/// it, so a name the memory store takes the real one takes too.
+/// Check a relative object name: non-empty `/`-separated parts of
+/// `A-Z a-z 0-9 . _ -`, none `.` or `..`, at most 512 bytes. Both stores
+/// apply it, so a name the memory store takes the real one takes too, and
+/// no name needs escaping on the way (S3 lists a name as it was put).
 pub fn check_name(name: &str) -> Result<(), ObjError> {
     let bad = |why: &str| Err(ObjError::Invalid(format!("object name {name:?}: {why}")));
     if name.is_empty() || name.len() > 512 {
@@ -101,14 +102,47 @@ pub fn check_name(name: &str) -> Result<(), ObjError> {
     }
     if !name
         .bytes()
-        .all(|b| (0x21..0x7f).contains(&b) && b != b'\\')
+        .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b))
     {
-        return bad("only printable ASCII without spaces or backslashes");
+        return bad("only A-Z, a-z, 0-9, '.', '_', '-' and '/'");
     }
     for part in name.split('/') {
         if part.is_empty() || part == "." || part == ".." {
             return bad("empty, '.' or '..' part");
         }
+    }
+    Ok(())
+}
+
+/// Check that `store` really creates conditionally (a store or proxy that
+/// ignores `If-None-Match` would overwrite, silently breaking write-once):
+/// create `name` with random bytes, create it again with other bytes, expect
+/// `Exists` and the first bytes, delete it. Run once before writing a volume;
+/// `name` must be the caller's own (e.g. carry its epoch).
+pub fn verify_write_once(store: &dyn ObjectStore, name: &str) -> Result<(), ObjError> {
+    let first: [u8; 16] = rand::random();
+    let mut second = first;
+    second[0] ^= 1;
+    store.put_new(name, &first)?;
+    let again = store.put_new(name, &second);
+    let back = store.get(name);
+    let _ = store.delete(name);
+    match again {
+        Err(ObjError::Exists(_)) => {}
+        Ok(()) => {
+            return Err(ObjError::Invalid(format!(
+                "{}: a second create of {name} was accepted: this store does not \
+                 honour conditional creates (If-None-Match), so it cannot hold a volume",
+                store.describe()
+            )))
+        }
+        Err(e) => return Err(e),
+    }
+    if back? != first {
+        return Err(ObjError::Invalid(format!(
+            "{}: {name} changed under a refused create",
+            store.describe()
+        )));
     }
     Ok(())
 }
@@ -220,6 +254,49 @@ mod tests {
         }
     }
 
+    /// A store that overwrites on create (If-None-Match ignored).
+    struct Overwrites(MemObjects);
+
+    impl ObjectStore for Overwrites {
+        fn put_new(&self, name: &str, bytes: &[u8]) -> Result<(), ObjError> {
+            self.0.delete(name)?;
+            self.0.put_new(name, bytes)
+        }
+        fn get_range(&self, n: &str, r: Range<u64>) -> Result<Vec<u8>, ObjError> {
+            self.0.get_range(n, r)
+        }
+        fn get(&self, n: &str) -> Result<Vec<u8>, ObjError> {
+            self.0.get(n)
+        }
+        fn head(&self, n: &str) -> Result<u64, ObjError> {
+            self.0.head(n)
+        }
+        fn list(&self, p: &str) -> Result<Vec<ObjectInfo>, ObjError> {
+            self.0.list(p)
+        }
+        fn delete(&self, n: &str) -> Result<(), ObjError> {
+            self.0.delete(n)
+        }
+        fn describe(&self) -> String {
+            "overwriting store".into()
+        }
+    }
+
+    #[test]
+    fn write_once_is_verified_and_an_overwriting_store_is_refused() {
+        let m = MemObjects::new();
+        verify_write_once(&m, "probe/1").unwrap();
+        assert!(m.list("").unwrap().is_empty(), "the probe is deleted");
+        let o = Overwrites(MemObjects::new());
+        let e = verify_write_once(&o, "probe/1").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("does not honour conditional creates"),
+            "{e}"
+        );
+        assert!(o.list("").unwrap().is_empty(), "the probe is deleted");
+    }
+
     #[test]
     fn names_are_checked() {
         for ok in [
@@ -229,7 +306,9 @@ mod tests {
         ] {
             check_name(ok).unwrap();
         }
-        for bad in ["", "/a", "a/", "a//b", "./a", "a/..", "a b", "a\\b", "é"] {
+        for bad in [
+            "", "/a", "a/", "a//b", "./a", "a/..", "a b", "a\\b", "é", "a%2F", "a*", "a+b",
+        ] {
             assert!(check_name(bad).is_err(), "{bad:?} accepted");
         }
         assert!(check_name(&"a".repeat(513)).is_err());

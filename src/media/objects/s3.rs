@@ -218,27 +218,32 @@ impl ObjectStore for S3Objects {
             return Ok(Vec::new());
         }
         let want = range.end - range.start;
+        let short = |len: u64| ObjError::Short {
+            name: name.to_string(),
+            start: range.start,
+            end: range.end,
+            len,
+        };
+        // MUTANT: range-length-unchecked s|Ok(b) if b.len() as u64 == want =>|Ok(b) =>|
         match self.rt.block_on(self.store.get_range(&path, range.clone())) {
-            // MUTANT: range-length-unchecked s|Ok(b) if b.len() as u64 == want =>|Ok(b) =>|
             Ok(b) if b.len() as u64 == want => Ok(b.to_vec()),
-            Ok(_) | Err(object_store::Error::Generic { .. }) => {
-                // short, or a range the store refused (416): say which
-                let len = self.head(name)?;
-                if range.end > len {
-                    Err(ObjError::Short {
-                        name: name.to_string(),
-                        start: range.start,
-                        end: range.end,
-                        len,
-                    })
-                } else {
-                    Err(ObjError::Store(format!(
-                        "{name} on {}: bytes {}..{} of a {len}-byte object came back wrong",
-                        self.what, range.start, range.end
-                    )))
-                }
-            }
-            Err(e) => Err(self.err(name, e)),
+            Ok(b) => match self.head(name)? {
+                len if range.end > len => Err(short(len)),
+                len => Err(ObjError::Store(format!(
+                    "{name} on {}: bytes {}..{} of a {len}-byte object came back as {} bytes",
+                    self.what,
+                    range.start,
+                    range.end,
+                    b.len()
+                ))),
+            },
+            Err(object_store::Error::NotFound { .. }) => Err(ObjError::NotFound(name.to_string())),
+            // a range the store refused (416) is a short object; any other
+            // failure keeps its own message
+            Err(e) => match self.head(name) {
+                Ok(len) if range.end > len => Err(short(len)),
+                _ => Err(self.err(name, e)),
+            },
         }
     }
 
