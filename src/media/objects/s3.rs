@@ -224,8 +224,8 @@ impl ObjectStore for S3Objects {
             end: range.end,
             len,
         };
-        // MUTANT: range-length-unchecked s|Ok(b) if b.len() as u64 == want =>|Ok(b) =>|
         match self.rt.block_on(self.store.get_range(&path, range.clone())) {
+            // MUTANT: range-length-unchecked s|Ok(b) if b.len() as u64 == want =>|Ok(b) =>|
             Ok(b) if b.len() as u64 == want => Ok(b.to_vec()),
             Ok(b) => match self.head(name)? {
                 len if range.end > len => Err(short(len)),
