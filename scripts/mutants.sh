@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Mutations the test suite must kill (issues 9 and 17). Each mutation is applied to a copy
+# Mutations the test suite must kill (issues 9, 17 and 21). A test name `lib`
+# runs the crate's unit tests (cargo test --lib). Each mutation is applied to a copy
 # of the working tree in a temporary directory (the real tree is never edited),
 # the tests that guard that property run, and a table mutation -> killed /
 # survived / not applicable is printed. Exits non-zero if any mutation survives
@@ -296,6 +297,27 @@ apply_stale_mirror_replayed() {
 apply_replace_loses_unclean_log() {
   marker replace-loses-unclean-log
 }
+apply_put_new_overwrites() {
+  marker put-new-overwrites
+}
+apply_put_new_any_existing_is_ours() {
+  marker put-new-any-existing-is-ours
+}
+apply_list_first_page_only() {
+  marker list-first-page-only
+}
+apply_range_length_unchecked() {
+  marker range-length-unchecked
+}
+apply_lease_exists_wins() {
+  marker lease-exists-wins
+}
+apply_lease_ignores_holder() {
+  marker lease-ignores-holder
+}
+apply_objname_accepts_epoch_zero() {
+  marker objname-accepts-epoch-zero
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -347,6 +369,13 @@ run missing-ok-keeps-old-chain log_device
 run stale-mirror-unmarked log_device dst
 run stale-mirror-replayed log_device
 run replace-loses-unclean-log log_device
+run put-new-overwrites objects_s3
+run put-new-any-existing-is-ours objects_s3
+run list-first-page-only objects_s3
+run range-length-unchecked objects_s3
+run lease-exists-wins objects_s3 lib
+run lease-ignores-holder lib
+run objname-accepts-epoch-zero lib
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -28,6 +28,7 @@ pub mod error;
 pub mod format;
 pub mod gc;
 pub mod geometry;
+pub mod lease;
 pub mod log;
 pub mod map;
 pub mod media;

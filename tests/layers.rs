@@ -20,6 +20,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
             &[
                 "parity",
                 "compress",
+                "lease",
                 "map",
                 "log",
                 "segments",
@@ -50,6 +51,7 @@ fn part_rank(name: &str) -> Option<u32> {
     [
         "parity",
         "compress",
+        "lease",
         "map",
         "log",
         "segments",

@@ -9,6 +9,7 @@ pub mod checkpoint;
 pub mod chunk;
 pub mod intent;
 pub mod logdev;
+pub mod objname;
 pub mod packed;
 pub mod stripe;
 pub mod superblock;

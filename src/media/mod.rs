@@ -10,6 +10,7 @@ mod fault;
 mod file;
 mod flash_sim;
 mod memory;
+pub mod objects;
 pub mod outfile;
 pub mod probe;
 mod replay;

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The RBD baseline of issue 21, by hand (not in CI): fio's rbd engine against
+# the single-node Ceph of scripts/ceph-cluster.sh, 4 KiB random writes at
+# queue depth 32 and 1, and the OSDs' CPU seconds per GiB written (utime +
+# stime from /proc/PID/stat of every OSD, before and after each run), with
+# its peer in the same run: a file on the same file system written O_DIRECT +
+# O_DSYNC at the same depths (ratios printed at the end).
+#
+#   scripts/bench-rbd.sh DIR [SECONDS]     # default 30 s a run
+#
+# DIR is the cluster's directory (started here if it is not running). The
+# image sluice/bench-rbd (1 GiB) is made if missing and filled once with 1 MiB
+# sequential writes, so the timed runs overwrite allocated RADOS objects. The
+# client runs with `rbd cache = false` (its own copy of the conf,
+# DIR/bench-client.conf): every write is acknowledged only when the OSD has
+# committed it (BlueStore's durable point), i.e. each write is durable on its
+# own. Prints one line per run and a markdown table (docs/objects.md).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+[ $# -ge 1 ] || { echo "usage: $0 DIR [SECONDS]" >&2; exit 2; }
+mkdir -p "$1"
+dir=$(cd "$1" && pwd)
+secs=${2:-30}
+"$root/scripts/ceph-cluster.sh" start "$dir" >/dev/null
+fio --enghelp 2>/dev/null | grep -qw rbd || { echo "bench-rbd: this fio has no rbd engine" >&2; exit 1; }
+conf=$dir/bench-client.conf
+{ cat "$dir/ceph.conf"; printf '[client]\nrbd cache = false\n'; } >"$conf"
+export CEPH_CONF=$conf
+img=bench-rbd
+if ! timeout 30 rbd -p sluice info "$img" >/dev/null 2>&1; then
+  timeout 60 rbd -p sluice create "$img" --size 1G
+  fio --name=fill --ioengine=rbd --clientname=admin --pool=sluice --rbdname="$img" \
+    --rw=write --bs=1M --iodepth=8 --size=1G >/dev/null
+fi
+tck=$(getconf CLK_TCK)
+osd_ticks() {
+  local t=0 f pid
+  for f in "$dir"/run/osd.*.pid; do
+    pid=$(cat "$f")
+    # fields 14, 15 of /proc/PID/stat (after the ')' of the command name)
+    t=$((t + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
+  done
+  echo $t
+}
+rows=() ratios=()
+# the peer in the same run: a 1 GiB file on the file system that holds the
+# OSD's block file, O_DIRECT + O_DSYNC (each write durable on its own), io_uring
+peer=$dir/bench-peer.file
+[ -f "$peer" ] || fallocate -l 1G "$peer"
+declare -A file_iops
+for qd in 32 1; do
+  fio --name=file-qd$qd --filename="$peer" --ioengine=io_uring --direct=1 --sync=dsync \
+    --rw=randwrite --bs=4k --iodepth=$qd --size=1G --time_based --runtime="$secs" \
+    --randrepeat=0 --output-format=json --output="$dir/fio-file-qd$qd.json"
+  row=$(python3 - "$dir/fio-file-qd$qd.json" "$qd" <<'EOF2'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
+lat = j["clat_ns"]
+p99 = lat.get("percentile", {}).get("99.000000", 0) / 1000
+print(f"| file O_DIRECT+O_DSYNC QD{sys.argv[2]} | {j['iops']:.0f} | {lat['mean']/1000:.0f} | {p99:.0f} | - | - |")
+EOF2
+)
+  echo "$row"
+  rows+=("$row")
+  file_iops[$qd]=$(echo "$row" | awk -F'|' '{print $3}')
+done
+for qd in 32 1; do
+  out=$dir/fio-qd$qd.json
+  t0=$(osd_ticks)
+  fio --name=rbd-qd$qd --ioengine=rbd --clientname=admin --pool=sluice --rbdname="$img" \
+    --rw=randwrite --bs=4k --iodepth=$qd --time_based --runtime="$secs" \
+    --randrepeat=0 --output-format=json --output="$out"
+  t1=$(osd_ticks)
+  row=$(python3 - "$out" $((t1 - t0)) "$tck" "$qd" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
+ticks, tck, qd = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+gib = j["io_bytes"] / 2**30
+cpu = ticks / tck
+lat = j["clat_ns"]
+p99 = lat.get("percentile", {}).get("99.000000", 0) / 1000
+print(f"| rbd 4 KiB randwrite QD{qd} | {j['iops']:.0f} | {lat['mean']/1000:.0f} | {p99:.0f} | "
+      f"{cpu:.1f} | {cpu/gib if gib else float('nan'):.0f} |")
+EOF
+)
+  echo "$row"
+  rows+=("$row")
+  rbd=$(echo "$row" | awk -F'|' '{print $3}')
+  ratios+=("QD$qd: RBD IOPS / file IOPS = $(python3 -c "print(f'{$rbd / $((file_iops[$qd])):.3f}')")")
+done
+echo
+echo "| run | IOPS | mean lat us | p99 lat us | OSD CPU s | OSD CPU s per GiB |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+echo
+printf '%s\n' "${ratios[@]}"
