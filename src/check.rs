@@ -20,6 +20,7 @@ use crate::map::Loc;
 use crate::media::{AlignedBuf, Media};
 use crate::recovery;
 use crate::segments::SegState;
+use crate::store::{FlatStore, SegmentStore};
 use serde::Serialize;
 
 /// One superblock copy, as found.
@@ -349,6 +350,7 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
     );
     r.notes.extend(m.report.notes.iter().cloned());
     let geo = m.geo;
+    let store = FlatStore::new(media, &geo);
     let sbk = geo.segment_blocks;
     // phys block -> (lba, crc ok) for every data block of every verified chunk.
     let mut described: std::collections::HashMap<u32, (u64, bool)> =
@@ -362,7 +364,7 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
         }
         r.segments_checked += 1;
         let mut img = AlignedBuf::new(info.fill as usize * BLOCK_BYTES);
-        if let Err(e) = media.read_at(&mut img, geo.segment_offset(seg)) {
+        if let Err(e) = store.read_segment(seg, 0, &mut img) {
             r.add(
                 Found {
                     kind: "segment_read",

@@ -24,7 +24,8 @@
 use crate::format::chunk::{ChunkHeader, BLOCK_CRC_OFFSET};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
-use crate::media::{AlignedBuf, Media};
+use crate::media::AlignedBuf;
+use crate::store::SegmentStore;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Segment state: entries not known (written before this mount; load first).
@@ -137,13 +138,12 @@ impl CrcIndex {
     /// call `set_unverifiable_from`. Err only for a media error.
     pub fn load_segment(
         &self,
-        media: &dyn Media,
-        geo: &Geometry,
+        store: &dyn SegmentStore,
         seg: u32,
         fill: u32,
     ) -> std::io::Result<u32> {
         let base = seg as usize * self.seg_blocks as usize;
-        let end = walk(media, geo, &self.uuid, seg, fill, |at, h| {
+        let end = walk(store, &self.uuid, seg, fill, |at, h| {
             for (i, &c) in h.block_crcs.iter().enumerate() {
                 self.crcs[base + at.pos as usize + 1 + i].store(c, Ordering::Relaxed);
             }
@@ -172,8 +172,7 @@ impl CrcIndex {
 /// volume and segment and lies inside `fill`. Returns where the walk stopped
 /// (== fill when every chunk was found). Reads one header block per chunk.
 pub fn walk(
-    media: &dyn Media,
-    geo: &Geometry,
+    store: &dyn SegmentStore,
     uuid: &[u8; 16],
     seg: u32,
     fill: u32,
@@ -183,10 +182,7 @@ pub fn walk(
     let mut pos = 0u32;
     let mut last_seq = 0u64;
     while pos < fill {
-        media.read_at(
-            &mut buf,
-            geo.segment_offset(seg) + pos as u64 * BLOCK_BYTES as u64,
-        )?;
+        store.read_segment(seg, pos, &mut buf)?;
         let Ok(h) = ChunkHeader::decode(&buf) else {
             break;
         };

@@ -37,6 +37,7 @@ pub mod segments;
 pub mod sim;
 pub mod size;
 pub mod stats;
+pub mod store;
 pub mod trace;
 pub mod volume;
 

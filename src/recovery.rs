@@ -32,6 +32,7 @@ use crate::map::virt_of;
 use crate::map::{Loc, Map};
 use crate::media::{AlignedBuf, Media};
 use crate::segments::{SegInfo, SegState, SegmentTable};
+use crate::store::{FlatStore, SegmentStore};
 
 /// What the last mount found (printed by `sluice info` and the server).
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -777,20 +778,20 @@ pub struct SegScan {
 /// checkpoint: from 0 if block 0 is (or may be) such a chunk, or from the recorded
 /// fill if the segment was open at the checkpoint.
 pub fn scan_segment(
-    media: &dyn Media,
-    geo: &Geometry,
+    store: &dyn SegmentStore,
     uuid: &[u8; 16],
     seg: u32,
     fill: u32,
     c_next: u64,
     head: &mut AlignedBuf,
 ) -> Result<SegScan> {
-    media.read_at(head, geo.segment_offset(seg))?;
+    let segment_blocks = store.segment_blocks();
+    store.read_segment(seg, 0, head)?;
     let mut rules = RecoveryRules::default();
     let ours = head[..8] == chunk::CHUNK_MAGIC
         && head[16..32] == *uuid
         && u32::from_le_bytes(head[40..44].try_into().unwrap()) == seg;
-    let open_at_checkpoint = fill > 0 && fill < geo.segment_blocks;
+    let open_at_checkpoint = fill > 0 && fill < segment_blocks;
     let start = match classify(head, uuid, seg, c_next, None) {
         Class::Chunk(_) => Some(0),
         Class::Zero => {
@@ -812,11 +813,8 @@ pub fn scan_segment(
             } else {
                 rules.segment_walked_from_fill += 1;
             }
-            let mut img = AlignedBuf::new((geo.segment_blocks - start) as usize * BLOCK_BYTES);
-            media.read_at(
-                &mut img,
-                geo.segment_offset(seg) + start as u64 * BLOCK_BYTES as u64,
-            )?;
+            let mut img = AlignedBuf::new((segment_blocks - start) as usize * BLOCK_BYTES);
+            store.read_segment(seg, start, &mut img)?;
             Some(walk_image(&img, start, uuid, seg, c_next, &mut rules))
         }
         None => None,
@@ -943,13 +941,12 @@ pub fn load_checkpoint(
 /// chunks, in parallel (a device serves several whole-segment reads at once much
 /// faster than one after another).
 pub fn scan_segments(
-    media: &dyn Media,
-    geo: &Geometry,
+    store: &dyn SegmentStore,
     uuid: &[u8; 16],
     base: &Base,
     report: &mut MountReport,
 ) -> Result<Vec<SegScan>> {
-    let n = geo.segment_count;
+    let n = store.segment_count();
     let threads = SCAN_THREADS.min(n).max(1);
     let per = n.div_ceil(threads);
     let records = &base.records;
@@ -962,9 +959,7 @@ pub fn scan_segments(
                     let mut v = Vec::new();
                     for seg in t * per..((t + 1) * per).min(n) {
                         let fill = records[seg as usize].fill;
-                        v.push(scan_segment(
-                            media, geo, uuid, seg, fill, c_next, &mut head,
-                        )?);
+                        v.push(scan_segment(store, uuid, seg, fill, c_next, &mut head)?);
                     }
                     Ok(v)
                 })
@@ -1282,7 +1277,7 @@ pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
     if base.clean {
         return Ok(Vec::new());
     }
-    let scans = scan_segments(media, &geo, &sb.uuid, &base, &mut report)?;
+    let scans = scan_segments(&FlatStore::new(media, &geo), &sb.uuid, &base, &mut report)?;
     Ok(judge(&scans, base.c_next, sb.durable_seq, &mut report.rules).1)
 }
 
@@ -1406,7 +1401,7 @@ fn mount_inner(media: &dyn Media, report: &mut MountReport, salvage: bool) -> Re
 
     if !clean {
         let t = std::time::Instant::now();
-        let scans = scan_segments(media, &geo, &sb.uuid, &base, report)?;
+        let scans = scan_segments(&FlatStore::new(media, &geo), &sb.uuid, &base, report)?;
         let scans = timed(report, "scan_segments", t, scans);
 
         let t = std::time::Instant::now();
