@@ -25,6 +25,7 @@
 use crate::checkpoint;
 use crate::error::{Error, Result};
 use crate::format::chunk::{self, ChunkHeader, Kind};
+use crate::format::codec::{self, Place};
 use crate::format::superblock::{Superblock, NO_CHECKPOINT, TAIL_AREA_BYTES};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
@@ -600,15 +601,10 @@ fn classify(b: &[u8], uuid: &[u8; 16], seg: u32, min_seq: u64, prev: Option<u64>
         Err(_) if b[..512].iter().all(|&x| x == 0) => Class::Zero,
         // a wipe, whole or torn at any subset of its sectors (`chunk::tombstone`)
         Err(_) if chunk::has_tombstone_sector(b, uuid, seg) => Class::Zero,
-        Err(e) => {
-            let ours = b[..8] == chunk::CHUNK_MAGIC
-                && &b[16..32] == uuid
-                && u32::from_le_bytes(b[40..44].try_into().unwrap()) == seg;
-            Class::Unrecognised {
-                hint: ours.then(|| u64::from_le_bytes(b[32..40].try_into().unwrap())),
-                why: format!("chunk header: {e}"),
-            }
-        }
+        Err(e) => Class::Unrecognised {
+            hint: chunk::peek_seq(b, uuid, seg),
+            why: format!("chunk header: {e}"),
+        },
     }
 }
 
@@ -732,9 +728,9 @@ pub fn walk_image(
 /// Apply one chunk's entries to the map (replay). Relocations are applied like any
 /// record: the engine sequences them before any user record that supersedes them.
 pub fn apply(map: &mut Map, geo: &Geometry, f: &Found, rules: &mut RecoveryRules) -> Result<()> {
-    let mut di = 0u32;
-    let base = f.segment * geo.segment_blocks + f.pos + 1;
-    for e in &f.header.entries {
+    let chunk_phys = f.segment as u64 * geo.segment_blocks as u64 + f.pos as u64;
+    for placed in codec::entries(&f.header, chunk_phys) {
+        let e = placed.entry;
         if e.lba + e.count as u64 > map.len() {
             return Err(Error::Corrupt(format!(
                 "chunk seq {} (segment {} block {}) names blocks beyond the volume",
@@ -744,19 +740,12 @@ pub fn apply(map: &mut Map, geo: &Geometry, f: &Found, rules: &mut RecoveryRules
         if e.is_relocation() {
             rules.relocation_replayed += 1;
         }
-        match e.kind {
-            Kind::Data => {
-                for k in 0..e.count {
-                    map.set(e.lba + k as u64, Loc::Data(base + di));
-                    di += 1;
-                }
-            }
-            k => {
-                let v = virt_of(k).expect("virtual kind");
-                for i in 0..e.count as u64 {
-                    map.set(e.lba + i, Loc::Virtual(v, f.segment));
-                }
-            }
+        for r in placed.records() {
+            let loc = match r.place {
+                Place::Block { phys, .. } => Loc::Data(phys as u32),
+                Place::Virtual(k) => Loc::Virtual(virt_of(k).expect("virtual kind"), f.segment),
+            };
+            map.set(r.lba, loc);
         }
     }
     Ok(())
@@ -788,9 +777,7 @@ pub fn scan_segment(
     let segment_blocks = store.segment_blocks();
     store.read_segment(seg, 0, head)?;
     let mut rules = RecoveryRules::default();
-    let ours = head[..8] == chunk::CHUNK_MAGIC
-        && head[16..32] == *uuid
-        && u32::from_le_bytes(head[40..44].try_into().unwrap()) == seg;
+    let ours = chunk::peek_seq(head, uuid, seg).is_some();
     let open_at_checkpoint = fill > 0 && fill < segment_blocks;
     let start = match classify(head, uuid, seg, c_next, None) {
         Class::Chunk(_) => Some(0),
