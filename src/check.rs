@@ -13,7 +13,8 @@
 //! chunk that wrote it recorded; `found` and `damage` list the same problems.
 
 use crate::checkpoint;
-use crate::format::chunk::{self, Kind};
+use crate::format::chunk;
+use crate::format::codec::{self, Place};
 use crate::format::superblock::NO_CHECKPOINT;
 use crate::format::BLOCK_BYTES;
 use crate::map::Loc;
@@ -428,20 +429,13 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
         for f in &walk.chunks {
             let h = &f.header;
             let at = f.pos as usize * BLOCK_BYTES;
-            let mut di = 0usize;
-            for e in &h.entries {
-                if e.kind != Kind::Data {
+            for r in codec::records(h, seg as u64 * sbk as u64 + f.pos as u64) {
+                let Place::Block { phys, data, crc } = r.place else {
                     continue;
-                }
-                for k in 0..e.count as u64 {
-                    let off = at + (1 + di) * BLOCK_BYTES;
-                    let ok = h
-                        .block_crcs
-                        .get(di)
-                        .is_some_and(|&c| chunk::block_crc(&img[off..off + BLOCK_BYTES]) == c);
-                    described.insert(seg * sbk + f.pos + 1 + di as u32, (e.lba + k, ok));
-                    di += 1;
-                }
+                };
+                let off = at + (1 + data as usize) * BLOCK_BYTES;
+                let ok = chunk::block_crc(&img[off..off + BLOCK_BYTES]) == crc;
+                described.insert(phys as u32, (r.lba, ok));
             }
         }
     }
