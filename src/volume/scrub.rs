@@ -18,7 +18,8 @@
 
 use super::Shared;
 use crate::error::Result;
-use crate::format::chunk::{self, ChunkHeader, Kind};
+use crate::format::chunk::{self, ChunkHeader};
+use crate::format::codec::{self, Place};
 use crate::format::BLOCK_BYTES;
 use crate::map::Loc;
 use crate::media::AlignedBuf;
@@ -139,14 +140,13 @@ impl Shared {
                     break;
                 }
             };
-            let mut di = 0u32;
-            for e in h.entries.iter().filter(|e| e.kind == Kind::Data) {
-                for k in 0..e.count {
-                    let off = at + (1 + di as usize) * BLOCK_BYTES;
-                    if chunk::block_crc(&img[off..off + BLOCK_BYTES]) != h.block_crcs[di as usize] {
-                        bad.push((e.lba + k as u64, base + pos + 1 + di, di, h.seq));
-                    }
-                    di += 1;
+            for r in codec::records(&h, base as u64 + pos as u64) {
+                let Place::Block { phys, data, crc } = r.place else {
+                    continue;
+                };
+                let off = at + (1 + data as usize) * BLOCK_BYTES;
+                if chunk::block_crc(&img[off..off + BLOCK_BYTES]) != crc {
+                    bad.push((r.lba, phys as u32, data, h.seq));
                 }
             }
             pos += h.total_blocks();
