@@ -21,7 +21,8 @@
 //! the new incarnation can reach the media. Entries of a freed segment are simply
 //! left stale: no map value points there until new chunks overwrite them.
 
-use crate::format::chunk::{ChunkHeader, BLOCK_CRC_OFFSET};
+use crate::format::chunk::{self, ChunkHeader};
+use crate::format::codec::{self, Place};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
 use crate::media::AlignedBuf;
@@ -100,8 +101,7 @@ impl CrcIndex {
         let data = (image.len() / BLOCK_BYTES).saturating_sub(1);
         let base = segment as usize * self.seg_blocks as usize + start as usize + 1;
         for i in 0..data {
-            let off = BLOCK_CRC_OFFSET + 4 * i;
-            let crc = u32::from_le_bytes(image[off..off + 4].try_into().expect("4 bytes"));
+            let crc = chunk::stored_block_crc(image, i);
             self.crcs[base + i].store(crc, Ordering::Relaxed);
         }
         if start == 0 {
@@ -142,10 +142,12 @@ impl CrcIndex {
         seg: u32,
         fill: u32,
     ) -> std::io::Result<u32> {
-        let base = seg as usize * self.seg_blocks as usize;
+        let base = seg as u64 * self.seg_blocks as u64;
         let end = walk(store, &self.uuid, seg, fill, |at, h| {
-            for (i, &c) in h.block_crcs.iter().enumerate() {
-                self.crcs[base + at.pos as usize + 1 + i].store(c, Ordering::Relaxed);
+            for r in codec::records(h, base + at.pos as u64) {
+                if let Place::Block { phys, crc, .. } = r.place {
+                    self.crcs[phys as usize].store(crc, Ordering::Relaxed);
+                }
             }
         })?;
         if end >= fill {

@@ -348,6 +348,15 @@ pub fn seal_crc(image: &mut [u8]) {
     put_u32(image, HEADER_CRC_FIELD, h);
 }
 
+/// The CRC of data block `i` as stored in the block CRC array of `header`
+/// (a sealed chunk's first block, not decoded: the commit stage records a
+/// chunk's CRCs just before its write, and decoding would cost a header
+/// parse per chunk on the write path). `i` < `MAX_DATA_BLOCKS`.
+pub fn stored_block_crc(header: &[u8], i: usize) -> u32 {
+    assert!(i < MAX_DATA_BLOCKS as usize, "data block {i} of a chunk");
+    get_u32(header, BLOCK_CRC_OFFSET + 4 * i)
+}
+
 /// CRC32C of one data block, as stored in the header's block CRC array.
 pub fn block_crc(block: &[u8]) -> u32 {
     crc32c::crc32c(block)
