@@ -60,7 +60,9 @@ pub trait SegmentStore: Send + Sync {
     /// Read `buf.len()` bytes (whole blocks) from physical block `p` on.
     fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Several reads at once, each `(buffer, physical block)` as in `read`;
-    /// stores that can overlap them issue them together.
+    /// stores that can overlap them issue them together. The second member
+    /// of each pair is the store's to use (a flat store turns it into the
+    /// media offset in place): it means nothing afterwards.
     fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()>;
     /// Write `tombstone` (one block, `chunk::tombstone`) over the first block
     /// of `seg`. Not durable until the media flush.
@@ -192,6 +194,7 @@ impl<M: Media> SegmentStore for FlatStore<M> {
     }
     fn wipe(&self, seg: u32, tombstone: &[u8]) -> io::Result<()> {
         assert_eq!(tombstone.len(), BLOCK_BYTES, "a tombstone is one block");
+        // MUTANT: store-wipe-skipped s|self.write(seg, 0, tombstone)|Ok(())|
         self.write(seg, 0, tombstone)
     }
     fn discard_body(&self, seg: u32) -> io::Result<bool> {
