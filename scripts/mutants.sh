@@ -269,6 +269,15 @@ apply_ring_freed_early() {
 apply_discard_unwiped() {
   replace src/segments.rs '            discarded: vec![true; segs.len()],' '            discarded: vec![false; segs.len()],'
 }
+apply_store_wipe_skipped() {
+  marker store-wipe-skipped
+}
+apply_store_bounds_unchecked() {
+  replace src/store.rs 'if !(len as u64).is_multiple_of(BS) || p.checked_add(n).is_none_or(|e| e > self.blocks()) {' 'if !(len as u64).is_multiple_of(BS) {'
+}
+apply_codec_virtual_takes_data() {
+  replace src/format/codec.rs '        next_data += entry.data_blocks();' '        next_data += entry.count;'
+}
 apply_metadata_not_allocated() {
   replace src/volume/mod.rs '        media.allocate(&metadata_ranges(&geo))?;' ''
   replace src/volume/mod.rs '            if let Err(e) = media.allocate(&metadata_ranges(&geo)) {' '            if let Err(e) = Ok::<(), std::io::Error>(()) {'
@@ -376,6 +385,9 @@ run range-length-unchecked objects_s3
 run lease-exists-wins objects_s3 lib
 run lease-ignores-holder lib
 run objname-accepts-epoch-zero lib
+run store-wipe-skipped dst
+run store-bounds-unchecked segment_store
+run codec-virtual-takes-data model
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

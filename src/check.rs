@@ -13,13 +13,15 @@
 //! chunk that wrote it recorded; `found` and `damage` list the same problems.
 
 use crate::checkpoint;
-use crate::format::chunk::{self, Kind};
+use crate::format::chunk;
+use crate::format::codec::{self, Place};
 use crate::format::superblock::NO_CHECKPOINT;
 use crate::format::BLOCK_BYTES;
 use crate::map::Loc;
 use crate::media::{AlignedBuf, Media};
 use crate::recovery;
 use crate::segments::SegState;
+use crate::store::{FlatStore, SegmentStore};
 use serde::Serialize;
 
 /// One superblock copy, as found.
@@ -371,6 +373,7 @@ pub fn check_logs(
     );
     r.notes.extend(m.report.notes.iter().cloned());
     let geo = m.geo;
+    let store = FlatStore::new(media, &geo);
     let sbk = geo.segment_blocks;
     // phys block -> (lba, crc ok) for every data block of every verified chunk.
     let mut described: std::collections::HashMap<u32, (u64, bool)> =
@@ -384,7 +387,7 @@ pub fn check_logs(
         }
         r.segments_checked += 1;
         let mut img = AlignedBuf::new(info.fill as usize * BLOCK_BYTES);
-        if let Err(e) = media.read_at(&mut img, geo.segment_offset(seg)) {
+        if let Err(e) = store.read_segment(seg, 0, &mut img) {
             r.add(
                 Found {
                     kind: "segment_read",
@@ -448,20 +451,13 @@ pub fn check_logs(
         for f in &walk.chunks {
             let h = &f.header;
             let at = f.pos as usize * BLOCK_BYTES;
-            let mut di = 0usize;
-            for e in &h.entries {
-                if e.kind != Kind::Data {
+            for r in codec::records(h, seg as u64 * sbk as u64 + f.pos as u64) {
+                let Place::Block { phys, data, crc } = r.place else {
                     continue;
-                }
-                for k in 0..e.count as u64 {
-                    let off = at + (1 + di) * BLOCK_BYTES;
-                    let ok = h
-                        .block_crcs
-                        .get(di)
-                        .is_some_and(|&c| chunk::block_crc(&img[off..off + BLOCK_BYTES]) == c);
-                    described.insert(seg * sbk + f.pos + 1 + di as u32, (e.lba + k, ok));
-                    di += 1;
-                }
+                };
+                let off = at + (1 + data as usize) * BLOCK_BYTES;
+                let ok = chunk::block_crc(&img[off..off + BLOCK_BYTES]) == crc;
+                described.insert(phys as u32, (r.lba, ok));
             }
         }
     }

@@ -21,10 +21,12 @@
 //! the new incarnation can reach the media. Entries of a freed segment are simply
 //! left stale: no map value points there until new chunks overwrite them.
 
-use crate::format::chunk::{ChunkHeader, BLOCK_CRC_OFFSET};
+use crate::format::chunk::{self, ChunkHeader};
+use crate::format::codec::{self, Place};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
-use crate::media::{AlignedBuf, Media};
+use crate::media::AlignedBuf;
+use crate::store::SegmentStore;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Segment state: entries not known (written before this mount; load first).
@@ -99,8 +101,7 @@ impl CrcIndex {
         let data = (image.len() / BLOCK_BYTES).saturating_sub(1);
         let base = segment as usize * self.seg_blocks as usize + start as usize + 1;
         for i in 0..data {
-            let off = BLOCK_CRC_OFFSET + 4 * i;
-            let crc = u32::from_le_bytes(image[off..off + 4].try_into().expect("4 bytes"));
+            let crc = chunk::stored_block_crc(image, i);
             self.crcs[base + i].store(crc, Ordering::Relaxed);
         }
         if start == 0 {
@@ -137,15 +138,16 @@ impl CrcIndex {
     /// call `set_unverifiable_from`. Err only for a media error.
     pub fn load_segment(
         &self,
-        media: &dyn Media,
-        geo: &Geometry,
+        store: &dyn SegmentStore,
         seg: u32,
         fill: u32,
     ) -> std::io::Result<u32> {
-        let base = seg as usize * self.seg_blocks as usize;
-        let end = walk(media, geo, &self.uuid, seg, fill, |at, h| {
-            for (i, &c) in h.block_crcs.iter().enumerate() {
-                self.crcs[base + at.pos as usize + 1 + i].store(c, Ordering::Relaxed);
+        let base = seg as u64 * self.seg_blocks as u64;
+        let end = walk(store, &self.uuid, seg, fill, |at, h| {
+            for r in codec::records(h, base + at.pos as u64) {
+                if let Place::Block { phys, crc, .. } = r.place {
+                    self.crcs[phys as usize].store(crc, Ordering::Relaxed);
+                }
             }
         })?;
         if end >= fill {
@@ -172,8 +174,7 @@ impl CrcIndex {
 /// volume and segment and lies inside `fill`. Returns where the walk stopped
 /// (== fill when every chunk was found). Reads one header block per chunk.
 pub fn walk(
-    media: &dyn Media,
-    geo: &Geometry,
+    store: &dyn SegmentStore,
     uuid: &[u8; 16],
     seg: u32,
     fill: u32,
@@ -183,10 +184,7 @@ pub fn walk(
     let mut pos = 0u32;
     let mut last_seq = 0u64;
     while pos < fill {
-        media.read_at(
-            &mut buf,
-            geo.segment_offset(seg) + pos as u64 * BLOCK_BYTES as u64,
-        )?;
+        store.read_segment(seg, pos, &mut buf)?;
         let Ok(h) = ChunkHeader::decode(&buf) else {
             break;
         };

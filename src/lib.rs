@@ -41,6 +41,7 @@ pub mod sim;
 pub mod size;
 pub mod stats;
 pub mod stripe;
+pub mod store;
 pub mod trace;
 pub mod volume;
 

@@ -25,6 +25,7 @@
 use crate::checkpoint;
 use crate::error::{Error, Result};
 use crate::format::chunk::{self, ChunkHeader, Kind};
+use crate::format::codec::{self, Place};
 use crate::format::superblock::{Superblock, NO_CHECKPOINT, TAIL_AREA_BYTES};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
@@ -32,6 +33,7 @@ use crate::map::virt_of;
 use crate::map::{Loc, Map};
 use crate::media::{AlignedBuf, Media};
 use crate::segments::{SegInfo, SegState, SegmentTable};
+use crate::store::{FlatStore, SegmentStore};
 
 /// What the last mount found (printed by `sluice info` and the server).
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -865,15 +867,10 @@ fn classify(b: &[u8], uuid: &[u8; 16], seg: u32, min_seq: u64, prev: Option<u64>
         Err(_) if b[..512].iter().all(|&x| x == 0) => Class::Zero,
         // a wipe, whole or torn at any subset of its sectors (`chunk::tombstone`)
         Err(_) if chunk::has_tombstone_sector(b, uuid, seg) => Class::Zero,
-        Err(e) => {
-            let ours = b[..8] == chunk::CHUNK_MAGIC
-                && &b[16..32] == uuid
-                && u32::from_le_bytes(b[40..44].try_into().unwrap()) == seg;
-            Class::Unrecognised {
-                hint: ours.then(|| u64::from_le_bytes(b[32..40].try_into().unwrap())),
-                why: format!("chunk header: {e}"),
-            }
-        }
+        Err(e) => Class::Unrecognised {
+            hint: chunk::peek_seq(b, uuid, seg),
+            why: format!("chunk header: {e}"),
+        },
     }
 }
 
@@ -997,9 +994,9 @@ pub fn walk_image(
 /// Apply one chunk's entries to the map (replay). Relocations are applied like any
 /// record: the engine sequences them before any user record that supersedes them.
 pub fn apply(map: &mut Map, geo: &Geometry, f: &Found, rules: &mut RecoveryRules) -> Result<()> {
-    let mut di = 0u32;
-    let base = f.segment * geo.segment_blocks + f.pos + 1;
-    for e in &f.header.entries {
+    let chunk_phys = f.segment as u64 * geo.segment_blocks as u64 + f.pos as u64;
+    for placed in codec::entries(&f.header, chunk_phys) {
+        let e = placed.entry;
         if e.lba + e.count as u64 > map.len() {
             return Err(Error::Corrupt(format!(
                 "chunk seq {} (segment {} block {}) names blocks beyond the volume",
@@ -1009,19 +1006,12 @@ pub fn apply(map: &mut Map, geo: &Geometry, f: &Found, rules: &mut RecoveryRules
         if e.is_relocation() {
             rules.relocation_replayed += 1;
         }
-        match e.kind {
-            Kind::Data => {
-                for k in 0..e.count {
-                    map.set(e.lba + k as u64, Loc::Data(base + di));
-                    di += 1;
-                }
-            }
-            k => {
-                let v = virt_of(k).expect("virtual kind");
-                for i in 0..e.count as u64 {
-                    map.set(e.lba + i, Loc::Virtual(v, f.segment));
-                }
-            }
+        for r in placed.records() {
+            let loc = match r.place {
+                Place::Block { phys, .. } => Loc::Data(phys as u32),
+                Place::Virtual(k) => Loc::Virtual(virt_of(k).expect("virtual kind"), f.segment),
+            };
+            map.set(r.lba, loc);
         }
     }
     Ok(())
@@ -1043,20 +1033,18 @@ pub struct SegScan {
 /// checkpoint: from 0 if block 0 is (or may be) such a chunk, or from the recorded
 /// fill if the segment was open at the checkpoint.
 pub fn scan_segment(
-    media: &dyn Media,
-    geo: &Geometry,
+    store: &dyn SegmentStore,
     uuid: &[u8; 16],
     seg: u32,
     fill: u32,
     c_next: u64,
     head: &mut AlignedBuf,
 ) -> Result<SegScan> {
-    media.read_at(head, geo.segment_offset(seg))?;
+    let segment_blocks = store.segment_blocks();
+    store.read_segment(seg, 0, head)?;
     let mut rules = RecoveryRules::default();
-    let ours = head[..8] == chunk::CHUNK_MAGIC
-        && head[16..32] == *uuid
-        && u32::from_le_bytes(head[40..44].try_into().unwrap()) == seg;
-    let open_at_checkpoint = fill > 0 && fill < geo.segment_blocks;
+    let ours = chunk::peek_seq(head, uuid, seg).is_some();
+    let open_at_checkpoint = fill > 0 && fill < segment_blocks;
     let start = match classify(head, uuid, seg, c_next, None) {
         Class::Chunk(_) => Some(0),
         Class::Zero => {
@@ -1078,11 +1066,8 @@ pub fn scan_segment(
             } else {
                 rules.segment_walked_from_fill += 1;
             }
-            let mut img = AlignedBuf::new((geo.segment_blocks - start) as usize * BLOCK_BYTES);
-            media.read_at(
-                &mut img,
-                geo.segment_offset(seg) + start as u64 * BLOCK_BYTES as u64,
-            )?;
+            let mut img = AlignedBuf::new((segment_blocks - start) as usize * BLOCK_BYTES);
+            store.read_segment(seg, start, &mut img)?;
             Some(walk_image(&img, start, uuid, seg, c_next, &mut rules))
         }
         None => None,
@@ -1209,13 +1194,12 @@ pub fn load_checkpoint(
 /// chunks, in parallel (a device serves several whole-segment reads at once much
 /// faster than one after another).
 pub fn scan_segments(
-    media: &dyn Media,
-    geo: &Geometry,
+    store: &dyn SegmentStore,
     uuid: &[u8; 16],
     base: &Base,
     report: &mut MountReport,
 ) -> Result<Vec<SegScan>> {
-    let n = geo.segment_count;
+    let n = store.segment_count();
     let threads = SCAN_THREADS.min(n).max(1);
     let per = n.div_ceil(threads);
     let records = &base.records;
@@ -1228,9 +1212,7 @@ pub fn scan_segments(
                     let mut v = Vec::new();
                     for seg in t * per..((t + 1) * per).min(n) {
                         let fill = records[seg as usize].fill;
-                        v.push(scan_segment(
-                            media, geo, uuid, seg, fill, c_next, &mut head,
-                        )?);
+                        v.push(scan_segment(store, uuid, seg, fill, c_next, &mut head)?);
                     }
                     Ok(v)
                 })
@@ -1548,7 +1530,7 @@ pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
     if base.clean {
         return Ok(Vec::new());
     }
-    let scans = scan_segments(media, &geo, &sb.uuid, &base, &mut report)?;
+    let scans = scan_segments(&FlatStore::new(media, &geo), &sb.uuid, &base, &mut report)?;
     Ok(judge(&scans, base.c_next, sb.durable_seq, &mut report.rules).1)
 }
 
@@ -1704,7 +1686,7 @@ fn mount_inner(
 
     if !clean {
         let t = std::time::Instant::now();
-        let scans = scan_segments(media, &geo, &sb.uuid, &base, report)?;
+        let scans = scan_segments(&FlatStore::new(media, &geo), &sb.uuid, &base, report)?;
         let scans = timed(report, "scan_segments", t, scans);
 
         let t = std::time::Instant::now();

@@ -14,7 +14,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
     let mut m = BTreeMap::new();
     for (layer, mods) in [
         (0, &["error", "size", "format", "media"][..]),
-        (1, &["geometry", "stats", "stripe"][..]),
+        (1, &["geometry", "stats", "stripe", "store"][..]),
         (
             2,
             &[

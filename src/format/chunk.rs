@@ -65,6 +65,18 @@ pub fn has_tombstone_sector(block: &[u8], uuid: &[u8; 16], segment: u32) -> bool
         .any(|sector| sector[..TOMB_ID_BYTES] == id)
 }
 
+/// A block that starts like a chunk header of this volume and segment (magic,
+/// uuid, segment; nothing else checked, not even its CRC): the seq it names,
+/// a hint of which chunk a damaged header was. None: not one of ours, or
+/// shorter than a header.
+pub fn peek_seq(block: &[u8], uuid: &[u8; 16], segment: u32) -> Option<u64> {
+    (block.len() >= HEADER_BYTES
+        && block[0..8] == CHUNK_MAGIC
+        && block[16..32] == *uuid
+        && get_u32(block, 40) == segment)
+        .then(|| get_u64(block, 32))
+}
+
 /// Smallest segment the format allows (32 KiB); tests use tiny segments.
 pub const MIN_SEGMENT_BLOCKS: u32 = 8;
 /// Largest logical block address an entry can carry (56 bits).
@@ -336,6 +348,15 @@ pub fn seal_crc(image: &mut [u8]) {
     put_u32(image, HEADER_CRC_FIELD, h);
 }
 
+/// The CRC of data block `i` as stored in the block CRC array of `header`
+/// (a sealed chunk's first block, not decoded: the commit stage records a
+/// chunk's CRCs just before its write, and decoding would cost a header
+/// parse per chunk on the write path). `i` < `MAX_DATA_BLOCKS`.
+pub fn stored_block_crc(header: &[u8], i: usize) -> u32 {
+    assert!(i < MAX_DATA_BLOCKS as usize, "data block {i} of a chunk");
+    get_u32(header, BLOCK_CRC_OFFSET + 4 * i)
+}
+
 /// CRC32C of one data block, as stored in the header's block CRC array.
 pub fn block_crc(block: &[u8]) -> u32 {
     crc32c::crc32c(block)
@@ -414,6 +435,19 @@ mod tests {
     fn chunk_roundtrips() {
         let (h, img) = sample_image();
         assert_eq!(verify(&img, &[9; 16]).unwrap(), h);
+    }
+
+    #[test]
+    fn peek_seq_names_the_seq_of_a_damaged_header_of_this_segment_only() {
+        let (_, mut img) = sample_image();
+        img[70] ^= 1; // the CRC no longer holds: decode refuses, the peek still sees it
+        assert!(ChunkHeader::decode(&img).is_err());
+        assert_eq!(peek_seq(&img, &[9; 16], 3), Some(77));
+        assert_eq!(peek_seq(&img, &[8; 16], 3), None);
+        assert_eq!(peek_seq(&img, &[9; 16], 4), None);
+        assert_eq!(peek_seq(&img[..40], &[9; 16], 3), None);
+        img[0] ^= 1;
+        assert_eq!(peek_seq(&img, &[9; 16], 3), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 pub mod chunk;
+pub mod codec;
 pub mod intent;
 pub mod logdev;
 pub mod objname;

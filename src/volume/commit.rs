@@ -25,6 +25,7 @@ use crate::geometry::Geometry;
 use crate::log::{ChunkPool, Sealed};
 use crate::media::{AlignedBuf, Media};
 use crate::stats::Counters;
+use crate::store::SegmentStore;
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,7 +116,11 @@ struct WriteQueue {
 /// sealed chunks) and `flush_covering` (wait for durability); the housekeeper
 /// also through `write_checkpoint`, `wipe` and `update_superblock`.
 pub(in crate::volume) struct Commit {
+    /// Superblocks, checkpoint slots, the intent log ring, and the one media
+    /// flush that covers them and the segment store's writes.
     media: Arc<dyn Media>,
+    /// Segment data: chunks, tombstones, discards.
+    store: Arc<dyn SegmentStore>,
     geo: Geometry,
     counters: Arc<Counters>,
     /// Verified reads' CRC index: each chunk is recorded just before its write.
@@ -192,6 +197,7 @@ pub(in crate::volume) fn write_block(
 impl Commit {
     pub fn new(
         media: Arc<dyn Media>,
+        store: Arc<dyn SegmentStore>,
         geo: Geometry,
         counters: Arc<Counters>,
         crc_index: Arc<CrcIndex>,
@@ -209,6 +215,7 @@ impl Commit {
         Counters::add(&counters.log_devices_degraded, log_missing as u64);
         Commit {
             media,
+            store,
             geo,
             counters,
             crc_index,
@@ -492,10 +499,9 @@ impl Commit {
         for s in out {
             // a sealed chunk goes to the media exactly once, after its seal
             assert!(s.blocks >= 1 && s.start + s.blocks <= self.geo.segment_blocks);
-            let phys = s.segment as u64 * self.geo.segment_blocks as u64 + s.start as u64;
             // reads of its blocks go to the media only after this write
             self.crc_index.record_chunk(s.segment, s.start, s.bytes());
-            if let Err(e) = self.media.write_at(s.bytes(), self.geo.phys_offset(phys)) {
+            if let Err(e) = self.store.write(s.segment, s.start, s.bytes()) {
                 return Err(self.fail(
                     format_args!(
                         "writing chunk {} at segment {} block {}",
@@ -698,7 +704,7 @@ impl Commit {
         let mut tomb = AlignedBuf::new(BLOCK_BYTES);
         for &s in segs {
             crate::format::chunk::tombstone(&mut tomb, &uuid, s);
-            if let Err(e) = self.media.write_at(&tomb, self.geo.segment_offset(s)) {
+            if let Err(e) = self.store.wipe(s, &tomb) {
                 return Err(self.fail(format_args!("wiping segment {s}"), &e));
             }
             Counters::add(&self.counters.media_superblock_bytes, BS);
@@ -797,14 +803,13 @@ impl Commit {
             }
             self.check_failed()?;
             let len = self.geo.segment_bytes() - BS;
-            // MUTANT: discard-tombstone s|self.geo.segment_offset(s) + BS|self.geo.segment_offset(s)|
-            match self.media.discard(self.geo.segment_offset(s) + BS, len) {
+            match self.store.discard_body(s) {
                 Ok(true) => Counters::add(&self.counters.discard_bytes, len),
                 Ok(false) => {
                     self.discard_on.store(false, Ordering::Relaxed);
                     tracing::info!(
                         "{} cannot discard: freed segments keep their host space",
-                        self.media.describe()
+                        self.store.describe()
                     );
                 }
                 Err(e)
@@ -816,13 +821,13 @@ impl Commit {
                     self.discard_on.store(false, Ordering::Relaxed);
                     tracing::warn!(
                         "discarding segment {s} of {}: {e}; discard is off until the next mount (no data depends on it)",
-                        self.media.describe()
+                        self.store.describe()
                     );
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                     tracing::warn!(
                         "discarding segment {s} of {}: {e}; its space stays allocated",
-                        self.media.describe()
+                        self.store.describe()
                     );
                 }
                 Err(e) => return Err(self.fail(format_args!("discarding segment {s}"), &e)),

@@ -20,6 +20,7 @@
 //! decides which segment a record joins (see gc.rs).
 
 use crate::format::chunk::{Kind, LsnRange, Stream, MAX_CHUNK_BLOCKS, MAX_DATA_BLOCKS};
+use crate::format::codec::{self, Place};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
 use crate::log::{ChunkPool, OpenChunk, Sealed};
@@ -614,23 +615,21 @@ impl Core {
         self.gc_slot = GC0 + class;
         self.gc_src_life = life;
         for (pos, h) in chunks.map_err(RelocateError::Damaged)? {
-            let mut di = 0u32;
-            for e in &h.entries {
+            for placed in codec::entries(&h, base as u64 + pos as u64) {
+                let e = placed.entry;
                 if e.lba + e.count as u64 > self.map.len() {
                     return Err(RelocateError::Damaged(format!(
                         "chunk seq {} names blocks beyond the volume",
                         h.seq
                     )));
                 }
-                for k in 0..e.count as u64 {
-                    let lba = e.lba + k;
-                    match e.kind {
-                        Kind::Data => {
-                            let phys = base + pos as u32 + 1 + di;
-                            di += 1;
+                for r in placed.records() {
+                    let lba = r.lba;
+                    match r.place {
+                        Place::Block { phys, data, crc } => {
+                            let phys = phys as u32;
                             if self.map.get(lba) == Loc::Data(phys) {
-                                let off = (pos + 1 + (di - 1) as usize) * BLOCK_BYTES;
-                                let crc = h.block_crcs[(di - 1) as usize];
+                                let off = (pos + 1 + data as usize) * BLOCK_BYTES;
                                 self.append(
                                     Stream::Gc,
                                     lba,
@@ -644,7 +643,7 @@ impl Core {
                                 data_moved += 1;
                             }
                         }
-                        k2 => {
+                        Place::Virtual(k2) => {
                             let v = virt_of(k2).expect("virtual kind");
                             if self.map.get(lba) == Loc::Virtual(v, victim) {
                                 self.append(

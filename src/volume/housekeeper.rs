@@ -709,7 +709,7 @@ impl Shared {
             .take()
             .unwrap_or_else(|| AlignedBuf::new(seg_bytes));
         let img = &mut buf[..fill * BLOCK_BYTES];
-        if let Err(e) = self.media.read_at(img, self.geo.segment_offset(victim)) {
+        if let Err(e) = self.store.read_segment(victim, 0, img) {
             self.core.lock().end_victim(victim);
             return Err(e.into());
         }

@@ -45,6 +45,7 @@ use crate::media::{AlignedBuf, Media};
 use crate::recovery;
 use crate::segments::SegState;
 use crate::stats::{Counters, Stats};
+use crate::store::{FlatStore, SegmentStore};
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -354,7 +355,10 @@ impl EngineLock {
 }
 
 pub(crate) struct Shared {
-    pub media: Arc<dyn Media>,
+    /// Segment data (chunks, tombstones, discards, every segment read);
+    /// the metadata (superblocks, checkpoint slots, the intent log ring) is
+    /// the commit stage's, on the media.
+    pub store: Arc<dyn SegmentStore>,
     pub geo: Geometry,
     pub opts: OpenOptions,
     pub policy: GcPolicy,
@@ -515,8 +519,9 @@ impl Volume {
         // Wipe the superblocks and the first block of every segment so no stale
         // structure of an earlier volume on this media can be mistaken for ours.
         let zero = AlignedBuf::new(BLOCK_BYTES);
+        let store = FlatStore::new(media, &geo);
         for seg in 0..geo.segment_count {
-            media.write_at(&zero, geo.segment_offset(seg))?;
+            store.write(seg, 0, &zero)?;
         }
         if geo.log_bytes > 0 {
             // the ring's first record place (stale records of another volume
@@ -681,8 +686,10 @@ impl Volume {
         }
         let counters = Arc::new(Counters::with_lifetime(lifetime));
         let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
+        let store: Arc<dyn SegmentStore> = Arc::new(FlatStore::new(media.clone(), &geo));
         let commit = Arc::new(Commit::new(
             media.clone(),
+            store.clone(),
             geo,
             counters.clone(),
             crc_index.clone(),
@@ -698,7 +705,7 @@ impl Volume {
         ));
         let threaded = opts.background && !opts.read_only;
         let sh = Arc::new(Shared {
-            media,
+            store,
             geo,
             opts: opts.clone(),
             policy,

@@ -26,6 +26,7 @@ use crate::map::{Loc, Virt};
 use crate::media::{AlignedBuf, UringReads, URING_WAKE};
 use crate::segments::SegState;
 use crate::stats::Counters;
+use crate::store::Repair;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -151,9 +152,7 @@ impl Shared {
     /// under the caller's share of the reuse lock.
     fn load_crcs(&self, load: &[(u32, u32)]) -> Result<()> {
         for &(seg, fill) in load {
-            let end = self
-                .crc_index
-                .load_segment(&*self.media, &self.geo, seg, fill)?;
+            let end = self.crc_index.load_segment(&*self.store, seg, fill)?;
             if end < fill {
                 // A header there does not verify. If the segment still holds live
                 // data that is damage; if it was emptied meanwhile, its first
@@ -203,13 +202,13 @@ impl Shared {
                 for &(p, i, k) in mine {
                     let (_, tail) = std::mem::take(&mut rest).split_at_mut((i - at) * BLOCK_BYTES);
                     let (run, tail) = tail.split_at_mut(k * BLOCK_BYTES);
-                    io.push((run, self.geo.phys_offset(p)));
+                    io.push((run, p));
                     rest = tail;
                     at = i + k;
                 }
             }
             if !io.is_empty() {
-                self.media.read_batch(&mut io)?;
+                self.store.read_batch(&mut io)?;
             }
         }
         let mut failed = Vec::new();
@@ -259,7 +258,7 @@ impl Shared {
         let fill = self.core.lock().segs.segs[seg as usize].fill;
         let mut chunk = format!("no verified chunk header covers block {off}");
         let uuid = self.crc_index_uuid();
-        let _ = crc_index::walk(&*self.media, &self.geo, &uuid, seg, fill, |at, _| {
+        let _ = crc_index::walk(&*self.store, &uuid, seg, fill, |at, _| {
             if at.pos < off && off < at.pos + at.blocks {
                 chunk = format!(
                     "chunk seq {} at block {} (data block {})",
@@ -269,6 +268,9 @@ impl Shared {
                 );
             }
         });
+        // the store's damage hook (a store with redundancy repairs there; a
+        // flat store has nothing to repair from, so the read answers EIO)
+        let Repair::None = self.store.damaged(p as u64, 1);
         tracing::warn!(
             "read of logical block {lba}: data fails its checksum (segment {seg} block {off}, {chunk}); answering EIO"
         );
@@ -328,11 +330,14 @@ struct InFlight<T> {
     buf: ReadBuf,
     first: u64,
     runs: Vec<Run>,
+    /// Media reads of the read (the pieces its runs lie in).
+    pieces: usize,
     /// Media reads not completed yet.
     left: usize,
     /// The first error a media read returned (errno).
     err: Option<i32>,
-    /// Runs the kernel read only part of (finished with a plain read).
+    /// Runs a piece of which the kernel read only in part (read again whole
+    /// through the store).
     short: Vec<usize>,
 }
 
@@ -341,7 +346,7 @@ impl Volume {
     /// the media has no such ring (memory, fault injection) or io_uring cannot
     /// be set up now; the caller reads with `read_batch` then.
     pub fn read_ring<T: Send>(self: &Arc<Self>) -> Option<ReadRing<T>> {
-        match self.sh.media.uring_reads(RING_SLOTS)? {
+        match self.sh.store.uring_reads(RING_SLOTS)? {
             Ok(io) => Some(ReadRing {
                 io,
                 vol: self.clone(),
@@ -445,23 +450,34 @@ impl<T: Send> ReadRing<T> {
             });
             return Some((ctx, r));
         }
-        self.unreserve(blocks - runs.len());
+        // Each run becomes the media reads of the pieces the store places it
+        // in (one for a flat store), each tagged with its run.
         let base = rb.buf.as_mut_ptr();
-        let io: Vec<(*mut u8, u32, u64)> = runs
-            .iter()
-            .map(|&(p, i, k)| {
-                // SAFETY: i + k blocks lie within the buffer (plan's runs).
-                let at = unsafe { base.add(i * BLOCK_BYTES) };
-                (at, (k * BLOCK_BYTES) as u32, sh.geo.phys_offset(p))
-            })
-            .collect();
+        let mut io: Vec<(*mut u8, u32, u64, usize)> = Vec::with_capacity(runs.len());
+        for (r, &(p, i, k)) in runs.iter().enumerate() {
+            sh.store.locate(p, k as u32, &mut |pc| {
+                assert!(
+                    pc.member == 0 && pc.at as usize + pc.len as usize <= k * BLOCK_BYTES,
+                    "read ring: a piece on member {} (a ring over several members is not built)",
+                    pc.member
+                );
+                // SAFETY: i + k blocks lie within the buffer (plan's runs), and
+                // the piece lies within its run (asserted).
+                let at = unsafe { base.add(i * BLOCK_BYTES + pc.at as usize) };
+                io.push((at, pc.len, pc.offset, r));
+            });
+        }
+        // the reservation counted a media read per block: at most one piece each
+        assert!(io.len() <= blocks && runs.len() < 1 << 16);
+        self.unreserve(blocks - io.len());
         let slot = {
             let mut st = self.state.lock();
             let f = InFlight {
                 ctx,
                 buf: rb,
                 first,
-                left: runs.len(),
+                left: io.len(),
+                pieces: io.len(),
                 runs,
                 err: None,
                 short: Vec::new(),
@@ -477,11 +493,16 @@ impl<T: Send> ReadRing<T> {
                 }
             }
         };
-        for (k, &(at, n, off)) in io.iter().enumerate() {
+        assert!(
+            slot < 0xffff,
+            "read ring: slot {slot} beyond the user data's 16 bits"
+        );
+        for &(at, n, off, r) in &io {
             // SAFETY: the buffer lives in its slot (its heap block never moves)
             // until `reap` took every completion of this read; the
             // reservation above keeps the ring within its capacity.
-            let pushed = unsafe { self.io.push(at, n, off, (slot as u64) << 16 | k as u64) };
+            let user = (slot as u64) << 48 | (r as u64) << 32 | n as u64;
+            let pushed = unsafe { self.io.push(at, n, off, user) };
             assert!(
                 pushed.is_ok(),
                 "read ring: submission queue full within its reservation"
@@ -534,20 +555,24 @@ impl<T: Send> ReadRing<T> {
                     woken = true;
                     continue;
                 }
-                let (slot, k) = ((user >> 16) as usize, (user & 0xffff) as usize);
+                let (slot, run, len) = (
+                    (user >> 48) as usize,
+                    ((user >> 32) & 0xffff) as usize,
+                    (user & 0xffff_ffff) as usize,
+                );
                 let f = st.slots[slot]
                     .as_mut()
                     .expect("a completion of a read in flight");
                 f.left -= 1;
                 if res < 0 {
                     f.err.get_or_insert(-res);
-                } else if (res as usize) < f.runs[k].2 * BLOCK_BYTES {
-                    f.short.push(k);
+                } else if (res as usize) < len && !f.short.contains(&run) {
+                    f.short.push(run);
                 }
                 if f.left == 0 {
                     let f = st.slots[slot].take().expect("just seen");
                     st.free.push(slot);
-                    st.reserved -= f.runs.len();
+                    st.reserved -= f.pieces;
                     done.push(f);
                 }
             }
@@ -582,7 +607,7 @@ impl<T: Send> ReadRing<T> {
             for k in short {
                 let (p, i, n) = runs[k];
                 let run = &mut buf.buf[i * BLOCK_BYTES..(i + n) * BLOCK_BYTES];
-                sh.media.read_at(run, sh.geo.phys_offset(p))?;
+                sh.store.read(p, run)?;
             }
             // MUTANT: ring-skips-verify s|!sh.opts.verify_reads|true|
             if !sh.opts.verify_reads {
@@ -660,7 +685,7 @@ impl<T> Drop for ReadRing<T> {
                 if user == URING_WAKE {
                     continue;
                 }
-                let slot = (user >> 16) as usize;
+                let slot = (user >> 48) as usize;
                 if let Some(f) = st.slots[slot].as_mut() {
                     f.left -= 1;
                     if f.left == 0 {

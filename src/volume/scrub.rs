@@ -18,12 +18,14 @@
 
 use super::Shared;
 use crate::error::Result;
-use crate::format::chunk::{self, ChunkHeader, Kind};
+use crate::format::chunk::{self, ChunkHeader};
+use crate::format::codec::{self, Place};
 use crate::format::BLOCK_BYTES;
 use crate::map::Loc;
 use crate::media::AlignedBuf;
 use crate::segments::SegState;
 use crate::stats::Counters;
+use crate::store::Repair;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -112,7 +114,7 @@ impl Shared {
             return Ok(out);
         }
         let mut img = AlignedBuf::new(fill as usize * BLOCK_BYTES);
-        self.media.read_at(&mut img, self.geo.segment_offset(seg))?;
+        self.store.read_segment(seg, 0, &mut img)?;
         out.bytes = img.len() as u64;
         // (lba, physical block, data block index, chunk) of each block whose CRC fails
         let mut bad: Vec<(u64, u32, u32, u64)> = Vec::new();
@@ -138,18 +140,18 @@ impl Shared {
                     break;
                 }
             };
-            let mut di = 0u32;
-            for e in h.entries.iter().filter(|e| e.kind == Kind::Data) {
-                for k in 0..e.count {
-                    let off = at + (1 + di as usize) * BLOCK_BYTES;
-                    if chunk::block_crc(&img[off..off + BLOCK_BYTES]) != h.block_crcs[di as usize] {
-                        bad.push((e.lba + k as u64, base + pos + 1 + di, di, h.seq));
-                    }
-                    di += 1;
+            for r in codec::records(&h, base as u64 + pos as u64) {
+                let Place::Block { phys, data, crc } = r.place else {
+                    continue;
+                };
+                let off = at + (1 + data as usize) * BLOCK_BYTES;
+                if chunk::block_crc(&img[off..off + BLOCK_BYTES]) != crc {
+                    bad.push((r.lba, phys as u32, data, h.seq));
                 }
             }
             pos += h.total_blocks();
         }
+        let mut live_bad = Vec::new();
         if !bad.is_empty() {
             let c = self.core.lock();
             for (lba, p, di, seq) in bad {
@@ -158,8 +160,14 @@ impl Shared {
                         "segment {seg} block {}: logical block {lba} (chunk seq {seq}, data block {di}) fails its checksum",
                         p - base
                     ));
+                    live_bad.push(p);
                 }
             }
+        }
+        // the store's damage hook, outside the engine lock (a store with
+        // redundancy repairs there; a flat store has nothing to repair from)
+        for p in live_bad {
+            let Repair::None = self.store.damaged(p as u64, 1);
         }
         for d in &out.damage {
             tracing::warn!("scrub: {d}");

@@ -1,0 +1,223 @@
+//! Segment store: the one interface through which segment data reaches the
+//! media. Owns the mapping from a segment's blocks to where they physically
+//! live; everything above it (engine, recovery, scrub, CRC index, check) names
+//! segment data only as a segment and block, or a physical block number
+//! (`segment * segment_blocks + block`), never as a media byte offset.
+//!
+//! What a store does (lab47/lsvd's `segment_access.go`, SPDK raid5f's
+//! advertised write unit): write a piece of a segment at a block index, read a
+//! range (or a batch of ranges) of physical blocks, wipe a segment's first
+//! block with a tombstone, discard a segment's body, say its write unit, tell
+//! the read ring where a range physically lives (`locate`: one piece on one
+//! media for a flat store, several pieces on several members for a stripe
+//! set), and take reports of damage (`damaged`: a store with redundancy will
+//! repair there; a flat store has nothing to repair from).
+//!
+//! What a store does not hold: the superblocks, the checkpoint slots and the
+//! intent log ring are not segment data. They stay on the volume's `Media`
+//! (ARCHITECTURE.md, "Where things live"), and so does the one media flush
+//! that makes chunk writes, tombstones and superblocks durable together: a
+//! flat store shares that media, so the commit stage's flush covers its writes.
+//!
+//! Today's implementation is `FlatStore`: the segment area of one `Media`
+//! (a file or a device; MemMedia, FaultMedia and SimMedia in tests and the
+//! simulator, which it wraps unchanged).
+//!
+//! Invariant kept here: every IO a store issues lies inside the segment area
+//! (`[data_offset, data_offset + segment_count * segment_bytes)`); an address
+//! outside it is refused with `InvalidInput`, never turned into IO elsewhere
+//! (a wrong address must not land on a superblock or checkpoint slot).
+
+use crate::format::BLOCK_BYTES;
+use crate::geometry::Geometry;
+use crate::media::{Media, UringReads};
+use std::io;
+
+const BS: u64 = BLOCK_BYTES as u64;
+
+/// Where part of a range of physical blocks lives: `len` bytes at byte
+/// `offset` of member `member`, holding the bytes at `at` of the range.
+/// A flat store answers one piece (member 0); a stripe set one per stripe unit
+/// the range touches, on the member holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub member: u32,
+    pub offset: u64,
+    pub len: u32,
+    pub at: u32,
+}
+
+pub trait SegmentStore: Send + Sync {
+    /// Blocks per segment.
+    fn segment_blocks(&self) -> u32;
+    /// Segments in the store.
+    fn segment_count(&self) -> u32;
+    /// Bytes a write should be a multiple of (and aligned to) to cost no
+    /// read: 4 KiB for one file or device; a parity set's full row.
+    fn write_unit(&self) -> u64;
+    /// Write `buf` (whole blocks) into segment `seg` from block `block` on.
+    fn write(&self, seg: u32, block: u32, buf: &[u8]) -> io::Result<()>;
+    /// Read `buf.len()` bytes (whole blocks) from physical block `p` on.
+    fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Several reads at once, each `(buffer, physical block)` as in `read`;
+    /// stores that can overlap them issue them together. The second member
+    /// of each pair is the store's to use (a flat store turns it into the
+    /// media offset in place): it means nothing afterwards.
+    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()>;
+    /// Write `tombstone` (one block, `chunk::tombstone`) over the first block
+    /// of `seg`. Not durable until the media flush.
+    fn wipe(&self, seg: u32, tombstone: &[u8]) -> io::Result<()>;
+    /// Give the space of `seg`'s body (every block but the first, which holds
+    /// its tombstone) back to the host or device. Ok(false): this store cannot
+    /// discard (nothing done). Advisory: the body may afterwards read as
+    /// anything.
+    fn discard_body(&self, seg: u32) -> io::Result<bool>;
+    /// Members the store spans (1 for a flat store).
+    fn members(&self) -> u32 {
+        1
+    }
+    /// Where the `blocks` blocks from physical block `p` physically live:
+    /// `f` is called once per piece, in the range's order; at most one piece
+    /// per block.
+    fn locate(&self, p: u64, blocks: u32, f: &mut dyn FnMut(Piece));
+    /// A ring for reads submitted on one thread and completed on another over
+    /// the pieces `locate` names (member 0 only today). None: the store has
+    /// none (memory, fault injection); Some(Err): not now.
+    fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>>;
+    /// The `blocks` blocks from physical block `p` failed their CRC while the
+    /// store answered. A store with redundancy reconstructs and rewrites them
+    /// here and says so; a flat store has no second copy: `Repair::None`.
+    fn damaged(&self, _p: u64, _blocks: u32) -> Repair {
+        Repair::None
+    }
+    /// Human-readable description.
+    fn describe(&self) -> String;
+    /// Physical block of block `block` of segment `seg`.
+    fn phys(&self, seg: u32, block: u32) -> u64 {
+        seg as u64 * self.segment_blocks() as u64 + block as u64
+    }
+    /// Read `buf.len()` bytes from block `block` of segment `seg` on.
+    fn read_segment(&self, seg: u32, block: u32, buf: &mut [u8]) -> io::Result<()> {
+        self.read(self.phys(seg, block), buf)
+    }
+}
+
+/// What a store did about damage reported to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repair {
+    /// Nothing to repair from (a flat store): the damage stands.
+    None,
+}
+
+/// The segment area of one `Media`: segment `s` block `b` is at media byte
+/// `data_offset + (s * segment_blocks + b) * 4096` (`Geometry::phys_offset`,
+/// which the simulator's damage sweeps use to find the same bytes). `M` is the media or a
+/// reference to it (`FlatStore<&dyn Media>` for a mount's or check's walk,
+/// `FlatStore<Arc<dyn Media>>` for a volume).
+pub struct FlatStore<M> {
+    media: M,
+    geo: Geometry,
+}
+
+impl<M: Media> FlatStore<M> {
+    pub fn new(media: M, geo: &Geometry) -> FlatStore<M> {
+        FlatStore { media, geo: *geo }
+    }
+
+    fn blocks(&self) -> u64 {
+        self.geo.segment_count as u64 * self.geo.segment_blocks as u64
+    }
+
+    /// Media byte offset of `len` bytes from physical block `p`, refused when
+    /// not whole blocks inside the segment area.
+    fn offset(&self, p: u64, len: usize) -> io::Result<u64> {
+        let n = len as u64 / BS;
+        if !(len as u64).is_multiple_of(BS) || p.checked_add(n).is_none_or(|e| e > self.blocks()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "segment store: {len} bytes at block {p} are not whole blocks inside the {} blocks of the segment area",
+                    self.blocks()
+                ),
+            ));
+        }
+        Ok(self.geo.phys_offset(p))
+    }
+
+    fn check_seg(&self, seg: u32) -> io::Result<()> {
+        if seg >= self.geo.segment_count {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "segment store: no segment {seg} of {}",
+                    self.geo.segment_count
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<M: Media> SegmentStore for FlatStore<M> {
+    fn segment_blocks(&self) -> u32 {
+        self.geo.segment_blocks
+    }
+    fn segment_count(&self) -> u32 {
+        self.geo.segment_count
+    }
+    fn write_unit(&self) -> u64 {
+        BS
+    }
+    fn write(&self, seg: u32, block: u32, buf: &[u8]) -> io::Result<()> {
+        self.check_seg(seg)?;
+        if block as u64 + (buf.len() as u64).div_ceil(BS) > self.geo.segment_blocks as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "segment store: {} bytes at block {block} run past the end of segment {seg}",
+                    buf.len()
+                ),
+            ));
+        }
+        let off = self.offset(self.phys(seg, block), buf.len())?;
+        self.media.write_at(buf, off)
+    }
+    fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()> {
+        let off = self.offset(p, buf.len())?;
+        self.media.read_at(buf, off)
+    }
+    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+        for (buf, p) in reads.iter_mut() {
+            *p = self.offset(*p, buf.len())?;
+        }
+        self.media.read_batch(reads)
+    }
+    fn wipe(&self, seg: u32, tombstone: &[u8]) -> io::Result<()> {
+        assert_eq!(tombstone.len(), BLOCK_BYTES, "a tombstone is one block");
+        // MUTANT: store-wipe-skipped s|self.write(seg, 0, tombstone)|Ok(())|
+        self.write(seg, 0, tombstone)
+    }
+    fn discard_body(&self, seg: u32) -> io::Result<bool> {
+        self.check_seg(seg)?;
+        // Never the first block: the tombstone there is what keeps a stale
+        // chunk header from being read as new data (ARCHITECTURE.md, Discard).
+        let len = (self.geo.segment_blocks as u64 - 1) * BS;
+        // MUTANT: discard-tombstone s|self.phys(seg, 1)|self.phys(seg, 0)|
+        let off = self.offset(self.phys(seg, 1), len as usize)?;
+        self.media.discard(off, len)
+    }
+    fn locate(&self, p: u64, blocks: u32, f: &mut dyn FnMut(Piece)) {
+        f(Piece {
+            member: 0,
+            offset: self.geo.phys_offset(p),
+            len: blocks * BLOCK_BYTES as u32,
+            at: 0,
+        })
+    }
+    fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>> {
+        self.media.uring_reads(entries)
+    }
+    fn describe(&self) -> String {
+        self.media.describe()
+    }
+}
