@@ -40,8 +40,8 @@ pub mod segments;
 pub mod sim;
 pub mod size;
 pub mod stats;
-pub mod stripe;
 pub mod store;
+pub mod stripe;
 pub mod trace;
 pub mod volume;
 

@@ -25,7 +25,7 @@ use sluice::recovery;
 use std::sync::{Arc, OnceLock};
 
 /// Names of the properties; each is one cargo-fuzz target of the same name.
-pub const TARGETS: [&str; 10] = [
+pub const TARGETS: [&str; 11] = [
     "intent_record",
     "logdev_superblock",
     "superblock",

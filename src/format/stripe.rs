@@ -359,6 +359,7 @@ mod tests {
                     seq: u64::MAX,
                     chain: u32::MAX,
                 },
+                log_stale: 0,
             }),
         };
         let mut block = sb.encode();

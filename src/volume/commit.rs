@@ -194,10 +194,17 @@ pub(in crate::volume) fn write_block(
     media.write_at(&b, offset)
 }
 
+/// Where the commit stage writes: the media (superblocks, checkpoint slots,
+/// an in-volume log ring), the segment store over it, and the log devices.
+pub(in crate::volume) struct Places {
+    pub media: Arc<dyn Media>,
+    pub store: Arc<dyn SegmentStore>,
+    pub logs: LogDeviceSet,
+}
+
 impl Commit {
     pub fn new(
-        media: Arc<dyn Media>,
-        store: Arc<dyn SegmentStore>,
+        places: Places,
         geo: Geometry,
         counters: Arc<Counters>,
         crc_index: Arc<CrcIndex>,
@@ -205,8 +212,8 @@ impl Commit {
         sb: Superblock,
         next_seq: u64,
         opts: &OpenOptions,
-        logs: LogDeviceSet,
     ) -> Commit {
+        let Places { media, store, logs } = places;
         let LogDeviceSet {
             devs: log_devs,
             missing: log_missing,

@@ -688,8 +688,15 @@ impl Volume {
         let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
         let store: Arc<dyn SegmentStore> = Arc::new(FlatStore::new(media.clone(), &geo));
         let commit = Arc::new(Commit::new(
-            media.clone(),
-            store.clone(),
+            commit::Places {
+                media: media.clone(),
+                store: store.clone(),
+                logs: commit::LogDeviceSet {
+                    devs: log_media,
+                    missing: m.log_missing.len(),
+                    absent: m.log_absent,
+                },
+            },
             geo,
             counters.clone(),
             crc_index.clone(),
@@ -697,11 +704,6 @@ impl Volume {
             m.sb.clone(),
             next_seq,
             opts,
-            commit::LogDeviceSet {
-                devs: log_media,
-                missing: m.log_missing.len(),
-                absent: m.log_absent,
-            },
         ));
         let threaded = opts.background && !opts.read_only;
         let sh = Arc::new(Shared {
