@@ -9,9 +9,10 @@
 #   scripts/mutants.sh             # every mutation
 #   scripts/mutants.sh gap-rule    # only mutations whose name contains "gap-rule"
 #
-# MUTANTS_DIR (default /tmp/sluice-mutants) holds the copy and its own cargo
+# MUTANTS_DIR (default /tmp/sluice-mutants-N, N a checksum of this checkout's
+# path, so two worktrees never share one) holds the copy and its own cargo
 # target dir (the first run builds the dependencies once; later runs rebuild only
-# sluice).
+# sluice). A second run on the same MUTANTS_DIR is refused while the first runs.
 #
 # `read-crc` (and `ring-skips-verify`) are keyed on a marker comment in src/:
 # the line `// MUTANT: read-crc` names the line after it, which the mutation
@@ -19,12 +20,17 @@
 # after it. Without the marker it reports "not applicable".
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-work=${MUTANTS_DIR:-/tmp/sluice-mutants}
+work=${MUTANTS_DIR:-/tmp/sluice-mutants-$(printf %s "$root" | cksum | cut -d' ' -f1)}
 tree=$work/tree
 export CARGO_TARGET_DIR=$work/target
 only=${1:-}
 
 mkdir -p "$work"
+exec 9>"$work/lock"
+if ! flock -n 9; then
+  echo "mutants.sh: $work is in use by another run (give this one its own MUTANTS_DIR)" >&2
+  exit 2
+fi
 rm -rf "$tree"
 mkdir -p "$tree"
 (cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$tree" 2>/dev/null)
