@@ -111,6 +111,11 @@ struct Row {
     read_p99_s: Option<f64>,
     host_sequential_share: f64,
     media_sequential_share: f64,
+    log_records_per_s: f64,
+    log_mb_s: f64,
+    log_flushes_per_s: f64,
+    log_degraded: f64,
+    log_fallbacks: f64,
 }
 
 fn share(a: &Sample, b: &Sample, side: &str) -> f64 {
@@ -127,8 +132,15 @@ fn share(a: &Sample, b: &Sample, side: &str) -> f64 {
 fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
     let d = |k: &str| (g(b, k) - g(a, k)).max(0.0);
     let r = |k: &str| d(k) / dt;
-    let media_keys = ["user_data", "gc", "headers", "checkpoints", "superblocks"]
-        .map(|c| format!("sluice_media_bytes_total{{class=\"{c}\"}}"));
+    let media_keys = [
+        "user_data",
+        "gc",
+        "headers",
+        "checkpoints",
+        "superblocks",
+        "log",
+    ]
+    .map(|c| format!("sluice_media_bytes_total{{class=\"{c}\"}}"));
     let media: f64 = media_keys.iter().map(|k| d(k)).sum();
     let host_w = d("sluice_host_bytes_total{op=\"write\"}");
     let seg = |s: &str| g(b, &format!("sluice_segments{{state=\"{s}\"}}"));
@@ -158,6 +170,11 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         read_p99_s: quantile(a, b, "read", 0.99),
         host_sequential_share: share(a, b, "host"),
         media_sequential_share: share(a, b, "media"),
+        log_records_per_s: r("sluice_log_records_total"),
+        log_mb_s: r("sluice_log_bytes_total") / 1e6,
+        log_flushes_per_s: r("sluice_log_device_flushes_total"),
+        log_degraded: g(b, "sluice_log_devices_degraded"),
+        log_fallbacks: g(b, "sluice_log_fallbacks_total"),
     }
 }
 
@@ -181,7 +198,8 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
          WA      now {:.2}   last minute {:.2}   session {:.2}\n\
          GC      {:.1} runs/s, {:.0} blocks moved/s\n\
          space   {} of {} segments free, live data {} of {}\n\
-         pattern host {} sequential   media {} sequential\n",
+         pattern host {} sequential   media {} sequential\n\
+         log     {:.0} records/s {:.1} MB/s, {:.0} device flushes/s{}\n",
         if export.is_empty() {
             String::new()
         } else {
@@ -209,12 +227,31 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
         human(r.logical_bytes as u64),
         pct(r.host_sequential_share),
         pct(r.media_sequential_share),
+        r.log_records_per_s,
+        r.log_mb_s,
+        r.log_flushes_per_s,
+        log_state(r),
     )
+}
+
+/// What `top` says about the intent log's health, after its rates.
+fn log_state(r: &Row) -> String {
+    let mut s = String::new();
+    if r.log_degraded > 0.0 {
+        s += &format!(
+            "   DEGRADED: {:.0} log device(s) missing or failed",
+            r.log_degraded
+        );
+    }
+    if r.log_fallbacks > 0.0 {
+        s += "   FALLBACK: every log device failed, FLUSH seals into the main log";
+    }
+    s
 }
 
 fn line(r: &Row) -> String {
     format!(
-        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={}",
+        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={} log={:.0}/s{}",
         r.time_s,
         r.read_iops,
         r.write_iops,
@@ -227,7 +264,9 @@ fn line(r: &Row) -> String {
         r.segments_total,
         r.host_sequential_share * 100.0,
         r.media_sequential_share * 100.0,
-        lat(r.write_p99_s)
+        lat(r.write_p99_s),
+        r.log_records_per_s,
+        log_state(r)
     )
 }
 

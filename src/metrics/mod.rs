@@ -444,7 +444,7 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
         v,
         "sluice_media_bytes_total",
         "counter",
-        "Bytes the engine wrote to the media, by class.",
+        "Bytes the engine wrote to the media, by class (log: intent log records, in the volume or on its log devices; the classes sum to the media bytes of the WA).",
         |x| {
             by(
                 "class",
@@ -454,6 +454,7 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
                     ("headers", x.st.media_chunk_header_bytes),
                     ("checkpoints", x.st.media_checkpoint_bytes),
                     ("superblocks", x.st.media_superblock_bytes),
+                    ("log", x.st.media_log_bytes),
                 ],
             )
         },
