@@ -190,7 +190,7 @@ reads_from_memory() {
 
 median() { python3 -c 'import statistics,sys; print(int(statistics.median(map(float, sys.argv[1:]))))' "$@"; }
 
-declare -A RUNS CPUS IOPS CPU WAS WAM
+declare -A RUNS CPUS IOPS CPU WAS WAM BYROUND
 read -r -a SRV <<<"$SERVERS"
 for round in $(seq 1 "$ROUNDS"); do
   # rotate the order each round, so no server always runs first (or last)
@@ -217,6 +217,7 @@ for round in $(seq 1 "$ROUNDS"); do
         # Server CPU per request: a figure the machine's other load barely moves.
         cpu=$(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,$n*$RUNTIME):.1f}')")
         RUNS[$c,$s]="${RUNS[$c,$s]:-} $n"
+        BYROUND[$round,$c,$s]=$n
         CPUS[$c,$s]="${CPUS[$c,$s]:-} $cpu"
         stop_server
         rm -f "$DIR/$s.img"
@@ -270,25 +271,33 @@ for c in "${CASES[@]}"; do
 done
 # Every server against the two references, where they ran: plain sluice (A/B
 # of the engine's options) and nbdkit memory (the client's ceiling, no media).
+# Paired: the median over rounds of each round's own ratio, so a slow spell of
+# the shared machine that hits one round moves one ratio, not both medians.
+paired() {  # case server ref
+    local r ratios=()
+    for r in $(seq 1 "$ROUNDS"); do
+        local a=${BYROUND[$r,$1,$2]:-} b=${BYROUND[$r,$1,$3]:-}
+        [ -n "$a" ] && [ -n "$b" ] && [ "$b" -gt 0 ] && ratios+=("$a/$b")
+    done
+    [ ${#ratios[@]} -eq 0 ] && { echo "-"; return; }
+    python3 -c 'import statistics,sys; print(f"{statistics.median(eval(x) for x in sys.argv[1:]):.2f}x")' "${ratios[@]}"
+}
 for ref in sluice nbdkit-memory; do
     case " $SERVERS " in *" $ref "*) ;; *) continue ;; esac
     echo
-    printf '%-16s' "x/$ref"
+    printf '%-24s' "paired x/$ref"
     for s in $SERVERS; do [ "$s" != "$ref" ] && printf '%16s' "$s"; done
     echo
     for c in "${CASES[@]}"; do
-        printf '%-16s' "$c"
+        printf '%-24s' "$c"
         for s in $SERVERS; do
             [ "$s" = "$ref" ] && continue
-            if [ -n "${IOPS[$c,$ref]:-}" ] && [ -n "${IOPS[$c,$s]:-}" ] && [ "${IOPS[$c,$ref]}" -gt 0 ]; then
-                printf '%16s' "$(python3 -c "print(f'{${IOPS[$c,$s]}/${IOPS[$c,$ref]}:.2f}x')")"
-            else
-                printf '%16s' "-"
-            fi
+            printf '%16s' "$(paired "$c" "$s" "$ref")"
         done
         echo
     done
 done
+echo "(paired x/REF: median over rounds of the round's IOPS ratio)"
 if [ ${#WAM[@]} -gt 0 ]; then
     echo
     printf '%-10s' "WA"
