@@ -13,6 +13,8 @@
 # them and says so.
 #
 # Usage: scripts/bench-nbd.sh [CASE...]      CASE: randwrite randread fsync (default: all)
+#        (fsync = two rows: "fsync", write+fsync with 8 jobs at iodepth 1 each, and
+#         "fsync-qd1", one job at iodepth 1; "fsync8" or "fsync-qd1" alone run one)
 # Env:   RUNTIME=20 (s per case and server)  SIZE_MB=2048  DIR=/var/tmp/sluice-bench
 #        SERVERS="sluice qemu-nbd nbdkit nbdkit-nocache raw"  SLUICE=target/release/sluice
 #        ROUNDS=1 (rounds; each runs every case and server, in a rotated order)
@@ -20,6 +22,9 @@
 #         "sluice-noring" = sluice with READs in pool batches, not the read ring;
 #         "sluice-base" = the build $SLUICE_BASE (A/B);
 #         "sluice-ilog" = sluice on a volume created with --intent-log;
+#         "sluice-logdev" = sluice with its intent log on a file on a tmpfs the
+#           script mounts under $DIR and unmounts at exit (RAM standing in for
+#           a DRAM or NVRAM log device);
 #         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate;
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
@@ -31,8 +36,17 @@ DIR=${DIR:-/var/tmp/sluice-bench}
 SERVERS=${SERVERS:-"sluice qemu-nbd nbdkit nbdkit-nocache raw"}
 ROUNDS=${ROUNDS:-1}
 SLUICE=${SLUICE:-target/release/sluice}
-CASES=("$@")
-[ ${#CASES[@]} -eq 0 ] && CASES=(randwrite randread fsync)
+ARGS=("$@")
+[ ${#ARGS[@]} -eq 0 ] && ARGS=(randwrite randread fsync)
+CASES=()
+for c in "${ARGS[@]}"; do
+    case $c in
+    fsync) CASES+=(fsync fsync-qd1) ;;
+    fsync8) CASES+=(fsync) ;;
+    randwrite|randread|fsync-qd1) CASES+=("$c") ;;
+    *) echo "bench-nbd: unknown case $c" >&2; exit 2 ;;
+    esac
+done
 
 for t in fio qemu-nbd nbdkit; do
     command -v "$t" >/dev/null || { echo "bench-nbd: $t is not installed" >&2; exit 2; }
@@ -52,7 +66,25 @@ stop_server() {
     SERVER_PID=
     rm -f "$SOCK" "$PIDF"
 }
-trap 'stop_server; rm -f "$DIR"/*.img' EXIT
+# sluice-logdev: its log device lives on a tmpfs of the script's own, mounted
+# in a fresh directory under $DIR (never over anything that exists) and
+# unmounted at exit.
+LOGDEV_MNT=
+cleanup() {
+    stop_server
+    rm -f "$DIR"/*.img
+    if [ -n "$LOGDEV_MNT" ]; then
+        umount "$LOGDEV_MNT" 2>/dev/null || true
+        rmdir "$LOGDEV_MNT" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+case " $SERVERS " in
+*" sluice-logdev "*)
+    LOGDEV_MNT=$(mktemp -d "$DIR/logdev.XXXXXX")
+    mount -t tmpfs -o size=64m,mode=0700 tmpfs "$LOGDEV_MNT" ||
+        { echo "bench-nbd: cannot mount a tmpfs for sluice-logdev (root needed)" >&2; exit 2; } ;;
+esac
 
 wait_socket() {
     for _ in $(seq 1 100); do [ -S "$SOCK" ] && return 0; sleep 0.1; done
@@ -70,17 +102,23 @@ start_server() {
     stop_server
     fresh_file "$img"
     case $srv in
-    sluice|sluice-pool|sluice-noring|sluice-base|sluice-ilog)
+    sluice|sluice-pool|sluice-noring|sluice-base|sluice-ilog|sluice-logdev)
         # sluice keeps ~10% of its file for GC and metadata: same file, smaller export.
         # sluice-pool: every request through the worker pool (no inline writes).
         # sluice-noring: READs in worker-pool batches instead of the read ring.
         # sluice-base: another build ($SLUICE_BASE), for A/B comparisons.
         # sluice-ilog: the same build, the volume created with --intent-log.
+        # sluice-logdev: the same build, the intent log on a fresh file on the tmpfs.
         local extra=() create=() bin=$SLUICE
         [ "$srv" = sluice-pool ] && extra=(--no-inline-writes)
         [ "$srv" = sluice-noring ] && extra=(--no-read-ring)
         [ "$srv" = sluice-base ] && bin=${SLUICE_BASE:?set SLUICE_BASE to the other build}
         [ "$srv" = sluice-ilog ] && create=(--intent-log)
+        if [ "$srv" = sluice-logdev ]; then
+            rm -f "$LOGDEV_MNT/log.img"
+            create=(--log-device "$LOGDEV_MNT/log.img")
+            extra=(--log-device "$LOGDEV_MNT/log.img")
+        fi
         # the fresh zero-filled file is the script's own: --force past the probe
         "$bin" create "$img" --force "${create[@]}" >/dev/null
         "$bin" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
@@ -142,6 +180,7 @@ cpu_ticks() {
 }
 
 # Peers whose reads do not reach the device: not compared on reads.
+# (sluice-logdev's reads do reach the device: its log device holds no data to read)
 reads_from_memory() {
     case $1 in
     nbdkit) echo "nbdkit file (default cache) answers reads from the page cache" ;;
@@ -151,7 +190,7 @@ reads_from_memory() {
 
 median() { python3 -c 'import statistics,sys; print(int(statistics.median(map(float, sys.argv[1:]))))' "$@"; }
 
-declare -A RUNS CPUS IOPS CPU
+declare -A RUNS CPUS IOPS CPU WAS WAM BYROUND
 read -r -a SRV <<<"$SERVERS"
 for round in $(seq 1 "$ROUNDS"); do
   # rotate the order each round, so no server always runs first (or last)
@@ -171,17 +210,24 @@ for round in $(seq 1 "$ROUNDS"); do
         randwrite) n=$(run_fio rw --rw=randwrite --iodepth=32 --refill_buffers) ;;
         randread) n=$(run_fio rr --rw=randread --iodepth=32) ;;
         fsync) n=$(run_fio fs --rw=randwrite --iodepth=1 --numjobs=8 --fsync=1 --refill_buffers) ;;
+        fsync-qd1) n=$(run_fio fs1 --rw=randwrite --iodepth=1 --numjobs=1 --fsync=1 --refill_buffers) ;;
         *) echo "unknown case $c" >&2; exit 2 ;;
         esac
         t1=$(cpu_ticks)
         # Server CPU per request: a figure the machine's other load barely moves.
         cpu=$(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/max(1,$n*$RUNTIME):.1f}')")
         RUNS[$c,$s]="${RUNS[$c,$s]:-} $n"
+        BYROUND[$round,$c,$s]=$n
         CPUS[$c,$s]="${CPUS[$c,$s]:-} $cpu"
         stop_server
         rm -f "$DIR/$s.img"
         extra=""
-        case $s in sluice*) extra=" ($(grep -o 'flushes ([^)]*), WA [0-9.]*' "$DIR/sluice.log" || true))" ;; esac
+        case $s in sluice*)
+            extra=" ($(grep -o 'flushes ([^)]*), WA [0-9.]*' "$DIR/sluice.log" || true))"
+            # WA over the whole serve: media bytes (main log, log device, metadata) per host byte
+            wa=$(grep -o 'WA [0-9.]*' "$DIR/sluice.log" | tail -1 | cut -d' ' -f2 || true)
+            [ -n "$wa" ] && WAS[$c,$s]="${WAS[$c,$s]:-} $wa" ;;
+        esac
         echo "  round $round $c $s: $n IOPS, server CPU $cpu us/request$extra" >&2
     done
   done
@@ -191,6 +237,10 @@ for key in "${!RUNS[@]}"; do
     IOPS[$key]=$(median ${RUNS[$key]})
     # shellcheck disable=SC2086
     CPU[$key]=$(python3 -c 'import statistics,sys; print(f"{statistics.median(map(float, sys.argv[1:])):.1f}")' ${CPUS[$key]})
+done
+for key in "${!WAS[@]}"; do
+    # shellcheck disable=SC2086
+    WAM[$key]=$(python3 -c 'import statistics,sys; print(f"{statistics.median(map(float, sys.argv[1:])):.3f}")' ${WAS[$key]})
 done
 
 printf '\n%-10s' case
@@ -219,5 +269,46 @@ for c in "${CASES[@]}"; do
     for s in $SERVERS; do [ "$s" = raw ] && continue; printf '%16s' "${CPU[$c,$s]:--}"; done
     echo
 done
+# Every server against the two references, where they ran: plain sluice (A/B
+# of the engine's options) and nbdkit memory (the client's ceiling, no media).
+# Paired: the median over rounds of each round's own ratio, so a slow spell of
+# the shared machine that hits one round moves one ratio, not both medians.
+paired() {  # case server ref
+    local r ratios=()
+    for r in $(seq 1 "$ROUNDS"); do
+        local a=${BYROUND[$r,$1,$2]:-} b=${BYROUND[$r,$1,$3]:-}
+        [ -n "$a" ] && [ -n "$b" ] && [ "$b" -gt 0 ] && ratios+=("$a/$b")
+    done
+    [ ${#ratios[@]} -eq 0 ] && { echo "-"; return; }
+    python3 -c 'import statistics,sys; print(f"{statistics.median(eval(x) for x in sys.argv[1:]):.2f}x")' "${ratios[@]}"
+}
+for ref in sluice nbdkit-memory; do
+    case " $SERVERS " in *" $ref "*) ;; *) continue ;; esac
+    echo
+    printf '%-24s' "paired x/$ref"
+    for s in $SERVERS; do [ "$s" != "$ref" ] && printf '%16s' "$s"; done
+    echo
+    for c in "${CASES[@]}"; do
+        printf '%-24s' "$c"
+        for s in $SERVERS; do
+            [ "$s" = "$ref" ] && continue
+            printf '%16s' "$(paired "$c" "$s" "$ref")"
+        done
+        echo
+    done
+done
+echo "(paired x/REF: median over rounds of the round's IOPS ratio)"
+if [ ${#WAM[@]} -gt 0 ]; then
+    echo
+    printf '%-10s' "WA"
+    for s in $SERVERS; do case $s in sluice*) printf '%16s' "$s" ;; esac; done
+    echo
+    for c in "${CASES[@]}"; do
+        printf '%-10s' "$c"
+        for s in $SERVERS; do case $s in sluice*) printf '%16s' "${WAM[$c,$s]:--}" ;; esac; done
+        echo
+    done
+    echo "(WA: median of the server's own figure at close: media bytes, log device and metadata included, per host byte)"
+fi
 echo "(fio --ioengine=nbd over a Unix socket, 4 KiB, ${RUNTIME}s per run, ${SIZE_MB} MiB backing files in $DIR; median of $ROUNDS round(s))"
 echo "(randread: only peers whose reads reach the device are run: raw = fio libaio O_DIRECT QD32 on the file, qemu-nbd --cache=none, nbdkit file cache=none; nbdkit's default cache and nbdkit memory answer from RAM)"
