@@ -309,6 +309,9 @@ apply_stale_mirror_unmarked() {
 apply_stale_mirror_replayed() {
   marker stale-mirror-replayed
 }
+apply_mirror_first_chain_kept() {
+  marker mirror-first-chain-kept
+}
 apply_replace_loses_unclean_log() {
   marker replace-loses-unclean-log
 }
@@ -383,6 +386,7 @@ run log-loss-stops-volume log_device
 run missing-ok-keeps-old-chain log_device
 run stale-mirror-unmarked log_device dst
 run stale-mirror-replayed log_device
+run mirror-first-chain-kept log_device dst
 run replace-loses-unclean-log log_device
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3

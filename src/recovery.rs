@@ -390,19 +390,21 @@ fn replay_log_devices(
             salvage,
             &mut rules,
         )?;
-        best = match best {
-            Some((b, br)) if (b.records, b.next_lsn) >= (r.records, r.next_lsn) => {
-                if (b.records, b.next_lsn) > (r.records, r.next_lsn) {
+        // the longer chain wins (records, then LSNs); a tie keeps the first
+        let take = match &best {
+            None => true,
+            Some((b, _)) => {
+                let (mine, theirs) = ((r.records, r.next_lsn), (b.records, b.next_lsn));
+                if mine != theirs {
                     report.rules.log_mirror_shorter_chain_ignored += 1;
                 }
-                Some((b, br))
+                // MUTANT: mirror-first-chain-kept s|mine > theirs|false|
+                mine > theirs
             }
-            Some(_) => {
-                report.rules.log_mirror_shorter_chain_ignored += 1;
-                Some((r, rules))
-            }
-            None => Some((r, rules)),
         };
+        if take {
+            best = Some((r, rules));
+        }
     }
     let (r, rules) = best.expect("one usable device");
     report.rules.add(&rules);

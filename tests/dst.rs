@@ -629,6 +629,9 @@ struct Tally {
     degraded_mounts: u64,
     /// ... refused because that device was marked stale.
     stale_refused: u64,
+    /// Damage sweep: how often each kind of log device damage
+    /// (`LOGDEV_DAMAGE`) was done, and its outcomes.
+    damage: BTreeMap<&'static str, u64>,
 }
 
 impl Tally {
@@ -646,6 +649,9 @@ impl Tally {
         self.salvaged += o.salvaged;
         for (k, v) in &o.known {
             *self.known.entry(k).or_default() += v;
+        }
+        for (k, v) in &o.damage {
+            *self.damage.entry(k).or_default() += v;
         }
     }
     fn mounted(&mut self, vol: &Volume) {
@@ -860,53 +866,79 @@ fn unprotected_tail(img: &[u8], geo: &Geometry) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Byte ranges of the intent log records a mount would replay (the chain from
-/// the start either valid head superblock copy holds). The ring has one copy of
-/// each: a flipped bit in a record that chain reaches ends replay there, losing
-/// it and every later record, acknowledged or not, like the main log's "last
-/// flushed chunk" limit (ARCHITECTURE.md, Known limits; a mirrored log device
-/// is the planned cure, docs/format-v2.md §4.3). So flips in the ring go only
-/// where replay must not look: stale records, freed space, never-written blocks.
-fn replayed_records(img: &[u8], geo: &Geometry) -> Vec<(u64, u64)> {
+/// The head superblock copies of `img` that verify and are v2.
+fn head_superblocks(img: &[u8]) -> Vec<sluice::format::superblock::Superblock> {
+    (0..2)
+        .filter_map(|i| {
+            sluice::format::superblock::Superblock::decode(&img[i * BS..(i + 1) * BS]).ok()
+        })
+        .filter(|s| s.v2.is_some())
+        .collect()
+}
+
+/// The chain of intent log records a mount would replay from the start `sb`
+/// holds, in a ring of `ring_bytes` at byte `ring_at` of `img` (the volume's
+/// own ring, or one log device's): the byte ranges of the records it reaches,
+/// in order, and the place it stops at (a torn record there is the end of the
+/// log). The walk is replay's, without its LSN rule (a record after an LSN
+/// gap ends replay, so a mount may replay fewer than these).
+fn ring_chain(
+    img: &[u8],
+    sb: &sluice::format::superblock::Superblock,
+    ring_at: u64,
+    ring_bytes: u64,
+) -> (Vec<(u64, u64)>, (u64, u64)) {
     use sluice::format::intent;
     let mut out = Vec::new();
-    if geo.log_bytes == 0 {
+    let v = sb.v2.expect("a v2 superblock");
+    let (mut at, mut seq, mut chain) = (v.log_start.offset, v.log_start.seq, v.log_start.chain);
+    let ring = |a: u64, len: u64| {
+        let s = (ring_at + a) as usize;
+        &img[s..s + len as usize]
+    };
+    for _ in 0..ring_bytes / BS as u64 {
+        let try_at = |a: u64| -> Option<(u64, u64, u32)> {
+            if a + BS as u64 > ring_bytes {
+                return None;
+            }
+            let (h, _) = intent::RecordHeader::decode(ring(a, BS as u64)).ok()?;
+            let len = h.total_blocks() as u64 * BS as u64;
+            if a + len > ring_bytes {
+                return None;
+            }
+            let (_, crc) = intent::verify(ring(a, len), &sb.uuid, seq, chain).ok()?;
+            Some((a, len, crc))
+        };
+        let Some((a, len, crc)) = try_at(at).or_else(|| try_at(0)) else {
+            break;
+        };
+        out.push((ring_at + a, ring_at + a + len));
+        at = (a + len) % ring_bytes;
+        seq += 1;
+        chain = crc;
+    }
+    (out, (ring_at + at, ring_at + at + BS as u64))
+}
+
+/// Byte ranges of the intent log records a mount would replay (the chain from
+/// the start either valid head superblock copy holds) in the ring at `ring_at`
+/// (`ring_bytes`; 0: none). A ring the volume keeps one copy of (in the volume,
+/// or on a single log device) has one copy of each record: a flipped bit in a
+/// record that chain reaches ends replay there, losing it and every later
+/// record, acknowledged or not, like the main log's "last flushed chunk" limit
+/// (ARCHITECTURE.md, Known limits; a mirrored log device is the cure,
+/// docs/format-v2.md §4.3, and `check_logdev_damaged` flips its chains too).
+/// So flips in such a ring go only where replay must not look: stale records,
+/// freed space, never-written blocks.
+fn replayed_records(img: &[u8], ring_at: u64, ring_bytes: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    if ring_bytes == 0 {
         return out;
     }
-    for i in 0..2 {
-        let Ok(sb) = sluice::format::superblock::Superblock::decode(&img[i * BS..(i + 1) * BS])
-        else {
-            continue;
-        };
-        let Some(v) = sb.v2 else { continue };
-        let (mut at, mut seq, mut chain) = (v.log_start.offset, v.log_start.seq, v.log_start.chain);
-        let ring = |a: u64, len: u64| {
-            let s = (geo.log_offset + a) as usize;
-            &img[s..s + len as usize]
-        };
-        for _ in 0..geo.log_bytes / BS as u64 {
-            let try_at = |a: u64| -> Option<(u64, u64, u32)> {
-                if a + BS as u64 > geo.log_bytes {
-                    return None;
-                }
-                let (h, _) = intent::RecordHeader::decode(ring(a, BS as u64)).ok()?;
-                let len = h.total_blocks() as u64 * BS as u64;
-                if a + len > geo.log_bytes {
-                    return None;
-                }
-                let (_, crc) = intent::verify(ring(a, len), &sb.uuid, seq, chain).ok()?;
-                Some((a, len, crc))
-            };
-            let Some((a, len, crc)) = try_at(at).or_else(|| try_at(0)) else {
-                break;
-            };
-            out.push((geo.log_offset + a, geo.log_offset + a + len));
-            at = (a + len) % geo.log_bytes;
-            seq += 1;
-            chain = crc;
-        }
-        // the place replay stops at: a torn record there is the end of the log
-        out.push((geo.log_offset + at, geo.log_offset + at + BS as u64));
+    for sb in head_superblocks(img) {
+        let (records, stop) = ring_chain(img, &sb, ring_at, ring_bytes);
+        out.extend(records);
+        out.push(stop);
     }
     out
 }
@@ -934,6 +966,11 @@ fn check_damaged(
     rng: &mut SmallRng,
     t: &mut Tally,
 ) -> Result<(), String> {
+    // half the log sweep's points of a seed with log devices damage one of
+    // those instead of the volume
+    if area == Area::Log && sh.log_devices > 0 && rng.gen_bool(0.5) {
+        return check_logdev_damaged(img, sh, o, started, required, rng, t);
+    }
     let geo = geometry(sh);
     let ranges: Vec<(u64, u64)> = match area {
         Area::Meta => vec![
@@ -966,7 +1003,7 @@ fn check_damaged(
     let tail = match area {
         Area::Log => {
             let mut t = unprotected_tail(&img, &geo);
-            t.extend(replayed_records(&img, &geo));
+            t.extend(replayed_records(&img, geo.log_offset, geo.log_bytes));
             t
         }
         Area::Meta => Vec::new(),
@@ -985,6 +1022,156 @@ fn check_damaged(
     };
     img[off as usize] ^= 1 << rng.gen_range(0..8);
     open_and_verify(img, sh, area, off, o, started, required, t)
+}
+
+/// The kinds of log device damage `check_logdev_damaged` does (each must be
+/// done in CI's damage seeds), and one outcome that must be seen: a mirrored
+/// pair's mount took the other device's longer chain after a record of one
+/// was flipped.
+const LOGDEV_DAMAGE: [&str; 7] = [
+    "single: bit flipped where replay does not look",
+    "single: bit flipped in one superblock copy",
+    "mirror: bit flipped in a record of one device's chain",
+    "mirror: bit flipped anywhere on one device",
+    "mirror: bit flipped in one superblock copy of one device",
+    "mirror: both superblock copies of one device wiped",
+    "mirror: record flipped, the mount took the other chain",
+];
+
+/// A byte in one of `ranges` (chosen by `rng`) outside `avoid`, non-zero
+/// when `nonzero` (so the flip hits something written); None after 64 tries.
+fn pick_byte(
+    img: &[u8],
+    ranges: &[(u64, u64)],
+    avoid: &[(u64, u64)],
+    nonzero: bool,
+    rng: &mut SmallRng,
+) -> Option<u64> {
+    for _ in 0..64 {
+        let (start, end) = ranges[rng.gen_range(0..ranges.len())];
+        let off = rng.gen_range(start..end);
+        if (!nonzero || img[off as usize] != 0)
+            && !avoid.iter().any(|&(s, e)| (s..e).contains(&off))
+        {
+            return Some(off);
+        }
+    }
+    None
+}
+
+/// Damage to a seed's log device(s) after a crash (issue 18 §4: losing or
+/// damaging one of a mirrored pair costs nothing). The volume's own bytes
+/// stay whole, so the mount must succeed, and read back every block without
+/// EIO, in a state the oracle allows (every flushed and FUA write):
+/// - a single device: one bit flipped where replay must not look (as in the
+///   volume's ring: its records are the only copy), or in one of its two
+///   superblock copies (the other serves);
+/// - a mirrored pair, ONE device (the stale one if the volume marks one
+///   stale: the other is then the only good copy): one bit flipped in a
+///   record of its chain (acknowledged or not: replay must take the other
+///   device's longer chain), or anywhere on the device, or in one of its
+///   superblock copies, or both of its superblock copies wiped (the device
+///   is judged absent: a degraded mount on the other).
+#[allow(clippy::too_many_arguments)]
+fn check_logdev_damaged(
+    mut img: Vec<u8>,
+    sh: Shape,
+    o: &Oracle,
+    started: usize,
+    required: &dyn Fn(usize) -> bool,
+    rng: &mut SmallRng,
+    t: &mut Tally,
+) -> Result<(), String> {
+    use sluice::format::logdev::LOGDEV_RING_OFFSET;
+    let bases = part_bases(sh);
+    let Some(sb) = head_superblocks(&img)
+        .into_iter()
+        .max_by_key(|s| s.generation)
+    else {
+        return Ok(());
+    };
+    let ring = |d: usize| (bases[d] + LOGDEV_RING_OFFSET, sh.intent_log);
+    let sb_copies = |d: usize| (bases[d], bases[d] + LOGDEV_RING_OFFSET);
+    let whole = |d: usize| (bases[d], bases[d] + log_device_bytes(sh));
+    let chain = |img: &[u8], d: usize| ring_chain(img, &sb, ring(d).0, ring(d).1).0;
+    let mut expect_other_chain = false;
+    let (kind, d, off) = if sh.log_devices == 1 {
+        if rng.gen_bool(0.25) {
+            let off = pick_byte(&img, &[sb_copies(1)], &[], true, rng);
+            (LOGDEV_DAMAGE[1], 1, off)
+        } else {
+            let (at, len) = ring(1);
+            let avoid = replayed_records(&img, at, len);
+            let off = pick_byte(&img, &[(at, at + len)], &avoid, true, rng);
+            (LOGDEV_DAMAGE[0], 1, off)
+        }
+    } else {
+        let stale = sb.v2.map_or(0, |v| v.log_stale);
+        // device d (1 or 2 in `bases`) is mirror d - 1
+        let d = if stale != 0 {
+            stale.trailing_zeros() as usize + 1
+        } else {
+            rng.gen_range(1..=2)
+        };
+        let other = 3 - d;
+        let mine = chain(&img, d);
+        match rng.gen_range(0..4) {
+            0 => {
+                let (s, e) = sb_copies(d);
+                img[s as usize..e as usize].fill(0);
+                (LOGDEV_DAMAGE[5], d, None)
+            }
+            1 => {
+                let off = pick_byte(&img, &[sb_copies(d)], &[], true, rng);
+                (LOGDEV_DAMAGE[4], d, off)
+            }
+            2 if !mine.is_empty() => {
+                let j = rng.gen_range(0..mine.len());
+                // the other device's chain reaches past record j: its chain
+                // is longer once j is damaged (unless an LSN gap ends replay
+                // before j, which this walk does not model)
+                expect_other_chain = chain(&img, other).len() > j;
+                let off = pick_byte(&img, &[mine[j]], &[], false, rng);
+                (LOGDEV_DAMAGE[2], d, off)
+            }
+            _ => {
+                let off = pick_byte(&img, &[whole(d)], &[], true, rng);
+                (LOGDEV_DAMAGE[3], d, off)
+            }
+        }
+    };
+    let at = match off {
+        Some(off) => {
+            img[off as usize] ^= 1 << rng.gen_range(0..8);
+            format!("bit flipped at media byte {off}")
+        }
+        None if kind == LOGDEV_DAMAGE[5] => "superblock copies wiped".to_string(),
+        None => return Ok(()),
+    };
+    *t.damage.entry(kind).or_default() += 1;
+    let what = format!("log device {} ({kind}): {at}", d - 1);
+    let m = Arc::new(SimMedia::from_image(img));
+    let vol = open_vol(&m, sh, open_opts(sh, false))
+        .map_err(|e| format!("{what}: the mount refused: {e}"))?;
+    t.mounted(&vol);
+    let rep = vol.mount_report();
+    if kind == LOGDEV_DAMAGE[5] && !rep.notes.iter().any(|n| n.contains("degraded")) {
+        return Err(format!(
+            "{what}: the mount did not run degraded: {:?}",
+            rep.notes
+        ));
+    }
+    if expect_other_chain && rep.rules.log_mirror_shorter_chain_ignored > 0 {
+        *t.damage.entry(LOGDEV_DAMAGE[6]).or_default() += 1;
+    }
+    let mut buf = vec![0u8; (sh.blocks as usize) * BS];
+    vol.read(0, &mut buf)
+        .map_err(|e| format!("{what}: read: {e}"))?;
+    let actual: Vec<Option<u64>> = buf.chunks(BS).map(|b| Some(block_hash(b))).collect();
+    o.verify(&actual, started, required)
+        .map_err(|e| format!("{what}: {e}"))?;
+    t.points += 1;
+    Ok(())
 }
 
 /// Mount the damaged image (`off`: the flipped byte, u64::MAX for a head wipe):
@@ -1613,6 +1800,17 @@ fn dst_damage_to_the_log_superblocks_and_checkpoints() {
     assert!(
         unfired.is_empty(),
         "recovery rules that never fired under damage: {unfired:?}"
+    );
+    for (k, v) in &t.damage {
+        println!("dst damage: {k:<56} {v}");
+    }
+    let undone: Vec<_> = LOGDEV_DAMAGE
+        .iter()
+        .filter(|k| !t.damage.contains_key(*k))
+        .collect();
+    assert!(
+        undone.is_empty(),
+        "log device damage never done (or never seen) in these seeds: {undone:?}"
     );
 }
 
