@@ -1,4 +1,5 @@
-//! Parsing and printing of byte sizes with K/M/G/T suffixes (powers of 1024).
+//! Parsing and printing of byte sizes with K/M/G/T suffixes (powers of 1024),
+//! and of Unix times as UTC dates: the units a person reads.
 
 /// Parse "4096", "64K", "4M", "1.5G", "2T" (case-insensitive, optional trailing B / iB).
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -53,6 +54,30 @@ pub fn human(bytes: u64) -> String {
     }
 }
 
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` of Unix milliseconds (proleptic Gregorian).
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // civil_from_days (H. Hinnant)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +92,12 @@ mod tests {
         assert!(parse_size("-1").is_err());
         assert!(parse_size("5Q").is_err());
         assert_eq!(human(4 << 20), "4.0 MiB");
+    }
+
+    #[test]
+    fn times_print_as_utc() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
     }
 }

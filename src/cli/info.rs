@@ -420,23 +420,8 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
 
 /// A Unix time as UTC `YYYY-MM-DD HH:MM`.
 fn since(unix_s: u64) -> String {
-    let days = (unix_s / 86400) as i64;
-    let rem = unix_s % 86400;
-    // civil-from-days (Howard Hinnant)
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60
-    )
+    let t = sluice::size::utc(unix_s.saturating_mul(1000)); // YYYY-MM-DDTHH:MM:SS.mmmZ
+    format!("{} {} UTC", &t[..10], &t[11..16])
 }
 
 /// Progress of `check` on stderr: a bar on a terminal (as bench), else one
