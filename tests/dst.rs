@@ -1255,7 +1255,7 @@ struct SeedResult {
     digest: u32,
 }
 
-fn describe_event(e: &SimEvent, geo: &Geometry) -> String {
+fn describe_event(e: &SimEvent, geo: &Geometry, bases: &[u64]) -> String {
     match e {
         SimEvent::Flush => "flush".into(),
         SimEvent::FlushPart { base: 0, .. } => "flush (volume)".into(),
@@ -1263,7 +1263,11 @@ fn describe_event(e: &SimEvent, geo: &Geometry) -> String {
         SimEvent::Mark(m) => format!("mark {m}"),
         SimEvent::Write { offset, data } => {
             let o = *offset;
-            let what = if o < 2 * BS as u64 {
+            let dev = part_of(bases, o);
+            let what = if dev > 0 {
+                let rel = o - bases[dev];
+                format!("log device {} block {}", dev - 1, rel / BS as u64)
+            } else if o < 2 * BS as u64 {
                 format!("superblock copy {}", o / BS as u64)
             } else if geo.tail_offset != 0 && o >= geo.tail_offset {
                 format!("superblock tail copy {}", (o - geo.tail_offset) / BS as u64)
@@ -1422,6 +1426,7 @@ fn run_seed(
             };
             if r.is_err() && verbose {
                 let geo = geometry(sh);
+                let bases = part_bases(sh);
                 println!("media ops from the last completed flush to the cut:");
                 for (i, e) in media_ops
                     .iter()
@@ -1429,7 +1434,7 @@ fn run_seed(
                     .take(c)
                     .skip(last_flush.saturating_sub(12))
                 {
-                    println!("  media op {i:5}: {}", describe_event(e, &geo));
+                    println!("  media op {i:5}: {}", describe_event(e, &geo, &bases));
                 }
             }
             r.map_err(|e| {
