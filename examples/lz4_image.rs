@@ -69,8 +69,14 @@ fn main() -> std::io::Result<()> {
     let ratio = |b: u64| b as f64 / host.max(1) as f64;
     println!("image {path}");
     println!("blocks {blocks} zero_blocks {virt} data_blocks {data} (data bytes {host})");
-    println!("lz4_alone {alone} bytes = {:.3} of data bytes", ratio(alone));
-    println!("sluice_rule {rule} bytes = {:.3} of data bytes", ratio(rule));
+    println!(
+        "lz4_alone {alone} bytes = {:.3} of data bytes",
+        ratio(alone)
+    );
+    println!(
+        "sluice_rule {rule} bytes = {:.3} of data bytes",
+        ratio(rule)
+    );
     println!(
         "skipped {skipped} of {data} data blocks ({:.1}%) by the entropy sample",
         100.0 * skipped as f64 / data.max(1) as f64

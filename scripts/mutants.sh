@@ -109,6 +109,8 @@ run() {
   for t in "$@"; do
     if [ "$t" = lib ]; then
       args+=(--lib)  # the library's unit tests
+    elif [ "$t" = objects_rados ]; then
+      args+=(--features rados --test "$t")  # built only with librados
     else
       args+=(--test "$t")
     fi
@@ -333,6 +335,12 @@ apply_lease_exists_wins() {
 apply_lease_ignores_holder() {
   marker lease-ignores-holder
 }
+apply_rados_create_not_exclusive() {
+  marker rados-create-not-exclusive
+}
+apply_rados_short_read_unchecked() {
+  marker rados-short-read-unchecked
+}
 apply_objname_accepts_epoch_zero() {
   marker objname-accepts-epoch-zero
 }
@@ -395,6 +403,8 @@ run range-length-unchecked objects_s3
 run lease-exists-wins objects_s3 lib
 run lease-ignores-holder lib
 run objname-accepts-epoch-zero lib
+run rados-create-not-exclusive objects_rados
+run rados-short-read-unchecked objects_rados
 run store-wipe-skipped dst
 run store-bounds-unchecked segment_store
 run codec-virtual-takes-data model
