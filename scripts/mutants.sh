@@ -336,6 +336,9 @@ apply_lease_ignores_holder() {
 apply_objname_accepts_epoch_zero() {
   marker objname-accepts-epoch-zero
 }
+apply_map_five_byte_stride() {
+  marker map-five-byte-stride
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -398,6 +401,7 @@ run objname-accepts-epoch-zero lib
 run store-wipe-skipped dst
 run store-bounds-unchecked segment_store
 run codec-virtual-takes-data model
+run map-five-byte-stride compression lib
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -1175,7 +1175,7 @@ pub fn load_checkpoint(
     let (map, records, c_next, lifetime, c_lsn) = match loaded {
         Some((_, l)) => (l.map, l.segments, l.next_seq, l.lifetime, l.next_lsn),
         None => (
-            Map::new(geo.logical_blocks),
+            Map::with_value_bytes(geo.logical_blocks, geo.map_value_bytes),
             checkpoint::empty_records(geo.segment_count),
             1,
             None,
