@@ -339,6 +339,12 @@ apply_objname_accepts_epoch_zero() {
 apply_map_five_byte_stride() {
   marker map-five-byte-stride
 }
+apply_fragment_place_off_by_one() {
+  marker fragment-place-off-by-one
+}
+apply_packed_chain_unchecked() {
+  marker packed-chain-unchecked
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -402,6 +408,8 @@ run store-wipe-skipped dst
 run store-bounds-unchecked segment_store
 run codec-virtual-takes-data model
 run map-five-byte-stride compression lib
+run fragment-place-off-by-one lib
+run packed-chain-unchecked lib
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -255,10 +255,10 @@ pub fn kind_of(v: Virt) -> Kind {
     }
 }
 
-/// The virtual block a record kind stands for (None: data).
+/// The virtual block a record kind stands for (None: data, raw or packed).
 pub fn virt_of(k: Kind) -> Option<Virt> {
     match k {
-        Kind::Data => None,
+        Kind::Data | Kind::Packed => None,
         Kind::Trim => Some(Virt::Trim),
         Kind::Zero => Some(Virt::Zero),
         Kind::Ones => Some(Virt::Ones),

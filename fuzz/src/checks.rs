@@ -414,6 +414,22 @@ pub fn check_packed(data: &[u8]) {
         let table = Table::decode(block).expect("unpack accepted a table decode refuses");
         assert_eq!(crc32c::crc32c(&raw), table.slots[slot as usize].raw_crc);
     }
+    // the run's fragment list: every place inside the run, spans only into
+    // a block of the run, and each one's table agrees
+    let run = if next.is_some() { &two[..] } else { block };
+    if let Ok(found) = sluice::format::packed::fragments_of(run) {
+        let blocks = run.len() / BLOCK_BYTES;
+        for f in found {
+            let b = f.place.block as usize;
+            assert!(b < blocks && (!f.place.spans || b + 1 < blocks));
+            let t = Table::decode(&run[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES]).unwrap();
+            let s = t.slots[f.place.slot as usize];
+            assert_eq!(
+                (s.len, s.raw_crc, s.spans()),
+                (f.len, f.raw_crc, f.place.spans)
+            );
+        }
+    }
 }
 
 /// Stripe-set member identity (format v2 §6): control byte bit 0 = read it

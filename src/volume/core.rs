@@ -646,6 +646,14 @@ impl Core {
                                 data_moved += 1;
                             }
                         }
+                        Place::Fragment { .. } => {
+                            // not written by this build (docs/compression.md)
+                            return Err(RelocateError::Damaged(format!(
+                                "chunk seq {} holds compressed (Packed) entries, \
+                                 which this build does not move",
+                                h.seq
+                            )));
+                        }
                         Place::Virtual(k2) => {
                             let v = virt_of(k2).expect("virtual kind");
                             if self.map.get(lba) == Loc::Virtual(v, victim) {
