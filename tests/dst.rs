@@ -216,9 +216,6 @@ fn create_opts(sh: Shape, gc: sluice::GcPolicy) -> CreateOptions {
     }
 }
 
-/// Crash points of seeds with a compressed volume (`Shape::compress`).
-static COMPRESSED_POINTS: AtomicU64 = AtomicU64::new(0);
-
 /// Discards of freed segments issued in the record runs (the sweep must reach
 /// them: a discarded range reads as zeros or its old bytes on SimMedia).
 static DISCARDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -649,6 +646,8 @@ struct Tally {
     /// Damage sweep: how often each kind of log device damage
     /// (`LOGDEV_DAMAGE`) was done, and its outcomes.
     damage: BTreeMap<&'static str, u64>,
+    /// Crash points of seeds with a compressed volume (`Shape::compress`).
+    compressed: u64,
 }
 
 impl Tally {
@@ -657,6 +656,7 @@ impl Tally {
             *self.rules.entry(k).or_default() += v;
         }
         self.points += o.points;
+        self.compressed += o.compressed;
         self.mount_cuts += o.mount_cuts;
         self.live += o.live;
         self.degraded_mounts += o.degraded_mounts;
@@ -1502,7 +1502,7 @@ fn run_seed(
         }
     }
     if sh.compress {
-        COMPRESSED_POINTS.fetch_add(t.points, Ordering::Relaxed);
+        t.compressed = t.points;
     }
     Ok(SeedResult {
         tally: t,
@@ -1748,10 +1748,9 @@ fn dst_seeded_sweep() {
         discards > 0,
         "the sweep must reach discard of freed segments (SimMedia zeroes them)"
     );
-    let compressed = COMPRESSED_POINTS.load(Ordering::Relaxed);
-    println!("dst: {compressed} crash points on compressed volumes");
+    println!("dst: {} crash points on compressed volumes", t.compressed);
     assert!(
-        done < 6 || compressed > 0,
+        done < 6 || t.compressed > 0,
         "seeds 3-5 create compressed volumes: the sweep must cut them"
     );
     assert!(
