@@ -345,6 +345,9 @@ apply_fragment_place_off_by_one() {
 apply_packed_chain_unchecked() {
   marker packed-chain-unchecked
 }
+apply_crc_load_off_by_one() {
+  marker crc-load-off-by-one
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -410,6 +413,7 @@ run codec-virtual-takes-data model
 run map-five-byte-stride compression lib
 run fragment-place-off-by-one lib
 run packed-chain-unchecked lib
+run crc-load-off-by-one verified_reads
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"
