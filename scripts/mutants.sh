@@ -344,6 +344,18 @@ apply_rados_short_read_unchecked() {
 apply_objname_accepts_epoch_zero() {
   marker objname-accepts-epoch-zero
 }
+apply_map_five_byte_stride() {
+  marker map-five-byte-stride
+}
+apply_fragment_place_off_by_one() {
+  marker fragment-place-off-by-one
+}
+apply_packed_chain_unchecked() {
+  marker packed-chain-unchecked
+}
+apply_crc_load_off_by_one() {
+  marker crc-load-off-by-one
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -408,6 +420,10 @@ run rados-short-read-unchecked objects_rados
 run store-wipe-skipped dst
 run store-bounds-unchecked segment_store
 run codec-virtual-takes-data model
+run map-five-byte-stride compression lib
+run fragment-place-off-by-one lib
+run packed-chain-unchecked lib
+run crc-load-off-by-one verified_reads
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

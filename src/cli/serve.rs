@@ -450,6 +450,7 @@ fn open_volume(
             preallocate: false,
             intent_log: false,
             log_devices: Vec::new(),
+            compress: Default::default(),
         })?;
         vol.close()?;
         say!("sluice: created {} ({})", path.display(), human(size));
