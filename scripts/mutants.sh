@@ -315,6 +315,9 @@ apply_mirror_first_chain_kept() {
 apply_replace_loses_unclean_log() {
   marker replace-loses-unclean-log
 }
+apply_flush_latency_unobserved() {
+  marker flush-latency-unobserved
+}
 apply_put_new_overwrites() {
   marker put-new-overwrites
 }
@@ -388,6 +391,7 @@ run stale-mirror-unmarked log_device dst
 run stale-mirror-replayed log_device
 run mirror-first-chain-kept log_device dst
 run replace-loses-unclean-log log_device
+run flush-latency-unobserved observe
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3
