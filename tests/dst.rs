@@ -632,6 +632,9 @@ struct Tally {
     /// Damage sweep: how often each kind of log device damage
     /// (`LOGDEV_DAMAGE`) was done, and its outcomes.
     damage: BTreeMap<&'static str, u64>,
+    /// Live EIO runs whose failed write was an intent log record in the
+    /// volume's own ring: the engine fell back to seal-on-FLUSH and served on.
+    ring_fallbacks: u64,
 }
 
 impl Tally {
@@ -647,6 +650,7 @@ impl Tally {
         self.refused += o.refused;
         self.eio += o.eio;
         self.salvaged += o.salvaged;
+        self.ring_fallbacks += o.ring_fallbacks;
         for (k, v) in &o.known {
             *self.known.entry(k).or_default() += v;
         }
@@ -1452,17 +1456,48 @@ fn run_seed(
         let at = rng.gen_range(0..total.max(1));
         let (media, vol) = fresh(sh, gc);
         let writes_before = media.writes();
+        // the failed write goes into the volume's own intent log ring
+        let mut ring_write = false;
         if eio {
-            // the at-th write from now fails with EIO; power stays on
-            let nth_write = media_ops[..at as usize]
+            // the at-th write from now fails with EIO; power stays on. With
+            // the log in the volume, every other seed fails the first write
+            // into its ring from there instead (a ring write error falls
+            // back to seal-on-FLUSH: the run must go on to its end)
+            let geo = geometry(sh);
+            let ring = geo.log_offset..geo.log_offset + geo.log_bytes;
+            let in_ring =
+                |e: &SimEvent| matches!(e, SimEvent::Write { offset, .. } if ring.contains(offset));
+            let mut fail_at = at as usize;
+            if sh.log_devices == 0 && geo.log_bytes > 0 && seed % 4 == 0 {
+                if let Some(j) = media_ops[fail_at..].iter().position(in_ring) {
+                    fail_at += j;
+                }
+            }
+            let nth_write = media_ops[..fail_at]
                 .iter()
                 .filter(|e| matches!(e, SimEvent::Write { .. }))
                 .count() as u64;
             media.fail_write(writes_before + nth_write);
+            ring_write = sh.log_devices == 0
+                && media_ops[fail_at..]
+                    .iter()
+                    .find(|e| matches!(e, SimEvent::Write { .. }))
+                    .is_some_and(in_ring);
         } else {
             media.cut_at_op(media.ops() + at);
         }
         let ran = run_plan(&media, vol, sh, &p);
+        if ring_write {
+            // a ring write error is the log's alone: seal-on-FLUSH, serving on
+            if ran.acked != p.len() {
+                return Err(format!(
+                    "seed {seed} live EIO at media op {at}, a write into the intent log ring: the volume stopped at op {} of {} instead of falling back to seal-on-FLUSH",
+                    ran.acked,
+                    p.len()
+                ));
+            }
+            t.ring_fallbacks += 1;
+        }
         let expect_k = (0..p.len()).find(|&j| end[j] > at).unwrap_or(p.len());
         if !eio && ran.acked != expect_k {
             return Err(format!(
@@ -1695,6 +1730,10 @@ fn print_tally(t: &Tally) {
         "dst: {} final mounts of mirrored seeds with one log device only ({} more refused: that device was marked stale)",
         t.degraded_mounts, t.stale_refused
     );
+    println!(
+        "dst: {} live EIO runs failed a write into the intent log ring and served on (seal-on-FLUSH)",
+        t.ring_fallbacks
+    );
     for (k, v) in &t.rules {
         println!("dst: recovery rule {k:<32} fired {v}");
     }
@@ -1727,6 +1766,10 @@ fn dst_seeded_sweep() {
     assert!(
         discards > 0,
         "the sweep must reach discard of freed segments (SimMedia zeroes them)"
+    );
+    assert!(
+        t.ring_fallbacks > 0,
+        "the sweep must fail a write into the intent log ring in a live run"
     );
     assert!(
         t.points >= want,

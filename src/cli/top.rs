@@ -272,7 +272,7 @@ fn log_state(r: &Row) -> String {
         );
     }
     if r.log_fallbacks > 0.0 {
-        s += "   FALLBACK: every log device failed, FLUSH seals into the main log";
+        s += "   FALLBACK: the intent log failed (its ring or every log device), FLUSH seals into the main log";
     }
     s
 }
