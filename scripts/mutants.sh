@@ -318,6 +318,12 @@ apply_replace_loses_unclean_log() {
 apply_ring_error_acked() {
   marker ring-error-acked
 }
+apply_add_mirror_unmarked() {
+  marker add-mirror-unmarked
+}
+apply_remove_before_records_homed() {
+  marker remove-before-records-homed
+}
 apply_flush_latency_unobserved() {
   marker flush-latency-unobserved
 }
@@ -396,6 +402,8 @@ run mirror-first-chain-kept log_device dst
 run replace-loses-unclean-log log_device
 run flush-latency-unobserved observe
 run ring-error-acked intent_log dst
+run add-mirror-unmarked log_device
+run remove-before-records-homed log_device
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3

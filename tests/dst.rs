@@ -1468,7 +1468,7 @@ fn run_seed(
             let in_ring =
                 |e: &SimEvent| matches!(e, SimEvent::Write { offset, .. } if ring.contains(offset));
             let mut fail_at = at as usize;
-            if sh.log_devices == 0 && geo.log_bytes > 0 && seed % 4 == 0 {
+            if sh.log_devices == 0 && geo.log_bytes > 0 && seed.is_multiple_of(4) {
                 if let Some(j) = media_ops[fail_at..].iter().position(in_ring) {
                     fail_at += j;
                 }

@@ -22,9 +22,11 @@ mod commit;
 mod core;
 mod housekeeper;
 mod intent;
+mod logdev;
 mod read;
 mod scrub;
 
+pub use self::logdev::{add_log_device, remove_log_device};
 pub use self::read::{ReadRing, RING_SLOTS};
 pub use self::scrub::ScrubOutcome;
 
