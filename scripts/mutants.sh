@@ -401,7 +401,7 @@ run stale-mirror-replayed log_device
 run mirror-first-chain-kept log_device dst
 run replace-loses-unclean-log log_device
 run flush-latency-unobserved observe
-run ring-error-acked intent_log dst
+run ring-error-acked intent_log
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
 run put-new-overwrites objects_s3
