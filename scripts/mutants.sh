@@ -324,6 +324,9 @@ apply_add_mirror_unmarked() {
 apply_remove_before_records_homed() {
   marker remove-before-records-homed
 }
+apply_peek_identity_exact() {
+  marker peek-identity-exact
+}
 apply_flush_latency_unobserved() {
   marker flush-latency-unobserved
 }
@@ -404,6 +407,7 @@ run flush-latency-unobserved observe
 run ring-error-acked intent_log
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
+run peek-identity-exact dst lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3

@@ -1963,21 +1963,31 @@ fn dst_soak() {
 ///   235's value, made durable by a later FLUSH), the last chunk of segment 5
 ///   (91 at block 0 fills blocks 0-13), below the superblock's watermark
 ///   (durable_seq 101); the user stream went on in segment 3 (96 at block 0);
-/// - with its uuid changed the header reads as another volume's stale header
-///   (rule `stale_header_ends_walk`, not `damaged_header_recorded`), the walk
-///   of segment 5 ends there, seq 95 is missing below the watermark, and the
-///   gap rule skips it as dead (`gap_below_watermark_skipped`): block 56 reads
-///   op 210's value, no refusal. (A flip in another field would make it a
-///   damaged header, which `judge` cannot bound at a segment's tail either.)
+/// - the header fails its CRC, and with its uuid changed `chunk::peek_seq`
+///   (which wanted magic, uuid and segment exact) gave no seq hint, so the
+///   bad tail of segment 5 could hold any missing seq, a torn unflushed one
+///   at or above W included: `judge` dropped it as a torn tail
+///   (`invalid_tail_dropped`), and the gap rule skipped the missing seq 95 as
+///   dead (`gap_below_watermark_skipped`): block 56 read op 210's value, no
+///   refusal. A flip in a field other than the identity and the seq leaves
+///   the hint, and `judge` already refuses a tail header whose hint lies
+///   between the chunk before it and W.
 ///
 /// The planned fix, the v2 per-stream `prev_seq` chain (docs/format-v2.md §3:
 /// chunk 96 would name 95 as its predecessor), does not reach this seed: it is
 /// for v2 chunk headers, and v1 volumes keep their format. For v2 it needs a
 /// header field (only bytes 64..68 are free: a u32 seq delta), the engine's
 /// last seq per stream across mounts, a recovery rule, and DST proof: not
-/// built. Run by hand: it fails.
+/// built.
+///
+/// Fixed for the flips that hit a header's identity (magic, uuid, segment):
+/// `chunk::peek_seq` allows two flipped bits there, so the damaged header's
+/// seq (95) is its hint, and `judge` takes a tail header whose hint lies
+/// between the chunk before it and W for damage: the mount refuses (a
+/// salvage mount answers EIO for it). A flip in the seq field that moves it
+/// out of that range still loses the write (the limit above). Fails with
+/// `peek_seq` matching exactly (mutation `peek-identity-exact`).
 #[test]
-#[ignore]
 fn dst_regression_damaged_last_header_of_a_segment_is_dropped() {
     if let Err(e) = run_seed(41, 3, false, Some(Area::Log)) {
         panic!("{e}");
