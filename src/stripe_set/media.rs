@@ -14,7 +14,7 @@
 
 use super::{meta, StripeSet};
 use crate::format::BLOCK_BYTES;
-use crate::media::Media;
+use crate::media::{AlignedBuf, Media};
 use std::io;
 use std::sync::Arc;
 
@@ -74,10 +74,18 @@ impl SetMedia {
             if set.up(m as u32).is_none() {
                 continue;
             }
-            let mut mine = buf.to_vec();
+            let mut mine = AlignedBuf::new(buf.len());
+            mine.copy_from_slice(buf);
+            // A set with a member down writes the next membership generation:
+            // the absent member, which misses these writes, is stale from
+            // now on and assembly refuses it (it would serve old data).
+            let mut ident = member.ident;
+            if set.down_count() > 0 {
+                ident.generation = set.generation() + 1;
+            }
             for (i, b) in mine.chunks_mut(BLOCK_BYTES).enumerate() {
                 if b.len() == BLOCK_BYTES && self.superblock_at(flat + i as u64 * BS) {
-                    meta::to_member(b, &member.ident);
+                    meta::to_member(b, &ident);
                 }
             }
             set.mwrite(m as u32, &mine, at)?;
@@ -94,9 +102,9 @@ impl SetMedia {
         let sb_blocks: Vec<usize> = (0..buf.len() / BLOCK_BYTES)
             .filter(|&i| self.superblock_at(flat + i as u64 * BS))
             .collect();
-        let mut fallback: Option<Vec<u8>> = None;
+        let mut fallback: Option<AlignedBuf> = None;
         let mut chosen = None;
-        let mut tmp = vec![0u8; buf.len()];
+        let mut tmp = AlignedBuf::new(buf.len());
         for m in 0..set.layout.members {
             if set.mread(m, &mut tmp, at).is_err() {
                 continue;
@@ -107,11 +115,11 @@ impl SetMedia {
                 b[0..8] != crate::format::superblock::SUPERBLOCK_MAGIC || meta::is_superblock(b)
             });
             if ok {
-                chosen = Some(std::mem::take(&mut tmp));
+                chosen = Some(tmp);
                 break;
             }
             if fallback.is_none() {
-                fallback = Some(tmp.clone());
+                fallback = Some(std::mem::replace(&mut tmp, AlignedBuf::new(buf.len())));
             }
         }
         let Some(got) = chosen.or(fallback) else {

@@ -29,7 +29,7 @@ pub mod store;
 
 use crate::format::stripe::{hex, StripeIdentity};
 use crate::format::BLOCK_BYTES;
-use crate::media::Media;
+use crate::media::{AlignedBuf, Media};
 use crate::parity;
 use crate::stripe::StripeLayout;
 use parking_lot::Mutex;
@@ -237,6 +237,16 @@ impl StripeSet {
         }
     }
 
+    /// The membership generation the set was assembled at (the highest of
+    /// its members').
+    pub fn generation(&self) -> u64 {
+        self.members
+            .iter()
+            .map(|m| m.ident.generation)
+            .max()
+            .unwrap_or(0)
+    }
+
     fn down_count(&self) -> usize {
         self.members
             .iter()
@@ -377,8 +387,8 @@ impl StripeSet {
             self.write_data(row, 0, data)?;
             let u = l.unit as usize;
             let units: Vec<&[u8]> = data.chunks(u).collect();
-            let mut par = vec![vec![0u8; u]; l.parity as usize];
-            let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| p.as_mut_slice()).collect();
+            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
+            let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
             parity::encode(&units, &mut refs).map_err(io::Error::other)?;
             let base = l.row_offset(row).expect("row inside the set");
             for (i, p) in par.iter().enumerate() {
@@ -432,7 +442,7 @@ impl StripeSet {
         // Evicted: read the row's data back (a read in the write path; only
         // rows evicted for memory, never in a steady write-only workload).
         self.counters.rows_loaded.fetch_add(1, Ordering::Relaxed);
-        let mut data = vec![0u8; self.layout.write_unit() as usize];
+        let mut data = AlignedBuf::new(self.layout.write_unit() as usize);
         self.read_area(row * self.layout.write_unit(), &mut data)?;
         Ok(self.rows.lock().insert_loaded(row, &data))
     }
@@ -444,7 +454,7 @@ impl StripeSet {
         let ub = (l.unit / BS) as usize;
         let d = l.data_members() as usize;
         let base = l.row_offset(row).expect("row inside the set");
-        let zero = vec![0u8; BLOCK_BYTES];
+        let zero = AlignedBuf::new(BLOCK_BYTES);
         let used: Vec<bool> = (0..ub).map(|c| all || st.column_used(c, ub, d)).collect();
         // padding: zeros where the row's used columns have no data yet
         for c in (0..ub).filter(|&c| used[c]) {
@@ -468,8 +478,8 @@ impl StripeSet {
             let len = (c - c0) * BLOCK_BYTES;
             let units: Vec<Vec<u8>> = (0..d).map(|u| st.gather(u * ub + c0, c - c0)).collect();
             let refs: Vec<&[u8]> = units.iter().map(|v| v.as_slice()).collect();
-            let mut par = vec![vec![0u8; len]; l.parity as usize];
-            let mut prefs: Vec<&mut [u8]> = par.iter_mut().map(|p| p.as_mut_slice()).collect();
+            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(len)).collect();
+            let mut prefs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
             parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
             for (i, p) in par.iter().enumerate() {
                 self.mwrite(
@@ -570,7 +580,7 @@ impl StripeSet {
         }
         let n = l.members as usize;
         let at = l.row_offset(row).expect("row inside the set") + col;
-        let mut shards = vec![vec![0u8; out.len()]; n];
+        let mut shards: Vec<AlignedBuf> = (0..n).map(|_| AlignedBuf::new(out.len())).collect();
         let mut lost = vec![d as usize];
         for (i, s) in shards.iter_mut().enumerate() {
             if i != d as usize && self.mread(self.shard_member(row, i as u32), s, at).is_err() {
@@ -594,7 +604,7 @@ impl StripeSet {
                 ),
             ));
         }
-        let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| s.as_mut_slice()).collect();
+        let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
         parity::reconstruct(&mut refs, l.data_members() as usize, &lost)
             .map_err(io::Error::other)?;
         out.copy_from_slice(&shards[d as usize]);

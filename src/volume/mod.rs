@@ -24,6 +24,7 @@ mod housekeeper;
 mod intent;
 mod read;
 mod scrub;
+mod striped;
 
 pub use self::read::{ReadRing, RING_SLOTS};
 pub use self::scrub::ScrubOutcome;
@@ -194,6 +195,9 @@ pub struct OpenOptions {
     /// records are never replayed later. A device of another volume is still
     /// refused.
     pub log_device_missing_ok: bool,
+    /// The stripe set the volume's media shows (`stripe_set::media::SetMedia`
+    /// over it): its segment data goes through a `StripeStore` on it.
+    pub stripe_set: Option<Arc<crate::stripe_set::StripeSet>>,
 }
 
 impl Default for OpenOptions {
@@ -212,6 +216,7 @@ impl Default for OpenOptions {
             salvage: false,
             log_devices: Vec::new(),
             log_device_missing_ok: false,
+            stripe_set: None,
         }
     }
 }
@@ -390,6 +395,8 @@ pub struct Volume {
     report: MountReport,
     /// Salvage mounts: sorted logical block ranges `[start, end)` that answer EIO.
     unvouched: Vec<(u64, u64)>,
+    /// The stripe set under the media (`OpenOptions::stripe_set`).
+    stripe: Option<Arc<crate::stripe_set::StripeSet>>,
 }
 
 impl Volume {
@@ -686,7 +693,10 @@ impl Volume {
         }
         let counters = Arc::new(Counters::with_lifetime(lifetime));
         let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
-        let store: Arc<dyn SegmentStore> = Arc::new(FlatStore::new(media.clone(), &geo));
+        let store: Arc<dyn SegmentStore> = match &opts.stripe_set {
+            Some(set) => striped::store(set, &geo)?,
+            None => Arc::new(FlatStore::new(media.clone(), &geo)),
+        };
         let commit = Arc::new(Commit::new(
             commit::Places {
                 media: media.clone(),
@@ -754,6 +764,7 @@ impl Volume {
             writers: Mutex::new(writers),
             report,
             unvouched,
+            stripe: opts.stripe_set.clone(),
         };
         if opts.background && !opts.read_only {
             let hk = sh.clone();
