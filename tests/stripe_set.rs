@@ -375,3 +375,78 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
     }
     eprintln!("{checked} flushed blocks read degraded after a cut, {holes} lost to the write hole");
 }
+
+fn sluice(args: &[&str], dir: &Path) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn cli_creates_a_set_and_info_and_check_take_members_in_any_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let dev = |names: &[&str]| -> Vec<String> {
+        names
+            .iter()
+            .flat_map(|n| ["--device".to_string(), n.to_string()])
+            .collect()
+    };
+    let run = |pre: &[&str], names: &[&str], post: &[&str]| {
+        let mut v: Vec<String> = pre.iter().map(|s| s.to_string()).collect();
+        v.extend(dev(names));
+        v.extend(post.iter().map(|s| s.to_string()));
+        let r: Vec<&str> = v.iter().map(|s| s.as_str()).collect();
+        sluice(&r, d)
+    };
+    let (rc, out) = run(
+        &["create"],
+        &["a", "b", "c", "d", "e"],
+        &["--parity", "1", "--size", "32M"],
+    );
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("of 5 members, parity 1"), "{out}");
+    // the same again is refused: every member holds a volume now
+    let (rc, out) = run(
+        &["create"],
+        &["a", "b", "c", "d", "e"],
+        &["--parity", "1", "--size", "32M"],
+    );
+    assert_ne!(rc, 0, "{out}");
+    assert!(out.contains("already holds a sluice volume"), "{out}");
+    let (rc, out) = run(&["info"], &["e", "c", "a", "d", "b"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("RAID-5") && out.contains("healthy"), "{out}");
+    let (rc, out) = run(&["check"], &["b", "a", "e", "d"], &[]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("degraded (member 2 missing") && out.contains("clean"),
+        "{out}"
+    );
+    let (rc, out) = run(&["info"], &["a", "b", "d"], &[]);
+    assert_ne!(rc, 0, "{out}");
+    assert!(out.contains("members [2, 4] are missing"), "{out}");
+    // one member alone is named as such
+    let (rc, out) = sluice(&["info", "c"], d);
+    assert_eq!(rc, 2, "{out}");
+    assert!(
+        out.contains("c is member 2 of the 5-member stripe set"),
+        "{out}"
+    );
+    // too few members for the parity
+    let (rc, out) = run(
+        &["create"],
+        &["x", "y"],
+        &["--parity", "1", "--size", "32M"],
+    );
+    assert_ne!(rc, 0, "{out}");
+    assert!(out.contains("more members than parity + 1"), "{out}");
+}

@@ -116,6 +116,7 @@ struct Row {
     log_flushes_per_s: f64,
     log_degraded: f64,
     log_fallbacks: f64,
+    stripe_down: f64,
 }
 
 fn share(a: &Sample, b: &Sample, side: &str) -> f64 {
@@ -175,6 +176,7 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         log_flushes_per_s: r("sluice_log_device_flushes_total"),
         log_degraded: g(b, "sluice_log_devices_degraded"),
         log_fallbacks: g(b, "sluice_log_fallbacks_total"),
+        stripe_down: g(b, "sluice_stripe_members_down"),
     }
 }
 
@@ -234,13 +236,19 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
     )
 }
 
-/// What `top` says about the intent log's health, after its rates.
+/// What `top` says about the intent log's and a stripe set's health, after its rates.
 fn log_state(r: &Row) -> String {
     let mut s = String::new();
     if r.log_degraded > 0.0 {
         s += &format!(
             "   DEGRADED: {:.0} log device(s) missing or failed",
             r.log_degraded
+        );
+    }
+    if r.stripe_down > 0.0 {
+        s += &format!(
+            "   STRIPE SET DEGRADED: {:.0} member(s) missing or failed",
+            r.stripe_down
         );
     }
     if r.log_fallbacks > 0.0 {

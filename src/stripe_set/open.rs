@@ -148,6 +148,28 @@ pub fn plan(devices: Vec<(String, Arc<dyn Media>)>, o: &PlanOptions) -> io::Resu
     })
 }
 
+/// Bytes each of `members` members needs for a `logical_bytes` volume
+/// (what `plan` will ask of the smallest).
+pub fn member_bytes_for(
+    members: u32,
+    parity: u32,
+    unit: u64,
+    segment_bytes: u64,
+    logical_bytes: u64,
+    overprovision: f64,
+    log_bytes: u64,
+) -> io::Result<u64> {
+    let rps = StripeLayout::rows_for_segment_bytes(members, parity, unit, segment_bytes);
+    let l = StripeLayout::new(members, parity, unit, rps, 0).map_err(|e| invalid(e.to_string()))?;
+    let g = Geometry::for_logical_log(
+        logical_bytes / BS,
+        (l.segment_bytes() / BS) as u32,
+        overprovision,
+        log_bytes,
+    );
+    Ok(g.data_offset + g.segment_count as u64 * rps * unit + TAIL_AREA_BYTES)
+}
+
 /// The member identity and (as the engine wrote it) superblock on `media`:
 /// the newer valid head copy carrying `STRIPE_SET`.
 pub fn read_member(media: &dyn Media) -> io::Result<Option<(StripeIdentity, Superblock)>> {
@@ -224,8 +246,8 @@ pub fn open(devices: Vec<(String, Arc<dyn Media>)>) -> io::Result<Arc<StripeSet>
         len: sb.tail_offset + TAIL_AREA_BYTES,
     };
     let member_bytes = sb.data_offset + a.set.rows * layout.unit + TAIL_AREA_BYTES;
-    let mut slots: Vec<Option<(String, Arc<dyn Media>, StripeIdentity)>> =
-        (0..layout.members).map(|_| None).collect();
+    type Slot = Option<(String, Arc<dyn Media>, StripeIdentity)>;
+    let mut slots: Vec<Slot> = (0..layout.members).map(|_| None).collect();
     for (slot, k) in a.slots.iter().enumerate() {
         if let Some(k) = *k {
             let (name, media) = &devices[k];

@@ -1078,7 +1078,13 @@ impl Volume {
     }
 
     pub fn stats(&self) -> Stats {
-        self.sh.stats()
+        let mut s = self.sh.stats();
+        if let Some(set) = &self.stripe {
+            let st = set.status();
+            s.stripe_members_down = st.down.len() as u64;
+            s.stripe_reconstructed = st.reconstructed;
+        }
+        s
     }
 
     /// Run GC until at least `segments` are free beyond the reserve, or no victim
@@ -1459,6 +1465,8 @@ impl Shared {
             log_device_errors: 0,
             log_devices_degraded: 0,
             log_fallbacks: 0,
+            stripe_members_down: 0,
+            stripe_reconstructed: 0,
             failed: false,
             failure: None,
             lifetime: Default::default(),
