@@ -25,9 +25,11 @@ pub mod media;
 pub mod meta;
 pub mod open;
 mod rows;
+pub mod scratch;
 pub mod store;
 
 use crate::format::stripe::{hex, StripeIdentity};
+use crate::format::superblock::TAIL_AREA_BYTES;
 use crate::format::BLOCK_BYTES;
 use crate::media::{AlignedBuf, Media};
 use crate::parity;
@@ -35,6 +37,7 @@ use crate::stripe::StripeLayout;
 use parking_lot::Mutex;
 use rows::RowTable;
 use std::io;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -95,6 +98,9 @@ pub struct SetStatus {
     /// Rows whose data was read back from the members to take a write
     /// (only after the row's state was evicted from memory).
     pub rows_loaded: u64,
+    /// Partial rows a flush found no free scratch lane for: their running
+    /// parity went in place (the write hole stays open for them).
+    pub unprotected_flushes: u64,
 }
 
 impl SetStatus {
@@ -115,12 +121,24 @@ impl SetStatus {
     }
 }
 
+/// A valid scratch tag found at mount (`scratch`).
+#[derive(Debug, Clone)]
+pub struct MountTag {
+    pub seq: u64,
+    pub which: u8,
+    pub member: u32,
+    pub lane: u32,
+    pub place: u32,
+    pub covered: Vec<bool>,
+}
+
 #[derive(Default)]
 struct Counters {
     member_reads: AtomicU64,
     member_writes: AtomicU64,
     reconstructed: AtomicU64,
     rows_loaded: AtomicU64,
+    unprotected: AtomicU64,
 }
 
 pub struct StripeSet {
@@ -134,6 +152,8 @@ pub struct StripeSet {
     /// segment is used reconstructs garbage there, which no chunk header
     /// check accepts: the same as a never-written device).
     formatting: AtomicBool,
+    /// Sequence of the next scratch tag.
+    seq: AtomicU64,
 }
 
 impl std::fmt::Debug for StripeSet {
@@ -166,9 +186,10 @@ impl StripeSet {
             layout,
             shape,
             members,
-            rows: Mutex::new(RowTable::default()),
+            rows: Mutex::new(RowTable::with_lanes(scratch::LANES)),
             counters: Counters::default(),
             formatting: AtomicBool::new(false),
+            seq: AtomicU64::new(1),
         };
         if set.down_count() > layout.parity as usize {
             return Err(err(
@@ -191,6 +212,16 @@ impl StripeSet {
     pub fn member_tail_offset(&self) -> u64 {
         self.layout.member_offset
             + self.shape.segment_count as u64 * self.layout.rows_per_segment * self.layout.unit
+    }
+
+    /// Member offset of the scratch area (after the tail area).
+    pub fn scratch_base(&self) -> u64 {
+        self.member_tail_offset() + TAIL_AREA_BYTES
+    }
+
+    /// Bytes every member needs.
+    pub fn member_bytes(&self) -> u64 {
+        self.scratch_base() + scratch::area_bytes(self.layout.unit)
     }
 
     pub fn set_formatting(&self, on: bool) {
@@ -234,6 +265,7 @@ impl StripeSet {
             member_writes: c.member_writes.load(Ordering::Relaxed),
             reconstructed: c.reconstructed.load(Ordering::Relaxed),
             rows_loaded: c.rows_loaded.load(Ordering::Relaxed),
+            unprotected_flushes: c.unprotected.load(Ordering::Relaxed),
         }
     }
 
@@ -493,22 +525,7 @@ impl StripeSet {
         Ok(())
     }
 
-    /// Make every completed write durable: the parity of every row a write
-    /// left partial, then a flush of every member.
-    pub fn flush(&self) -> io::Result<()> {
-        let dirty: Vec<u64> = std::mem::take(&mut self.rows.lock().dirty)
-            .into_iter()
-            .collect();
-        for row in dirty {
-            let Some(state) = self.rows.lock().get(row) else {
-                continue;
-            };
-            let mut st = state.lock();
-            if st.dirty {
-                // MUTANT: partial-row-parity-skipped s|self.write_parity(row, &mut st, false)?;|st.dirty = false;|
-                self.write_parity(row, &mut st, false)?;
-            }
-        }
+    fn flush_members(&self) -> io::Result<()> {
         for m in 0..self.layout.members {
             if let Some(media) = self.up(m) {
                 if let Err(e) = media.flush() {
@@ -516,16 +533,187 @@ impl StripeSet {
                 }
             }
         }
-        self.rows.lock().evict();
+        Ok(())
+    }
+
+    /// Make every completed write durable. Rows a write left partial get
+    /// their running parity: first a flush of every member (their data is
+    /// durable before any tag names it), then the parity with its tag into
+    /// the row's scratch lane (or, with no lane free, in place, counted),
+    /// then a second flush.
+    pub fn flush(&self) -> io::Result<()> {
+        let (dirty, retiring) = {
+            let mut t = self.rows.lock();
+            (
+                std::mem::take(&mut t.dirty).into_iter().collect::<Vec<u64>>(),
+                std::mem::take(&mut t.retiring),
+            )
+        };
+        // MUTANT: scratch-before-data-durable
+        self.flush_members()?;
+        let l = self.layout;
+        let protect = l.parity > 0
+            && (l.write_unit() / BS) as usize <= scratch::MAX_ROW_BLOCKS;
+        let mut wrote = false;
+        for row in dirty {
+            let Some(state) = self.rows.lock().get(row) else {
+                continue;
+            };
+            let mut st = state.lock();
+            if !st.dirty {
+                continue;
+            }
+            let lane = if protect {
+                self.rows.lock().lane_for(row)
+            } else {
+                None
+            };
+            match lane {
+                // MUTANT: partial-row-parity-skipped s|self.write_scratch(row, &mut st, lane)?|st.dirty = false|
+                Some(lane) => self.write_scratch(row, &mut st, lane)?,
+                None => {
+                    self.counters.unprotected.fetch_add(1, Ordering::Relaxed);
+                    self.write_parity(row, &mut st, false)?;
+                }
+            }
+            wrote = true;
+        }
+        if wrote {
+            self.flush_members()?;
+        }
+        let mut t = self.rows.lock();
+        t.free_lanes.extend(retiring);
+        t.evict();
+        Ok(())
+    }
+
+    /// Write `st`'s running parity (every column; blocks not written count
+    /// as zero) with its tag into the place of `lane` it did not use last.
+    fn write_scratch(&self, row: u64, st: &mut rows::RowState, lane: u32) -> io::Result<()> {
+        let l = self.layout;
+        let u = l.unit as usize;
+        let ub = u / BLOCK_BYTES;
+        let d = l.data_members() as usize;
+        let units: Vec<Vec<u8>> = (0..d).map(|k| st.gather(k * ub, ub)).collect();
+        let refs: Vec<&[u8]> = units.iter().map(|v| v.as_slice()).collect();
+        let mut places: Vec<AlignedBuf> = (0..l.parity)
+            .map(|_| AlignedBuf::new(BLOCK_BYTES + u))
+            .collect();
+        {
+            let mut prefs: Vec<&mut [u8]> = places.iter_mut().map(|p| &mut p[BLOCK_BYTES..]).collect();
+            parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let covered = st.covered();
+        let set_uuid = self.members[0].ident.set_uuid;
+        let at = scratch::place_offset(self.scratch_base(), l.unit, lane, st.place);
+        for (i, buf) in places.iter_mut().enumerate() {
+            scratch::Tag {
+                set_uuid,
+                row,
+                seq,
+                which: i as u8,
+                covered: covered.clone(),
+            }
+            .seal(buf);
+            let m = self.shard_member(row, (d + i) as u32);
+            self.mwrite(m, buf, at)?;
+            self.rows.lock().place_owner.insert((m, lane, st.place), row);
+        }
+        st.place ^= 1;
+        st.dirty = false;
+        Ok(())
+    }
+
+    /// Read every scratch place of the members present; the valid tags are
+    /// what degraded reads of the rows partial at the last shutdown use
+    /// until `resync`. Their lanes stay taken.
+    pub fn load_scratch(&self) -> io::Result<()> {
+        let l = self.layout;
+        let set_uuid = self.members[0].ident.set_uuid;
+        let mut buf = AlignedBuf::new(BLOCK_BYTES + l.unit as usize);
+        let mut t = self.rows.lock();
+        let mut max_seq = 0;
+        for m in 0..l.members {
+            for lane in 0..scratch::LANES {
+                for place in 0..2 {
+                    let at = scratch::place_offset(self.scratch_base(), l.unit, lane, place);
+                    if self.mread(m, &mut buf, at).is_err() {
+                        continue;
+                    }
+                    let Some(tag) = scratch::Tag::open(&buf, &set_uuid) else {
+                        continue;
+                    };
+                    max_seq = max_seq.max(tag.seq);
+                    t.place_owner.insert((m, lane, place), tag.row);
+                    t.mount_tags.entry(tag.row).or_default().push(MountTag {
+                        seq: tag.seq,
+                        which: tag.which,
+                        member: m,
+                        lane,
+                        place,
+                        covered: tag.covered,
+                    });
+                }
+            }
+        }
+        let taken: HashSet<u32> = t.place_owner.keys().map(|k| k.1).collect();
+        t.free_lanes.retain(|l| !taken.contains(l));
+        self.seq.store(max_seq + 1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// With every member present: make the parity of every row a scratch tag
+    /// names agree with its data in place (read the row, write its parity),
+    /// flush, void the tags, flush; every lane is free again. Degraded: the
+    /// tags stay (reads need them). Not for read-only mounts.
+    pub fn resync(&self) -> io::Result<()> {
+        let rows: Vec<u64> = self.rows.lock().mount_tags.keys().copied().collect();
+        if self.down_count() > 0 || self.rows.lock().place_owner.is_empty() {
+            return Ok(());
+        }
+        let l = self.layout;
+        let u = l.unit as usize;
+        for row in rows {
+            let mut data = AlignedBuf::new(l.write_unit() as usize);
+            self.read_area(row * l.write_unit(), &mut data)?;
+            let units: Vec<&[u8]> = data.chunks(u).collect();
+            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
+            let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
+            parity::encode(&units, &mut refs).map_err(io::Error::other)?;
+            let base = l.row_offset(row).expect("row inside the set");
+            for (i, p) in par.iter().enumerate() {
+                self.mwrite(self.shard_member(row, l.data_members() + i as u32), p, base)?;
+            }
+        }
+        self.flush_members()?;
+        let places: Vec<(u32, u32, u32)> = self.rows.lock().place_owner.keys().copied().collect();
+        self.void_places(&places)?;
+        self.flush_members()?;
+        let mut t = self.rows.lock();
+        t.place_owner.clear();
+        t.mount_tags.clear();
+        t.free_lanes = (0..scratch::LANES).rev().collect();
+        Ok(())
+    }
+
+    fn void_places(&self, places: &[(u32, u32, u32)]) -> io::Result<()> {
+        let zero = AlignedBuf::new(BLOCK_BYTES);
+        for &(m, lane, place) in places {
+            let at = scratch::place_offset(self.scratch_base(), self.layout.unit, lane, place);
+            self.mwrite(m, &zero, at)?;
+        }
         Ok(())
     }
 
     /// A segment's life ends (its tombstone is about to be written): what
     /// memory holds of its rows is dead.
-    pub fn forget_segment(&self, seg: u32) {
+    pub fn forget_segment(&self, seg: u32) -> io::Result<()> {
         let rps = self.layout.rows_per_segment;
         let first = seg as u64 * rps;
-        self.rows.lock().forget_range(first, first + rps);
+        let places = self.rows.lock().forget_range(first, first + rps);
+        // a tag of the old life must not speak for the new one
+        self.void_places(&places)
     }
 
     /// Read `buf.len()` bytes at byte `off` of the segment area: from the
@@ -578,6 +766,84 @@ impl StripeSet {
             out.copy_from_slice(&st.gather(first, out.len() / BLOCK_BYTES));
             return Ok(());
         }
+        let tags = self.rows.lock().mount_tags.get(&row).cloned();
+        if let Some(tags) = tags {
+            for (i, blk) in out.chunks_mut(BLOCK_BYTES).enumerate() {
+                let c = col / BS + i as u64;
+                if !self.reconstruct_tagged(row, d, c, blk, &tags)? {
+                    self.reconstruct_in_place(row, d, c * BS, blk)?;
+                }
+            }
+            return Ok(());
+        }
+        self.reconstruct_in_place(row, d, col, out)
+    }
+
+    /// Rebuild block column `c` of data unit `d` from the newest scratch
+    /// copy found at mount that covers it (blocks it does not cover count as
+    /// zero); false when none does (or none can: too many shards down).
+    fn reconstruct_tagged(
+        &self,
+        row: u64,
+        d: u32,
+        c: u64,
+        out: &mut [u8],
+        tags: &[MountTag],
+    ) -> io::Result<bool> {
+        let l = self.layout;
+        let ub = (l.unit / BS) as usize;
+        let dn = l.data_members() as usize;
+        let me = d as usize * ub + c as usize;
+        let mut seqs: Vec<u64> = tags
+            .iter()
+            .filter(|t| t.covered.get(me) == Some(&true))
+            .map(|t| t.seq)
+            .collect();
+        seqs.sort_unstable_by(|a, b| b.cmp(a));
+        seqs.dedup();
+        let base = l.row_offset(row).expect("row inside the set");
+        for seq in seqs {
+            let covered = &tags.iter().find(|t| t.seq == seq).expect("a tag").covered;
+            let mut shards: Vec<AlignedBuf> = (0..l.members).map(|_| AlignedBuf::new(BLOCK_BYTES)).collect();
+            let mut lost = vec![d as usize];
+            for (i, s) in shards.iter_mut().enumerate() {
+                if i == d as usize {
+                    continue;
+                }
+                let ok = if i < dn {
+                    // a block the copy does not cover counts as zero
+                    !covered[i * ub + c as usize]
+                        || self
+                            .mread(l.data_member(row, i as u32), s, base + c * BS)
+                            .is_ok()
+                } else {
+                    let which = (i - dn) as u8;
+                    let m = self.shard_member(row, i as u32);
+                    tags.iter()
+                        .find(|t| t.seq == seq && t.which == which && t.member == m)
+                        .is_some_and(|t| {
+                            let at = scratch::place_offset(self.scratch_base(), l.unit, t.lane, t.place);
+                            self.mread(m, s, at + BS + c * BS).is_ok()
+                        })
+                };
+                if !ok {
+                    lost.push(i);
+                }
+            }
+            if lost.len() > l.parity as usize {
+                continue;
+            }
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
+            parity::reconstruct(&mut refs, dn, &lost).map_err(io::Error::other)?;
+            out.copy_from_slice(&shards[d as usize]);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Rebuild from the row's own parity units.
+    fn reconstruct_in_place(&self, row: u64, d: u32, col: u64, out: &mut [u8]) -> io::Result<()> {
+        let l = self.layout;
         let n = l.members as usize;
         let at = l.row_offset(row).expect("row inside the set") + col;
         let mut shards: Vec<AlignedBuf> = (0..n).map(|_| AlignedBuf::new(out.len())).collect();

@@ -67,8 +67,12 @@ pub fn plan(devices: Vec<(String, Arc<dyn Media>)>, o: &PlanOptions) -> io::Resu
         )));
     }
     let smallest = devices.iter().map(|d| d.1.len()).min().unwrap_or(0);
-    let member_need =
-        |g: &Geometry| g.data_offset + g.segment_count as u64 * rps * o.unit + TAIL_AREA_BYTES;
+    let member_need = |g: &Geometry| {
+        g.data_offset
+            + g.segment_count as u64 * rps * o.unit
+            + TAIL_AREA_BYTES
+            + super::scratch::area_bytes(o.unit)
+    };
     let geo = |l: u64| Geometry::for_logical_log(l, seg_blocks, o.overprovision, o.log_bytes);
     let logical = match o.logical_bytes {
         Some(b) => {
@@ -167,7 +171,10 @@ pub fn member_bytes_for(
         overprovision,
         log_bytes,
     );
-    Ok(g.data_offset + g.segment_count as u64 * rps * unit + TAIL_AREA_BYTES)
+    Ok(g.data_offset
+        + g.segment_count as u64 * rps * unit
+        + TAIL_AREA_BYTES
+        + super::scratch::area_bytes(unit))
 }
 
 /// The member identity and (as the engine wrote it) superblock on `media`:
@@ -245,7 +252,10 @@ pub fn open(devices: Vec<(String, Arc<dyn Media>)>) -> io::Result<Arc<StripeSet>
         tail_offset: sb.tail_offset,
         len: sb.tail_offset + TAIL_AREA_BYTES,
     };
-    let member_bytes = sb.data_offset + a.set.rows * layout.unit + TAIL_AREA_BYTES;
+    let member_bytes = sb.data_offset
+        + a.set.rows * layout.unit
+        + TAIL_AREA_BYTES
+        + super::scratch::area_bytes(layout.unit);
     type Slot = Option<(String, Arc<dyn Media>, StripeIdentity)>;
     let mut slots: Vec<Slot> = (0..layout.members).map(|_| None).collect();
     for (slot, k) in a.slots.iter().enumerate() {
@@ -273,6 +283,7 @@ pub fn open(devices: Vec<(String, Arc<dyn Media>)>) -> io::Result<Arc<StripeSet>
         })
         .collect();
     let set = StripeSet::new(layout, shape, members)?;
+    set.load_scratch()?;
     if set.status().degraded() {
         tracing::warn!("{}: {}", set.describe(), set.status().describe());
     }

@@ -32,6 +32,9 @@ pub(super) struct RowState {
     written: usize,
     /// Parity not yet written for the data in memory.
     pub dirty: bool,
+    /// The scratch place (0 or 1) of its lane the row's next running
+    /// parity goes to (the lane is the table's `row_lane`).
+    pub place: u32,
 }
 
 impl RowState {
@@ -40,6 +43,7 @@ impl RowState {
             blocks: vec![None; blocks],
             written: 0,
             dirty: false,
+            place: 0,
         }
     }
 
@@ -53,6 +57,14 @@ impl RowState {
             }
             *slot = Some(Blk::Data(b.into()));
         }
+    }
+
+    /// Which data blocks of the row are written (a tag's `covered`).
+    pub fn covered(&self) -> Vec<bool> {
+        self.blocks
+            .iter()
+            .map(|b| matches!(b, Some(Blk::Data(_))))
+            .collect()
     }
 
     /// Every data block of the row written.
@@ -97,9 +109,28 @@ pub(super) struct RowTable {
     pub dirty: BTreeSet<u64>,
     evicted: HashSet<u64>,
     tick: u64,
+    /// Scratch lanes no row holds.
+    pub free_lanes: Vec<u32>,
+    /// The lane each protected partial row holds.
+    pub row_lane: HashMap<u64, u32>,
+    /// Lanes of rows completed since the last flush began: free once the
+    /// flush has made the rows' own parity durable.
+    pub retiring: Vec<u32>,
+    /// Which row's tag each scratch place `(member, lane, place)` holds.
+    pub place_owner: HashMap<(u32, u32, u32), u64>,
+    /// Valid tags found at mount, by row: (seq, which, member, lane, place,
+    /// covered). Used by degraded reads until a resync makes them moot.
+    pub mount_tags: HashMap<u64, Vec<super::MountTag>>,
 }
 
 impl RowTable {
+    pub fn with_lanes(lanes: u32) -> RowTable {
+        RowTable {
+            free_lanes: (0..lanes).rev().collect(),
+            ..RowTable::default()
+        }
+    }
+
     pub fn get(&self, row: u64) -> Option<Arc<Mutex<RowState>>> {
         self.states.get(&row).map(|s| s.0.clone())
     }
@@ -147,19 +178,50 @@ impl RowTable {
         s
     }
 
-    /// Every data block of `row` is written and so is its parity.
+    /// Every data block of `row` is written and so is its parity; its lane
+    /// (if any) retires.
     pub fn complete(&mut self, row: u64) {
         self.states.remove(&row);
         self.dirty.remove(&row);
+        self.retiring.extend(self.row_lane.remove(&row));
     }
 
-    /// Rows `first..end` hold nothing live any more (a segment's new life).
-    pub fn forget_range(&mut self, first: u64, end: u64) {
-        self.states.retain(|r, _| !(first..end).contains(r));
+    /// The lane `row` holds, or a free one for it; None: none free.
+    pub fn lane_for(&mut self, row: u64) -> Option<u32> {
+        if let Some(l) = self.row_lane.get(&row) {
+            return Some(*l);
+        }
+        let l = self.free_lanes.pop()?;
+        self.row_lane.insert(row, l);
+        Some(l)
+    }
+
+    /// Rows `first..end` hold nothing live any more (a segment's new life):
+    /// their lanes are free, and the scratch places holding their tags are
+    /// returned (the caller voids them on the members).
+    pub fn forget_range(&mut self, first: u64, end: u64) -> Vec<(u32, u32, u32)> {
+        let dead = |r: &u64| (first..end).contains(r);
+        let lanes: Vec<u64> = self.row_lane.keys().copied().filter(dead).collect();
+        for r in lanes {
+            let l = self.row_lane.remove(&r).expect("present");
+            self.free_lanes.push(l);
+        }
+        self.states.retain(|r, _| !dead(r));
+        self.mount_tags.retain(|r, _| !dead(r));
+        let places: Vec<(u32, u32, u32)> = self
+            .place_owner
+            .iter()
+            .filter(|(_, r)| dead(r))
+            .map(|(p, _)| *p)
+            .collect();
+        for p in &places {
+            self.place_owner.remove(p);
+        }
         self.evicted.retain(|r| !(first..end).contains(r));
         let keep = self.dirty.split_off(&end);
         let _dead = self.dirty.split_off(&first);
         self.dirty.extend(keep);
+        places
     }
 
     /// Drop clean states beyond `KEEP_ROWS`, least recently used first.
@@ -170,6 +232,7 @@ impl RowTable {
         let mut clean: Vec<(u64, u64)> = self
             .states
             .iter()
+            .filter(|(r, _)| !self.row_lane.contains_key(r))
             .filter_map(|(r, (s, used))| {
                 let s = s.try_lock()?;
                 (!s.dirty).then_some((*used, *r))

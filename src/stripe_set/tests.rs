@@ -50,7 +50,9 @@ fn without(set: &StripeSet, lost: &[u32]) -> StripeSet {
             Member::new(m.name.clone(), media, m.ident)
         })
         .collect();
-    StripeSet::new(set.layout, set.shape, members).unwrap()
+    let s = StripeSet::new(set.layout, set.shape, members).unwrap();
+    s.load_scratch().unwrap();
+    s
 }
 
 /// Every way to lose up to `p` of `n` members (the empty loss included).
@@ -219,4 +221,36 @@ fn locate_names_one_piece_per_unit_on_the_member_holding_it() {
     assert_eq!(pieces[1].member, l.data_member(row, 1));
     assert_eq!(pieces[1].offset, l.row_offset(row).unwrap());
     assert_eq!(store.write_unit(), 4 * UNIT);
+}
+
+#[test]
+fn a_member_that_failed_a_write_is_not_read_again() {
+    use crate::media::FaultMedia;
+    let mut devs = members(5, 8 << 20);
+    let bad = Arc::new(FaultMedia::new(8 << 20));
+    devs[2].1 = bad.clone();
+    let pl = plan(
+        devs,
+        &PlanOptions {
+            parity: 1,
+            unit: UNIT,
+            segment_bytes: 256 << 10,
+            logical_bytes: None,
+            overprovision: 0.1,
+            log_bytes: 0,
+            set_uuid: Some(*b"unit-test-set-02"),
+        },
+    )
+    .unwrap();
+    pl.set.set_formatting(false);
+    let store = StripeStore::new(pl.set.clone());
+    // the member's next write fails: it is out of use from then on, and the
+    // writes it misses must never be read from it
+    bad.fail_write(bad.writes_issued() + 3);
+    let written = fill(&store, &pl.set, 11);
+    let st = pl.set.status();
+    assert_eq!(st.down.len(), 1, "{}", st.describe());
+    assert!(st.describe().contains("member 2 failed"), "{}", st.describe());
+    check_all(&pl.set, &written, "after a member failed");
+    assert!(pl.set.status().reconstructed > 0);
 }

@@ -91,6 +91,10 @@ impl Volume {
 
     /// Mount the volume on an assembled set.
     pub fn open_set(set: Arc<StripeSet>, opts: &OpenOptions) -> Result<Volume> {
+        if !opts.read_only {
+            // rows partial at the last shutdown: parity in place again
+            set.resync()?;
+        }
         let mut o = opts.clone();
         o.stripe_set = Some(set.clone());
         Volume::open(Arc::new(SetMedia::new(set)), &o)
