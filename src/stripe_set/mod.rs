@@ -36,8 +36,8 @@ use crate::parity;
 use crate::stripe::StripeLayout;
 use parking_lot::Mutex;
 use rows::RowTable;
-use std::io;
 use std::collections::HashSet;
+use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -545,15 +545,16 @@ impl StripeSet {
         let (dirty, retiring) = {
             let mut t = self.rows.lock();
             (
-                std::mem::take(&mut t.dirty).into_iter().collect::<Vec<u64>>(),
+                std::mem::take(&mut t.dirty)
+                    .into_iter()
+                    .collect::<Vec<u64>>(),
                 std::mem::take(&mut t.retiring),
             )
         };
         // MUTANT: scratch-before-data-durable
         self.flush_members()?;
         let l = self.layout;
-        let protect = l.parity > 0
-            && (l.write_unit() / BS) as usize <= scratch::MAX_ROW_BLOCKS;
+        let protect = l.parity > 0 && (l.write_unit() / BS) as usize <= scratch::MAX_ROW_BLOCKS;
         let mut wrote = false;
         for row in dirty {
             let Some(state) = self.rows.lock().get(row) else {
@@ -600,7 +601,8 @@ impl StripeSet {
             .map(|_| AlignedBuf::new(BLOCK_BYTES + u))
             .collect();
         {
-            let mut prefs: Vec<&mut [u8]> = places.iter_mut().map(|p| &mut p[BLOCK_BYTES..]).collect();
+            let mut prefs: Vec<&mut [u8]> =
+                places.iter_mut().map(|p| &mut p[BLOCK_BYTES..]).collect();
             parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
         }
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -618,7 +620,10 @@ impl StripeSet {
             .seal(buf);
             let m = self.shard_member(row, (d + i) as u32);
             self.mwrite(m, buf, at)?;
-            self.rows.lock().place_owner.insert((m, lane, st.place), row);
+            self.rows
+                .lock()
+                .place_owner
+                .insert((m, lane, st.place), row);
         }
         st.place ^= 1;
         st.dirty = false;
@@ -804,7 +809,9 @@ impl StripeSet {
         let base = l.row_offset(row).expect("row inside the set");
         for seq in seqs {
             let covered = &tags.iter().find(|t| t.seq == seq).expect("a tag").covered;
-            let mut shards: Vec<AlignedBuf> = (0..l.members).map(|_| AlignedBuf::new(BLOCK_BYTES)).collect();
+            let mut shards: Vec<AlignedBuf> = (0..l.members)
+                .map(|_| AlignedBuf::new(BLOCK_BYTES))
+                .collect();
             let mut lost = vec![d as usize];
             for (i, s) in shards.iter_mut().enumerate() {
                 if i == d as usize {
@@ -822,7 +829,8 @@ impl StripeSet {
                     tags.iter()
                         .find(|t| t.seq == seq && t.which == which && t.member == m)
                         .is_some_and(|t| {
-                            let at = scratch::place_offset(self.scratch_base(), l.unit, t.lane, t.place);
+                            let at =
+                                scratch::place_offset(self.scratch_base(), l.unit, t.lane, t.place);
                             self.mread(m, s, at + BS + c * BS).is_ok()
                         })
                 };

@@ -83,7 +83,9 @@ impl Tag {
             row: u64::from_le_bytes(t[24..32].try_into().ok()?),
             seq: u64::from_le_bytes(t[32..40].try_into().ok()?),
             which: t[40],
-            covered: (0..n).map(|i| t[HEAD + i / 8] & (1 << (i % 8)) != 0).collect(),
+            covered: (0..n)
+                .map(|i| t[HEAD + i / 8] & (1 << (i % 8)) != 0)
+                .collect(),
         })
     }
 }
