@@ -52,7 +52,9 @@ fn devices(paths: &[PathBuf]) -> Vec<(String, Arc<dyn Media>)> {
     paths
         .iter()
         .map(|p| {
-            let m: Arc<dyn Media> = Arc::new(FileMedia::open(p, false).unwrap());
+            let m: Arc<dyn Media> = Arc::new(
+                FileMedia::open(p, false).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+            );
             (p.display().to_string(), m)
         })
         .collect()

@@ -202,6 +202,7 @@ pub fn info(paths: &[PathBuf], json: bool) -> anyhow::Result<i32> {
                 "stripe_unit": st.unit,
                 "degraded": st.degraded(),
                 "state": st.describe(),
+                "scratch_rows_at_mount": vol.stripe_set().expect("a stripe set").rows_tagged(),
             },
             "stats": vol.stats(),
         });

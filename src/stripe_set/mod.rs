@@ -214,6 +214,12 @@ impl StripeSet {
             + self.shape.segment_count as u64 * self.layout.rows_per_segment * self.layout.unit
     }
 
+    /// Rows whose running parity a scratch tag found at mount holds (rows
+    /// partial at the last shutdown, not resynced yet).
+    pub fn rows_tagged(&self) -> usize {
+        self.rows.lock().mount_tags.len()
+    }
+
     /// Member offset of the scratch area (after the tail area).
     pub fn scratch_base(&self) -> u64 {
         self.member_tail_offset() + TAIL_AREA_BYTES
