@@ -384,6 +384,19 @@ impl StripeSet {
 
     /// Write `buf` at byte `off` of the segment area (whole blocks).
     pub fn write_area(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        self.write_area_as(off, buf, false)
+    }
+
+    /// Write a segment's tombstone (one block at its start, `StripeStore::
+    /// wipe`): a row holding nothing else gets its running parity in place,
+    /// not a scratch lane (its only content is that block, which the
+    /// segment's next life overwrites first; a reuse barrier wiping many
+    /// segments would otherwise take every lane from user rows).
+    pub fn write_tombstone(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        self.write_area_as(off, buf, true)
+    }
+
+    fn write_area_as(&self, off: u64, buf: &[u8], tomb: bool) -> io::Result<()> {
         self.check_area(off, buf.len())?;
         let l = self.layout;
         let row_bytes = l.write_unit();
@@ -393,7 +406,7 @@ impl StripeSet {
             let row = a / row_bytes;
             let in_row = a % row_bytes;
             let take = ((row_bytes - in_row) as usize).min(buf.len() - pos);
-            self.write_row(row, in_row, &buf[pos..pos + take])?;
+            self.write_row(row, in_row, &buf[pos..pos + take], tomb)?;
             pos += take;
         }
         Ok(())
@@ -415,7 +428,7 @@ impl StripeSet {
         Ok(())
     }
 
-    fn write_row(&self, row: u64, in_row: u64, data: &[u8]) -> io::Result<()> {
+    fn write_row(&self, row: u64, in_row: u64, data: &[u8], tomb: bool) -> io::Result<()> {
         let l = self.layout;
         if l.parity == 0 || self.formatting.load(Ordering::Acquire) {
             return self.write_data(row, in_row, data);
@@ -436,7 +449,7 @@ impl StripeSet {
         }
         loop {
             let state = self.row_state(row)?;
-            if self.fill_row(row, &state, in_row, data)? {
+            if self.fill_row(row, &state, in_row, data, tomb)? {
                 return Ok(());
             }
             // evicted or completed between taking it and locking it: again
@@ -451,11 +464,14 @@ impl StripeSet {
         state: &Arc<Mutex<rows::RowState>>,
         in_row: u64,
         data: &[u8],
+        tomb: bool,
     ) -> io::Result<bool> {
         let mut st = state.lock();
         if !self.rows.lock().is_current(row, state) {
             return Ok(false);
         }
+        // a tombstone into a row holding nothing else keeps it tombstone-only
+        st.tomb_only = tomb && st.is_empty();
         st.put(in_row, data);
         self.write_data(row, in_row, data)?;
         if st.full() {
@@ -570,7 +586,7 @@ impl StripeSet {
             if !st.dirty {
                 continue;
             }
-            let lane = if protect {
+            let lane = if protect && !st.tomb_only {
                 self.rows.lock().lane_for(row)
             } else {
                 None
@@ -579,7 +595,9 @@ impl StripeSet {
                 // MUTANT: partial-row-parity-skipped s|self.write_scratch(row, &mut st, lane)?|st.dirty = false|
                 Some(lane) => self.write_scratch(row, &mut st, lane)?,
                 None => {
-                    self.counters.unprotected.fetch_add(1, Ordering::Relaxed);
+                    if !st.tomb_only {
+                        self.counters.unprotected.fetch_add(1, Ordering::Relaxed);
+                    }
                     self.write_parity(row, &mut st, false)?;
                 }
             }

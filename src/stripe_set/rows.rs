@@ -32,6 +32,8 @@ pub(super) struct RowState {
     written: usize,
     /// Parity not yet written for the data in memory.
     pub dirty: bool,
+    /// Only a segment's tombstone is written (see `write_tombstone`).
+    pub tomb_only: bool,
     /// The scratch place (0 or 1) of its lane the row's next running
     /// parity goes to (the lane is the table's `row_lane`).
     pub place: u32,
@@ -43,6 +45,7 @@ impl RowState {
             blocks: vec![None; blocks],
             written: 0,
             dirty: false,
+            tomb_only: false,
             place: 0,
         }
     }
@@ -65,6 +68,11 @@ impl RowState {
             .iter()
             .map(|b| matches!(b, Some(Blk::Data(_))))
             .collect()
+    }
+
+    /// No data block written yet.
+    pub fn is_empty(&self) -> bool {
+        self.written == 0
     }
 
     /// Every data block of the row written.

@@ -77,7 +77,7 @@ impl SegmentStore for StripeStore {
         assert_eq!(tombstone.len(), BLOCK_BYTES, "a tombstone is one block");
         self.check_seg(seg, 0, BLOCK_BYTES)?;
         self.set.forget_segment(seg)?;
-        self.write(seg, 0, tombstone)
+        self.set.write_tombstone(self.phys(seg, 0) * BS, tombstone)
     }
     fn discard_body(&self, seg: u32) -> io::Result<bool> {
         self.check_seg(seg, 0, 0)?;

@@ -330,3 +330,24 @@ fn a_scratch_tag_never_names_data_that_is_not_durable() {
         "a flushed block of the partial row is rebuilt wrong"
     );
 }
+
+#[test]
+fn tombstones_take_no_scratch_lane_and_rebuild_degraded() {
+    let pl = planned(5, 1);
+    let store = StripeStore::new(pl.set.clone());
+    let n = (scratch::LANES + 4).min(store.segment_count() - 1);
+    let tomb = vec![0x7bu8; BLOCK_BYTES];
+    for seg in 0..n {
+        store.wipe(seg, &tomb).unwrap();
+    }
+    pl.set.flush().unwrap();
+    // a user row after them still gets a lane
+    store.write(n, 0, &vec![3u8; 5 * BLOCK_BYTES]).unwrap();
+    pl.set.flush().unwrap();
+    assert_eq!(pl.set.status().unprotected_flushes, 0);
+    let mut want: Vec<(u64, Vec<u8>)> = (0..n).map(|s| (store.phys(s, 0), tomb.clone())).collect();
+    want.extend((0..5).map(|b| (store.phys(n, b), vec![3u8; BLOCK_BYTES])));
+    for lost in losses(5, 1) {
+        check_all(&without(&pl.set, &lost), &want, &format!("lost {lost:?}"));
+    }
+}
