@@ -265,6 +265,23 @@ apply_parity_not_rotated() {
 apply_member_wrong_slot_accepted() {
   marker member-wrong-slot-accepted
 }
+# stripe sets (issue 20, src/stripe_set/)
+apply_partial_row_parity_skipped() {
+  marker partial-row-parity-skipped
+}
+apply_full_row_parity_skipped() {
+  marker full-row-parity-skipped
+}
+apply_scratch_before_data_durable() {
+  marker scratch-before-data-durable
+}
+apply_degraded_read_uses_failed_member() {
+  marker degraded-read-uses-failed-member
+}
+apply_stripe_rebuild_skips_crc() {
+  # the read path's CRC check, which a rebuilt piece passes like any read
+  marker read-crc
+}
 apply_stale_member_accepted() {
   marker stale-member-accepted
 }
@@ -413,6 +430,11 @@ run raid6-wrong-coefficient parity
 run heal-guesses-parity parity
 run parity-not-rotated stripe
 run member-wrong-slot-accepted lib
+run partial-row-parity-skipped lib stripe_set
+run full-row-parity-skipped lib
+run scratch-before-data-durable lib
+run degraded-read-uses-failed-member lib
+run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run logdev-flush-noop log_device dst
 run mirror-acked-after-one-flush log_device dst

@@ -13,8 +13,12 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct InfoArgs {
-    /// Volume file or block device.
+    /// Volume file or block device (or give --device for a stripe set).
+    #[arg(default_value = "-", hide_default_value = true)]
     pub path: PathBuf,
+    /// The members of a stripe set, any order (`create --device`).
+    #[arg(long = "device", value_name = "PATH")]
+    pub devices: Vec<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -72,8 +76,12 @@ fn live(addr: Option<&String>, path: &Path) -> Option<std::collections::HashMap<
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// Volume file or block device.
+    /// Volume file or block device (or give --device for a stripe set).
+    #[arg(default_value = "-", hide_default_value = true)]
     pub path: PathBuf,
+    /// The members of a stripe set, any order (`create --device`).
+    #[arg(long = "device", value_name = "PATH")]
+    pub devices: Vec<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -208,6 +216,13 @@ fn not_a_volume(path: &Path) -> String {
 }
 
 pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
+    if !a.devices.is_empty() {
+        return super::stripe::info(&a.devices, a.json);
+    }
+    if let Some(hint) = super::stripe::member_hint(&a.path) {
+        eprintln!("sluice: error: {hint}");
+        return Ok(2);
+    }
     if !has_magic(&a.path).with_context(|| format!("opening {}", a.path.display()))? {
         eprintln!("sluice: error: {}", not_a_volume(&a.path));
         return Ok(2);
@@ -510,6 +525,13 @@ fn superblock_summary(r: &sluice::recovery::SbRead) -> String {
 }
 
 pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
+    if !a.devices.is_empty() {
+        return super::stripe::check(&a.devices, a.json, a.force);
+    }
+    if let Some(hint) = super::stripe::member_hint(&a.path) {
+        eprintln!("sluice: error: {hint}");
+        return Ok(2);
+    }
     // Not being able to open the path is a usage error (exit 2), not damage (exit 1).
     if let Some(code) = not_a_volume_exit(&a.path) {
         return Ok(code);

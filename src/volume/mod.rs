@@ -25,6 +25,7 @@ mod intent;
 mod logdev;
 mod read;
 mod scrub;
+mod striped;
 
 pub use self::logdev::{add_log_device, remove_log_device};
 pub use self::read::{ReadRing, RING_SLOTS};
@@ -201,6 +202,9 @@ pub struct OpenOptions {
     /// records are never replayed later. A device of another volume is still
     /// refused.
     pub log_device_missing_ok: bool,
+    /// The stripe set the volume's media shows (`stripe_set::media::SetMedia`
+    /// over it): its segment data goes through a `StripeStore` on it.
+    pub stripe_set: Option<Arc<crate::stripe_set::StripeSet>>,
 }
 
 impl Default for OpenOptions {
@@ -219,6 +223,7 @@ impl Default for OpenOptions {
             salvage: false,
             log_devices: Vec::new(),
             log_device_missing_ok: false,
+            stripe_set: None,
         }
     }
 }
@@ -397,6 +402,8 @@ pub struct Volume {
     report: MountReport,
     /// Salvage mounts: sorted logical block ranges `[start, end)` that answer EIO.
     unvouched: Vec<(u64, u64)>,
+    /// The stripe set under the media (`OpenOptions::stripe_set`).
+    stripe: Option<Arc<crate::stripe_set::StripeSet>>,
 }
 
 impl Volume {
@@ -719,7 +726,10 @@ impl Volume {
         }
         let counters = Arc::new(Counters::with_lifetime(lifetime));
         let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
-        let store: Arc<dyn SegmentStore> = Arc::new(FlatStore::new(media.clone(), &geo));
+        let store: Arc<dyn SegmentStore> = match &opts.stripe_set {
+            Some(set) => striped::store(set, &geo)?,
+            None => Arc::new(FlatStore::new(media.clone(), &geo)),
+        };
         let commit = Arc::new(Commit::new(
             commit::Places {
                 media: media.clone(),
@@ -787,6 +797,7 @@ impl Volume {
             writers: Mutex::new(writers),
             report,
             unvouched,
+            stripe: opts.stripe_set.clone(),
         };
         if opts.background && !opts.read_only {
             let hk = sh.clone();
@@ -1113,7 +1124,13 @@ impl Volume {
     }
 
     pub fn stats(&self) -> Stats {
-        self.sh.stats()
+        let mut s = self.sh.stats();
+        if let Some(set) = &self.stripe {
+            let st = set.status();
+            s.stripe_members_down = st.down.len() as u64;
+            s.stripe_reconstructed = st.reconstructed;
+        }
+        s
     }
 
     /// Run GC until at least `segments` are free beyond the reserve, or no victim
@@ -1512,6 +1529,8 @@ impl Shared {
             log_device_errors: 0,
             log_devices_degraded: 0,
             log_fallbacks: 0,
+            stripe_members_down: 0,
+            stripe_reconstructed: 0,
             failed: false,
             failure: None,
             lifetime: Default::default(),
