@@ -38,6 +38,11 @@ pub fn create(a: &super::create::Args) -> anyhow::Result<Volume> {
     } else {
         0
     };
+    if a.compress != sluice::compress::Compression::Off {
+        bail!(
+            "--compress with --device is not built yet (a stripe set stores blocks uncompressed)"
+        );
+    }
     if !a.log_devices.is_empty() {
         bail!("--log-device with --device is not built yet (use --intent-log: the ring is mirrored on every member)");
     }
