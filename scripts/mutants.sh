@@ -138,7 +138,7 @@ apply_watermark_ignored() {
   replace src/recovery.rs 'if f.seq > expected && f.seq > w {' 'if f.seq > expected && f.seq > u64::MAX - 1 {'
 }
 apply_nbd_drops_fua() {
-  replace src/nbd/server.rs 'proto::CMD_WRITE => self.vol.write(off, &payload, fua),' 'proto::CMD_WRITE => self.vol.write(off, &payload, false),'
+  replace src/nbd/requests.rs 'proto::CMD_WRITE => self.vol.write(off, &payload, fua),' 'proto::CMD_WRITE => self.vol.write(off, &payload, false),'
 }
 apply_file_flush_noop() {
   replace src/media/file.rs '        self.file.sync_data()' '        Ok(())'
