@@ -367,6 +367,9 @@ apply_lease_exists_wins() {
 apply_lease_ignores_holder() {
   marker lease-ignores-holder
 }
+apply_damaged_head_never_falls_back() {
+  marker damaged-head-never-falls-back
+}
 apply_rados_create_not_exclusive() {
   marker rados-create-not-exclusive
 }
@@ -458,6 +461,7 @@ run lease-exists-wins objects_s3 lib
 run lease-ignores-holder lib
 run objname-accepts-epoch-zero lib
 run rados-create-not-exclusive objects_rados
+run damaged-head-never-falls-back superblock_ends
 run rados-short-read-unchecked objects_rados
 run store-wipe-skipped dst
 run store-bounds-unchecked segment_store

@@ -625,7 +625,8 @@ pub struct SbRead {
     /// Both head copies are unusable: `sb` is a tail copy.
     pub from_tail: bool,
     /// `sb` may be older than the newest durable superblock (a head copy is
-    /// unusable, or `sb` is a tail copy): the "superblock fallback" rules apply.
+    /// unusable and its tail twin too, or `sb` is a tail copy): the
+    /// "superblock fallback" rules apply.
     pub fallback: bool,
 }
 
@@ -726,7 +727,26 @@ pub fn read_superblocks(media: &dyn Media) -> Result<SbRead> {
         }
     }
     let from_tail = head.is_none();
-    let best = head.or_else(|| newest(&copies[2..]));
+    // The tail copy of index i is written with the head copy of index i and
+    // before the same flush (`write_superblock`): the twin of an unusable head
+    // copy tells an update torn in flight by a power cut (twin older: the
+    // kept head copy is exact, nothing relied on the torn one) from damage to
+    // a durable copy (twin as new: it stands in for the damaged copy). Only
+    // with no valid twin can the kept copy be older than a durable one.
+    let twin = |i: u32| {
+        copies[2..]
+            .iter()
+            .find(|c| c.index == i)
+            .and_then(|c| c.found.as_ref().ok())
+    };
+    let mut best = head.or_else(|| newest(&copies[2..]));
+    for c in copies[..2].iter().filter(|c| c.found.is_err()) {
+        if let Some(t) = twin(c.index) {
+            if best.as_ref().is_none_or(|b| t.generation > b.generation) {
+                best = Some(t.clone());
+            }
+        }
+    }
     match best {
         Some(sb) => {
             if media.len() < sb.media_bytes() {
@@ -736,7 +756,11 @@ pub fn read_superblocks(media: &dyn Media) -> Result<SbRead> {
                     media.len()
                 )));
             }
-            let fallback = from_tail || copies[..2].iter().any(|c| c.found.is_err());
+            let fallback = from_tail
+                || copies[..2]
+                    .iter()
+                    // MUTANT: damaged-head-never-falls-back s|c.found.is_err() && twin(c.index).is_none()|false|
+                    .any(|c| c.found.is_err() && twin(c.index).is_none());
             Ok(SbRead {
                 sb,
                 copies,

@@ -248,3 +248,61 @@ fn a_volume_without_tail_copies_still_mounts() {
     wipe_head(&media);
     assert!(mount(&media).is_err());
 }
+
+/// Finding E (ARCHITECTURE.md): the tail twin of an unusable head copy (the
+/// same index, written with it before the same flush) decides whether the
+/// kept copy can be older than a durable superblock. Twin older: the head
+/// write was torn in flight, the kept copy is exact (no fallback). Twin as
+/// new: damage to a durable copy, the twin stands in (no fallback). No valid
+/// twin: the kept copy may be older (fallback: the mount trusts neither its
+/// clean flag nor its watermark).
+#[test]
+fn the_tail_twin_of_an_unusable_head_copy_decides_the_fallback() {
+    let (media, _) = prepared(2048, true);
+    let first = sluice::recovery::read_superblocks(&*media).unwrap();
+    assert!(!first.fallback && !first.from_tail);
+    let g = first.sb.generation;
+    let i = g % 2; // the newest copy's index
+    let bs = sluice::format::BLOCK_BYTES;
+    let peek = |m: &MemMedia, at: u64| m.image()[at as usize..at as usize + bs].to_vec();
+    let head = |idx: u64| peek(&media, idx * bs as u64);
+    let tail_at = first.sb.tail_copy_offset(i).expect("tail copies");
+
+    // 1. damage to the newest head copy, its twin intact: the twin stands in
+    let m = Arc::new(MemMedia::from_image(media.image()));
+    let mut b = head(i);
+    b[100] ^= 1;
+    m.poke(i * bs as u64, &b);
+    let r = sluice::recovery::read_superblocks(&*m).unwrap();
+    assert_eq!(
+        r.sb.generation, g,
+        "the twin of the damaged copy is the newest"
+    );
+    assert!(!r.fallback, "a valid twin vouches for the copy mounted");
+
+    // 2. an update of the other index torn in flight: head copy 1-i torn, its
+    //    twin still the older generation (the tail write never happened)
+    let m = Arc::new(MemMedia::from_image(media.image()));
+    let mut b = head(1 - i);
+    b[700] ^= 0xff;
+    m.poke((1 - i) * bs as u64, &b);
+    let r = sluice::recovery::read_superblocks(&*m).unwrap();
+    assert_eq!(r.sb.generation, g);
+    assert!(
+        !r.fallback,
+        "an update torn in flight leaves the kept copy exact"
+    );
+
+    // 3. the newest head copy and its twin both unusable: the kept copy may be
+    //    older than a durable one
+    let m = Arc::new(MemMedia::from_image(media.image()));
+    let mut b = head(i);
+    b[100] ^= 1;
+    m.poke(i * bs as u64, &b);
+    let mut t = peek(&m, tail_at);
+    t[100] ^= 1;
+    m.poke(tail_at, &t);
+    let r = sluice::recovery::read_superblocks(&*m).unwrap();
+    assert_eq!(r.sb.generation, g - 1);
+    assert!(r.fallback, "with no valid twin the kept copy may be older");
+}
