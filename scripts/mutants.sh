@@ -336,6 +336,12 @@ apply_lease_ignores_holder() {
 apply_objname_accepts_epoch_zero() {
   marker objname-accepts-epoch-zero
 }
+apply_staging_freed_early() {
+  marker staging-freed-early
+}
+apply_object_deleted_before_table() {
+  marker object-deleted-before-table
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -395,6 +401,8 @@ run range-length-unchecked objects_s3
 run lease-exists-wins objects_s3 lib
 run lease-ignores-holder lib
 run objname-accepts-epoch-zero lib
+run staging-freed-early lib
+run object-deleted-before-table lib
 run store-wipe-skipped dst
 run store-bounds-unchecked segment_store
 run codec-virtual-takes-data model

@@ -21,6 +21,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
                 "parity",
                 "compress",
                 "lease",
+                "objseg",
                 "map",
                 "log",
                 "segments",
@@ -60,6 +61,7 @@ fn part_rank(name: &str) -> Option<u32> {
         "checkpoint",
         "recovery",
         "check",
+        "objseg",
     ]
     .iter()
     .position(|n| *n == name)

@@ -194,6 +194,20 @@ pub struct OpenOptions {
     /// records are never replayed later. A device of another volume is still
     /// refused.
     pub log_device_missing_ok: bool,
+    /// Where segment data lives, when not in the media's own segment area
+    /// (None: `FlatStore` over the media). The store must have the volume's
+    /// geometry; the metadata stays on the media (objseg::ObjSegStore).
+    pub store: Option<StoreHandle>,
+}
+
+/// A segment store given to `Volume::open` (`OpenOptions::store`).
+#[derive(Clone)]
+pub struct StoreHandle(pub Arc<dyn SegmentStore>);
+
+impl std::fmt::Debug for StoreHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoreHandle({})", self.0.describe())
+    }
 }
 
 impl Default for OpenOptions {
@@ -212,6 +226,7 @@ impl Default for OpenOptions {
             salvage: false,
             log_devices: Vec::new(),
             log_device_missing_ok: false,
+            store: None,
         }
     }
 }
@@ -597,11 +612,15 @@ impl Volume {
         }
         let logs: Vec<&dyn Media> = opts.log_devices.iter().map(|d| &*d.0).collect();
         let mut rep = MountReport::default();
-        let m = if opts.log_device_missing_ok {
-            recovery::mount_logs_missing_ok(&*media, &logs, &mut rep, opts.salvage)?
-        } else {
-            recovery::mount_logs(&*media, &logs, &mut rep, opts.salvage)?
-        };
+        let given = opts.store.as_ref().map(|h| &*h.0);
+        let m = recovery::mount_store(
+            &*media,
+            given,
+            &logs,
+            &mut rep,
+            opts.salvage,
+            opts.log_device_missing_ok,
+        )?;
         for w in &m.log_missing {
             tracing::warn!(
                 "{}: intent log degraded, running without {w} (records go to the other device only)",
@@ -686,7 +705,24 @@ impl Volume {
         }
         let counters = Arc::new(Counters::with_lifetime(lifetime));
         let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
-        let store: Arc<dyn SegmentStore> = Arc::new(FlatStore::new(media.clone(), &geo));
+        let store: Arc<dyn SegmentStore> = match &opts.store {
+            Some(h) => {
+                if h.0.segment_count() != geo.segment_count
+                    || h.0.segment_blocks() != geo.segment_blocks
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: the segment store given has {} segments of {} blocks, the volume {} of {}",
+                        media.describe(),
+                        h.0.segment_count(),
+                        h.0.segment_blocks(),
+                        geo.segment_count,
+                        geo.segment_blocks
+                    )));
+                }
+                h.0.clone()
+            }
+            None => Arc::new(FlatStore::new(media.clone(), &geo)),
+        };
         let commit = Arc::new(Commit::new(
             commit::Places {
                 media: media.clone(),
