@@ -123,6 +123,18 @@ impl CheckReport {
     pub fn is_clean(&self) -> bool {
         self.damage.is_empty()
     }
+    /// A finding from outside the volume's media (e.g. an object store).
+    pub fn add_finding(&mut self, kind: &'static str, text: String) {
+        self.add(
+            Found {
+                kind,
+                cause: Some(text.clone()),
+                ..Found::default()
+            },
+            text,
+        );
+    }
+
     fn add(&mut self, f: Found, text: String) {
         self.found.push(f);
         self.damage.push(text);

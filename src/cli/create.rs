@@ -16,7 +16,12 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// File or block device to hold the volume.
+    /// File or block device to hold the volume (with --store: none, the
+    /// local metadata file is DIR/volume of --cache-dir).
+    #[arg(value_name = "PATH", required_unless_present = "store")]
+    pub volume: Option<PathBuf>,
+    /// The volume's path: PATH, or DIR/volume with --store.
+    #[arg(skip)]
     pub path: PathBuf,
     /// Exported (logical) size, e.g. 10G. A file is created large enough for it plus
     /// over-provisioning and metadata; a block device defaults to all it can hold.
@@ -53,6 +58,8 @@ pub struct Args {
     /// holds data is refused unless --force; one in use never.
     #[arg(long = "log-device", value_name = "PATH")]
     pub log_devices: Vec<PathBuf>,
+    #[command(flatten)]
+    pub objects: super::objects::StoreArgs,
 }
 
 /// Fewest segments a volume may have: below this the GC reserve and open segments
@@ -270,15 +277,20 @@ fn format(
         log_devices: log_devices(logs),
         ..Default::default()
     };
-    Volume::create(
+    let on = || format!("creating a volume on {}", a.path.display());
+    Volume::format(&**media, &opts).with_context(on)?;
+    let store = a
+        .objects
+        .after_format(media.clone() as Arc<dyn Media>, a.force)?;
+    Volume::open(
         media.clone() as Arc<dyn Media>,
-        &opts,
         &sluice::OpenOptions {
             log_devices: log_devices(logs),
+            store,
             ..Default::default()
         },
     )
-    .with_context(|| format!("creating a volume on {}", a.path.display()))
+    .with_context(on)
 }
 
 fn log_devices(logs: &[Arc<FileMedia>]) -> Vec<sluice::LogDevice> {
@@ -302,7 +314,11 @@ fn refuse_if_holds_data(p: &Path) -> anyhow::Result<()> {
     bail!("{} {why}; use --force to overwrite it", p.display());
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    let mut path = a.volume.take();
+    a.objects.resolve(&mut path)?;
+    a.path = path.context("give the volume's PATH (or --store with --cache-dir)")?;
+    a.objects.prepare_create()?;
     let vol = create_volume(&a)?;
     let g = vol.geometry();
     let spare = sluice::sim::drive::effective_spare(&g) * 100.0;
@@ -323,6 +339,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             l.display(),
             i + 1,
             a.log_devices.len()
+        );
+    }
+    if let Some(s) = &a.objects.store {
+        println!(
+            "segments in {s}, metadata and staging in {}",
+            a.path.parent().unwrap_or(Path::new(".")).display()
         );
     }
     vol.close()?;
@@ -388,6 +410,8 @@ pub fn run_log_device(a: LogDeviceArgs) -> anyhow::Result<i32> {
         preallocate: false,
         intent_log: true,
         log_devices: vec![new.clone()],
+        objects: Default::default(),
+        volume: None,
     };
     let mut logs = Vec::new();
     if let Err(e) = open_log_devices(&args, &mut logs) {

@@ -72,7 +72,11 @@ fn live(addr: Option<&String>, path: &Path) -> Option<std::collections::HashMap<
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// Volume file or block device.
+    /// Volume file or block device (with --store: none, DIR/volume of
+    /// --cache-dir).
+    #[arg(value_name = "PATH", required_unless_present = "store")]
+    pub volume: Option<PathBuf>,
+    #[arg(skip)]
     pub path: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -84,6 +88,8 @@ pub struct CheckArgs {
     /// The volume's intent log device(s), if it has any (`create --log-device`).
     #[arg(long = "log-device", value_name = "PATH")]
     pub log_devices: Vec<PathBuf>,
+    #[command(flatten)]
+    pub objects: super::objects::StoreArgs,
 }
 
 #[derive(clap::Args)]
@@ -499,7 +505,10 @@ fn superblock_summary(r: &sluice::recovery::SbRead) -> String {
     )
 }
 
-pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
+pub fn run_check(mut a: CheckArgs) -> anyhow::Result<i32> {
+    let mut path = a.volume.take();
+    a.objects.resolve(&mut path)?;
+    a.path = path.context("give the volume's PATH (or --store with --cache-dir)")?;
     // Not being able to open the path is a usage error (exit 2), not damage (exit 1).
     if let Some(code) = not_a_volume_exit(&a.path) {
         return Ok(code);
@@ -538,7 +547,23 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
     };
     let logs = log_devices_unlocked(&a.log_devices);
     let log_refs: Vec<&dyn Media> = logs.iter().map(|d| &*d.0).collect();
-    let r = sluice::check::check_logs(&media, &log_refs, &mut check_progress());
+    let media: Arc<dyn Media> = Arc::new(media);
+    // --store: segment data through the objects; every object the slot
+    // table names read whole and its CRC compared (a finding each)
+    let store = a.objects.read_only(media.clone())?;
+    let mut r = sluice::check::check_store(
+        &*media,
+        store
+            .as_ref()
+            .map(|s| &*s.0 as &dyn sluice::store::SegmentStore),
+        &log_refs,
+        &mut check_progress(),
+    );
+    if let Some((s, notes)) = &store {
+        for n in notes.iter().cloned().chain(s.verify_objects()) {
+            r.add_finding("object", n);
+        }
+    }
     if a.json {
         println!(
             "{}",

@@ -69,6 +69,9 @@ pub struct ObjSegOptions {
     pub cache_segments: usize,
     /// Longest wait between two tries of a failing upload or delete.
     pub retry_max: Duration,
+    /// How long dropping the store waits for queued uploads before it stops
+    /// (what is left stays in staging and is queued at the next attach).
+    pub close_wait: Duration,
 }
 
 impl Default for ObjSegOptions {
@@ -77,6 +80,7 @@ impl Default for ObjSegOptions {
             uploads: 2,
             cache_segments: 64,
             retry_max: Duration::from_secs(5),
+            close_wait: Duration::from_secs(30),
         }
     }
 }
@@ -161,6 +165,10 @@ struct Inner {
     evict: RwLock<()>,
     next_seq: AtomicU64,
     stop: AtomicBool,
+    /// Attached for `check`: no lease, no uploads, no deletes, no writes.
+    read_only: bool,
+    /// The lease was released (`close`) or must not be (read-only).
+    released: AtomicBool,
     stats: ObjStats,
 }
 
@@ -238,9 +246,50 @@ impl ObjSegStore {
         geo: &Geometry,
         uuid: [u8; 16],
         objects: Arc<dyn ObjectStore>,
+        table: Table,
+        lease: Lease,
+        opts: ObjSegOptions,
+    ) -> io::Result<(Arc<ObjSegStore>, AttachReport)> {
+        Self::attach_inner(media, geo, uuid, objects, table, lease, opts, false)
+    }
+
+    /// Attach for reading only (`sluice check`): no lease is taken and
+    /// nothing is written, uploaded or deleted; objects the table names that
+    /// are missing or of the wrong size are reported in `AttachReport::notes`
+    /// (a read of them fails naming them) instead of refusing.
+    pub fn attach_read_only(
+        media: Arc<dyn Media>,
+        geo: &Geometry,
+        uuid: [u8; 16],
+        objects: Arc<dyn ObjectStore>,
+        table: Table,
+    ) -> io::Result<(Arc<ObjSegStore>, AttachReport)> {
+        let lease = Lease {
+            epoch: table.epoch.max(1),
+            holder: Holder::this_process(),
+        };
+        Self::attach_inner(
+            media,
+            geo,
+            uuid,
+            objects,
+            table,
+            lease,
+            ObjSegOptions::default(),
+            true,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attach_inner(
+        media: Arc<dyn Media>,
+        geo: &Geometry,
+        uuid: [u8; 16],
+        objects: Arc<dyn ObjectStore>,
         mut table: Table,
         lease: Lease,
         opts: ObjSegOptions,
+        read_only: bool,
     ) -> io::Result<(Arc<ObjSegStore>, AttachReport)> {
         if table.uuid != uuid
             || table.segment_count != geo.segment_count
@@ -258,7 +307,9 @@ impl ObjSegStore {
                 ),
             ));
         }
-        table.set_epoch(lease.epoch)?;
+        if !read_only {
+            table.set_epoch(lease.epoch)?;
+        }
         let mut rep = AttachReport {
             epoch: lease.epoch,
             ..AttachReport::default()
@@ -306,6 +357,9 @@ impl ObjSegStore {
                 }
             }
         }
+        if read_only {
+            rep.notes.append(&mut missing);
+        }
         if !missing.is_empty() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -315,7 +369,7 @@ impl ObjSegStore {
         let mut jobs = VecDeque::new();
         for o in &listed {
             if let Ok(ObjName::Segment { seq, epoch }) = ObjName::parse(&o.name) {
-                if !named.contains(&(seq, epoch)) && epoch <= lease.epoch {
+                if !read_only && !named.contains(&(seq, epoch)) && epoch <= lease.epoch {
                     jobs.push_back(Job::Delete {
                         name: o.name.clone(),
                         bytes: o.len,
@@ -337,7 +391,7 @@ impl ObjSegStore {
                 stored,
                 ..Slot::default()
             };
-            if stored.is_none() {
+            if stored.is_none() && !read_only {
                 // a slot whose staging copy holds a chunk of ours and has no
                 // object: the engine never appends to a segment of an earlier
                 // mount, so it is as full as it will get (or free, and then
@@ -371,10 +425,16 @@ impl ObjSegStore {
             evict: RwLock::new(()),
             next_seq: AtomicU64::new(max_seq + 1),
             stop: AtomicBool::new(false),
+            read_only,
+            released: AtomicBool::new(read_only),
             stats: ObjStats::default(),
         });
         let mut workers = Vec::new();
-        for i in 0..inner.opts.uploads.max(1) {
+        for i in 0..if read_only {
+            0
+        } else {
+            inner.opts.uploads.max(1)
+        } {
             let w = inner.clone();
             workers.push(
                 std::thread::Builder::new()
@@ -431,11 +491,21 @@ impl ObjSegStore {
         if let Some(f) = failed {
             return Err(io_err(f));
         }
+        if self.inner.released.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
         self.inner
             .lease
             .clone()
             .release(&*self.inner.objects)
             .map_err(io_err)
+    }
+
+    /// Stop as a killed process would (tests): the workers stop, nothing
+    /// queued is waited for, the lease is not released.
+    pub fn halt(&self) {
+        self.inner.released.store(true, Ordering::SeqCst);
+        self.stop_workers();
     }
 
     fn stop_workers(&self) {
@@ -487,7 +557,26 @@ impl ObjSegStore {
 }
 
 impl Drop for ObjSegStore {
+    /// The last holder let go (the volume closed, or its owner failed):
+    /// queued uploads get `close_wait`, then the lease is released unless
+    /// something failed. A process killed never gets here: its next attach
+    /// takes its own epoch over (`take_lease`).
     fn drop(&mut self) {
+        if !self.inner.read_only && !self.inner.released.load(Ordering::SeqCst) {
+            if !self.wait_idle(self.inner.opts.close_wait) {
+                tracing::warn!(
+                    "{}: {} segment upload(s) still pending at close; they stay in the cache and are uploaded at the next mount",
+                    self.inner.objects.describe(),
+                    self.uploads_pending()
+                );
+            }
+            if let Err(e) = self.close() {
+                tracing::warn!(
+                    "{}: closing the segment store: {e}",
+                    self.inner.objects.describe()
+                );
+            }
+        }
         self.stop_workers();
     }
 }
@@ -499,6 +588,16 @@ impl Inner {
             epoch: r.epoch,
         }
         .encode()
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "segment store attached read-only",
+            ));
+        }
+        Ok(())
     }
 
     fn check_failed(st: &State) -> io::Result<()> {
@@ -810,6 +909,7 @@ impl SegmentStore for ObjSegStore {
         if seg >= i.geo.segment_count {
             return i.local.write(seg, block, buf); // refused there
         }
+        i.check_writable()?;
         let _g = i.evict.read();
         let mut st = i.state.lock();
         Inner::check_failed(&st)?;
@@ -868,6 +968,7 @@ impl SegmentStore for ObjSegStore {
         if seg >= i.geo.segment_count {
             return i.local.wipe(seg, tombstone);
         }
+        i.check_writable()?;
         let _g = i.evict.read();
         let mut st = i.state.lock();
         Inner::check_failed(&st)?;
@@ -879,6 +980,7 @@ impl SegmentStore for ObjSegStore {
         if seg >= i.geo.segment_count {
             return i.local.discard_body(seg);
         }
+        i.check_writable()?;
         // the engine discards only free (wiped, so local) segments; a stored
         // one keeps its object and reads from it from now on
         let _w = i.evict.write();
@@ -954,6 +1056,24 @@ pub fn create(
         table,
         lease,
         place.opts,
+    )?)
+}
+
+/// The segment store of an existing volume, for reading only (`check`).
+pub fn open_read_only(
+    media: Arc<dyn Media>,
+    objects: Arc<dyn ObjectStore>,
+    dir: &Path,
+) -> crate::Result<(Arc<ObjSegStore>, AttachReport)> {
+    let read = crate::recovery::read_superblocks(&*media)?;
+    let geo = Geometry::from_superblock(&read.sb);
+    let table = Table::open(&dir.join(TABLE_FILE))?;
+    Ok(ObjSegStore::attach_read_only(
+        media,
+        &geo,
+        read.sb.uuid,
+        objects,
+        table,
     )?)
 }
 

@@ -21,6 +21,7 @@ fn opts(cache: usize) -> ObjSegOptions {
         uploads: 2,
         cache_segments: cache,
         retry_max: Duration::from_millis(20),
+        close_wait: Duration::from_secs(5),
     }
 }
 
@@ -174,6 +175,7 @@ fn a_new_life_deletes_the_old_object_only_after_the_table_forgets_it() {
     s.read_segment(2, 0, &mut b).unwrap();
     assert_eq!(b, tomb);
     // a crash now (no close): the table must not name the deleted object
+    s.halt();
     drop(s);
     let s = r.open(0).expect("reopen after the old object's delete");
     assert!(s.stored(2).is_none());
@@ -232,6 +234,7 @@ fn orphans_are_deleted_and_sequences_never_repeat() {
     drop(s);
     // an upload a crash cut off before the table recorded it
     let orphan = ObjName::Segment { seq: 41, epoch: e }.encode();
+    // (dropped above: a clean close released epoch e)
     r.objects.put_new(&orphan, &image(0)).unwrap();
     let s = r.open(0).unwrap();
     assert!(s.wait_idle(Duration::from_secs(5)));
@@ -328,6 +331,7 @@ fn a_volume_on_objects_survives_close_crash_and_gc() {
         ver[lba as usize] = 9;
     }
     vol.flush().unwrap();
+    s.halt();
     drop(vol);
     drop(s);
     let s = r.open(0).unwrap();
