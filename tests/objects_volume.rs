@@ -213,7 +213,7 @@ fn a_volume_in_s3_reads_back_after_close_and_through_ranged_gets() {
     .unwrap());
     let m = mount(&w, "v1", &dir, 0).unwrap();
     let n = 4096; // 16 MiB: 256 segments' worth
-    let ver = |lba: u64| if lba % 3 == 0 { 2 } else { 1 };
+    let ver = |lba: u64| if lba.is_multiple_of(3) { 2 } else { 1 };
     for lba in 0..n {
         m.vol.write(lba * BS, &block(lba, 1), false).unwrap();
     }
