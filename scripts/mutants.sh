@@ -342,6 +342,9 @@ apply_staging_freed_early() {
 apply_object_deleted_before_table() {
   marker object-deleted-before-table
 }
+apply_evicted_header_kept() {
+  marker evicted-header-kept
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -401,8 +404,9 @@ run range-length-unchecked objects_s3
 run lease-exists-wins objects_s3 lib
 run lease-ignores-holder lib
 run objname-accepts-epoch-zero lib
-run staging-freed-early lib
-run object-deleted-before-table lib
+run staging-freed-early lib objects_crash
+run object-deleted-before-table lib objects_crash
+run evicted-header-kept objects_crash
 run store-wipe-skipped dst
 run store-bounds-unchecked segment_store
 run codec-virtual-takes-data model

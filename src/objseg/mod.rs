@@ -63,7 +63,10 @@ pub const TABLE_FILE: &str = "objects.tab";
 
 #[derive(Debug, Clone)]
 pub struct ObjSegOptions {
-    /// Uploads in flight at once (worker threads).
+    /// Uploads in flight at once (worker threads). 0: no threads, every
+    /// upload and delete runs on the thread whose write filled the segment
+    /// or started its new life (deterministic: the simulator's and the
+    /// crash tests' mode; a failing job waits for the next write).
     pub uploads: usize,
     /// Stored segments whose staging copy is kept as a read cache.
     pub cache_segments: usize,
@@ -153,6 +156,8 @@ struct State {
 
 struct Inner {
     local: FlatStore<Arc<dyn Media>>,
+    /// The media under `local` (its flush makes a tombstone durable).
+    media: Arc<dyn Media>,
     objects: Arc<dyn ObjectStore>,
     geo: Geometry,
     lease: Lease,
@@ -379,7 +384,7 @@ impl ObjSegStore {
             }
         }
         let words = (geo.segment_blocks as usize).div_ceil(64);
-        let local = FlatStore::new(media, geo);
+        let local = FlatStore::new(media.clone(), geo);
         let mut slots = Vec::with_capacity(geo.segment_count as usize);
         let mut first = AlignedBuf::new(BLOCK_BYTES);
         let mut cached = VecDeque::new();
@@ -408,6 +413,7 @@ impl ObjSegStore {
         }
         let inner = Arc::new(Inner {
             local,
+            media,
             objects,
             geo: *geo,
             lease,
@@ -430,11 +436,7 @@ impl ObjSegStore {
             stats: ObjStats::default(),
         });
         let mut workers = Vec::new();
-        for i in 0..if read_only {
-            0
-        } else {
-            inner.opts.uploads.max(1)
-        } {
+        for i in 0..if read_only { 0 } else { inner.opts.uploads } {
             let w = inner.clone();
             workers.push(
                 std::thread::Builder::new()
@@ -474,6 +476,19 @@ impl ObjSegStore {
     /// `timeout` (false). A store that keeps failing keeps this false.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
+        if self.inner.opts.uploads == 0 {
+            // inline mode: nobody else runs the queue
+            loop {
+                self.inner.run_inline();
+                if self.inner.state.lock().jobs.is_empty() {
+                    return true;
+                }
+                if Instant::now() >= end {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let mut st = self.inner.state.lock();
         while !(st.jobs.is_empty() && st.busy == 0) {
             if self.inner.idle.wait_until(&mut st, end).timed_out() {
@@ -630,6 +645,19 @@ impl Inner {
         }
         st.cached.retain(|&c| c != seg);
         if let Some(old) = st.slots[seg as usize].stored {
+            if !st.slots[seg as usize].local {
+                // The staging copy was punched behind its old chunk header
+                // at block 0: once the table says "local", a crash must not
+                // find that header over a body it no longer has (recovery
+                // would call it damage below the durable point). A
+                // tombstone goes there durably first, as the engine's own
+                // discard keeps one before it punches a body.
+                let mut tomb = AlignedBuf::new(BLOCK_BYTES);
+                chunk::tombstone(&mut tomb, &st.table.uuid, seg);
+                // MUTANT: evicted-header-kept s|self.local.wipe(seg, &tomb)?;|let _ = &tomb;|
+                self.local.wipe(seg, &tomb)?;
+                self.media.flush()?;
+            }
             // MUTANT: object-deleted-before-table s|if let Err(e) = st.table.set(seg, None) {|if let Err(e) = Ok::<(), io::Error>(()) {|
             if let Err(e) = st.table.set(seg, None) {
                 let f = format!(
@@ -641,11 +669,8 @@ impl Inner {
             }
             let s = &mut st.slots[seg as usize];
             s.stored = None;
-            if !s.local {
-                // its staging copy was punched: the body reads as zeros,
-                // which no chunk header matches
-                s.local = true;
-            }
+            // (a punched body reads as anything behind the tombstone)
+            s.local = true;
             st.jobs.push_back(Job::Delete {
                 name: Inner::name(&old),
                 bytes: self.geo.segment_bytes(),
@@ -671,29 +696,8 @@ impl Inner {
                     self.work.wait(&mut st);
                 }
             };
-            let ok = match &job {
-                Job::Delete { name, bytes } => match self.objects.delete(name) {
-                    Ok(()) => {
-                        self.stats.deleted_objects.fetch_add(1, Ordering::Relaxed);
-                        self.stats
-                            .deleted_bytes
-                            .fetch_add(*bytes, Ordering::Relaxed);
-                        true
-                    }
-                    Err(e) => {
-                        tracing::warn!(
-                            "{}: delete of {name} failed ({e}); retrying",
-                            self.objects.describe()
-                        );
-                        false
-                    }
-                },
-                Job::Upload { seg, life } => self.upload(*seg, *life),
-            };
-            if ok {
-                // before this job stops counting as busy (`wait_idle`)
-                self.evict_over();
-            }
+            // evicts before this job stops counting as busy (`wait_idle`)
+            let ok = self.run_job(&job);
             let mut st = self.state.lock();
             st.busy -= 1;
             if ok {
@@ -707,6 +711,51 @@ impl Inner {
             }
             if st.jobs.is_empty() && st.busy == 0 {
                 self.idle.notify_all();
+            }
+        }
+    }
+
+    /// One job; true: done (then the cache is trimmed), false: try again.
+    fn run_job(&self, job: &Job) -> bool {
+        let ok = match job {
+            Job::Delete { name, bytes } => match self.objects.delete(name) {
+                Ok(()) => {
+                    self.stats.deleted_objects.fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .deleted_bytes
+                        .fetch_add(*bytes, Ordering::Relaxed);
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "{}: delete of {name} failed ({e}); retrying",
+                        self.objects.describe()
+                    );
+                    false
+                }
+            },
+            Job::Upload { seg, life } => self.upload(*seg, *life),
+        };
+        if ok {
+            self.evict_over();
+        }
+        ok
+    }
+
+    /// Inline mode (`uploads == 0`): run what is queued now, on this thread;
+    /// what fails stays queued for the next call.
+    fn run_inline(&self) {
+        if self.opts.uploads > 0 || self.read_only {
+            return;
+        }
+        let n = self.state.lock().jobs.len();
+        for _ in 0..n {
+            let Some(job) = self.state.lock().jobs.pop_front() else {
+                return;
+            };
+            if !self.run_job(&job) {
+                self.stats.upload_retries.fetch_add(1, Ordering::Relaxed);
+                self.state.lock().jobs.push_back(job);
             }
         }
     }
@@ -910,7 +959,7 @@ impl SegmentStore for ObjSegStore {
             return i.local.write(seg, block, buf); // refused there
         }
         i.check_writable()?;
-        let _g = i.evict.read();
+        let g = i.evict.read();
         let mut st = i.state.lock();
         Inner::check_failed(&st)?;
         let s = &st.slots[seg as usize];
@@ -934,6 +983,9 @@ impl SegmentStore for ObjSegStore {
             st.jobs.push_back(Job::Upload { seg, life });
             i.work.notify_one();
         }
+        drop(st);
+        drop(g);
+        i.run_inline();
         Ok(())
     }
     fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -969,11 +1021,15 @@ impl SegmentStore for ObjSegStore {
             return i.local.wipe(seg, tombstone);
         }
         i.check_writable()?;
-        let _g = i.evict.read();
+        let g = i.evict.read();
         let mut st = i.state.lock();
         Inner::check_failed(&st)?;
         i.new_life(&mut st, seg)?;
-        i.local.wipe(seg, tombstone)
+        i.local.wipe(seg, tombstone)?;
+        drop(st);
+        drop(g);
+        i.run_inline();
+        Ok(())
     }
     fn discard_body(&self, seg: u32) -> io::Result<bool> {
         let i = &self.inner;
