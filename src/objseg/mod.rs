@@ -960,16 +960,27 @@ impl SegmentStore for ObjSegStore {
         }
         i.check_writable()?;
         let g = i.evict.read();
-        let mut st = i.state.lock();
-        Inner::check_failed(&st)?;
-        let s = &st.slots[seg as usize];
-        if s.stored.is_some() || s.queued {
-            i.new_life(&mut st, seg)?;
-        }
+        let life = {
+            let mut st = i.state.lock();
+            Inner::check_failed(&st)?;
+            let s = &st.slots[seg as usize];
+            if s.stored.is_some() || s.queued {
+                i.new_life(&mut st, seg)?;
+            }
+            st.slots[seg as usize].life
+        };
+        // outside the state lock: chunk writes of two writer threads overlap
         i.local.write(seg, block, buf)?;
         let sb = i.geo.segment_blocks;
         let n = (buf.len() as u64 / BS) as u32;
+        let mut st = i.state.lock();
         let s = &mut st.slots[seg as usize];
+        // (the engine never starts a segment's next life under a chunk write
+        // to it; if something did, this write belongs to no life we track)
+        assert_eq!(
+            s.life, life,
+            "segment {seg}: a new life began under a write"
+        );
         for b in block..block + n {
             s.written[(b / 64) as usize] |= 1 << (b % 64);
         }
