@@ -158,6 +158,7 @@ impl StoreArgs {
             rep.orphans_deleted,
             rep.uploads_queued
         );
+        sluice::metrics::objects::register(self.store.as_deref().unwrap_or_default(), &s);
         Ok(Some(StoreHandle(s)))
     }
 

@@ -116,6 +116,68 @@ struct Row {
     log_flushes_per_s: f64,
     log_degraded: f64,
     log_fallbacks: f64,
+    /// Segments in an object store (`serve --store`): 0 stores, no line.
+    objects: ObjRow,
+}
+
+/// The object-store series (`sluice_objects_*`), summed over stores.
+#[derive(serde::Serialize, Default)]
+struct ObjRow {
+    stores: f64,
+    uploads_in_flight: f64,
+    uploads_pending: f64,
+    upload_mb_s: f64,
+    deletes_per_s: f64,
+    gets_per_s: f64,
+    get_mean_s: Option<f64>,
+    cache_hit_share: Option<f64>,
+}
+
+/// Sum of every series `name{...}` (one per store).
+fn sum(s: &Sample, name: &str) -> f64 {
+    let p = format!("{name}{{");
+    s.iter()
+        .filter(|(k, _)| k.starts_with(&p))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn obj_row(a: &Sample, b: &Sample, dt: f64) -> ObjRow {
+    let d = |k: &str| (sum(b, k) - sum(a, k)).max(0.0);
+    let gets = d("sluice_objects_get_total");
+    let hits = d("sluice_objects_cache_reads_total");
+    ObjRow {
+        stores: b
+            .keys()
+            .filter(|k| k.starts_with("sluice_objects_uploads_in_flight{"))
+            .count() as f64,
+        uploads_in_flight: sum(b, "sluice_objects_uploads_in_flight"),
+        uploads_pending: sum(b, "sluice_objects_uploads_pending"),
+        upload_mb_s: d("sluice_objects_uploaded_bytes_total") / dt / 1e6,
+        deletes_per_s: d("sluice_objects_deleted_total") / dt,
+        gets_per_s: gets / dt,
+        get_mean_s: (gets > 0.0).then(|| d("sluice_objects_get_seconds_total") / gets),
+        cache_hit_share: (gets + hits > 0.0).then(|| hits / (gets + hits)),
+    }
+}
+
+/// The screen's object-store line (empty without a store).
+fn obj_line(o: &ObjRow) -> String {
+    if o.stores == 0.0 {
+        return String::new();
+    }
+    format!(
+        "objects uploads {:.0} in flight, {:.0} pending, {:.1} MB/s   deletes {:.1}/s   GETs {:.0}/s mean {}   cache hits {}\n",
+        o.uploads_in_flight,
+        o.uploads_pending,
+        o.upload_mb_s,
+        o.deletes_per_s,
+        o.gets_per_s,
+        lat(o.get_mean_s),
+        o.cache_hit_share
+            .map(|h| format!("{:.0}%", h * 100.0))
+            .unwrap_or_else(|| "-".into())
+    )
 }
 
 fn share(a: &Sample, b: &Sample, side: &str) -> f64 {
@@ -175,6 +237,7 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         log_flushes_per_s: r("sluice_log_device_flushes_total"),
         log_degraded: g(b, "sluice_log_devices_degraded"),
         log_fallbacks: g(b, "sluice_log_fallbacks_total"),
+        objects: obj_row(a, b, dt),
     }
 }
 
@@ -199,7 +262,7 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
          GC      {:.1} runs/s, {:.0} blocks moved/s\n\
          space   {} of {} segments free, live data {} of {}\n\
          pattern host {} sequential   media {} sequential\n\
-         log     {:.0} records/s {:.1} MB/s, {:.0} device flushes/s{}\n",
+         log     {:.0} records/s {:.1} MB/s, {:.0} device flushes/s{}\n{}",
         if export.is_empty() {
             String::new()
         } else {
@@ -231,6 +294,7 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
         r.log_mb_s,
         r.log_flushes_per_s,
         log_state(r),
+        obj_line(&r.objects),
     )
 }
 

@@ -282,7 +282,17 @@ fn block(lba: u64, v: u32) -> Vec<u8> {
 #[test]
 fn a_volume_on_objects_survives_close_crash_and_gc() {
     let r = Rig::new();
-    let s = r.create(0);
+    // inline uploads: GC's new lives meet stored slots in every run
+    fn inline(r: &Rig) -> Place<'_> {
+        Place {
+            opts: ObjSegOptions {
+                uploads: 0,
+                ..opts(0)
+            },
+            ..r.place(0)
+        }
+    }
+    let s = create(r.media.clone(), inline(&r), false).unwrap().0;
     let vol = r.volume(&s);
     let n = vol.stats().logical_bytes / BS;
     let mut ver = vec![0u32; n as usize];
@@ -322,7 +332,7 @@ fn a_volume_on_objects_survives_close_crash_and_gc() {
     drop(vol);
     s.close().unwrap();
     drop(s);
-    let s = r.open(0).unwrap();
+    let s = open(r.media.clone(), inline(&r)).unwrap().0;
     let vol = r.volume(&s);
     check(&vol, &ver);
     // more writes, then a crash: no close of the volume or the store
@@ -334,7 +344,7 @@ fn a_volume_on_objects_survives_close_crash_and_gc() {
     s.halt();
     drop(vol);
     drop(s);
-    let s = r.open(0).unwrap();
+    let s = open(r.media.clone(), inline(&r)).unwrap().0;
     let vol = r.volume(&s);
     check(&vol, &ver);
     assert!(s.wait_idle(Duration::from_secs(10)));
