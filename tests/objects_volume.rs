@@ -327,10 +327,20 @@ fn a_missing_or_damaged_object_is_named_by_check_and_mount() {
     );
 }
 
-/// `sluice serve --store ...` on a Unix socket; the URI once it listens.
-fn serve(w: &Weed, prefix: &str, dir: &Path, sock: &Path) -> (Child, String) {
-    let mut child = w
-        .sluice(&["serve"], prefix, dir)
+/// `sluice serve --store ...` on a Unix socket (and `--metrics ADDR`); the
+/// URI once it listens.
+fn serve(
+    w: &Weed,
+    prefix: &str,
+    dir: &Path,
+    sock: &Path,
+    metrics: Option<&str>,
+) -> (Child, String) {
+    let mut cmd = w.sluice(&["serve"], prefix, dir);
+    if let Some(m) = metrics {
+        cmd.args(["--metrics", m]);
+    }
+    let mut child = cmd
         .arg("--socket")
         .arg(sock)
         .args(["--cache-segments", "0"])
@@ -385,7 +395,7 @@ fn kill_9_of_serve_under_writes_keeps_every_flushed_write() {
     .unwrap());
     let sock = w.dir.path().join("nbd.sock");
     let state = w.dir.path().join("state");
-    let (mut server, uri) = serve(&w, "v3", &dir, &sock);
+    let (mut server, uri) = serve(&w, "v3", &dir, &sock, None);
     let mut load = nbdsh()
         .args(["-u", &uri, "-c", &exec])
         .env("MODE", "load")
@@ -415,7 +425,11 @@ fn kill_9_of_serve_under_writes_keeps_every_flushed_write() {
         "no segment reached the store before the crash"
     );
     // the same cache: the crashed epoch is taken over (we hold its lock)
-    let (mut server, uri) = serve(&w, "v3", &dir, &sock);
+    let maddr = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let (mut server, uri) = serve(&w, "v3", &dir, &sock, Some(&maddr));
     let out = nbd_common::run(
         nbdsh()
             .args(["-u", &uri, "-c", &exec])
@@ -425,6 +439,28 @@ fn kill_9_of_serve_under_writes_keeps_every_flushed_write() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(": 0 bad"), "{text}");
+    // the verification read uploaded segments (cache 0) through GETs: the
+    // metrics and `sluice top` say so
+    let scrape = sluice::metrics::http::fetch(&maddr).unwrap();
+    let series = sluice::metrics::http::parse(&scrape);
+    let get = |name: &str| {
+        series
+            .iter()
+            .find(|(k, _)| k.starts_with(&format!("{name}{{store=\"s3://sluice/v3\"")))
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no {name} in the scrape:\n{scrape}"))
+    };
+    assert!(get("sluice_objects_get_total") > 0.0, "{scrape}");
+    assert!(get("sluice_objects_get_seconds_total") > 0.0);
+    let top = nbd_common::stdout(Command::new(nbd_common::BIN).args([
+        "top",
+        &maddr,
+        "--count",
+        "1",
+        "--interval",
+        "0.2",
+    ]));
+    assert!(top.contains(" objects up="), "{top}");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     let code =

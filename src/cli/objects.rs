@@ -14,7 +14,32 @@ use sluice::media::Media;
 use sluice::objseg::{self, ObjSegOptions, ObjSegStore};
 use sluice::StoreHandle;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
+
+/// The stores `attach` made (weak: a volume's drop still finishes its
+/// store), finished by `finish_attached` once the volumes are closed.
+static ATTACHED: Mutex<Vec<(String, Weak<ObjSegStore>)>> = Mutex::new(Vec::new());
+
+/// `serve`, after closing its volumes: wait for each store's queued uploads
+/// (30 s at most) and release its lease, saying what is left.
+pub fn finish_attached() -> anyhow::Result<()> {
+    let stores: Vec<_> = ATTACHED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .collect();
+    for (name, w) in stores {
+        let Some(s) = w.upgrade() else { continue };
+        match s.finish().with_context(|| format!("closing {name}"))? {
+            0 => say!("sluice: {name}: every segment uploaded; epoch {} released", s.epoch()),
+            n => say!(
+                "sluice: {name}: {n} segment upload(s) still pending (kept in the cache, uploaded at the next serve); epoch {} released",
+                s.epoch()
+            ),
+        }
+    }
+    Ok(())
+}
 
 #[derive(clap::Args, Clone, Default)]
 pub struct StoreArgs {
@@ -159,6 +184,10 @@ impl StoreArgs {
             rep.uploads_queued
         );
         sluice::metrics::objects::register(self.store.as_deref().unwrap_or_default(), &s);
+        ATTACHED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((self.store.clone().unwrap_or_default(), Arc::downgrade(&s)));
         Ok(Some(StoreHandle(s)))
     }
 

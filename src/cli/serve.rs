@@ -810,6 +810,9 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
             }
         }
     }
+    if closed.is_ok() {
+        closed = super::objects::finish_attached();
+    }
     leftovers.remove();
     served.context("serving")?;
     closed?;

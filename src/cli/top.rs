@@ -315,7 +315,7 @@ fn log_state(r: &Row) -> String {
 
 fn line(r: &Row) -> String {
     format!(
-        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={} log={:.0}/s{}",
+        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={} log={:.0}/s{}{}",
         r.time_s,
         r.read_iops,
         r.write_iops,
@@ -330,7 +330,24 @@ fn line(r: &Row) -> String {
         r.media_sequential_share * 100.0,
         lat(r.write_p99_s),
         r.log_records_per_s,
-        log_state(r)
+        log_state(r),
+        if r.objects.stores > 0.0 {
+            let o = &r.objects;
+            format!(
+                " objects up={:.0}+{:.0}pending {:.1}MB/s del={:.1}/s get={:.0}/s mean={} hits={}",
+                o.uploads_in_flight,
+                o.uploads_pending,
+                o.upload_mb_s,
+                o.deletes_per_s,
+                o.gets_per_s,
+                lat(o.get_mean_s),
+                o.cache_hit_share
+                    .map(|h| format!("{:.0}%", h * 100.0))
+                    .unwrap_or_else(|| "-".into())
+            )
+        } else {
+            String::new()
+        }
     )
 }
 

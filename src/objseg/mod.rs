@@ -571,26 +571,39 @@ impl ObjSegStore {
     }
 }
 
+impl ObjSegStore {
+    /// After the volume closed: queued uploads get `close_wait`, then the
+    /// workers stop and the lease is released unless something failed.
+    /// Ok(n): n uploads were still pending (they stay in the cache and are
+    /// queued at the next attach).
+    pub fn finish(&self) -> io::Result<usize> {
+        if self.inner.read_only || self.inner.released.load(Ordering::SeqCst) {
+            return Ok(0);
+        }
+        let left = if self.wait_idle(self.inner.opts.close_wait) {
+            0
+        } else {
+            self.uploads_pending()
+        };
+        self.close().map(|_| left)
+    }
+}
+
 impl Drop for ObjSegStore {
-    /// The last holder let go (the volume closed, or its owner failed):
-    /// queued uploads get `close_wait`, then the lease is released unless
-    /// something failed. A process killed never gets here: its next attach
-    /// takes its own epoch over (`take_lease`).
+    /// The last holder let go without `finish` (its owner failed, or a
+    /// library caller): the same. A process killed never gets here: its
+    /// next attach takes its own epoch over (`take_lease`).
     fn drop(&mut self) {
-        if !self.inner.read_only && !self.inner.released.load(Ordering::SeqCst) {
-            if !self.wait_idle(self.inner.opts.close_wait) {
-                tracing::warn!(
-                    "{}: {} segment upload(s) still pending at close; they stay in the cache and are uploaded at the next mount",
-                    self.inner.objects.describe(),
-                    self.uploads_pending()
-                );
-            }
-            if let Err(e) = self.close() {
-                tracing::warn!(
-                    "{}: closing the segment store: {e}",
-                    self.inner.objects.describe()
-                );
-            }
+        match self.finish() {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                "{}: {n} segment upload(s) still pending at close; they stay in the cache and are uploaded at the next mount",
+                self.inner.objects.describe()
+            ),
+            Err(e) => tracing::warn!(
+                "{}: closing the segment store: {e}",
+                self.inner.objects.describe()
+            ),
         }
         self.stop_workers();
     }
