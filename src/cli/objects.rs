@@ -183,6 +183,9 @@ impl StoreArgs {
             rep.orphans_deleted,
             rep.uploads_queued
         );
+        for n in &rep.notes {
+            say!("sluice: {}: {n}", self.store.as_deref().unwrap_or_default());
+        }
         sluice::metrics::objects::register(self.store.as_deref().unwrap_or_default(), &s);
         ATTACHED
             .lock()

@@ -312,6 +312,9 @@ impl ObjSegStore {
                 ),
             ));
         }
+        // the newest epoch that wrote through this cache: objects of later
+        // epochs are another writer's (a --takeover), never ours to delete
+        let cache_epoch = table.epoch;
         if !read_only {
             table.set_epoch(lease.epoch)?;
         }
@@ -374,12 +377,20 @@ impl ObjSegStore {
         let mut jobs = VecDeque::new();
         for o in &listed {
             if let Ok(ObjName::Segment { seq, epoch }) = ObjName::parse(&o.name) {
-                if !read_only && !named.contains(&(seq, epoch)) && epoch <= lease.epoch {
+                if read_only || named.contains(&(seq, epoch)) {
+                    continue;
+                }
+                if epoch <= cache_epoch {
                     jobs.push_back(Job::Delete {
                         name: o.name.clone(),
                         bytes: o.len,
                     });
                     rep.orphans_deleted += 1;
+                } else {
+                    rep.notes.push(format!(
+                        "{} is of epoch {epoch}, which this cache never held: kept",
+                        o.name
+                    ));
                 }
             }
         }

@@ -252,19 +252,28 @@ fn another_writers_newer_epoch_is_refused_unless_taken_over() {
     drop(s);
     // another host took the volume since (and released it)
     let l = lease::take(&*r.objects, &Holder::this_process(), false).unwrap();
+    let theirs = ObjName::Segment { seq: 5, epoch: 2 }.encode();
+    r.objects.put_new(&theirs, &image(3)).unwrap();
     l.release(&*r.objects).unwrap();
     let e = r.open(0).err().expect("stale cache accepted").to_string();
     assert!(e.contains("held by epoch 2"), "{e}");
-    let s = open(
+    let (s, rep) = open(
         r.media.clone(),
         Place {
             takeover: true,
             ..r.place(0)
         },
     )
-    .unwrap()
-    .0;
+    .unwrap();
     assert_eq!(s.epoch(), 3);
+    // the other writer's object is not this cache's orphan to delete
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    assert_eq!(r.segs(), vec![theirs.clone()]);
+    assert!(
+        rep.notes.iter().any(|n| n.contains(&theirs)),
+        "{:?}",
+        rep.notes
+    );
 }
 
 /// Deterministic pattern of block `lba` at version `v`.
