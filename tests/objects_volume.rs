@@ -264,6 +264,22 @@ fn a_missing_or_damaged_object_is_named_by_check_and_mount() {
     )
     .output()
     .unwrap());
+    // a second volume at the same prefix is refused (another cache dir)
+    let other = w.dir.path().join("other");
+    let out = w
+        .sluice(
+            &["create", "--size", "16M", "--segment-size", "64K"],
+            "v2",
+            &other,
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && text.contains("refusing"), "{text}");
+    assert!(
+        !other.join("volume").exists(),
+        "a refused create left its file"
+    );
     let m = mount(&w, "v2", &dir, 0).unwrap();
     for lba in 0..512 {
         m.vol.write(lba * BS, &block(lba, 1), false).unwrap();
