@@ -249,6 +249,14 @@ fn a_volume_in_s3_reads_back_after_close_and_through_ranged_gets() {
     drop(m);
     let text = ok(w.sluice(&["check"], "v1", &dir).output().unwrap());
     assert!(text.contains("\nclean"), "{text}");
+    let text = ok(w.sluice(&["info"], "v1", &dir).output().unwrap());
+    let stored: u64 = text
+        .split("objects       s3://sluice/v1: ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no objects line in info:\n{text}"));
+    assert!(stored >= 100, "{text}");
 }
 
 #[test]

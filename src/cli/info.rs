@@ -13,7 +13,11 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct InfoArgs {
-    /// Volume file or block device.
+    /// Volume file or block device (with --store: none, DIR/volume of
+    /// --cache-dir).
+    #[arg(value_name = "PATH", required_unless_present = "store")]
+    pub volume: Option<PathBuf>,
+    #[arg(skip)]
     pub path: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -25,6 +29,8 @@ pub struct InfoArgs {
     /// The volume's intent log device(s), if it has any (`create --log-device`).
     #[arg(long = "log-device", value_name = "PATH")]
     pub log_devices: Vec<PathBuf>,
+    #[command(flatten)]
+    pub objects: super::objects::StoreArgs,
 }
 
 /// Open each log device read-only, without its lock (as `info` opens the
@@ -213,7 +219,10 @@ fn not_a_volume(path: &Path) -> String {
     )
 }
 
-pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
+pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
+    let mut path = a.volume.take();
+    a.objects.resolve(&mut path)?;
+    a.path = path.context("give the volume's PATH (or --store with --cache-dir)")?;
     if !has_magic(&a.path).with_context(|| format!("opening {}", a.path.display()))? {
         eprintln!("sluice: error: {}", not_a_volume(&a.path));
         return Ok(2);
@@ -232,12 +241,17 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         .map(|r| superblock_summary(&r))
         .unwrap_or_default();
     let log_devices = log_devices_unlocked(&a.log_devices);
+    // --store: segment data through the objects (read-only: no lease)
+    let objects = a.objects.read_only(media.clone())?;
     let vol = Volume::open(
         media,
         &OpenOptions {
             read_only: true,
             background: false,
             log_devices: log_devices.clone(),
+            store: objects
+                .as_ref()
+                .map(|(s, _)| sluice::StoreHandle(s.clone())),
             ..Default::default()
         },
     )
@@ -419,6 +433,19 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         );
         for n in &r.notes {
             println!("note          {n}");
+        }
+        if let (Some((s, notes)), Some(loc)) = (&objects, &a.objects.store) {
+            let stored = (0..g.segment_count)
+                .filter(|&i| s.stored(i).is_some())
+                .count();
+            println!(
+                "objects       {loc}: {stored} of {} segments stored as objects (the rest in staging or empty), last epoch {}",
+                g.segment_count,
+                s.epoch()
+            );
+            for n in notes {
+                println!("note          {n}");
+            }
         }
     }
     Ok(0)
