@@ -109,6 +109,8 @@ run() {
   for t in "$@"; do
     if [ "$t" = lib ]; then
       args+=(--lib)  # the library's unit tests
+    elif [ "$t" = objects_rados ]; then
+      args+=(--features rados --test "$t")  # built only with librados
     else
       args+=(--test "$t")
     fi
@@ -333,6 +335,12 @@ apply_lease_exists_wins() {
 apply_lease_ignores_holder() {
   marker lease-ignores-holder
 }
+apply_rados_create_not_exclusive() {
+  marker rados-create-not-exclusive
+}
+apply_rados_short_read_unchecked() {
+  marker rados-short-read-unchecked
+}
 apply_objname_accepts_epoch_zero() {
   marker objname-accepts-epoch-zero
 }
@@ -344,6 +352,18 @@ apply_object_deleted_before_table() {
 }
 apply_evicted_header_kept() {
   marker evicted-header-kept
+}
+apply_map_five_byte_stride() {
+  marker map-five-byte-stride
+}
+apply_fragment_place_off_by_one() {
+  marker fragment-place-off-by-one
+}
+apply_packed_chain_unchecked() {
+  marker packed-chain-unchecked
+}
+apply_crc_load_off_by_one() {
+  marker crc-load-off-by-one
 }
 
 read_tests=(corruption engine)
@@ -407,9 +427,15 @@ run objname-accepts-epoch-zero lib
 run staging-freed-early lib objects_crash
 run object-deleted-before-table lib objects_crash
 run evicted-header-kept objects_crash
+run rados-create-not-exclusive objects_rados
+run rados-short-read-unchecked objects_rados
 run store-wipe-skipped dst
 run store-bounds-unchecked segment_store
 run codec-virtual-takes-data model
+run map-five-byte-stride compression lib
+run fragment-place-off-by-one lib
+run packed-chain-unchecked lib
+run crc-load-off-by-one verified_reads
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -8,7 +8,7 @@
 //! and all of those are durable before the superblock names it.
 
 use crate::format::checkpoint::{
-    body_bytes, decode_segments, CheckpointHeader, Lifetime, SegmentRecord,
+    body_bytes_with, decode_segments_with, CheckpointHeader, Lifetime, SegmentRecord,
 };
 use crate::format::superblock::Superblock;
 use crate::format::BLOCK_BYTES;
@@ -28,7 +28,8 @@ pub fn finish_image(
     created_unix_ns: u64,
     next_lsn: u64,
 ) {
-    let body_len = body_bytes(geo.logical_blocks, geo.segment_count) as usize;
+    let body_len =
+        body_bytes_with(geo.logical_blocks, geo.segment_count, geo.map_value_bytes) as usize;
     let header = CheckpointHeader {
         uuid,
         next_seq,
@@ -66,15 +67,28 @@ pub fn load(media: &dyn Media, sb: &Superblock, slot: u32) -> std::result::Resul
     if h.logical_blocks != sb.logical_blocks || h.segment_count != sb.segment_count {
         return Err("geometry differs from the superblock".into());
     }
-    let body_len = body_bytes(sb.logical_blocks, sb.segment_count) as usize;
+    let w = sb.map_value_bytes();
+    let body_len = body_bytes_with(sb.logical_blocks, sb.segment_count, w) as usize;
     let body = &img[BLOCK_BYTES..BLOCK_BYTES + body_len];
     if crc32c::crc32c(body) != h.body_crc {
         return Err("body checksum mismatch".into());
     }
-    let map = Map::decode(body, sb.logical_blocks, sb.segment_count, sb.segment_blocks)
-        .map_err(|e| e.to_string())?;
-    let segments = decode_segments(body, sb.logical_blocks, sb.segment_count, sb.segment_blocks)
-        .map_err(|e| e.to_string())?;
+    let map = Map::decode_with(
+        body,
+        sb.logical_blocks,
+        sb.segment_count,
+        sb.segment_blocks,
+        w,
+    )
+    .map_err(|e| e.to_string())?;
+    let segments = decode_segments_with(
+        body,
+        sb.logical_blocks,
+        sb.segment_count,
+        sb.segment_blocks,
+        w,
+    )
+    .map_err(|e| e.to_string())?;
     Ok(Loaded {
         map,
         segments,

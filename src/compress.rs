@@ -10,6 +10,27 @@
 
 use crate::format::BLOCK_BYTES;
 
+/// A volume's compression, chosen at create (`sluice create --compress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// Format v1 map (4 bytes per block), nothing compressed.
+    #[default]
+    Off,
+    /// LZ4 fragments (format v2 `COMPRESSION`: 5-byte map values).
+    Lz4,
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" | "none" => Ok(Compression::Off),
+            "lz4" => Ok(Compression::Lz4),
+            _ => Err(format!("compression {s:?}: expected lz4 or off")),
+        }
+    }
+}
+
 /// Bytes sampled per 4 KiB block (every 16th byte).
 pub const SAMPLE: usize = 256;
 /// Estimated entropy above which a block is stored raw without trying LZ4.

@@ -22,7 +22,6 @@
 //! left stale: no map value points there until new chunks overwrite them.
 
 use crate::format::chunk::{self, ChunkHeader};
-use crate::format::codec::{self, Place};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
 use crate::media::AlignedBuf;
@@ -144,10 +143,13 @@ impl CrcIndex {
     ) -> std::io::Result<u32> {
         let base = seg as u64 * self.seg_blocks as u64;
         let end = walk(store, &self.uuid, seg, fill, |at, h| {
-            for r in codec::records(h, base + at.pos as u64) {
-                if let Place::Block { phys, crc, .. } = r.place {
-                    self.crcs[phys as usize].store(crc, Ordering::Relaxed);
-                }
+            // every data block of the chunk, raw or packed (compressed
+            // volumes' packed blocks follow the raw ones), as `record_chunk`
+            // records them: data block i is chunk block 1 + i
+            // MUTANT: crc-load-off-by-one s|at.pos as usize + 1;|at.pos as usize;|
+            let first = base as usize + at.pos as usize + 1;
+            for (i, &crc) in h.block_crcs.iter().enumerate() {
+                self.crcs[first + i].store(crc, Ordering::Relaxed);
             }
         })?;
         if end >= fill {

@@ -29,6 +29,9 @@ pub struct Geometry {
     /// the checkpoint slots and the segment area; 0 and 0 = none.
     pub log_offset: u64,
     pub log_bytes: u64,
+    /// Bytes of one map value in RAM and in a checkpoint: 4, or 5 on a
+    /// compressed volume (format v2 `COMPRESSION`).
+    pub map_value_bytes: u64,
 }
 
 /// Data blocks a segment holds at worst (random single-block writes: one header
@@ -60,6 +63,7 @@ impl Geometry {
             tail_offset: sb.tail_offset,
             log_offset: sb.log_ring().map_or(0, |r| r.0),
             log_bytes: sb.log_ring().map_or(0, |r| r.1),
+            map_value_bytes: sb.map_value_bytes(),
         }
     }
 
@@ -79,6 +83,24 @@ impl Geometry {
         op: f64,
         log_bytes: u64,
     ) -> Geometry {
+        Geometry::for_logical_with(
+            logical_blocks,
+            segment_blocks,
+            op,
+            log_bytes,
+            checkpoint::MAP_VALUE_BYTES,
+        )
+    }
+
+    /// `for_logical_log` with `map_value_bytes` per map value (4, or 5 on a
+    /// compressed volume: larger checkpoint slots).
+    pub fn for_logical_with(
+        logical_blocks: u64,
+        segment_blocks: u32,
+        op: f64,
+        log_bytes: u64,
+        map_value_bytes: u64,
+    ) -> Geometry {
         let usable = (segment_data_capacity(segment_blocks) as f64 * (1.0 - op)).max(1.0);
         let user_segments = ((logical_blocks as f64 / usable).ceil() as u64).max(2);
         let mut segment_count = user_segments as u32 + OPEN_SEGMENTS + 2;
@@ -86,7 +108,7 @@ impl Geometry {
         for _ in 0..3 {
             segment_count = user_segments as u32 + OPEN_SEGMENTS + reserve_segments(segment_count);
         }
-        let slot = checkpoint::slot_bytes(logical_blocks, segment_count);
+        let slot = checkpoint::slot_bytes_with(logical_blocks, segment_count, map_value_bytes);
         let c0 = 2 * BLOCK_BYTES as u64;
         let c1 = c0 + slot;
         let log_offset = if log_bytes > 0 { c1 + slot } else { 0 };
@@ -103,6 +125,7 @@ impl Geometry {
             tail_offset,
             log_offset,
             log_bytes,
+            map_value_bytes,
         }
     }
 
@@ -118,19 +141,35 @@ impl Geometry {
         op: f64,
         log_bytes: u64,
     ) -> Option<Geometry> {
+        Geometry::for_media_with(
+            media_bytes,
+            segment_blocks,
+            op,
+            log_bytes,
+            checkpoint::MAP_VALUE_BYTES,
+        )
+    }
+
+    /// `for_media_log` with `map_value_bytes` per map value.
+    pub fn for_media_with(
+        media_bytes: u64,
+        segment_blocks: u32,
+        op: f64,
+        log_bytes: u64,
+        map_value_bytes: u64,
+    ) -> Option<Geometry> {
+        let at = |n| Geometry::for_logical_with(n, segment_blocks, op, log_bytes, map_value_bytes);
         let (mut lo, mut hi) = (0u64, media_bytes / BLOCK_BYTES as u64);
         while lo < hi {
             let mid = (lo + hi).div_ceil(2);
-            if Geometry::for_logical_log(mid, segment_blocks, op, log_bytes).media_bytes()
-                <= media_bytes
-            {
+            if at(mid).media_bytes() <= media_bytes {
                 lo = mid;
             } else {
                 hi = mid - 1;
             }
         }
         (lo > 0).then(|| {
-            let mut g = Geometry::for_logical_log(lo, segment_blocks, op, log_bytes);
+            let mut g = at(lo);
             // the tail area at the very end of the media, not just after the segments
             g.tail_offset = media_bytes / BLOCK_BYTES as u64 * BLOCK_BYTES as u64 - TAIL_AREA_BYTES;
             g
@@ -184,5 +223,21 @@ mod tests {
             Geometry::for_media(4096, 1024, 0.1).is_none()
                 || Geometry::for_media(4096, 1024, 0.1).unwrap().media_bytes() <= 4096
         );
+    }
+
+    #[test]
+    fn compressed_geometry_has_slots_for_five_byte_values() {
+        let n = 1 << 20; // 4 GiB logical
+        let v1 = Geometry::for_logical(n, 1024, 0.10);
+        let c = Geometry::for_logical_with(n, 1024, 0.10, 0, 5);
+        assert_eq!((v1.map_value_bytes, c.map_value_bytes), (4, 5));
+        assert_eq!(v1.segment_count, c.segment_count);
+        assert!(v1.checkpoint_slot_bytes >= 4096 + 4 * n);
+        assert!(c.checkpoint_slot_bytes >= 4096 + 5 * n);
+        assert!(c.checkpoint_slot_bytes < v1.checkpoint_slot_bytes + n + 8192);
+        assert!(c.data_offset >= c.checkpoint_offset[1] + c.checkpoint_slot_bytes);
+        let m = Geometry::for_media_with(c.media_bytes(), 1024, 0.10, 0, 5).unwrap();
+        assert_eq!(m.map_value_bytes, 5);
+        assert!(m.media_bytes() <= c.media_bytes() && m.logical_blocks >= n);
     }
 }

@@ -1012,6 +1012,15 @@ pub fn apply(map: &mut Map, geo: &Geometry, f: &Found, rules: &mut RecoveryRules
             let loc = match r.place {
                 Place::Block { phys, .. } => Loc::Data(phys as u32),
                 Place::Virtual(k) => Loc::Virtual(virt_of(k).expect("virtual kind"), f.segment),
+                // no build writes Packed entries yet (docs/compression.md):
+                // refuse rather than map a fragment this build cannot read
+                Place::Fragment { .. } => {
+                    return Err(Error::Corrupt(format!(
+                        "chunk seq {} (segment {} block {}) holds compressed (Packed) entries, \
+                         which this build does not read",
+                        f.seq, f.segment, f.pos
+                    )))
+                }
             };
             map.set(r.lba, loc);
         }
@@ -1175,7 +1184,7 @@ pub fn load_checkpoint(
     let (map, records, c_next, lifetime, c_lsn) = match loaded {
         Some((_, l)) => (l.map, l.segments, l.next_seq, l.lifetime, l.next_lsn),
         None => (
-            Map::new(geo.logical_blocks),
+            Map::with_value_bytes(geo.logical_blocks, geo.map_value_bytes),
             checkpoint::empty_records(geo.segment_count),
             1,
             None,

@@ -35,6 +35,9 @@ struct Shape {
     fill: bool,
     /// Cut before every `stride`-th media write only (offset by the seed).
     stride: u64,
+    /// Create the volume with compression (format v2 `COMPRESSION`: 5-byte
+    /// map values in its checkpoints).
+    compress: bool,
 }
 
 /// The volume most sweeps use: 256 blocks, 128 KiB segments, uniform operations.
@@ -46,6 +49,7 @@ const SMALL: Shape = Shape {
     hot_blocks: BLOCKS,
     fill: false,
     stride: 1,
+    compress: false,
 };
 
 /// Random operations (a fraction `hot` of them in the first `hot_blocks`
@@ -86,12 +90,21 @@ fn run(
     let (mut create, _) = small_create(sh.blocks, 0.10);
     create.gc_policy = gc;
     create.segment_bytes = sh.segment_bytes;
-    let media_bytes =
-        sluice::geometry::Geometry::for_logical(sh.blocks, (sh.segment_bytes / 4096) as u32, 0.10)
-            .media_bytes();
+    if sh.compress {
+        create.compression = sluice::compress::Compression::Lz4;
+    }
+    let media_bytes = sluice::geometry::Geometry::for_logical_with(
+        sh.blocks,
+        (sh.segment_bytes / 4096) as u32,
+        0.10,
+        0,
+        if sh.compress { 5 } else { 4 },
+    )
+    .media_bytes();
     let opts = det_open(sh.checkpoint_bytes);
     let media = Arc::new(FaultMedia::new(media_bytes));
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &opts).unwrap();
+    assert_eq!(vol.superblock().compressed(), sh.compress);
     let base = media.writes_issued();
     if let Some(c) = cut {
         media.cut_power_after_writes(base + c);
@@ -202,6 +215,20 @@ fn crash_after_any_write_keeps_a_flushed_prefix() {
     );
 }
 
+/// A compressed volume (issue 19: its checkpoints hold 5-byte map values)
+/// keeps a flushed prefix at every cut too.
+#[test]
+fn crash_on_a_compressed_volume_keeps_a_flushed_prefix() {
+    let policies = [(0.35, true), (1.0, false)];
+    let sh = Shape {
+        compress: true,
+        ..SMALL
+    };
+    let (writes, points) = sweep(14, 1200, sh, &policies, sluice::gc::DEFAULT_POLICY);
+    println!("compressed crash sweep: {writes} write indices, {points} crash images checked");
+    assert!(writes >= 300, "want hundreds of crash points, got {writes}");
+}
+
 #[test]
 fn crash_with_gc_output_classes_keeps_a_flushed_prefix() {
     let policies = [(0.35, true), (1.0, false)];
@@ -228,6 +255,7 @@ fn crash_with_decay_classes_on_skewed_writes_keeps_a_flushed_prefix() {
         hot_blocks: 64,
         fill: true,
         stride: 8,
+        compress: false,
     };
     let results: Vec<(u64, u64)> = std::thread::scope(|s| {
         let hs: Vec<_> = [31u64, 32]

@@ -50,6 +50,9 @@ struct Shape {
     /// Log devices the ring lives on (0: in the volume; 1; 2 mirrored), each
     /// a part of the seed's one SimMedia after the volume's (`SimPart`).
     log_devices: u8,
+    /// Created with compression (format v2 `COMPRESSION`: 5-byte map
+    /// values in RAM and checkpoints).
+    compress: bool,
 }
 
 const SHAPE: Shape = Shape {
@@ -59,6 +62,7 @@ const SHAPE: Shape = Shape {
     op: 0.10,
     intent_log: 0,
     log_devices: 0,
+    compress: false,
 };
 
 /// Even seeds create their volume with an intent log: the smallest ring (64
@@ -69,6 +73,9 @@ const SHAPE: Shape = Shape {
 /// 18, §4.3): one (2 mod 8) or a mirrored pair (6 mod 8), each a part of the
 /// same SimMedia with its own volatile cache and flush, so one power cut and
 /// one prefix replay cover the volume and its log devices together.
+///
+/// Seeds whose `seed / 3` is odd (3-5, 9-11, 15-17, ...: every GC policy,
+/// with and without each kind of log) create a compressed volume (issue 19).
 fn shape_for(seed: u64) -> Shape {
     Shape {
         intent_log: if seed.is_multiple_of(2) { 64 << 10 } else { 0 },
@@ -77,6 +84,7 @@ fn shape_for(seed: u64) -> Shape {
             6 => 2,
             _ => 0,
         },
+        compress: (seed / 3) % 2 == 1,
         ..SHAPE
     }
 }
@@ -84,7 +92,8 @@ fn shape_for(seed: u64) -> Shape {
 /// The volume's own geometry (its in-volume ring, if any).
 fn geometry(sh: Shape) -> Geometry {
     let ring = if sh.log_devices > 0 { 0 } else { sh.intent_log };
-    Geometry::for_logical_log(sh.blocks, sh.seg_blocks, sh.op, ring)
+    let width = if sh.compress { 5 } else { 4 };
+    Geometry::for_logical_with(sh.blocks, sh.seg_blocks, sh.op, ring, width)
 }
 
 /// Bytes of one log device: its two superblock copies and the ring.
@@ -199,6 +208,11 @@ fn create_opts(sh: Shape, gc: sluice::GcPolicy) -> CreateOptions {
         clock: DST_CLOCK,
         intent_log: (sh.intent_log > 0).then_some(sh.intent_log),
         log_devices: Vec::new(),
+        compression: if sh.compress {
+            sluice::compress::Compression::Lz4
+        } else {
+            sluice::compress::Compression::Off
+        },
     }
 }
 
@@ -632,6 +646,8 @@ struct Tally {
     /// Damage sweep: how often each kind of log device damage
     /// (`LOGDEV_DAMAGE`) was done, and its outcomes.
     damage: BTreeMap<&'static str, u64>,
+    /// Crash points of seeds with a compressed volume (`Shape::compress`).
+    compressed: u64,
 }
 
 impl Tally {
@@ -640,6 +656,7 @@ impl Tally {
             *self.rules.entry(k).or_default() += v;
         }
         self.points += o.points;
+        self.compressed += o.compressed;
         self.mount_cuts += o.mount_cuts;
         self.live += o.live;
         self.degraded_mounts += o.degraded_mounts;
@@ -1255,7 +1272,7 @@ struct SeedResult {
     digest: u32,
 }
 
-fn describe_event(e: &SimEvent, geo: &Geometry) -> String {
+fn describe_event(e: &SimEvent, geo: &Geometry, bases: &[u64]) -> String {
     match e {
         SimEvent::Flush => "flush".into(),
         SimEvent::FlushPart { base: 0, .. } => "flush (volume)".into(),
@@ -1263,7 +1280,11 @@ fn describe_event(e: &SimEvent, geo: &Geometry) -> String {
         SimEvent::Mark(m) => format!("mark {m}"),
         SimEvent::Write { offset, data } => {
             let o = *offset;
-            let what = if o < 2 * BS as u64 {
+            let dev = part_of(bases, o);
+            let what = if dev > 0 {
+                let rel = o - bases[dev];
+                format!("log device {} block {}", dev - 1, rel / BS as u64)
+            } else if o < 2 * BS as u64 {
                 format!("superblock copy {}", o / BS as u64)
             } else if geo.tail_offset != 0 && o >= geo.tail_offset {
                 format!("superblock tail copy {}", (o - geo.tail_offset) / BS as u64)
@@ -1422,6 +1443,7 @@ fn run_seed(
             };
             if r.is_err() && verbose {
                 let geo = geometry(sh);
+                let bases = part_bases(sh);
                 println!("media ops from the last completed flush to the cut:");
                 for (i, e) in media_ops
                     .iter()
@@ -1429,7 +1451,7 @@ fn run_seed(
                     .take(c)
                     .skip(last_flush.saturating_sub(12))
                 {
-                    println!("  media op {i:5}: {}", describe_event(e, &geo));
+                    println!("  media op {i:5}: {}", describe_event(e, &geo, &bases));
                 }
             }
             r.map_err(|e| {
@@ -1483,6 +1505,9 @@ fn run_seed(
             })?;
             t.live += 1;
         }
+    }
+    if sh.compress {
+        t.compressed = t.points;
     }
     Ok(SeedResult {
         tally: t,
@@ -1727,6 +1752,11 @@ fn dst_seeded_sweep() {
     assert!(
         discards > 0,
         "the sweep must reach discard of freed segments (SimMedia zeroes them)"
+    );
+    println!("dst: {} crash points on compressed volumes", t.compressed);
+    assert!(
+        done < 6 || t.compressed > 0,
+        "seeds 3-5 create compressed volumes: the sweep must cut them"
     );
     assert!(
         t.points >= want,

@@ -11,7 +11,8 @@
 
 use sluice::check;
 use sluice::format::checkpoint::{
-    self, body_bytes, decode_segments, CheckpointHeader, SegmentRecord, SEGMENT_RECORD_BYTES,
+    self, body_bytes_with, decode_segments_with, CheckpointHeader, SegmentRecord,
+    SEGMENT_RECORD_BYTES,
 };
 use sluice::format::chunk::{
     self, ChunkHeader, Entry, Kind, Stream, BLOCK_CRC_OFFSET, CHUNK_MAGIC, NO_SRC,
@@ -107,7 +108,8 @@ pub fn check_superblock(data: &[u8]) {
     // What validation promises to everything downstream (recovery, check, info):
     // no overflow in the layout arithmetic, slots inside the metadata area and
     // disjoint, and a checkpoint read no larger than the checkpoint needs + 1 MiB.
-    let need = checkpoint::slot_bytes(sb.logical_blocks, sb.segment_count);
+    let need =
+        checkpoint::slot_bytes_with(sb.logical_blocks, sb.segment_count, sb.map_value_bytes());
     assert!(sb.checkpoint_slot_bytes >= need);
     assert!(
         sb.checkpoint_slot_bytes <= need + (1 << 20),
@@ -339,14 +341,25 @@ fn body_geometry(data: &[u8]) -> (u64, u32, u32, &[u8]) {
     (lb, sc, sbk, rest.get(16..).unwrap_or(&[]))
 }
 
+/// Map value width of a body check: 5 bytes (compressed volumes) when bit 1
+/// of the control byte is set, else 4.
+fn value_bytes(data: &[u8]) -> u64 {
+    if split_control(data).0 & 2 != 0 {
+        5
+    } else {
+        4
+    }
+}
+
 /// Checkpoint segment table (after the map in the body).
 pub fn check_checkpoint_segments(data: &[u8]) {
     let (lb, sc, sbk, body) = body_geometry(data);
-    let Ok(recs) = decode_segments(body, lb, sc, sbk) else {
+    let w = value_bytes(data);
+    let Ok(recs) = decode_segments_with(body, lb, sc, sbk, w) else {
         return;
     };
     assert_eq!(recs.len(), sc as usize);
-    let start = lb as usize * 4;
+    let start = (lb * w) as usize;
     for (i, r) in recs.iter().enumerate() {
         assert!(r.fill <= sbk);
         let mut enc = [0u8; SEGMENT_RECORD_BYTES];
@@ -360,12 +373,15 @@ pub fn check_checkpoint_segments(data: &[u8]) {
     }
 }
 
-/// Checkpoint map (the first logical_blocks * 4 bytes of the body).
+/// Checkpoint map (the first logical_blocks * 4 bytes of the body; * 5 on
+/// a compressed volume).
 pub fn check_map_decode(data: &[u8]) {
     let (lb, sc, sbk, body) = body_geometry(data);
-    let Ok(map) = Map::decode(body, lb, sc, sbk) else {
+    let w = value_bytes(data);
+    let Ok(map) = Map::decode_with(body, lb, sc, sbk, w) else {
         return;
     };
+    assert_eq!(map.value_bytes(), w);
     assert_eq!(map.len(), lb);
     let data_blocks = sc as u64 * sbk as u64;
     for loc in map.iter() {
@@ -375,7 +391,8 @@ pub fn check_map_decode(data: &[u8]) {
             Loc::Virtual(_, s) => assert!(s < sc),
         }
     }
-    let mut enc = vec![0u8; lb as usize * 4];
+    let mut enc = vec![0u8; map.encoded_bytes()];
+    assert_eq!(enc.len() as u64, lb * w);
     map.encode_into(&mut enc);
     assert_eq!(&enc[..], &body[..enc.len()], "map round-trip");
 }
@@ -396,6 +413,22 @@ pub fn check_packed(data: &[u8]) {
     if unpack(block, next, slot, &mut raw).is_ok() {
         let table = Table::decode(block).expect("unpack accepted a table decode refuses");
         assert_eq!(crc32c::crc32c(&raw), table.slots[slot as usize].raw_crc);
+    }
+    // the run's fragment list: every place inside the run, spans only into
+    // a block of the run, and each one's table agrees
+    let run = if next.is_some() { &two[..] } else { block };
+    if let Ok(found) = sluice::format::packed::fragments_of(run) {
+        let blocks = run.len() / BLOCK_BYTES;
+        for f in found {
+            let b = f.place.block as usize;
+            assert!(b < blocks && (!f.place.spans || b + 1 < blocks));
+            let t = Table::decode(&run[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES]).unwrap();
+            let s = t.slots[f.place.slot as usize];
+            assert_eq!(
+                (s.len, s.raw_crc, s.spans()),
+                (f.len, f.raw_crc, f.place.spans)
+            );
+        }
     }
 }
 
@@ -464,7 +497,8 @@ pub fn reseal_image(img: &mut [u8], what: u8) {
         reseal_block(&mut img[t + BLOCK_BYTES..t + 2 * BLOCK_BYTES]);
     }
     if what & 8 != 0 {
-        let body_len = body_bytes(sb.logical_blocks, sb.segment_count) as usize;
+        let body_len =
+            body_bytes_with(sb.logical_blocks, sb.segment_count, sb.map_value_bytes()) as usize;
         for off in sb.checkpoint_offset {
             let off = off as usize;
             let body = &img[off + BLOCK_BYTES..off + BLOCK_BYTES + body_len];
@@ -859,7 +893,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         };
         map.set(i, loc);
     }
-    let mut body = vec![0u8; body_bytes(lb, sc) as usize];
+    let mut body = vec![0u8; body_bytes_with(lb, sc, 4) as usize];
     map.encode_into(&mut body[..lb as usize * 4]);
     for s in 0..sc as usize {
         let r = SegmentRecord {
@@ -880,6 +914,21 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             target,
             "basic".into(),
             with(1, &[&params[..], &body[..]].concat()),
+        ));
+    }
+    // the same map with 5-byte values (a compressed volume; control bit 1)
+    let mut map5 = Map::with_value_bytes(lb, 5);
+    for (i, loc) in map.iter().enumerate() {
+        map5.set(i as u64, loc);
+    }
+    let mut body5 = vec![0u8; body_bytes_with(lb, sc, 5) as usize];
+    map5.encode_into(&mut body5[..lb as usize * 5]);
+    body5[lb as usize * 5..].copy_from_slice(&body[lb as usize * 4..]);
+    for target in ["checkpoint_segments", "map_decode"] {
+        out.push((
+            target,
+            "five-byte-values".into(),
+            with(3, &[&params[..], &body5[..]].concat()),
         ));
     }
 

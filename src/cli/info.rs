@@ -331,6 +331,11 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
             ),
             _ => println!("intent log    none (FLUSH seals the open chunk)"),
         }
+        if sb.compressed() {
+            println!(
+                "compression   lz4 (map values of 5 bytes; no data compressed by this build yet)"
+            );
+        }
         println!(
             "exported      {} ({} blocks of 4 KiB)",
             human(vol.size_bytes()),

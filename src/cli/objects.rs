@@ -93,7 +93,12 @@ impl StoreArgs {
 
     fn client(&self) -> anyhow::Result<Arc<dyn ObjectStore>> {
         let s = self.store.as_deref().unwrap_or_default();
-        let Location::S3 { bucket, prefix } = Location::parse(s)?;
+        let (bucket, prefix) = match Location::parse(s)? {
+            Location::S3 { bucket, prefix } => (bucket, prefix),
+            Location::Rados { .. } => bail!(
+                "--store {s}: volumes on RADOS are not wired to the CLI yet (the segment store takes any object store; use s3:// here)"
+            ),
+        };
         let c = S3Objects::open(
             &bucket,
             &prefix,

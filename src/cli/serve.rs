@@ -455,6 +455,7 @@ fn open_volume(
             log_devices: Vec::new(),
             objects: a.objects.clone(),
             volume: None,
+            compress: Default::default(),
         })?;
         vol.close()?;
         say!("sluice: created {} ({})", path.display(), human(size));

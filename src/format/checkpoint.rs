@@ -1,7 +1,8 @@
 //! Checkpoint: the map and the segment table as of a sequence number, written to one
 //! of two alternating slots so mount = load newest valid checkpoint + replay newer
 //! chunks. Layout of a slot: one header block, then the body (map as u32 LE per
-//! logical block, then 16 bytes per segment), padded to whole blocks.
+//! logical block, 5 bytes LE per block on a `COMPRESSION` volume, then 16 bytes
+//! per segment), padded to whole blocks.
 //!
 //! The header's formerly reserved bytes 64.. may carry the volume's lifetime
 //! counters (`Lifetime`, tag `LIFE`): optional, ignored by readers that predate
@@ -18,15 +19,35 @@ pub const SEGMENT_RECORD_BYTES: usize = 16;
 /// `open_*` value meaning "no open segment".
 pub const NO_SEGMENT: u32 = u32::MAX;
 
-/// Body length in bytes (before padding).
+/// Bytes of one map value in a checkpoint body: 4 (format v1, and v2
+/// without compression).
+pub const MAP_VALUE_BYTES: u64 = 4;
+/// Bytes of one map value of a `COMPRESSION` volume (docs/format-v2.md §5).
+pub const MAP_VALUE_BYTES_COMPRESSED: u64 = 5;
+
+/// Body length in bytes (before padding), 4-byte map values.
 pub fn body_bytes(logical_blocks: u64, segment_count: u32) -> u64 {
-    logical_blocks * 4 + segment_count as u64 * SEGMENT_RECORD_BYTES as u64
+    body_bytes_with(logical_blocks, segment_count, MAP_VALUE_BYTES)
+}
+
+/// Body length in bytes (before padding) with `value_bytes` per map value.
+pub fn body_bytes_with(logical_blocks: u64, segment_count: u32, value_bytes: u64) -> u64 {
+    logical_blocks * value_bytes + segment_count as u64 * SEGMENT_RECORD_BYTES as u64
 }
 
 /// `body_bytes` for unvalidated numbers: None when it overflows u64 or usize.
 pub fn checked_body_bytes(logical_blocks: u64, segment_count: u32) -> Option<usize> {
+    checked_body_bytes_with(logical_blocks, segment_count, MAP_VALUE_BYTES)
+}
+
+/// `body_bytes_with` for unvalidated numbers.
+pub fn checked_body_bytes_with(
+    logical_blocks: u64,
+    segment_count: u32,
+    value_bytes: u64,
+) -> Option<usize> {
     logical_blocks
-        .checked_mul(4)?
+        .checked_mul(value_bytes)?
         .checked_add(segment_count as u64 * SEGMENT_RECORD_BYTES as u64)?
         .try_into()
         .ok()
@@ -34,8 +55,13 @@ pub fn checked_body_bytes(logical_blocks: u64, segment_count: u32) -> Option<usi
 
 /// Size of one checkpoint slot on the media: header block + padded body.
 pub fn slot_bytes(logical_blocks: u64, segment_count: u32) -> u64 {
+    slot_bytes_with(logical_blocks, segment_count, MAP_VALUE_BYTES)
+}
+
+/// `slot_bytes` with `value_bytes` per map value.
+pub fn slot_bytes_with(logical_blocks: u64, segment_count: u32, value_bytes: u64) -> u64 {
     let b = BLOCK_BYTES as u64;
-    b + body_bytes(logical_blocks, segment_count).div_ceil(b) * b
+    b + body_bytes_with(logical_blocks, segment_count, value_bytes).div_ceil(b) * b
 }
 
 /// Tag at header offset 64 that marks the lifetime counter block.
@@ -270,14 +296,31 @@ impl SegmentRecord {
     }
 }
 
-/// Decode the segment table part of a checkpoint body.
+/// Decode the segment table part of a checkpoint body (4-byte map values).
 pub fn decode_segments(
     body: &[u8],
     logical_blocks: u64,
     segment_count: u32,
     segment_blocks: u32,
 ) -> Result<Vec<SegmentRecord>, FormatError> {
-    let need = checked_body_bytes(logical_blocks, segment_count)
+    decode_segments_with(
+        body,
+        logical_blocks,
+        segment_count,
+        segment_blocks,
+        MAP_VALUE_BYTES,
+    )
+}
+
+/// `decode_segments` for a body with `value_bytes` per map value.
+pub fn decode_segments_with(
+    body: &[u8],
+    logical_blocks: u64,
+    segment_count: u32,
+    segment_blocks: u32,
+    value_bytes: u64,
+) -> Result<Vec<SegmentRecord>, FormatError> {
+    let need = checked_body_bytes_with(logical_blocks, segment_count, value_bytes)
         .ok_or_else(|| invalid("logical_blocks", "checkpoint body size overflows"))?;
     if body.len() < need {
         return Err(FormatError::Short {
@@ -285,7 +328,7 @@ pub fn decode_segments(
             have: body.len(),
         });
     }
-    let start = logical_blocks as usize * 4;
+    let start = (logical_blocks * value_bytes) as usize;
     (0..segment_count as usize)
         .map(|i| SegmentRecord::decode(&body[start + i * SEGMENT_RECORD_BYTES..], segment_blocks))
         .collect()

@@ -95,6 +95,10 @@ pub enum Kind {
     Ones = 2,
     /// Blocks were discarded; they read as zeros; no data stored.
     Trim = 3,
+    /// Format v2 `COMPRESSION` (docs/format-v2.md §5): `count` LZ4 fragments,
+    /// in entry order, in the packed blocks that follow the chunk's raw data
+    /// blocks (`format::packed`). Takes no raw data block of its own.
+    Packed = 4,
 }
 
 impl Kind {
@@ -104,6 +108,7 @@ impl Kind {
             1 => Kind::Zero,
             2 => Kind::Ones,
             3 => Kind::Trim,
+            4 => Kind::Packed,
             _ => return None,
         })
     }
@@ -129,8 +134,18 @@ impl Entry {
     pub fn is_relocation(&self) -> bool {
         self.src != NO_SRC
     }
+    /// Raw data blocks the entry takes (a Packed entry's fragments live in
+    /// the chunk's packed blocks, counted by `ChunkHeader::packed_blocks`).
     pub fn data_blocks(&self) -> u32 {
         if self.kind == Kind::Data {
+            self.count
+        } else {
+            0
+        }
+    }
+    /// Fragments the entry carries (Packed entries).
+    pub fn fragments(&self) -> u32 {
+        if self.kind == Kind::Packed {
             self.count
         } else {
             0
@@ -225,15 +240,28 @@ impl ChunkHeader {
         1 + self.data_blocks
     }
 
+    /// Raw data blocks (those of Data entries, in entry order): data
+    /// indexes `0..raw_blocks()`.
+    pub fn raw_blocks(&self) -> u32 {
+        self.entries.iter().map(|e| e.data_blocks()).sum()
+    }
+
+    /// Packed blocks after the raw ones (data indexes
+    /// `raw_blocks()..data_blocks`), holding the fragments of the Packed
+    /// entries.
+    pub fn packed_blocks(&self) -> u32 {
+        self.data_blocks - self.raw_blocks()
+    }
+
     /// Encode into `block` (exactly BLOCK_BYTES) with the CRC field zero; call
     /// `seal_crc` to add the header CRC.
     pub fn encode_into(&self, block: &mut [u8]) {
         debug_assert_eq!(block.len(), BLOCK_BYTES);
         debug_assert!(self.entries.len() <= MAX_ENTRIES);
-        debug_assert_eq!(
-            self.entries.iter().map(|e| e.data_blocks()).sum::<u32>(),
-            self.data_blocks
-        );
+        debug_assert!(packed_count_ok(
+            self.data_blocks as u64 - self.raw_blocks() as u64,
+            self.entries.iter().map(|e| e.fragments() as u64).sum()
+        ));
         debug_assert_eq!(self.block_crcs.len(), self.data_blocks as usize);
         block.fill(0);
         block[0..8].copy_from_slice(&CHUNK_MAGIC);
@@ -300,17 +328,22 @@ impl ChunkHeader {
             s => return Err(invalid("stream", s.to_string())),
         };
         let mut entries = Vec::with_capacity(n);
-        let mut sum: u64 = 0;
+        let (mut sum, mut fragments): (u64, u64) = (0, 0);
         for i in 0..n {
             let off = HEADER_BYTES + i * ENTRY_BYTES;
             let e = Entry::decode(&block[off..off + ENTRY_BYTES])?;
             sum += e.data_blocks() as u64;
+            fragments += e.fragments() as u64;
             entries.push(e);
         }
-        if sum != data_blocks as u64 {
+        // raw blocks first, then the packed blocks of the fragments (none
+        // without Packed entries: the version 1 rule, sum == data_blocks)
+        if sum > data_blocks as u64 || !packed_count_ok(data_blocks as u64 - sum, fragments) {
             return Err(invalid(
                 "data_blocks",
-                format!("{data_blocks} but entries carry {sum}"),
+                format!(
+                    "{data_blocks} but entries carry {sum} raw blocks and {fragments} fragments"
+                ),
             ));
         }
         let block_crcs = (0..data_blocks as usize)
@@ -337,6 +370,20 @@ impl ChunkHeader {
             block_crcs,
             lsn,
         })
+    }
+}
+
+/// Whether `packed` packed blocks can hold `fragments` fragments: none
+/// without fragments; else at least one and at most one per fragment (a
+/// fragment is shorter than a block's payload, so every packed block but a
+/// last one holding only the end of a spanning fragment has a fragment
+/// starting in it, and that last one's fragment started in a block that
+/// already had one before it).
+fn packed_count_ok(packed: u64, fragments: u64) -> bool {
+    if fragments == 0 {
+        packed == 0
+    } else {
+        (1..=fragments).contains(&packed)
     }
 }
 
@@ -478,5 +525,87 @@ mod tests {
         // the LSN bytes are covered by the header CRC
         img[LSN_FIELD] ^= 1;
         assert!(verify(&img, &[9; 16]).is_err());
+    }
+
+    #[test]
+    fn packed_blocks_follow_the_raw_ones_at_most_one_per_fragment() {
+        // 2 raw blocks (Data, lba 10) and `f` fragments (Packed, lba 40) in
+        // `p` packed blocks: accepted iff 1 <= p <= f (p = 0 without
+        // fragments, the version 1 rule)
+        let header = |f: u32, p: u32| {
+            let mut entries = vec![Entry {
+                lba: 10,
+                count: 2,
+                kind: Kind::Data,
+                src: NO_SRC,
+            }];
+            if f > 0 {
+                entries.push(Entry {
+                    lba: 40,
+                    count: f,
+                    kind: Kind::Packed,
+                    src: NO_SRC,
+                });
+            }
+            ChunkHeader {
+                uuid: [9; 16],
+                seq: 5,
+                segment: 1,
+                stream: Stream::User,
+                timestamp_ns: 0,
+                durable_seq: 0,
+                data_blocks: 2 + p,
+                entries,
+                block_crcs: vec![7; 2 + p as usize],
+                lsn: None,
+            }
+        };
+        let decode = |h: &ChunkHeader| {
+            let mut b = vec![0u8; BLOCK_BYTES];
+            // (encode's own check is a debug assertion: write the bytes the
+            // way a wrong writer would, through the public fields)
+            let mut ok = h.clone();
+            ok.data_blocks = 2 + ok.entries.iter().map(|e| e.fragments()).sum::<u32>().min(1);
+            ok.block_crcs.resize(ok.data_blocks as usize, 7);
+            ok.encode_into(&mut b);
+            put_u32(&mut b, 12, h.data_blocks);
+            for (i, c) in h.block_crcs.iter().enumerate() {
+                put_u32(&mut b, BLOCK_CRC_OFFSET + 4 * i, *c);
+            }
+            seal_crc(&mut b);
+            ChunkHeader::decode(&b)
+        };
+        for (f, p, ok) in [
+            (0, 0, true),
+            (0, 1, false),
+            (3, 0, false),
+            (3, 1, true),
+            (3, 3, true),
+            (3, 4, false),
+            (1, 1, true),
+        ] {
+            let h = header(f, p);
+            let got = decode(&h);
+            assert_eq!(
+                got.is_ok(),
+                ok,
+                "{f} fragments in {p} packed blocks: {got:?}"
+            );
+            if let Ok(d) = got {
+                assert_eq!(d, h);
+                assert_eq!((d.raw_blocks(), d.packed_blocks()), (2, p));
+            }
+        }
+        // kind 4 decodes as Packed (and 5 stays unknown)
+        let mut b = vec![0u8; BLOCK_BYTES];
+        header(2, 1).encode_into(&mut b);
+        seal_crc(&mut b);
+        assert_eq!(
+            ChunkHeader::decode(&b).unwrap().entries[1].kind,
+            Kind::Packed
+        );
+        b[HEADER_BYTES + ENTRY_BYTES + 7] = 5;
+        seal_crc(&mut b);
+        assert!(ChunkHeader::decode(&b).is_err());
     }
 }

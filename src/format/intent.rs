@@ -147,7 +147,9 @@ impl RecordHeader {
         for i in 0..n {
             let off = RECORD_FIXED_BYTES + i * RECORD_ENTRY_BYTES;
             let word = get_u64(block, off);
+            // records carry raw blocks only: fragments are packed at seal
             let kind = Kind::from_u8((word >> 56) as u8)
+                .filter(|&k| k != Kind::Packed)
                 .ok_or_else(|| invalid("record entry.kind", (word >> 56).to_string()))?;
             let lba = word & MAX_ENTRY_LBA;
             let count = get_u32(block, off + 8);

@@ -147,6 +147,63 @@ impl Table {
     }
 }
 
+/// One fragment of a run of packed blocks, as the tables say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    /// Where it is (block index from the run's first block, slot, spans).
+    pub place: Place,
+    /// Compressed length in bytes.
+    pub len: u16,
+    /// CRC32C of the 4 KiB it decompresses to.
+    pub raw_crc: u32,
+}
+
+/// Every fragment of a chunk's packed blocks (`blocks`, a whole number of
+/// blocks, each already verified against its block CRC), in order: the k-th
+/// fragment of the chunk's Packed entries is the k-th found. Refuses a run
+/// whose tables do not chain: the first block's `spill` must be 0, each
+/// next block's `spill` what the block before it spilled out, and the last
+/// block must spill nothing.
+pub fn fragments_of(blocks: &[u8]) -> Result<Vec<Found>, FormatError> {
+    if blocks.is_empty() || !blocks.len().is_multiple_of(BLOCK_BYTES) {
+        return Err(invalid(
+            "packed.blocks",
+            format!("{} bytes, not whole blocks", blocks.len()),
+        ));
+    }
+    let mut out = Vec::new();
+    let mut spill_in = 0usize;
+    for (b, block) in blocks.chunks_exact(BLOCK_BYTES).enumerate() {
+        let t = Table::decode(block)?;
+        // MUTANT: packed-chain-unchecked s|t.spill as usize != spill_in|false|
+        if t.spill as usize != spill_in {
+            return Err(invalid(
+                "packed.spill",
+                format!(
+                    "block {b} says {}, the block before spilled {spill_in}",
+                    t.spill
+                ),
+            ));
+        }
+        spill_in = t.spill_out();
+        for (i, s) in t.slots.iter().enumerate() {
+            out.push(Found {
+                place: Place {
+                    block: b as u32,
+                    slot: i as u8,
+                    spans: s.spans(),
+                },
+                len: s.len,
+                raw_crc: s.raw_crc,
+            });
+        }
+    }
+    if spill_in != 0 {
+        return Err(invalid("packed.spill", "the last block spills out"));
+    }
+    Ok(out)
+}
+
 /// Where the packer put a fragment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Place {
@@ -456,6 +513,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn fragments_of_lists_what_the_packer_placed_and_refuses_broken_chains() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        for round in 0..30 {
+            let raws: Vec<_> = (0..rng.gen_range(1..60))
+                .map(|_| block_of(&mut rng, [0.4, 0.7, 1.0][round % 3]))
+                .collect();
+            let (packed, places) = pack_all(&raws);
+            let kept: Vec<(Place, u32)> = raws
+                .iter()
+                .zip(&places)
+                .filter_map(|(r, p)| p.map(|p| (p, crc32c::crc32c(r))))
+                .collect();
+            if kept.is_empty() {
+                continue;
+            }
+            let found = fragments_of(&packed).unwrap();
+            assert_eq!(found.len(), kept.len());
+            for (f, (p, crc)) in found.iter().zip(&kept) {
+                assert_eq!((f.place, f.raw_crc), (*p, *crc));
+            }
+            // a chunk's packed blocks are never more than its fragments
+            assert!(packed.len() / BLOCK_BYTES <= kept.len());
+            // a block missing from the run breaks the chain or the count
+            let n = packed.len() / BLOCK_BYTES;
+            if n > 1 {
+                let short = &packed[..(n - 1) * BLOCK_BYTES];
+                assert!(fragments_of(short).map_or(true, |f| f.len() < kept.len()));
+                let mut skip = packed[..BLOCK_BYTES].to_vec();
+                skip.extend_from_slice(&packed[2 * BLOCK_BYTES..]);
+                let spans_out = Table::decode(&packed[..BLOCK_BYTES]).unwrap().spill_out() > 0;
+                if spans_out {
+                    assert!(
+                        fragments_of(&skip).is_err(),
+                        "round {round}: chain not checked"
+                    );
+                }
+            }
+        }
+        assert!(fragments_of(&[]).is_err());
+        assert!(fragments_of(&[0u8; 100]).is_err());
     }
 
     #[test]

@@ -62,7 +62,8 @@ pub mod incompat {
     /// The intent log ring is on separate device(s) (§4.3): `log_offset` is
     /// 0 and each device carries its own superblock (`format::logdev`).
     pub const LOG_DEVICE: u64 = 1 << 1;
-    /// Packed (compressed) entries (§5; not in this build).
+    /// Compressed data (§5): 5-byte map values in checkpoints; packed
+    /// entries (not written by this build yet: docs/compression.md).
     pub const COMPRESSION: u64 = 1 << 2;
     /// Stripe set members (§6; not in this build).
     pub const STRIPE_SET: u64 = 1 << 3;
@@ -71,7 +72,7 @@ pub mod incompat {
     /// Chunk headers carry the LSN range of their user entries (§3).
     pub const LSN: u64 = 1 << 5;
     /// The bits this build mounts.
-    pub const KNOWN: u64 = INTENT_LOG | LSN | LOG_DEVICE;
+    pub const KNOWN: u64 = INTENT_LOG | LSN | LOG_DEVICE | COMPRESSION;
     /// Name of one bit, for refusals.
     pub fn name(bit: u32) -> String {
         match bit {
@@ -156,6 +157,21 @@ impl Superblock {
     /// The volume has an intent log, in the volume or on a device.
     pub fn has_intent_log(&self) -> bool {
         self.v2.is_some_and(|v| v.has(incompat::INTENT_LOG))
+    }
+
+    /// The volume was created with compression (`COMPRESSION`).
+    pub fn compressed(&self) -> bool {
+        self.v2.is_some_and(|v| v.has(incompat::COMPRESSION))
+    }
+
+    /// Bytes of one map value in a checkpoint body (and in RAM): 5 on a
+    /// compressed volume, else 4.
+    pub fn map_value_bytes(&self) -> u64 {
+        if self.compressed() {
+            crate::format::checkpoint::MAP_VALUE_BYTES_COMPRESSED
+        } else {
+            crate::format::checkpoint::MAP_VALUE_BYTES
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -288,7 +304,11 @@ impl Superblock {
         if self.checkpoint_slot != NO_CHECKPOINT && self.checkpoint_slot > 1 {
             return Err(invalid("checkpoint_slot", self.checkpoint_slot.to_string()));
         }
-        let need = crate::format::checkpoint::slot_bytes(self.logical_blocks, self.segment_count);
+        let need = crate::format::checkpoint::slot_bytes_with(
+            self.logical_blocks,
+            self.segment_count,
+            self.map_value_bytes(),
+        );
         if self.checkpoint_slot_bytes < need {
             return Err(invalid(
                 "checkpoint_slot_bytes",
@@ -497,8 +517,39 @@ mod tests {
     }
 
     #[test]
+    fn compressed_volume_needs_a_slot_for_five_byte_map_values() {
+        // 4000 logical blocks, 100 segments: 4-byte values need a 24 KiB
+        // slot (header + 16000 + 1600 body bytes), 5-byte ones 28 KiB
+        // (header + 20000 + 1600)
+        let big = || {
+            let mut sb = sample();
+            (sb.logical_blocks, sb.segment_count) = (4000, 100);
+            sb.tail_offset = sb.data_offset + 100 * 64 * 4096;
+            sb
+        };
+        let mut sb = big();
+        sb.v2 = Some(SbV2 {
+            features_incompat: incompat::COMPRESSION,
+            ..SbV2::default()
+        });
+        assert!(sb.compressed());
+        assert_eq!(sb.map_value_bytes(), 5);
+        assert!(!sample().compressed());
+        assert_eq!(sample().map_value_bytes(), 4);
+        sb.checkpoint_slot_bytes = 28672;
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        sb.checkpoint_slot_bytes = 24576;
+        let e = Superblock::decode(&sb.encode()).unwrap_err();
+        assert!(e.to_string().contains("checkpoint_slot_bytes"), "{e}");
+        // the same slot is enough without compression
+        let mut v1 = big();
+        v1.checkpoint_slot_bytes = 24576;
+        Superblock::decode(&v1.encode()).unwrap();
+    }
+
+    #[test]
     fn unknown_incompat_bit_is_refused_by_name() {
-        for (bit, name) in [(2u64, "COMPRESSION"), (3, "STRIPE_SET"), (40, "bit 40")] {
+        for (bit, name) in [(3u64, "STRIPE_SET"), (40, "bit 40")] {
             let mut sb = sample_v2();
             sb.v2.as_mut().unwrap().features_incompat |= 1 << bit;
             let e = Superblock::decode(&sb.encode()).unwrap_err();

@@ -578,7 +578,10 @@ impl Core {
             self.open.iter().all(|c| c.is_none()),
             "checkpoint with an open chunk"
         );
-        let map_len = self.geo.logical_blocks as usize * 4;
+        // 4 bytes per block, 5 on a compressed volume (the geometry's slot
+        // was sized for the same width)
+        debug_assert_eq!(self.map.value_bytes(), self.geo.map_value_bytes);
+        let map_len = self.map.encoded_bytes();
         self.map.encode_into(&mut body[..map_len]);
         let mut off = map_len;
         for r in self.segs.records() {
@@ -642,6 +645,14 @@ impl Core {
                                 .map_err(|_| RelocateError::NoSpace)?;
                                 data_moved += 1;
                             }
+                        }
+                        Place::Fragment { .. } => {
+                            // not written by this build (docs/compression.md)
+                            return Err(RelocateError::Damaged(format!(
+                                "chunk seq {} holds compressed (Packed) entries, \
+                                 which this build does not move",
+                                h.seq
+                            )));
                         }
                         Place::Virtual(k2) => {
                             let v = virt_of(k2).expect("virtual kind");

@@ -122,6 +122,10 @@ pub struct CreateOptions {
     /// Each device gets its own superblock; whatever it held is overwritten
     /// (the caller has locked and probed it).
     pub log_devices: Vec<LogDevice>,
+    /// Compression (format v2 `COMPRESSION`, docs/compression.md): sets the
+    /// feature bit and gives the map 5-byte values. Off: a volume exactly as
+    /// before.
+    pub compression: crate::compress::Compression,
 }
 
 /// The ring `sluice create --intent-log` makes: 16 MiB. The ring holds the
@@ -143,6 +147,7 @@ impl Default for CreateOptions {
             clock: WallClock::System,
             intent_log: None,
             log_devices: Vec::new(),
+            compression: crate::compress::Compression::Off,
         }
     }
 }
@@ -443,6 +448,12 @@ impl Volume {
                 )))
             }
         };
+        let compressed = opts.compression == crate::compress::Compression::Lz4;
+        let value_bytes = if compressed {
+            crate::format::checkpoint::MAP_VALUE_BYTES_COMPRESSED
+        } else {
+            crate::format::checkpoint::MAP_VALUE_BYTES
+        };
         let geo = match opts.logical_bytes {
             Some(l) => {
                 if l == 0 || l % BS != 0 {
@@ -450,8 +461,13 @@ impl Volume {
                         "volume size {l} must be a positive multiple of 4 KiB"
                     )));
                 }
-                let g =
-                    Geometry::for_logical_log(l / BS, seg_blocks, opts.overprovision, log_bytes);
+                let g = Geometry::for_logical_with(
+                    l / BS,
+                    seg_blocks,
+                    opts.overprovision,
+                    log_bytes,
+                    value_bytes,
+                );
                 if g.media_bytes() > media.len() {
                     return Err(Error::InvalidArgument(format!(
                         "media holds {} bytes but a {} byte volume at {:.0}% over-provisioning needs {}",
@@ -463,13 +479,19 @@ impl Volume {
                 }
                 g
             }
-            None => Geometry::for_media_log(media.len(), seg_blocks, opts.overprovision, log_bytes)
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "media of {} bytes is too small for a volume",
-                        media.len()
-                    ))
-                })?,
+            None => Geometry::for_media_with(
+                media.len(),
+                seg_blocks,
+                opts.overprovision,
+                log_bytes,
+                value_bytes,
+            )
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "media of {} bytes is too small for a volume",
+                    media.len()
+                ))
+            })?,
         };
         if geo.logical_blocks > crate::map::MAX_LOGICAL_BLOCKS
             || geo.segment_count as u64 * seg_blocks as u64 >= crate::map::MAX_PHYS_BLOCKS
@@ -501,32 +523,41 @@ impl Volume {
             gc_policy: opts.gc_policy.id(),
             tail_offset: geo.tail_offset,
             // a v2 superblock only when a v2 feature is asked for
-            v2: (geo.log_bytes > 0 || device_ring.is_some()).then(|| {
+            v2: (geo.log_bytes > 0 || device_ring.is_some() || compressed).then(|| {
                 use crate::format::superblock::{incompat, LogStart, SbV2};
-                SbV2 {
-                    features_incompat: incompat::INTENT_LOG
-                        | incompat::LSN
-                        | if device_ring.is_some() {
-                            incompat::LOG_DEVICE
-                        } else {
-                            0
+                let logged = geo.log_bytes > 0 || device_ring.is_some();
+                let mut v2 = if !logged {
+                    SbV2::default()
+                } else {
+                    SbV2 {
+                        features_incompat: incompat::INTENT_LOG
+                            | incompat::LSN
+                            | if device_ring.is_some() {
+                                incompat::LOG_DEVICE
+                            } else {
+                                0
+                            },
+                        // an in-volume log has no identity of its own; a log
+                        // device's is random (derived when the uuid is fixed,
+                        // for the simulator)
+                        log_uuid: match (device_ring, opts.uuid) {
+                            (Some(_), None) => rand::random(),
+                            _ => uuid.map(|b| b ^ 0x5a),
                         },
-                    // an in-volume log has no identity of its own; a log
-                    // device's is random (derived when the uuid is fixed,
-                    // for the simulator)
-                    log_uuid: match (device_ring, opts.uuid) {
-                        (Some(_), None) => rand::random(),
-                        _ => uuid.map(|b| b ^ 0x5a),
-                    },
-                    log_offset: geo.log_offset,
-                    log_bytes: device_ring.unwrap_or(geo.log_bytes),
-                    log_start: LogStart {
-                        offset: 0,
-                        seq: 1,
-                        chain: crate::format::intent::chain_seed(&uuid, 0),
-                    },
-                    ..SbV2::default()
+                        log_offset: geo.log_offset,
+                        log_bytes: device_ring.unwrap_or(geo.log_bytes),
+                        log_start: LogStart {
+                            offset: 0,
+                            seq: 1,
+                            chain: crate::format::intent::chain_seed(&uuid, 0),
+                        },
+                        ..SbV2::default()
+                    }
+                };
+                if compressed {
+                    v2.features_incompat |= incompat::COMPRESSION;
                 }
+                v2
             }),
         };
         // Host space for the metadata area first, so no later mount needs any.

@@ -13,9 +13,13 @@
 //! only against a real server (tests/objects_s3.rs).
 
 mod memory;
+#[cfg(feature = "rados")]
+mod rados;
 mod s3;
 
 pub use memory::MemObjects;
+#[cfg(feature = "rados")]
+pub use rados::{RadosObjects, RadosOptions};
 pub use s3::{S3Objects, S3Options};
 
 use std::io;
@@ -163,6 +167,9 @@ pub(crate) fn check_range(name: &str, range: &Range<u64>) -> Result<(), ObjError
 pub enum Location {
     /// `s3://BUCKET/PREFIX` (PREFIX may be empty).
     S3 { bucket: String, prefix: String },
+    /// `rados://POOL/PREFIX` (PREFIX may be empty): a Ceph pool, reached
+    /// through librados (builds with the cargo feature `rados`).
+    Rados { pool: String, prefix: String },
 }
 
 impl Location {
@@ -170,15 +177,36 @@ impl Location {
     /// (3-63 of `a-z0-9.-`, starting and ending with a letter or digit); the
     /// prefix, if any, must be a valid object name (`check_name`); a trailing
     /// `/` is dropped.
+    ///
+    /// `rados://POOL/PREFIX`: the pool is 1-63 of `A-Za-z0-9._-` (Ceph takes
+    /// more; these need no quoting anywhere), the prefix as for S3.
     pub fn parse(s: &str) -> Result<Location, ObjError> {
         let bad = |why: &str| Err(ObjError::Invalid(format!("location {s:?}: {why}")));
+        let split = |rest: &'_ str| -> (String, String) {
+            match rest.split_once('/') {
+                Some((b, p)) => (b.to_string(), p.trim_end_matches('/').to_string()),
+                None => (rest.to_string(), String::new()),
+            }
+        };
+        if let Some(rest) = s.strip_prefix("rados://") {
+            let (pool, prefix) = split(rest);
+            let ok_pool = (1..=63).contains(&pool.len())
+                && pool
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+            if !ok_pool {
+                return bad("the pool is 1-63 of A-Z, a-z, 0-9, '.', '_', '-'");
+            }
+            if !prefix.is_empty() {
+                check_name(&prefix)?;
+            }
+            return Ok(Location::Rados { pool, prefix });
+        }
         let Some(rest) = s.strip_prefix("s3://") else {
-            return bad("expected s3://BUCKET/PREFIX");
+            return bad("expected s3://BUCKET/PREFIX or rados://POOL/PREFIX");
         };
-        let (bucket, prefix) = match rest.split_once('/') {
-            Some((b, p)) => (b, p.trim_end_matches('/')),
-            None => (rest, ""),
-        };
+        let (bucket, prefix) = split(rest);
+        let (bucket, prefix) = (bucket.as_str(), prefix.as_str());
         let ok_bucket = (3..=63).contains(&bucket.len())
             && bucket
                 .bytes()
@@ -203,6 +231,8 @@ impl std::fmt::Display for Location {
         match self {
             Location::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
             Location::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+            Location::Rados { pool, prefix } if prefix.is_empty() => write!(f, "rados://{pool}"),
+            Location::Rados { pool, prefix } => write!(f, "rados://{pool}/{prefix}"),
         }
     }
 }
@@ -229,6 +259,26 @@ mod tests {
             );
             assert_eq!(l.to_string(), back);
         }
+        for (s, pool, prefix, back) in [
+            (
+                "rados://sluice/vols/a",
+                "sluice",
+                "vols/a",
+                "rados://sluice/vols/a",
+            ),
+            ("rados://Pool_1.x/", "Pool_1.x", "", "rados://Pool_1.x"),
+            ("rados://p", "p", "", "rados://p"),
+        ] {
+            let l = Location::parse(s).unwrap();
+            assert_eq!(
+                l,
+                Location::Rados {
+                    pool: pool.into(),
+                    prefix: prefix.into()
+                }
+            );
+            assert_eq!(l.to_string(), back);
+        }
     }
 
     #[test]
@@ -236,7 +286,11 @@ mod tests {
         for s in [
             "",
             "s3:/vols",
-            "rados://pool/x",
+            "rados://",
+            "rados:///x",
+            "rados://po ol/x",
+            "rados://pool/a//b",
+            "rados://pool/../b",
             "s3://",
             "s3://ab",
             "s3://Vols/x",
