@@ -317,6 +317,21 @@ apply_mirror_first_chain_kept() {
 apply_replace_loses_unclean_log() {
   marker replace-loses-unclean-log
 }
+apply_ring_error_acked() {
+  marker ring-error-acked
+}
+apply_add_mirror_unmarked() {
+  marker add-mirror-unmarked
+}
+apply_remove_before_records_homed() {
+  marker remove-before-records-homed
+}
+apply_peek_identity_exact() {
+  marker peek-identity-exact
+}
+apply_flush_latency_unobserved() {
+  marker flush-latency-unobserved
+}
 apply_put_new_overwrites() {
   marker put-new-overwrites
 }
@@ -411,12 +426,17 @@ run stale-member-accepted stripe
 run logdev-flush-noop log_device dst
 run mirror-acked-after-one-flush log_device dst
 run logdev-foreign-accepted log_device
-run log-loss-stops-volume log_device
+run log-loss-stops-volume log_device intent_log
 run missing-ok-keeps-old-chain log_device
 run stale-mirror-unmarked log_device dst
 run stale-mirror-replayed log_device
 run mirror-first-chain-kept log_device dst
 run replace-loses-unclean-log log_device
+run flush-latency-unobserved observe
+run ring-error-acked intent_log
+run add-mirror-unmarked log_device
+run remove-before-records-homed log_device
+run peek-identity-exact dst lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3

@@ -8,6 +8,73 @@ use crate::format::checkpoint::{Lifetime, LIFETIME_GC_CLASSES};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// Log2 buckets: bucket k counts values in [2^(k-1), 2^k) (bucket 0: value 0).
+pub const BUCKETS: usize = 40;
+
+/// A histogram of u64 values (request latencies, seek distances, sizes) in power-of-two buckets, updated with relaxed atomics.
+pub struct Log2Hist {
+    buckets: [AtomicU64; BUCKETS],
+    sum: AtomicU64,
+}
+
+impl Default for Log2Hist {
+    fn default() -> Self {
+        Log2Hist {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Log2Hist {
+    #[inline]
+    pub fn observe(&self, v: u64) {
+        let k = ((64 - v.leading_zeros()) as usize).min(BUCKETS - 1);
+        self.buckets[k].fetch_add(1, Relaxed);
+        self.sum.fetch_add(v, Relaxed);
+    }
+    pub fn counts(&self) -> [u64; BUCKETS] {
+        std::array::from_fn(|k| self.buckets[k].load(Relaxed))
+    }
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Relaxed)).sum()
+    }
+    pub fn sum(&self) -> u64 {
+        self.sum.load(Relaxed)
+    }
+    /// Upper bound (inclusive) of bucket k.
+    pub fn upper(k: usize) -> u64 {
+        if k == 0 {
+            0
+        } else {
+            (1u64 << k) - 1
+        }
+    }
+}
+
+/// How a FLUSH was made durable (`Counters::flush_latency_us` is split by it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushPath {
+    /// It sealed no chunk: its blocks went to the intent log as a record (in
+    /// the volume or on a log device), or were logged already.
+    Log = 0,
+    /// It sealed the open chunk into the main log (no intent log, too many
+    /// blocks for a record, a full ring, the idle seal, or the fallback after
+    /// the log failed).
+    Seal = 1,
+}
+
+impl FlushPath {
+    pub const ALL: [FlushPath; 2] = [FlushPath::Log, FlushPath::Seal];
+    /// The `path` label of `sluice_flush_latency_seconds`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushPath::Log => "log",
+            FlushPath::Seal => "seal",
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Counters {
     pub host_write_bytes: AtomicU64,
@@ -53,6 +120,10 @@ pub struct Counters {
     /// Times every log device had failed and FLUSH fell back to sealing
     /// into the main log (at most once per mount).
     pub log_fallbacks: AtomicU64,
+    /// Time from a FLUSH's arrival at the volume (`Volume::flush`) to its
+    /// acknowledgement, in microseconds, by `FlushPath` (index `path as usize`);
+    /// only FLUSHes that succeeded.
+    pub flush_latency_us: [Log2Hist; 2],
     /// Lifetime counters of the checkpoint this mount started from (set once,
     /// at mount; `mounts` already counts this mount).
     pub lifetime_base: Lifetime,

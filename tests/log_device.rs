@@ -421,3 +421,413 @@ fn a_failed_mirror_is_replaced_and_an_unclean_single_device_only_when_asked() {
     assert!(notes.iter().any(|n| n.contains("WITHOUT")), "{notes:?}");
     Volume::open(m as Arc<dyn Media>, &det(&[d])).unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// `log-device add` and `remove` (volume::add_log_device, remove_log_device):
+// each transition cut by a power failure before every media operation it
+// makes, on the volume and its devices together (one SimMedia, a part each),
+// must leave a volume that mounts with its devices and reads back every
+// acknowledged FLUSH; a mount with a device set that could miss records may
+// refuse, but never serve without them.
+
+const RING: u64 = 64 << 10;
+
+struct Rig {
+    sim: Arc<SimMedia>,
+    main_len: u64,
+}
+
+impl Rig {
+    fn new(ring_in_volume: bool) -> Rig {
+        let ring = if ring_in_volume { RING } else { 0 };
+        let main_len = Geometry::for_logical_log(256, 32, 0.1, ring).media_bytes();
+        Rig {
+            sim: Arc::new(SimMedia::new(main_len + 2 * LOG_LEN)),
+            main_len,
+        }
+    }
+    fn crashed(&self, loss: Loss, seed: u64) -> Rig {
+        Rig {
+            sim: Arc::new(SimMedia::from_image(self.sim.crash_image(loss, seed))),
+            main_len: self.main_len,
+        }
+    }
+    fn main(&self) -> Arc<dyn Media> {
+        Arc::new(self.sim.part(0, self.main_len))
+    }
+    fn log(&self, i: usize) -> LogDevice {
+        LogDevice(Arc::new(
+            self.sim.part(self.main_len + i as u64 * LOG_LEN, LOG_LEN),
+        ))
+    }
+    fn logs(&self, which: &[usize]) -> Vec<LogDevice> {
+        which.iter().map(|&i| self.log(i)).collect()
+    }
+    fn open(&self, which: &[usize]) -> sluice::Result<Volume> {
+        Volume::open(
+            self.main(),
+            &OpenOptions {
+                background: false,
+                checkpoint_interval_bytes: Some(1 << 30),
+                log_devices: self.logs(which),
+                ..Default::default()
+            },
+        )
+    }
+}
+
+/// A volume with `logs` log devices (0: its ring in the volume) whose
+/// FLUSHed writes are only in its intent log (records, no chunk sealed), after
+/// a power cut: the rig and the (block, value) pairs that must read back.
+fn unclean(logs: usize) -> (Rig, Vec<(u64, u8)>) {
+    let rig = Rig::new(logs == 0);
+    let which: Vec<usize> = (0..logs).collect();
+    let c = CreateOptions {
+        logical_bytes: Some(256 * BS as u64),
+        overprovision: 0.1,
+        segment_bytes: 32 * BS as u64,
+        uuid: Some([9; 16]),
+        intent_log: Some(RING),
+        log_devices: rig.logs(&which),
+        ..Default::default()
+    };
+    let vol = Volume::create(
+        rig.main(),
+        &c,
+        &OpenOptions {
+            background: false,
+            checkpoint_interval_bytes: Some(1 << 30),
+            log_devices: rig.logs(&which),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut want = Vec::new();
+    for i in 0..6u64 {
+        vol.write(i * BS as u64, &block(40 + i as u8), false)
+            .unwrap();
+        want.push((i, 40 + i as u8));
+        if i % 2 == 1 {
+            vol.flush().unwrap();
+        }
+    }
+    let s = vol.stats();
+    assert!(s.log_records >= 3 && s.chunks_sealed == 0, "{s:?}");
+    drop(vol);
+    (rig.crashed(Loss::DropAll, 1), want)
+}
+
+/// Mount `rig` with `which` devices: Ok(true) when it mounted and every value
+/// of `want` reads back, Ok(false) when the mount was refused, Err when it
+/// mounted and lost or changed an acknowledged write.
+fn mounts_whole(rig: &Rig, which: &[usize], want: &[(u64, u8)]) -> Result<bool, String> {
+    let vol = match rig.open(which) {
+        Ok(v) => v,
+        Err(_) => return Ok(false),
+    };
+    let mut buf = vec![0u8; BS];
+    for &(b, v) in want {
+        vol.read(b * BS as u64, &mut buf)
+            .map_err(|e| format!("block {b}: {e}"))?;
+        if buf != block(v) {
+            return Err(format!(
+                "block {b} holds {:?}, want {v} (mounted with devices {which:?})",
+                &buf[..2]
+            ));
+        }
+    }
+    Ok(true)
+}
+
+/// Run `step` on a copy of `base` cut by a power failure before each of its
+/// media operations in turn (and once uncut); after each cut (every unflushed
+/// write lost, or some), a mount with each of `must` device sets serves every
+/// write of `want`, and one with each of `may` sets either refuses or does.
+/// Returns the uncut run's rig.
+fn sweep(
+    base: &Rig,
+    want: &[(u64, u8)],
+    step: impl Fn(&Rig) -> sluice::Result<Vec<String>>,
+    must: &[&[usize]],
+    may: &[&[usize]],
+) -> Rig {
+    let whole = base.crashed(Loss::KeepAll, 0);
+    let ops0 = whole.sim.ops();
+    step(&whole).unwrap_or_else(|e| panic!("the uncut transition failed: {e}"));
+    let total = whole.sim.ops() - ops0;
+    assert!(total > 4, "{total} media ops");
+    for cut in 0..=total {
+        let r = base.crashed(Loss::KeepAll, 0);
+        r.sim.cut_at_op(r.sim.ops() + cut);
+        let _ = step(&r);
+        for loss in [Loss::DropAll, Loss::Subset] {
+            let img = r.crashed(loss, cut);
+            for w in must {
+                match mounts_whole(&img.crashed(Loss::KeepAll, 0), w, want) {
+                    Ok(true) => {}
+                    Ok(false) => panic!(
+                        "cut before op {cut} of {total} ({loss:?}): the mount with devices {w:?} was refused: {}",
+                        img.open(w).err().unwrap()
+                    ),
+                    Err(e) => panic!("cut before op {cut} of {total} ({loss:?}): {e}"),
+                }
+            }
+            for w in may {
+                if let Err(e) = mounts_whole(&img.crashed(Loss::KeepAll, 0), w, want) {
+                    panic!("cut before op {cut} of {total} ({loss:?}): {e}");
+                }
+            }
+        }
+    }
+    whole
+}
+
+#[test]
+fn adding_a_log_device_to_a_volume_with_its_ring_inside_survives_a_power_cut_anywhere() {
+    let (base, want) = unclean(0);
+    let done = sweep(
+        &base,
+        &want,
+        |r| sluice::volume::add_log_device(r.main(), r.log(0), Vec::new(), 7),
+        &[&[0]],
+        &[],
+    );
+    let vol = done.open(&[0]).unwrap();
+    let sb = vol.superblock();
+    assert!(sb.log_device().is_some() && sb.log_ring().is_none());
+    // the volume logs to the device now
+    vol.write(100 * BS as u64, &block(7), false).unwrap();
+    vol.flush().unwrap();
+    let s = vol.stats();
+    assert_eq!((s.log_records, s.log_flushes), (1, 1), "{s:?}");
+    drop(vol);
+    assert!(mounts_whole(&done.crashed(Loss::DropAll, 3), &[0], &[(100, 7)]).unwrap());
+}
+
+#[test]
+fn adding_a_mirror_survives_a_power_cut_anywhere_and_never_replays_the_new_one_alone() {
+    let (base, want) = unclean(1);
+    let done = sweep(
+        &base,
+        &want,
+        |r| sluice::volume::add_log_device(r.main(), r.log(1), r.logs(&[0]), 7),
+        &[&[0, 1], &[0]],
+        &[&[1]],
+    );
+    // a pair now: a record reaches both, and either alone serves it
+    let vol = done.open(&[0, 1]).unwrap();
+    assert_eq!(vol.superblock().v2.unwrap().log_stale, 0);
+    vol.write(100 * BS as u64, &block(8), false).unwrap();
+    vol.flush().unwrap();
+    assert_eq!(vol.stats().log_flushes, 2);
+    drop(vol);
+    let c = done.crashed(Loss::DropAll, 4);
+    for which in [&[0usize][..], &[1]] {
+        assert!(
+            mounts_whole(&c.crashed(Loss::KeepAll, 0), which, &[(100, 8)]).unwrap(),
+            "{which:?}"
+        );
+    }
+}
+
+#[test]
+fn removing_one_of_a_pair_survives_a_power_cut_anywhere() {
+    let (base, want) = unclean(2);
+    let done = sweep(
+        &base,
+        &want,
+        |r| sluice::volume::remove_log_device(r.main(), Some(r.log(1)), r.logs(&[0]), false),
+        &[&[0, 1], &[0]],
+        &[&[1]],
+    );
+    // one device now; the removed one is no longer taken for the volume's
+    let vol = done.open(&[0]).unwrap();
+    vol.write(100 * BS as u64, &block(9), false).unwrap();
+    vol.flush().unwrap();
+    assert_eq!(vol.stats().log_flushes, 1);
+    assert_eq!(vol.stats().log_devices_degraded, 0);
+    drop(vol);
+    let c = done.crashed(Loss::DropAll, 5);
+    assert!(c.open(&[1]).is_err(), "the removed device alone is refused");
+    assert!(mounts_whole(&c, &[0], &[(100, 9)]).unwrap());
+}
+
+#[test]
+fn removing_the_last_log_device_homes_its_records_first_and_then_flush_seals() {
+    let (base, want) = unclean(1);
+    let done = sweep(
+        &base,
+        &want,
+        |r| sluice::volume::remove_log_device(r.main(), Some(r.log(0)), Vec::new(), false),
+        &[&[0]],
+        &[&[]],
+    );
+    let vol = done.open(&[]).unwrap();
+    let sb = vol.superblock();
+    assert!(!sb.has_intent_log(), "no intent log left");
+    assert_eq!(sb.version(), 2, "the chunks keep their LSNs");
+    vol.write(100 * BS as u64, &block(10), false).unwrap();
+    vol.flush().unwrap();
+    let s = vol.stats();
+    assert_eq!(
+        (s.log_records, s.chunks_sealed),
+        (0, 1),
+        "FLUSH seals: {s:?}"
+    );
+    drop(vol);
+    let c = done.crashed(Loss::DropAll, 6);
+    let mut all = want.clone();
+    all.push((100, 10));
+    assert!(mounts_whole(&c, &[], &all).unwrap());
+    // and a log device can be added back
+    sluice::volume::add_log_device(c.main(), c.log(1), Vec::new(), 8).unwrap();
+    let vol = c.open(&[1]).unwrap();
+    vol.write(101 * BS as u64, &block(11), false).unwrap();
+    vol.flush().unwrap();
+    assert_eq!(vol.stats().log_records, 1);
+}
+
+#[test]
+fn add_and_remove_refuse_what_they_cannot_do_safely() {
+    let e = |r: sluice::Result<Vec<String>>| r.expect_err("refused").to_string();
+    // a v1 volume has no LSNs to build a log on
+    let rig = Rig::new(false);
+    let c = CreateOptions {
+        logical_bytes: Some(256 * BS as u64),
+        overprovision: 0.1,
+        segment_bytes: 32 * BS as u64,
+        ..Default::default()
+    };
+    Volume::create(rig.main(), &c, &OpenOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let m = e(sluice::volume::add_log_device(
+        rig.main(),
+        rig.log(0),
+        Vec::new(),
+        1,
+    ));
+    assert!(m.contains("format v1"), "{m}");
+    let m = e(sluice::volume::remove_log_device(
+        rig.main(),
+        Some(rig.log(0)),
+        Vec::new(),
+        false,
+    ));
+    assert!(m.contains("no intent log on a log device"), "{m}");
+    // a pair takes no third; a mirror needs the first device given; a
+    // device is not added twice
+    let (pair, _) = unclean(2);
+    let m = e(sluice::volume::add_log_device(
+        pair.main(),
+        pair.log(1),
+        pair.logs(&[0]),
+        1,
+    ));
+    assert!(m.contains("mirrored pair"), "{m}");
+    let (one, want) = unclean(1);
+    let m = e(sluice::volume::add_log_device(
+        one.main(),
+        one.log(1),
+        Vec::new(),
+        1,
+    ));
+    assert!(m.contains("give it"), "{m}");
+    let m = e(sluice::volume::add_log_device(
+        one.main(),
+        one.log(0),
+        one.logs(&[0]),
+        1,
+    ));
+    assert!(m.contains("already"), "{m}");
+    // the last device of a volume not closed cleanly, lost: only when asked
+    let m = e(sluice::volume::remove_log_device(
+        one.main(),
+        None,
+        Vec::new(),
+        false,
+    ));
+    assert!(m.contains("--log-device-missing-ok"), "{m}");
+    // nothing changed by the refusals: the records are all there
+    assert!(mounts_whole(&one, &[0], &want).unwrap());
+}
+
+/// The CLI: `log-device add` refuses a file holding data unless --force,
+/// makes a mirror with --log-device, and `remove` takes them away again;
+/// `info` says where the log is after each step.
+#[test]
+fn the_log_device_add_and_remove_commands() {
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(bin)
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    };
+    let ok = |args: &[&str]| {
+        let (s, out) = run(args);
+        assert!(s, "{args:?}: {out}");
+        out
+    };
+    ok(&["create", "v.img", "--size", "64M", "--intent-log"]);
+    std::fs::write(
+        dir.path().join("junk.log"),
+        (0..(1u32 << 20))
+            .map(|i| (i * 7 + 3) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let (s, out) = run(&["log-device", "add", "v.img", "junk.log"]);
+    assert!(!s && out.contains("--force"), "{out}");
+    ok(&["log-device", "add", "v.img", "junk.log", "--force"]);
+    let info = ok(&["info", "v.img", "--log-device", "junk.log"]);
+    assert!(info.contains("ring on log device"), "{info}");
+    ok(&[
+        "log-device",
+        "add",
+        "v.img",
+        "b.log",
+        "--log-device",
+        "junk.log",
+    ]);
+    let info = ok(&[
+        "info",
+        "v.img",
+        "--log-device",
+        "junk.log",
+        "--log-device",
+        "b.log",
+    ]);
+    assert!(
+        info.contains("junk.log") && info.contains("b.log") && !info.contains("DEGRADED"),
+        "{info}"
+    );
+    ok(&[
+        "log-device",
+        "remove",
+        "v.img",
+        "b.log",
+        "--log-device",
+        "junk.log",
+    ]);
+    ok(&["log-device", "remove", "v.img", "junk.log"]);
+    let info = ok(&["info", "v.img"]);
+    assert!(info.contains("intent log    none"), "{info}");
+    // a removed device has its log superblock wiped but still holds old
+    // records: data, so --force again
+    let (s, out) = run(&["log-device", "add", "v.img", "b.log"]);
+    assert!(!s && out.contains("--force"), "{out}");
+    ok(&["log-device", "add", "v.img", "b.log", "--force"]);
+    ok(&["check", "v.img", "--log-device", "b.log"]);
+}

@@ -216,10 +216,78 @@ fn top_shows_the_intent_log() {
         // counts include the log's, so WA now is above the data alone
         assert!(r["wa_interval"].as_f64().unwrap() > 1.0, "{r}");
         assert_eq!(r["log_degraded"].as_f64().unwrap(), 0.0, "{r}");
+        // every FLUSH of the writer logged: the logged path has a p99
+        assert!(r["flush_log_p99_s"].as_f64().unwrap() > 0.0, "{r}");
     }
     let m = scrape(&addr);
     let log = m["sluice_media_bytes_total{class=\"log\"}"];
     assert!(log > 0.0 && log == m["sluice_log_bytes_total"], "{m:?}");
+}
+
+/// The FLUSH latency histogram counts every FLUSH a client sent, on the
+/// path it took: on a volume with an intent log, a FLUSH after a few small
+/// writes logs, one after a large write seals; without an intent log every
+/// FLUSH seals.
+#[test]
+fn flush_latency_histogram_counts_the_flushes_by_path() {
+    let count = |m: &HashMap<String, f64>, path: &str| {
+        m.get(&format!(
+            "sluice_flush_latency_seconds_count{{path=\"{path}\"}}"
+        ))
+        .copied()
+        .unwrap_or_else(|| panic!("no FLUSH latency series for {path}: {m:?}"))
+    };
+    let big = vec![0x5au8; 64 * 4096];
+    // with an intent log
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN)
+        .args(["create", "v.img", "--size", "64M", "--intent-log"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (srv, uri, addr) = start(dir.path());
+    let c = NbdClient::connect(&uri).unwrap();
+    let (small_n, big_n) = (30u64, 12u64);
+    for i in 0..small_n {
+        random_writes(&c, 2, i + 1); // 8 KiB: one record
+        c.flush().unwrap();
+    }
+    for i in 0..big_n {
+        c.write(i * big.len() as u64, &big).unwrap(); // 256 KiB: seals
+        c.flush().unwrap();
+    }
+    let m = scrape(&addr);
+    let (log, seal) = (count(&m, "log"), count(&m, "seal"));
+    assert_eq!(
+        log + seal,
+        (small_n + big_n) as f64,
+        "every FLUSH is counted once: {log} logged, {seal} sealed"
+    );
+    // an idle seal between a write and its FLUSH can turn a sealing FLUSH
+    // into one with nothing left to seal, never the other way
+    assert!(log >= small_n as f64, "{log} logged, {seal} sealed");
+    assert!(seal >= 1.0, "{log} logged, {seal} sealed");
+    assert_eq!(
+        m["sluice_flush_latency_seconds_bucket{path=\"log\",le=\"+Inf\"}"],
+        log
+    );
+    assert!(m["sluice_flush_latency_seconds_sum{path=\"log\"}"] > 0.0);
+    assert_eq!(m["sluice_requests_total{op=\"flush\"}"], log + seal);
+    c.disconnect();
+    drop(srv);
+    // without one, every FLUSH seals
+    let dir = tempfile::tempdir().unwrap();
+    let (_srv, uri, addr) = start(dir.path());
+    let c = NbdClient::connect(&uri).unwrap();
+    for i in 0..small_n {
+        random_writes(&c, 2, i + 1);
+        c.flush().unwrap();
+    }
+    let m = scrape(&addr);
+    assert_eq!(count(&m, "seal"), small_n as f64);
+    assert_eq!(count(&m, "log"), 0.0);
+    c.disconnect();
 }
 
 #[test]

@@ -397,17 +397,66 @@ pub enum LogDeviceAction {
         #[arg(long)]
         log_device_missing_ok: bool,
     },
+    /// Give the volume log device NEW: its only one (the volume's log was in
+    /// the volume, or it had none: the volume is closed cleanly first), or,
+    /// with its one device given (--log-device), a mirror of it. NEW is
+    /// refused when it holds data or another volume, unless --force (a
+    /// leftover log device of this same volume is reused).
+    Add {
+        /// The volume (file or block device; not in use).
+        volume: PathBuf,
+        /// The new log device (a missing file is created with a 16 MiB ring).
+        new: PathBuf,
+        /// The volume's log device, when NEW is to mirror it.
+        #[arg(long = "log-device", value_name = "PATH")]
+        existing: Vec<PathBuf>,
+        /// Overwrite a NEW that holds data (never one in use).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Take log device DEV from the volume. One of a mirrored pair: give the
+    /// other (--log-device), which stays. The last one: its records are put
+    /// into the main log first (a mount with it and a clean close), then the
+    /// volume has no intent log (FLUSH seals the open chunk); DEV's log
+    /// superblock is wiped.
+    Remove {
+        /// The volume (file or block device; not in use).
+        volume: PathBuf,
+        /// The log device to remove.
+        dev: PathBuf,
+        /// The other log device of a mirrored pair (it stays).
+        #[arg(long = "log-device", value_name = "PATH")]
+        keep: Vec<PathBuf>,
+        /// DEV is lost: remove it without its records (only needed for the
+        /// last device of a volume not closed cleanly; what only it held is lost).
+        #[arg(long)]
+        log_device_missing_ok: bool,
+    },
 }
 
 pub fn run_log_device(a: LogDeviceArgs) -> anyhow::Result<i32> {
-    let LogDeviceAction::Replace {
-        volume,
-        new,
-        mirror,
-        others,
-        force,
-        log_device_missing_ok,
-    } = a.action;
+    let (volume, new, mirror, others, force, log_device_missing_ok) = match a.action {
+        LogDeviceAction::Replace {
+            volume,
+            new,
+            mirror,
+            others,
+            force,
+            log_device_missing_ok,
+        } => (volume, new, mirror, others, force, log_device_missing_ok),
+        LogDeviceAction::Add {
+            volume,
+            new,
+            existing,
+            force,
+        } => return run_add(volume, new, existing, force),
+        LogDeviceAction::Remove {
+            volume,
+            dev,
+            keep,
+            log_device_missing_ok,
+        } => return run_remove(volume, dev, keep, log_device_missing_ok),
+    };
     let media =
         FileMedia::open(&volume, false).with_context(|| format!("opening {}", volume.display()))?;
     let others = super::serve::open_log_devices(&others, false, false)?;
@@ -451,6 +500,133 @@ pub fn run_log_device(a: LogDeviceArgs) -> anyhow::Result<i32> {
         "replaced    log device mirror {mirror} of {} by {}",
         volume.display(),
         new.display()
+    );
+    Ok(0)
+}
+
+/// Open a new log device for `log-device add`: locked (created when missing,
+/// 16 MiB of ring), probed unless `force`; a device holding the log
+/// superblock of this same volume (`uuid`: an earlier add, remove or replace
+/// of it) may be reused without --force.
+fn open_new_log_device(p: &Path, force: bool, uuid: &[u8; 16]) -> anyhow::Result<Arc<FileMedia>> {
+    let size = sluice::format::logdev::LOGDEV_RING_OFFSET + sluice::DEFAULT_INTENT_LOG_BYTES;
+    match FileMedia::create_new(p, size) {
+        Ok(m) => return Ok(Arc::new(m)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating log device {}", p.display())),
+    }
+    // the lock first (a log device in use is never touched), then the probe
+    let m =
+        FileMedia::open(p, false).with_context(|| format!("opening log device {}", p.display()))?;
+    if force {
+        return Ok(Arc::new(m));
+    }
+    let Some(why) = sluice::media::probe::refuse_write(p, false)? else {
+        return Ok(Arc::new(m));
+    };
+    let mut b = sluice::media::AlignedBuf::new(4096);
+    let ours = m.read_at(&mut b[..], 0).is_ok()
+        && sluice::format::logdev::LogDevSuperblock::decode(&b)
+            .is_ok_and(|ls| ls.volume_uuid == *uuid);
+    if ours {
+        return Ok(Arc::new(m));
+    }
+    bail!(
+        "log device {} {why}; use --force to overwrite it",
+        p.display()
+    )
+}
+
+/// `sluice log-device add`.
+fn run_add(
+    volume: PathBuf,
+    new: PathBuf,
+    existing: Vec<PathBuf>,
+    force: bool,
+) -> anyhow::Result<i32> {
+    let media =
+        FileMedia::open(&volume, false).with_context(|| format!("opening {}", volume.display()))?;
+    let uuid = sluice::recovery::read_superblocks(&media)
+        .with_context(|| format!("reading the superblock of {}", volume.display()))?
+        .sb
+        .uuid;
+    let existing = super::serve::open_log_devices(&existing, false, false)?;
+    let created = !new.exists();
+    let dev = open_new_log_device(&new, force, &uuid)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let r = sluice::volume::add_log_device(
+        Arc::new(media),
+        sluice::LogDevice(dev.clone() as Arc<dyn Media>),
+        existing,
+        now,
+    );
+    let notes = match r {
+        Ok(n) => n,
+        Err(e) => {
+            if created {
+                if let Ok(m) = Arc::try_unwrap(dev) {
+                    let _ = m.remove_created();
+                }
+            }
+            return Err(e).with_context(|| format!("adding a log device to {}", volume.display()));
+        }
+    };
+    for n in notes {
+        println!("mount       {n}");
+    }
+    println!(
+        "added       log device {} to {}",
+        new.display(),
+        volume.display()
+    );
+    Ok(0)
+}
+
+/// `sluice log-device remove`.
+fn run_remove(
+    volume: PathBuf,
+    dev: PathBuf,
+    keep: Vec<PathBuf>,
+    missing_ok: bool,
+) -> anyhow::Result<i32> {
+    let media =
+        FileMedia::open(&volume, false).with_context(|| format!("opening {}", volume.display()))?;
+    let keep = super::serve::open_log_devices(&keep, false, false)?;
+    let gone = match FileMedia::open(&dev, false) {
+        Ok(m) => Some(sluice::LogDevice(Arc::new(m) as Arc<dyn Media>)),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            return Err(e).with_context(|| format!("opening log device {}", dev.display()))
+        }
+        Err(e) if missing_ok => {
+            say!("sluice: warning: log device {}: {e}; removing it without its records", dev.display());
+            None
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "opening log device {} (if it is lost, --log-device-missing-ok removes it without its records)",
+                    dev.display()
+                )
+            })
+        }
+    };
+    let notes = sluice::volume::remove_log_device(Arc::new(media), gone, keep, missing_ok)
+        .with_context(|| {
+            format!(
+                "removing log device {} from {}",
+                dev.display(),
+                volume.display()
+            )
+        })?;
+    for n in notes {
+        println!("mount       {n}");
+    }
+    println!(
+        "removed     log device {} from {}",
+        dev.display(),
+        volume.display()
     );
     Ok(0)
 }

@@ -60,9 +60,9 @@ pub enum Cmd {
         after_help = "Examples:\n  sluice check vol.img   # exit 1: superblock copies at the head are unreadable\n  sluice repair vol.img"
     )]
     Repair(info::RepairArgs),
-    /// Change the intent log device of a volume that is not mounted (replace).
+    /// Change the intent log devices of a volume that is not mounted (replace, add, remove).
     #[command(
-        after_help = "Examples:\n  sluice log-device replace vol.img /dev/nvme0n1p3\n  sluice log-device replace vol.img new.log --mirror 1 --log-device a.log"
+        after_help = "Examples:\n  sluice log-device replace vol.img /dev/nvme0n1p3\n  sluice log-device replace vol.img new.log --mirror 1 --log-device a.log\n  sluice log-device add vol.img /dev/nvme0n1p3\n  sluice log-device add vol.img b.log --log-device a.log\n  sluice log-device remove vol.img b.log --log-device a.log\n  sluice log-device remove vol.img a.log"
     )]
     LogDevice(create::LogDeviceArgs),
     /// Benchmarks from the seeds (grid, slog, steady, mix) and more, on sluice and its peers side by side.

@@ -1,6 +1,7 @@
 //! `sluice top ADDR`: a live view of a serving volume, read from its metrics
 //! endpoint (`sluice serve --metrics ADDR`) once a second: IOPS, MB/s, WA, GC
-//! activity, free space, the access pattern front and back. Plain text redraw
+//! activity, free space, the access pattern front and back, the intent log and
+//! FLUSH latency by durability path (p50/p99, logged vs sealed). Plain text redraw
 //! (fine over ssh), one line per sample when stdout is not a terminal, or JSON
 //! lines for scripts. Volume counters are one export's (`--export`, default the
 //! first); requests, latency and connections are the whole server's.
@@ -64,10 +65,23 @@ fn g(s: &Sample, k: &str) -> f64 {
 /// upper bound of the bucket it falls in), None with no requests.
 fn quantile(a: &Sample, b: &Sample, op: &str, q: f64) -> Option<f64> {
     let prefix = format!("sluice_request_latency_seconds_bucket{{op=\"{op}\",le=\"");
+    quantile_of(a, b, &prefix, q)
+}
+
+/// Quantile `q` of the FLUSH latency histogram of durability path `path`
+/// (`log` or `seal`) between two samples, as `quantile`.
+fn flush_quantile(a: &Sample, b: &Sample, path: &str, q: f64) -> Option<f64> {
+    let prefix = format!("sluice_flush_latency_seconds_bucket{{path=\"{path}\",le=\"");
+    quantile_of(a, b, &prefix, q)
+}
+
+/// Quantile `q` of the histogram whose bucket series start with `prefix`
+/// (up to the `le` value) between two samples.
+fn quantile_of(a: &Sample, b: &Sample, prefix: &str, q: f64) -> Option<f64> {
     let mut buckets: Vec<(f64, f64)> = b
         .iter()
         .filter_map(|(k, &v)| {
-            let le = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
+            let le = k.strip_prefix(prefix)?.strip_suffix("\"}")?;
             let le = if le == "+Inf" {
                 f64::INFINITY
             } else {
@@ -116,6 +130,12 @@ struct Row {
     log_flushes_per_s: f64,
     log_degraded: f64,
     log_fallbacks: f64,
+    /// FLUSH latency by durability path over the interval (None: no FLUSH
+    /// took that path).
+    flush_log_p50_s: Option<f64>,
+    flush_log_p99_s: Option<f64>,
+    flush_seal_p50_s: Option<f64>,
+    flush_seal_p99_s: Option<f64>,
     /// Segments in an object store (`serve --store`): 0 stores, no line.
     objects: ObjRow,
 }
@@ -238,6 +258,10 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         log_degraded: g(b, "sluice_log_devices_degraded"),
         log_fallbacks: g(b, "sluice_log_fallbacks_total"),
         objects: obj_row(a, b, dt),
+        flush_log_p50_s: flush_quantile(a, b, "log", 0.5),
+        flush_log_p99_s: flush_quantile(a, b, "log", 0.99),
+        flush_seal_p50_s: flush_quantile(a, b, "seal", 0.5),
+        flush_seal_p99_s: flush_quantile(a, b, "seal", 0.99),
     }
 }
 
@@ -256,7 +280,7 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
         "sluice top {addr}{}   t={:.0}s   connections {}\n\n\
          host    read  {:>9.0} IOPS {:>8.1} MB/s   p99 {}\n\
          \x20       write {:>9.0} IOPS {:>8.1} MB/s   p99 {}\n\
-         \x20       flush {:>9.0} /s   trim {:.0} /s\n\
+         \x20       flush {:>9.0} /s   trim {:.0} /s   flush latency logged p50 {} p99 {}, sealed p50 {} p99 {}\n\
          media   write {:>23.1} MB/s\n\
          WA      now {:.2}   last minute {:.2}   session {:.2}\n\
          GC      {:.1} runs/s, {:.0} blocks moved/s\n\
@@ -278,6 +302,10 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
         lat(r.write_p99_s),
         r.flush_per_s,
         r.trim_per_s,
+        lat(r.flush_log_p50_s),
+        lat(r.flush_log_p99_s),
+        lat(r.flush_seal_p50_s),
+        lat(r.flush_seal_p99_s),
         r.media_mb_s,
         r.wa_interval,
         r.wa_1m,
@@ -308,14 +336,14 @@ fn log_state(r: &Row) -> String {
         );
     }
     if r.log_fallbacks > 0.0 {
-        s += "   FALLBACK: every log device failed, FLUSH seals into the main log";
+        s += "   FALLBACK: the intent log failed (its ring or every log device), FLUSH seals into the main log";
     }
     s
 }
 
 fn line(r: &Row) -> String {
     format!(
-        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={} log={:.0}/s{}{}",
+        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={} flush p99 log={} seal={} log={:.0}/s{}{}",
         r.time_s,
         r.read_iops,
         r.write_iops,
@@ -329,6 +357,8 @@ fn line(r: &Row) -> String {
         r.host_sequential_share * 100.0,
         r.media_sequential_share * 100.0,
         lat(r.write_p99_s),
+        lat(r.flush_log_p99_s),
+        lat(r.flush_seal_p99_s),
         r.log_records_per_s,
         log_state(r),
         if r.objects.stores > 0.0 {

@@ -369,14 +369,18 @@ impl Superblock {
     /// The per-feature checks of a v2 superblock: the ring lies between the
     /// checkpoint slots and the segment area, the start inside it.
     fn validate_v2(&self, v: &SbV2) -> Result<(), FormatError> {
-        if v.has(incompat::INTENT_LOG) != v.has(incompat::LSN) {
-            return Err(invalid(
-                "features_incompat",
-                "INTENT_LOG and LSN come together",
-            ));
+        // LSN may stand alone: a volume whose log device was removed
+        // (`sluice log-device remove`) keeps the LSNs its chunks carry, and
+        // FLUSH seals; an intent log always needs them
+        if v.has(incompat::INTENT_LOG) && !v.has(incompat::LSN) {
+            return Err(invalid("features_incompat", "INTENT_LOG needs LSN"));
         }
         if !v.has(incompat::INTENT_LOG) {
-            return if v.log_offset == 0 && v.log_bytes == 0 && !v.has(incompat::LOG_DEVICE) {
+            return if v.log_offset == 0
+                && v.log_bytes == 0
+                && v.log_stale == 0
+                && !v.has(incompat::LOG_DEVICE)
+            {
                 Ok(())
             } else {
                 Err(invalid("log_offset", "a log ring without INTENT_LOG"))
@@ -593,18 +597,36 @@ mod tests {
 
     #[test]
     fn v2_log_ring_is_validated() {
-        let bad: [fn(&mut SbV2); 5] = [
+        let bad: [fn(&mut SbV2); 6] = [
             |v| v.log_offset = 4096,                        // over the superblocks/slots
             |v| v.log_bytes = 4 << 20,                      // into the data area
             |v| v.log_bytes = 4096,                         // too small
             |v| v.log_start.offset = 256 << 10,             // start outside the ring
             |v| v.features_incompat = incompat::INTENT_LOG, // without LSN
+            |v| v.features_incompat = incompat::LSN,        // a ring without INTENT_LOG
         ];
         for (i, f) in bad.iter().enumerate() {
             let mut sb = sample_v2();
             f(sb.v2.as_mut().unwrap());
             assert!(Superblock::decode(&sb.encode()).is_err(), "case {i}");
         }
+    }
+
+    /// LSN alone (a volume whose log device was removed) is valid with no
+    /// log fields; INTENT_LOG alone is not.
+    #[test]
+    fn lsn_alone_is_a_volume_without_a_log() {
+        let mut sb = sample_v2();
+        let v = sb.v2.as_mut().unwrap();
+        *v = SbV2 {
+            features_incompat: incompat::LSN,
+            ..SbV2::default()
+        };
+        let back = Superblock::decode(&sb.encode()).unwrap();
+        assert!(!back.has_intent_log() && back.log_ring().is_none());
+        assert!(back.log_device().is_none());
+        sb.v2.as_mut().unwrap().log_stale = 1;
+        assert!(Superblock::decode(&sb.encode()).is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! FaultMedia: in-memory media that injects the failures a crash-safe engine must
-//! survive: the Nth write fails, power is cut after N writes, writes not covered by
+//! survive: the Nth write fails, every write into a byte range fails, power is
+//! cut after N writes, writes not covered by
 //! a flush are dropped or reordered, the last write is torn at 512-byte granularity,
 //! and bits flip on read.
 //!
@@ -34,6 +35,8 @@ struct State {
     cut_after: Option<u64>,
     /// This single write index fails (EIO) without being applied.
     fail_write: Option<u64>,
+    /// Every write that overlaps this byte range fails (EIO), unapplied.
+    fail_range: Option<std::ops::Range<u64>>,
     flip_on_read: BTreeSet<u64>,
 }
 
@@ -54,6 +57,7 @@ impl FaultMedia {
                 writes: 0,
                 cut_after: None,
                 fail_write: None,
+                fail_range: None,
                 flip_on_read: BTreeSet::new(),
             }),
         }
@@ -65,6 +69,12 @@ impl FaultMedia {
     /// Only write number `n` fails with EIO.
     pub fn fail_write(&self, n: u64) {
         self.state.lock().fail_write = Some(n);
+    }
+    /// From now on every write overlapping `range` fails with EIO, unapplied
+    /// (a region of the media gone bad: e.g. the intent log ring); `None`
+    /// heals it.
+    pub fn fail_writes_in(&self, range: Option<std::ops::Range<u64>>) {
+        self.state.lock().fail_range = range;
     }
     /// Flip bit 0 of the byte at `offset` whenever it is read.
     pub fn flip_on_read(&self, offset: u64) {
@@ -120,7 +130,12 @@ impl Media for FaultMedia {
         check_range(s.current.len() as u64, offset, buf.len())?;
         let index = s.writes;
         s.writes += 1;
-        if s.cut_after.is_some_and(|n| index >= n) || s.fail_write == Some(index) {
+        let end = offset + buf.len() as u64;
+        let in_bad_range = s
+            .fail_range
+            .as_ref()
+            .is_some_and(|r| offset < r.end && r.start < end);
+        if s.cut_after.is_some_and(|n| index >= n) || s.fail_write == Some(index) || in_bad_range {
             return Err(io::Error::other(format!(
                 "injected failure of write {index}"
             )));

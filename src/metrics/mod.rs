@@ -22,49 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-/// Log2 buckets: bucket k counts values in [2^(k-1), 2^k) (bucket 0: value 0).
-pub const BUCKETS: usize = 40;
-
-/// A histogram of u64 values in power-of-two buckets, updated with relaxed atomics.
-pub struct Log2Hist {
-    buckets: [AtomicU64; BUCKETS],
-    sum: AtomicU64,
-}
-
-impl Default for Log2Hist {
-    fn default() -> Self {
-        Log2Hist {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            sum: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Log2Hist {
-    #[inline]
-    pub fn observe(&self, v: u64) {
-        let k = ((64 - v.leading_zeros()) as usize).min(BUCKETS - 1);
-        self.buckets[k].fetch_add(1, Relaxed);
-        self.sum.fetch_add(v, Relaxed);
-    }
-    pub fn counts(&self) -> [u64; BUCKETS] {
-        std::array::from_fn(|k| self.buckets[k].load(Relaxed))
-    }
-    pub fn count(&self) -> u64 {
-        self.buckets.iter().map(|b| b.load(Relaxed)).sum()
-    }
-    pub fn sum(&self) -> u64 {
-        self.sum.load(Relaxed)
-    }
-    /// Upper bound (inclusive) of bucket k.
-    pub fn upper(k: usize) -> u64 {
-        if k == 0 {
-            0
-        } else {
-            (1u64 << k) - 1
-        }
-    }
-}
+pub use crate::stats::{Log2Hist, BUCKETS};
 
 /// Request kinds with their own latency histogram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -834,6 +792,22 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
         "1 once every log device failed and FLUSH fell back to sealing into the main log.",
         |x| one(x.st.log_fallbacks),
     );
+    t.head(
+        "sluice_flush_latency_seconds",
+        "histogram",
+        "Time from a FLUSH's arrival at the volume to its acknowledgement, by durability path (log: it sealed no chunk, its blocks went to the intent log; seal: it sealed the open chunk into the main log).",
+    );
+    for x in v {
+        for p in crate::stats::FlushPath::ALL {
+            let labels = x.labels(&format!("path=\"{}\"", p.name()));
+            t.hist(
+                "sluice_flush_latency_seconds",
+                &labels,
+                x.e.vol.flush_latency(p),
+                1e-6,
+            );
+        }
+    }
     pattern::render(&mut t.0, &[("host", &m.host), ("media", &m.media)]);
     objects::render(&mut t);
     t.0

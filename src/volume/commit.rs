@@ -302,18 +302,31 @@ impl Commit {
             }
             return Ok(());
         }
+        self.fall_back(
+            format_args!("log device {} (the last one in use): {what}", d.describe()),
+            "with a working log device",
+            e,
+        );
+        Ok(())
+    }
+
+    /// The intent log is lost for this mount (the last log device failed, or
+    /// a write into the in-volume ring did): the one fallback path. Logged
+    /// once at error level, counted (`log_fallbacks`); every FLUSH from now on
+    /// seals into the main log (`log_lost`), and waiters for records are
+    /// woken to do so (`flush_covering_log` answers them false). Records
+    /// already durable stay so; none is counted written after this.
+    fn fall_back(&self, why: std::fmt::Arguments, cure: &str, e: &std::io::Error) {
         // MUTANT: log-loss-stops-volume s|if !self.log_lost.swap(true, Ordering::AcqRel) {|if self.fail("log device", e).to_string() != "" && !self.log_lost.swap(true, Ordering::AcqRel) {|
         if !self.log_lost.swap(true, Ordering::AcqRel) {
             Counters::add(&self.counters.log_fallbacks, 1);
             tracing::error!(
-                "log device {}: {what}: {e}; no log device is left: FLUSH and FUA now seal the open chunk into the main log (slower, nothing acknowledged is lost); restart with a working log device to log again",
-                d.describe()
+                "{why}: {e}; FLUSH and FUA now seal the open chunk into the main log (slower, nothing acknowledged is lost); restart {cure} to log again"
             );
         }
         // record waiters must stop waiting for records that will not come
         let _p = self.progress.lock();
         self.progress_cv.notify_all();
-        Ok(())
     }
 
     /// Each log device (mirror order) and whether it is still in use.
@@ -555,14 +568,31 @@ impl Commit {
 
     /// Write one intent log record into the ring (no flush: the waiter's
     /// `flush_covering_log` shares one media flush with every other waiter).
+    ///
+    /// A write error into the in-volume ring does not stop the volume: the
+    /// ring's bytes are the log's only, so the volume falls back to
+    /// seal-on-FLUSH as after the last log device's failure (`fall_back`).
+    /// A flush error is another matter: the in-volume ring shares the media
+    /// flush with chunks and superblocks, so it stops the volume (`fail`).
     pub fn write_record(&self, r: &super::intent::PlannedRecord) -> Result<()> {
         self.check_failed()?;
+        if self.log_lost() {
+            // planned before the log was lost: never written (its waiter seals)
+            return Ok(());
+        }
         if self.log_devs.is_empty() {
+            // MUTANT: ring-error-acked s|self.media.write_at(&r.image, r.at) {|self.media.write_at(&r.image, r.at).or(Ok::<(), std::io::Error>(())) {|
             if let Err(e) = self.media.write_at(&r.image, r.at) {
-                return Err(self.fail(
-                    format_args!("writing intent log record {} at byte {}", r.seq, r.at),
+                self.fall_back(
+                    format_args!(
+                        "intent log ring in {}: writing record {} at byte {}",
+                        self.media.describe(),
+                        r.seq,
+                        r.at
+                    ),
+                    "once the media takes writes there",
                     &e,
-                ));
+                );
             }
         }
         for (i, (d, alive, _)) in self.log_devs.iter().enumerate() {

@@ -22,9 +22,11 @@ mod commit;
 mod core;
 mod housekeeper;
 mod intent;
+mod logdev;
 mod read;
 mod scrub;
 
+pub use self::logdev::{add_log_device, remove_log_device};
 pub use self::read::{ReadRing, RING_SLOTS};
 pub use self::scrub::ScrubOutcome;
 
@@ -1091,14 +1093,27 @@ impl Volume {
     }
 
     /// Return once every write acknowledged before this call is durable.
+    /// Its time from here to the acknowledgement goes into the FLUSH latency
+    /// histogram of the path it took (`flush_latency`).
     pub fn flush(&self) -> Result<()> {
+        let t0 = std::time::Instant::now();
         self.check_usable(false)?;
         Counters::add(&self.sh.counters.host_flushes, 1);
         if self.sh.opts.read_only {
             return Ok(());
         }
         self.sh.check_failed()?;
-        self.sh.flush()
+        let path = self.sh.flush_path(false)?;
+        let us = t0.elapsed().as_micros() as u64;
+        // MUTANT: flush-latency-unobserved s|self.sh.counters.flush_latency_us[path as usize].observe(us);|let _ = (path, us);|
+        self.sh.counters.flush_latency_us[path as usize].observe(us);
+        Ok(())
+    }
+
+    /// The FLUSH latency histogram (microseconds) of one durability path:
+    /// every `flush` that succeeded, from its call to its return.
+    pub fn flush_latency(&self, path: crate::stats::FlushPath) -> &crate::stats::Log2Hist {
+        &self.sh.counters.flush_latency_us[path as usize]
     }
 
     /// Allocation status of `[offset, offset+len)`, as runs (at most 64 Ki blocks
@@ -1336,8 +1351,15 @@ impl Shared {
     /// `flush`; with `seal`, the open user chunk is sealed even when the
     /// intent log could take its records (the idle seal).
     pub(crate) fn flush_sealing(&self, seal: bool) -> Result<()> {
+        self.flush_path(seal).map(|_| ())
+    }
+
+    /// `flush_sealing`, saying how it made the writes durable: `Seal` when it
+    /// sealed a chunk (or fell back to sealing), `Log` when it sealed none
+    /// with an intent log in use.
+    pub(crate) fn flush_path(&self, seal: bool) -> Result<crate::stats::FlushPath> {
         let mut out = Vec::new();
-        let (target, rec, rec_target) = {
+        let (target, rec, rec_target, logged) = {
             let mut c = self.core.lock();
             if c.ring.is_some() && self.commit.log_lost() {
                 // every log device failed: no more records, FLUSH seals
@@ -1350,7 +1372,18 @@ impl Shared {
             } else {
                 c.flush_plan(d, &mut out)
             };
-            (c.next_seq, rec, c.ring.as_ref().map_or(0, |r| r.next_seq))
+            let logged = c.ring.is_some() && out.is_empty();
+            (
+                c.next_seq,
+                rec,
+                c.ring.as_ref().map_or(0, |r| r.next_seq),
+                logged,
+            )
+        };
+        let path = if logged {
+            crate::stats::FlushPath::Log
+        } else {
+            crate::stats::FlushPath::Seal
         };
         // Write the sealed chunk here rather than through the queue: the caller
         // waits for it anyway, and a hand-off to a writer thread costs two wakeups.
@@ -1361,12 +1394,12 @@ impl Shared {
         if !self.commit.flush_covering_log(target, rec_target)? {
             // a record this waits for was lost with the last log device:
             // seal everything appended so far into the main log instead
-            return self.flush_sealing(true);
+            return self.flush_path(true);
         }
         if rec_target > 0 {
             self.persist_log_start(false)?;
         }
-        Ok(())
+        Ok(path)
     }
 
     /// Persist a new intent log start when half the ring is taken (or
