@@ -138,7 +138,7 @@ apply_watermark_ignored() {
   replace src/recovery.rs 'if f.seq > expected && f.seq > w {' 'if f.seq > expected && f.seq > u64::MAX - 1 {'
 }
 apply_nbd_drops_fua() {
-  replace src/nbd/server.rs 'proto::CMD_WRITE => self.vol.write(off, &payload, fua),' 'proto::CMD_WRITE => self.vol.write(off, &payload, false),'
+  replace src/nbd/requests.rs 'proto::CMD_WRITE => self.vol.write(off, &payload, fua),' 'proto::CMD_WRITE => self.vol.write(off, &payload, false),'
 }
 apply_file_flush_noop() {
   replace src/media/file.rs '        self.file.sync_data()' '        Ok(())'
@@ -264,6 +264,23 @@ apply_parity_not_rotated() {
 }
 apply_member_wrong_slot_accepted() {
   marker member-wrong-slot-accepted
+}
+# stripe sets (issue 20, src/stripe_set/)
+apply_partial_row_parity_skipped() {
+  marker partial-row-parity-skipped
+}
+apply_full_row_parity_skipped() {
+  marker full-row-parity-skipped
+}
+apply_scratch_before_data_durable() {
+  marker scratch-before-data-durable
+}
+apply_degraded_read_uses_failed_member() {
+  marker degraded-read-uses-failed-member
+}
+apply_stripe_rebuild_skips_crc() {
+  # the read path's CRC check, which a rebuilt piece passes like any read
+  marker read-crc
 }
 apply_stale_member_accepted() {
   marker stale-member-accepted
@@ -422,6 +439,11 @@ run raid6-wrong-coefficient parity
 run heal-guesses-parity parity
 run parity-not-rotated stripe
 run member-wrong-slot-accepted lib
+run partial-row-parity-skipped lib stripe_set
+run full-row-parity-skipped lib
+run scratch-before-data-durable lib
+run degraded-read-uses-failed-member lib
+run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run logdev-flush-noop log_device dst
 run mirror-acked-after-one-flush log_device dst

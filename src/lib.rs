@@ -43,6 +43,7 @@ pub mod size;
 pub mod stats;
 pub mod store;
 pub mod stripe;
+pub mod stripe_set;
 pub mod trace;
 pub mod volume;
 

@@ -248,6 +248,11 @@ pub struct Stats {
     pub log_devices_degraded: u64,
     /// Every log device failed this session: FLUSH seals into the main log.
     pub log_fallbacks: u64,
+    /// Stripe set members missing or failed (0 on one file or device): the
+    /// set serves degraded.
+    pub stripe_members_down: u64,
+    /// Pieces a stripe set rebuilt from the rest of their row this mount.
+    pub stripe_reconstructed: u64,
     /// The volume stopped after a media write error or a full host file
     /// system: writes, trims, zeroes and flushes fail, reads go on.
     pub failed: bool,

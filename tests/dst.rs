@@ -1662,7 +1662,18 @@ fn env_u64(k: &str, d: u64) -> u64 {
 /// kind contains). A seed that stops at one is counted and printed, not failed,
 /// so the sweep keeps guarding everything else; SLUICE_DST_STRICT=1 fails on
 /// them too. Remove an entry when its fix lands.
-const KNOWN_FINDINGS: [(&str, &[&str]); 0] = [];
+const KNOWN_FINDINGS: [(&str, &[&str]); 1] = [(
+    // Threaded runs only (about 1 in 1,500 here): an unflushed superblock
+    // write is torn by the power cut while newer unflushed chunks follow a
+    // torn one; mount falls back to the other copy, sees the log end at a
+    // gap with chunks after it, and refuses (recovery.rs: "the lost copy may
+    // have recorded a watermark"), although a power cut, not damage, made
+    // the picture and the kept copy is exact. Safe (nothing wrong is
+    // returned) but a power cut must not stop a mount. Regression test:
+    // `dst_regression_torn_superblock_in_flight_with_a_log_gap_mounts`.
+    "torn-superblock-with-log-gap",
+    &["is unusable", "may have recorded a watermark"],
+)];
 
 fn known_finding(e: &str) -> Option<&'static str> {
     if std::env::var("SLUICE_DST_STRICT").is_ok_and(|v| v == "1") {
@@ -1914,11 +1925,35 @@ fn dst_threads_that_ship() {
     for seed in base..base + runs {
         match threaded_run(seed) {
             Ok(x) => t.add(&x),
-            Err(e) => panic!("{e}\n(threaded runs are seeded but not exactly reproducible)"),
+            Err(e) => match known_finding(&e) {
+                // counted and printed, see KNOWN_FINDINGS
+                Some(k) => {
+                    println!("dst threaded: seed {seed}: known finding `{k}`: {e}");
+                    *t.known.entry(k).or_default() += 1;
+                }
+                None => panic!("{e}\n(threaded runs are seeded but not exactly reproducible)"),
+            },
         }
     }
     println!("dst threaded: {runs} runs");
     print_tally(&t);
+}
+
+/// KNOWN_FINDINGS "torn-superblock-with-log-gap": fails while threaded runs
+/// still hit it. Not exactly reproducible (threads), so it runs many seeds:
+/// `cargo test --release --test dst -- --ignored dst_regression_torn_superblock`
+/// (about 1 in 1,500 runs failed on 2026-11-26, e.g. threaded seed 5604 loss
+/// KeepAll with SLUICE_DST_BASE=5000).
+#[test]
+#[ignore = "known finding: a torn in-flight superblock write plus a log gap refuses the mount"]
+fn dst_regression_torn_superblock_in_flight_with_a_log_gap_mounts() {
+    let runs = env_u64("SLUICE_DST_THREADED", 5000);
+    let base = env_u64("SLUICE_DST_BASE", 5000);
+    for seed in base..base + runs {
+        if let Err(e) = threaded_run(seed) {
+            panic!("threaded seed {seed}: {e}");
+        }
+    }
 }
 
 /// scripts/dst SEED: one seed, with its op trace.

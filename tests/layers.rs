@@ -19,6 +19,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
             2,
             &[
                 "parity",
+                "stripe_set",
                 "compress",
                 "lease",
                 "objseg",
@@ -51,6 +52,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
 fn part_rank(name: &str) -> Option<u32> {
     [
         "parity",
+        "stripe_set",
         "compress",
         "lease",
         "map",

@@ -32,6 +32,9 @@ pub enum TargetSpec {
     /// in the volume (`sluice-ilog:VOL`) or on a log device
     /// (`sluice-logdev:VOL,LOG`); created with it when VOL is missing.
     SluiceLog(PathBuf, Option<PathBuf>),
+    /// A stripe set over these member files (`sluice-stripe:A,B,C;parity=N`,
+    /// parity 1 when not given), created at `--size` when they are not one.
+    SluiceStripe(Vec<PathBuf>, u32),
     Nbd(String),
     File(PathBuf),
     Dev(PathBuf),
@@ -56,6 +59,24 @@ impl TargetSpec {
                 }
                 _ => bail!("target {s:?}: give sluice-logdev:VOLUME,LOGDEVICE"),
             },
+            "sluice-stripe" => {
+                let (members, parity) = match rest.split_once(';') {
+                    Some((m, opt)) => (
+                        m,
+                        opt.strip_prefix("parity=")
+                            .and_then(|v| v.parse::<u32>().ok())
+                            .ok_or_else(|| {
+                                anyhow!("target {s:?}: after ';' give parity=0, 1 or 2")
+                            })?,
+                    ),
+                    None => (rest, 1),
+                };
+                let paths: Vec<PathBuf> = members.split(',').map(PathBuf::from).collect();
+                if paths.iter().any(|p| p.as_os_str().is_empty()) {
+                    bail!("target {s:?}: give sluice-stripe:MEMBER,MEMBER,...[;parity=N]");
+                }
+                TargetSpec::SluiceStripe(paths, parity)
+            }
             "nbd" => TargetSpec::Nbd(rest.to_string()),
             "file" => TargetSpec::File(rest.into()),
             "dev" => TargetSpec::Dev(rest.into()),
@@ -69,7 +90,8 @@ impl TargetSpec {
             TargetSpec::Sluice(_)
             | TargetSpec::SluiceNoVerify(_)
             | TargetSpec::SluiceNoDiscard(_)
-            | TargetSpec::SluiceLog(..) => "sluice",
+            | TargetSpec::SluiceLog(..)
+            | TargetSpec::SluiceStripe(..) => "sluice",
             TargetSpec::Nbd(_) => "nbd",
             TargetSpec::File(_) => "file",
             TargetSpec::Dev(_) => "dev",
@@ -86,6 +108,10 @@ impl std::fmt::Display for TargetSpec {
             TargetSpec::SluiceLog(p, None) => write!(f, "sluice-ilog:{}", p.display()),
             TargetSpec::SluiceLog(p, Some(l)) => {
                 write!(f, "sluice-logdev:{},{}", p.display(), l.display())
+            }
+            TargetSpec::SluiceStripe(ps, parity) => {
+                let names: Vec<String> = ps.iter().map(|p| p.display().to_string()).collect();
+                write!(f, "sluice-stripe:{};parity={parity}", names.join(","))
             }
             TargetSpec::Nbd(u) => write!(f, "nbd:{u}"),
             TargetSpec::File(p) => write!(f, "file:{}", p.display()),
@@ -145,6 +171,9 @@ pub fn open(spec: &TargetSpec, o: &OpenSpec) -> Result<Arc<dyn Target>> {
             },
         )?),
         TargetSpec::SluiceLog(p, log) => Arc::new(SluiceTarget::open_log(p, log.as_deref(), o)?),
+        TargetSpec::SluiceStripe(ps, parity) => {
+            Arc::new(SluiceTarget::open_stripe(ps, *parity, o)?)
+        }
         TargetSpec::File(p) => Arc::new(RawTarget::open(p, false, o)?),
         TargetSpec::Dev(p) => Arc::new(RawTarget::open(p, true, o)?),
         TargetSpec::Nbd(uri) => {
@@ -217,6 +246,88 @@ impl SluiceTarget {
             ..OpenOptions::default()
         };
         Self::open_full(path, o, open_opts, Some(devs))
+    }
+
+    /// A stripe set over `paths` (issue 20): mounted when they are one
+    /// (refused with live data unless --force), else created at `--size`
+    /// (members locked, probed unless --force, grown to what each needs).
+    pub fn open_stripe(paths: &[PathBuf], parity: u32, o: &OpenSpec) -> Result<SluiceTarget> {
+        use crate::stripe_set::open::{member_bytes_for, read_member};
+        let member = |p: &Path| {
+            FileMedia::open_unlocked_read_only(p)
+                .ok()
+                .and_then(|m| read_member(&m).ok().flatten())
+                .is_some()
+        };
+        let vol = if paths.iter().all(|p| p.exists() && member(p)) {
+            let mut devs = Vec::new();
+            for p in paths {
+                let m = FileMedia::open(p, false)
+                    .with_context(|| format!("opening {}", p.display()))?;
+                devs.push((p.display().to_string(), metered(m)));
+            }
+            let vol = Volume::open_striped(devs, &OpenOptions::default())
+                .context("mounting the stripe set")?;
+            let live = vol.stats().live_data_blocks;
+            if o.writes && !o.force && live > 0 {
+                let _ = vol.close();
+                bail!(
+                    "the stripe set holds live data; a write test would overwrite it (use --force)"
+                );
+            }
+            vol
+        } else {
+            let unit = crate::stripe::DEFAULT_STRIPE_UNIT;
+            let seg = crate::geometry::DEFAULT_SEGMENT_BYTES;
+            let need = member_bytes_for(
+                paths.len() as u32,
+                parity,
+                unit,
+                seg,
+                o.create_size,
+                o.overprovision,
+                0,
+            )?;
+            let mut devs = Vec::new();
+            for p in paths {
+                let m = if p.exists() {
+                    let mut m = FileMedia::open(p, false)
+                        .with_context(|| format!("opening {}", p.display()))?;
+                    if !o.force {
+                        if let Some(why) = safety::refuse_write(p, false)? {
+                            bail!(
+                                "{} {why}; a stripe set there would destroy it (use --force)",
+                                p.display()
+                            );
+                        }
+                    }
+                    m.grow(need)?;
+                    m
+                } else {
+                    FileMedia::create_new(p, need)
+                        .with_context(|| format!("creating {}", p.display()))?
+                };
+                devs.push((p.display().to_string(), metered(m)));
+            }
+            let set = Volume::format_striped(
+                devs,
+                parity,
+                unit,
+                &CreateOptions {
+                    logical_bytes: Some(o.create_size),
+                    overprovision: o.overprovision,
+                    segment_bytes: seg,
+                    ..Default::default()
+                },
+            )
+            .context("creating the stripe set")?;
+            Volume::open_set(set, &OpenOptions::default()).context("mounting the stripe set")?
+        };
+        let desc = format!(
+            "sluice in-process on {}",
+            vol.stripe_set().expect("a stripe set").describe()
+        );
+        Ok(SluiceTarget { vol, desc })
     }
 
     fn open_full(
@@ -480,6 +591,18 @@ mod tests {
             TargetSpec::parse("dev:/dev/sdb").unwrap().to_string(),
             "dev:/dev/sdb"
         );
+        let st = TargetSpec::parse("sluice-stripe:a,b,c;parity=2").unwrap();
+        assert_eq!(
+            st,
+            TargetSpec::SluiceStripe(vec!["a".into(), "b".into(), "c".into()], 2)
+        );
+        assert_eq!(st.to_string(), "sluice-stripe:a,b,c;parity=2");
+        assert_eq!(
+            TargetSpec::parse("sluice-stripe:a,b").unwrap(),
+            TargetSpec::SluiceStripe(vec!["a".into(), "b".into()], 1)
+        );
+        assert!(TargetSpec::parse("sluice-stripe:a,,b").is_err());
+        assert!(TargetSpec::parse("sluice-stripe:a,b;parity=x").is_err());
         assert!(TargetSpec::parse("/tmp/x").is_err());
         assert!(TargetSpec::parse("disk:/tmp/x").is_err());
         assert!(TargetSpec::parse("file:").is_err());

@@ -22,7 +22,8 @@ pub struct Args {
     /// sluice:PATH (in-process engine; sluice-noverify:PATH, a diagnostic, mounts it
     /// with verified reads off; sluice-nodiscard:PATH with discard of freed
     /// segments off; sluice-ilog:PATH a volume with its intent log in it,
-    /// sluice-logdev:PATH,LOG with its intent log on the log device LOG),
+    /// sluice-logdev:PATH,LOG with its intent log on the log device LOG,
+    /// sluice-stripe:A,B,C,...[;parity=N] a stripe set over those member files),
     /// nbd:URI (nbd+unix:///NAME?socket=PATH or
     /// nbd://HOST:PORT/NAME), file:PATH, dev:PATH (raw, O_DIRECT).
     #[arg(long = "target", required = true, value_name = "KIND:WHERE")]
@@ -276,14 +277,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // name fails now, not after the benchmark.
     let volumes: Vec<PathBuf> = specs
         .iter()
-        .filter_map(|(_, s)| match s {
+        .flat_map(|(_, s)| match s {
             TargetSpec::Sluice(p)
             | TargetSpec::SluiceNoVerify(p)
             | TargetSpec::SluiceNoDiscard(p)
             | TargetSpec::SluiceLog(p, _)
             | TargetSpec::File(p)
-            | TargetSpec::Dev(p) => Some(p.clone()),
-            TargetSpec::Nbd(_) => None,
+            | TargetSpec::Dev(p) => vec![p.clone()],
+            TargetSpec::SluiceStripe(ps, _) => ps.clone(),
+            TargetSpec::Nbd(_) => vec![],
         })
         .collect();
     let json_out = Output {

@@ -16,12 +16,9 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// File or block device to hold the volume (with --store: none, the
-    /// local metadata file is DIR/volume of --cache-dir).
-    #[arg(value_name = "PATH", required_unless_present = "store")]
-    pub volume: Option<PathBuf>,
-    /// The volume's path: PATH, or DIR/volume with --store.
-    #[arg(skip)]
+    /// File or block device to hold the volume (or give --device for a
+    /// stripe set, or --store with --cache-dir; "-", the default, means none).
+    #[arg(default_value = "-", hide_default_value = true)]
     pub path: PathBuf,
     /// Exported (logical) size, e.g. 10G. A file is created large enough for it plus
     /// over-provisioning and metadata; a block device defaults to all it can hold.
@@ -65,6 +62,17 @@ pub struct Args {
     pub compress: sluice::compress::Compression,
     #[command(flatten)]
     pub objects: super::objects::StoreArgs,
+    /// A member of a stripe set (give it once per member, more than
+    /// --parity + 1 of them) instead of PATH: files or block devices, each
+    /// locked and, without --force, refused if it holds data (docs/stripes.md).
+    #[arg(long = "device", value_name = "PATH", conflicts_with = "log_devices")]
+    pub devices: Vec<PathBuf>,
+    /// Parity members per row of a stripe set: 0 (RAID-0), 1 (RAID-5), 2 (RAID-6).
+    #[arg(long, default_value_t = 1, requires = "devices")]
+    pub parity: u32,
+    /// Bytes of one member in one row of a stripe set (a multiple of 4K).
+    #[arg(long, value_parser = super::parse_size, default_value = "64K", requires = "devices")]
+    pub stripe_unit: u64,
 }
 
 /// Fewest segments a volume may have: below this the GC reserve and open segments
@@ -115,6 +123,15 @@ fn preallocate(p: &Path, len: u64) -> anyhow::Result<()> {
 
 /// Validate options and format `path`; shared with `serve --create`.
 pub fn create_volume(a: &Args) -> anyhow::Result<Volume> {
+    if !a.devices.is_empty() {
+        if a.path.as_os_str() != "-" {
+            bail!("give either PATH or --device, not both");
+        }
+        return super::stripe::create(a);
+    }
+    if a.path.as_os_str() == "-" {
+        bail!("give the volume's PATH (or --device once per stripe-set member)");
+    }
     if !(3.0..=50.0).contains(&a.overprovision) {
         bail!(
             "--overprovision {} is outside 3..50 percent",
@@ -313,7 +330,7 @@ fn log_devices(logs: &[Arc<FileMedia>]) -> Vec<sluice::LogDevice> {
 
 /// Refuse to format over something that holds data (the probe bench uses:
 /// 128 KiB of signatures, and data anywhere in a file), unless --force.
-fn refuse_if_holds_data(p: &Path) -> anyhow::Result<()> {
+pub(super) fn refuse_if_holds_data(p: &Path) -> anyhow::Result<()> {
     let Some(why) = sluice::media::probe::refuse_write(p, false)? else {
         return Ok(());
     };
@@ -327,17 +344,23 @@ fn refuse_if_holds_data(p: &Path) -> anyhow::Result<()> {
 }
 
 pub fn run(mut a: Args) -> anyhow::Result<i32> {
-    let mut path = a.volume.take();
+    let mut path = (a.path.as_os_str() != "-").then(|| a.path.clone());
     a.objects.resolve(&mut path)?;
-    a.path = path.context("give the volume's PATH (or --store with --cache-dir)")?;
+    if let Some(p) = path {
+        a.path = p;
+    }
     a.objects.prepare_create()?;
     let vol = create_volume(&a)?;
     let g = vol.geometry();
     let spare = sluice::sim::drive::effective_spare(&g) * 100.0;
+    let made = match vol.stripe_set() {
+        Some(set) => set.describe(),
+        None => a.path.display().to_string(),
+    };
     println!(
         "created {}: {} exported, {} segments of {}, {:.0}% over-provisioning \
          (effective spare {:.1}% with the GC reserve), GC {}",
-        a.path.display(),
+        made,
         human(vol.size_bytes()),
         g.segment_count,
         human(g.segment_bytes()),
@@ -473,7 +496,9 @@ pub fn run_log_device(a: LogDeviceArgs) -> anyhow::Result<i32> {
         intent_log: true,
         log_devices: vec![new.clone()],
         objects: Default::default(),
-        volume: None,
+        devices: Vec::new(),
+        parity: 1,
+        stripe_unit: 64 << 10,
     };
     let mut logs = Vec::new();
     if let Err(e) = open_log_devices(&args, &mut logs) {

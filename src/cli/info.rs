@@ -13,12 +13,13 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct InfoArgs {
-    /// Volume file or block device (with --store: none, DIR/volume of
-    /// --cache-dir).
-    #[arg(value_name = "PATH", required_unless_present = "store")]
-    pub volume: Option<PathBuf>,
-    #[arg(skip)]
+    /// Volume file or block device (or give --device for a stripe set, or
+    /// --store with --cache-dir: DIR/volume).
+    #[arg(default_value = "-", hide_default_value = true)]
     pub path: PathBuf,
+    /// The members of a stripe set, any order (`create --device`).
+    #[arg(long = "device", value_name = "PATH")]
+    pub devices: Vec<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -78,12 +79,13 @@ fn live(addr: Option<&String>, path: &Path) -> Option<std::collections::HashMap<
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// Volume file or block device (with --store: none, DIR/volume of
-    /// --cache-dir).
-    #[arg(value_name = "PATH", required_unless_present = "store")]
-    pub volume: Option<PathBuf>,
-    #[arg(skip)]
+    /// Volume file or block device (or give --device for a stripe set, or
+    /// --store with --cache-dir: DIR/volume).
+    #[arg(default_value = "-", hide_default_value = true)]
     pub path: PathBuf,
+    /// The members of a stripe set, any order (`create --device`).
+    #[arg(long = "device", value_name = "PATH")]
+    pub devices: Vec<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -220,9 +222,18 @@ fn not_a_volume(path: &Path) -> String {
 }
 
 pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
-    let mut path = a.volume.take();
+    let mut path = (a.path.as_os_str() != "-").then(|| a.path.clone());
     a.objects.resolve(&mut path)?;
-    a.path = path.context("give the volume's PATH (or --store with --cache-dir)")?;
+    if let Some(p) = path {
+        a.path = p;
+    }
+    if !a.devices.is_empty() {
+        return super::stripe::info(&a.devices, a.json);
+    }
+    if let Some(hint) = super::stripe::member_hint(&a.path) {
+        eprintln!("sluice: error: {hint}");
+        return Ok(2);
+    }
     if !has_magic(&a.path).with_context(|| format!("opening {}", a.path.display()))? {
         eprintln!("sluice: error: {}", not_a_volume(&a.path));
         return Ok(2);
@@ -543,9 +554,18 @@ fn superblock_summary(r: &sluice::recovery::SbRead) -> String {
 }
 
 pub fn run_check(mut a: CheckArgs) -> anyhow::Result<i32> {
-    let mut path = a.volume.take();
+    let mut path = (a.path.as_os_str() != "-").then(|| a.path.clone());
     a.objects.resolve(&mut path)?;
-    a.path = path.context("give the volume's PATH (or --store with --cache-dir)")?;
+    if let Some(p) = path {
+        a.path = p;
+    }
+    if !a.devices.is_empty() {
+        return super::stripe::check(&a.devices, a.json, a.force);
+    }
+    if let Some(hint) = super::stripe::member_hint(&a.path) {
+        eprintln!("sluice: error: {hint}");
+        return Ok(2);
+    }
     // Not being able to open the path is a usage error (exit 2), not damage (exit 1).
     if let Some(code) = not_a_volume_exit(&a.path) {
         return Ok(code);

@@ -18,6 +18,7 @@ mod replay;
 pub mod say;
 mod serve;
 mod sim;
+mod stripe;
 mod top;
 
 use clap::{Parser, Subcommand};

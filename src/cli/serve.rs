@@ -74,6 +74,11 @@ pub struct Args {
     /// degraded (`sluice info`, stats `log_devices_degraded`).
     #[arg(long = "log-device", value_name = "PATH")]
     pub log_devices: Vec<PathBuf>,
+    /// Serve the stripe set these members make (any order; see `create
+    /// --device`) instead of PATH. Up to --parity members may be missing: the
+    /// set then serves degraded and says so.
+    #[arg(long = "device", value_name = "PATH", conflicts_with = "path")]
+    pub devices: Vec<PathBuf>,
     /// Mount a volume whose log device is gone (none given, or none that can
     /// be opened and is this volume's): writes acknowledged only through the
     /// log are lost, and the mount says which order numbers (as `zpool
@@ -438,6 +443,21 @@ fn open_volume(
     create_it: bool,
     read_only: bool,
 ) -> anyhow::Result<Arc<Volume>> {
+    if a.devices.first().is_some_and(|d| d == path) {
+        if create_it {
+            bail!("--create with --device: create the set with `sluice create --device ...` first");
+        }
+        let opts = OpenOptions {
+            read_only,
+            verify_reads: !a.no_verify_reads,
+            scrub_rate: a.scrub_rate,
+            ..OpenOptions::default()
+        };
+        return Ok(Arc::new(super::stripe::mount(&a.devices, &opts, false)?));
+    }
+    if let Some(hint) = super::stripe::member_hint(path) {
+        bail!("{hint}");
+    }
     if create_it && !path.exists() {
         a.objects.prepare_create()?;
         let Some(size) = a.size else {
@@ -454,8 +474,10 @@ fn open_volume(
             intent_log: false,
             log_devices: Vec::new(),
             objects: a.objects.clone(),
-            volume: None,
             compress: Default::default(),
+            devices: Vec::new(),
+            parity: 1,
+            stripe_unit: 64 << 10,
         })?;
         vol.close()?;
         say!("sluice: created {} ({})", path.display(), human(size));
@@ -566,6 +588,9 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
     };
     if let Some(p) = &a.path {
         specs.push(plain(&a.export_name, p));
+    } else if let Some(d) = a.devices.first() {
+        // the set's export, named by its first member
+        specs.push(plain(&a.export_name, d));
     }
     for e in &a.exports {
         let Some((name, path)) = e.split_once('=') else {

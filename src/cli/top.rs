@@ -136,6 +136,7 @@ struct Row {
     flush_log_p99_s: Option<f64>,
     flush_seal_p50_s: Option<f64>,
     flush_seal_p99_s: Option<f64>,
+    stripe_down: f64,
     /// Segments in an object store (`serve --store`): 0 stores, no line.
     objects: ObjRow,
 }
@@ -262,6 +263,7 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         flush_log_p99_s: flush_quantile(a, b, "log", 0.99),
         flush_seal_p50_s: flush_quantile(a, b, "seal", 0.5),
         flush_seal_p99_s: flush_quantile(a, b, "seal", 0.99),
+        stripe_down: g(b, "sluice_stripe_members_down"),
     }
 }
 
@@ -326,13 +328,19 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
     )
 }
 
-/// What `top` says about the intent log's health, after its rates.
+/// What `top` says about the intent log's and a stripe set's health, after its rates.
 fn log_state(r: &Row) -> String {
     let mut s = String::new();
     if r.log_degraded > 0.0 {
         s += &format!(
             "   DEGRADED: {:.0} log device(s) missing or failed",
             r.log_degraded
+        );
+    }
+    if r.stripe_down > 0.0 {
+        s += &format!(
+            "   STRIPE SET DEGRADED: {:.0} member(s) missing or failed",
+            r.stripe_down
         );
     }
     if r.log_fallbacks > 0.0 {

@@ -787,6 +787,22 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_stripe_members_down",
+        "gauge",
+        "Stripe set members missing or failed: the set serves degraded (0: healthy, or not a stripe set).",
+        |x| one(x.st.stripe_members_down),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_stripe_reconstructed_total",
+        "counter",
+        "Pieces a stripe set rebuilt from the rest of their row (degraded reads).",
+        |x| one(x.st.stripe_reconstructed),
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_log_fallbacks_total",
         "counter",
         "1 once every log device failed and FLUSH fell back to sealing into the main log.",

@@ -25,6 +25,7 @@ mod intent;
 mod logdev;
 mod read;
 mod scrub;
+mod striped;
 
 pub use self::logdev::{add_log_device, remove_log_device};
 pub use self::read::{ReadRing, RING_SLOTS};
@@ -201,6 +202,9 @@ pub struct OpenOptions {
     /// records are never replayed later. A device of another volume is still
     /// refused.
     pub log_device_missing_ok: bool,
+    /// The stripe set the volume's media shows (`stripe_set::media::SetMedia`
+    /// over it): its segment data goes through a `StripeStore` on it.
+    pub stripe_set: Option<Arc<crate::stripe_set::StripeSet>>,
     /// Where segment data lives, when not in the media's own segment area
     /// (None: `FlatStore` over the media). The store must have the volume's
     /// geometry; the metadata stays on the media (objseg::ObjSegStore).
@@ -234,6 +238,7 @@ impl Default for OpenOptions {
             log_devices: Vec::new(),
             log_device_missing_ok: false,
             store: None,
+            stripe_set: None,
         }
     }
 }
@@ -412,6 +417,8 @@ pub struct Volume {
     report: MountReport,
     /// Salvage mounts: sorted logical block ranges `[start, end)` that answer EIO.
     unvouched: Vec<(u64, u64)>,
+    /// The stripe set under the media (`OpenOptions::stripe_set`).
+    stripe: Option<Arc<crate::stripe_set::StripeSet>>,
 }
 
 impl Volume {
@@ -738,8 +745,8 @@ impl Volume {
         }
         let counters = Arc::new(Counters::with_lifetime(lifetime));
         let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
-        let store: Arc<dyn SegmentStore> = match &opts.store {
-            Some(h) => {
+        let store: Arc<dyn SegmentStore> = match (&opts.store, &opts.stripe_set) {
+            (Some(h), _) => {
                 if h.0.segment_count() != geo.segment_count
                     || h.0.segment_blocks() != geo.segment_blocks
                 {
@@ -754,7 +761,8 @@ impl Volume {
                 }
                 h.0.clone()
             }
-            None => Arc::new(FlatStore::new(media.clone(), &geo)),
+            (None, Some(set)) => striped::store(set, &geo)?,
+            (None, None) => Arc::new(FlatStore::new(media.clone(), &geo)),
         };
         let commit = Arc::new(Commit::new(
             commit::Places {
@@ -823,6 +831,7 @@ impl Volume {
             writers: Mutex::new(writers),
             report,
             unvouched,
+            stripe: opts.stripe_set.clone(),
         };
         if opts.background && !opts.read_only {
             let hk = sh.clone();
@@ -1149,7 +1158,13 @@ impl Volume {
     }
 
     pub fn stats(&self) -> Stats {
-        self.sh.stats()
+        let mut s = self.sh.stats();
+        if let Some(set) = &self.stripe {
+            let st = set.status();
+            s.stripe_members_down = st.down.len() as u64;
+            s.stripe_reconstructed = st.reconstructed;
+        }
+        s
     }
 
     /// Run GC until at least `segments` are free beyond the reserve, or no victim
@@ -1548,6 +1563,8 @@ impl Shared {
             log_device_errors: 0,
             log_devices_degraded: 0,
             log_fallbacks: 0,
+            stripe_members_down: 0,
+            stripe_reconstructed: 0,
             failed: false,
             failure: None,
             lifetime: Default::default(),

@@ -1,0 +1,914 @@
+//! Stripe set (issue 20): N member `Media` holding one volume, with P (RAID-5)
+//! or P and Q (RAID-6) parity computed here, or none (RAID-0). Owns the
+//! member IO of the segment area (`write_area`, `read_area`, `flush`), the
+//! rows being filled (`rows`), degraded reads, and member failure.
+//! `media::SetMedia` shows the set to the engine as one flat `Media` (the
+//! metadata mirrored on every member, `meta`), `store::StripeStore` as a
+//! `SegmentStore`; `open` reads members' identities and assembles them.
+//!
+//! Writes never read. A write that completes a row writes the row's data and
+//! its parity; a write that leaves a row partial writes its data, keeps the
+//! row's data in memory (`rows::RowState`) and marks the row dirty. `flush`
+//! first writes, for every dirty row, zeros into the row's unwritten blocks at
+//! every column some data block occupies and the row's parity at those
+//! columns (bytes never written counted as zero, and made zero on the members,
+//! so no fill has to be remembered), then flushes every member.
+//!
+//! Invariant: after `flush` returns Ok, for every row with data written
+//! before it began, every member byte of the row at a column holding written
+//! data equals what reconstruction from the other members of the row gives
+//! (data + zero padding agree with P and Q), unless a later write to the row
+//! was cut short by a power failure before the next flush: that window is
+//! the write hole docs/stripes.md §4 describes, not closed here.
+
+pub mod media;
+pub mod meta;
+pub mod open;
+mod rows;
+pub mod scratch;
+pub mod store;
+
+use crate::format::stripe::{hex, StripeIdentity};
+use crate::format::superblock::TAIL_AREA_BYTES;
+use crate::format::BLOCK_BYTES;
+use crate::media::{AlignedBuf, Media};
+use crate::parity;
+use crate::stripe::StripeLayout;
+use parking_lot::Mutex;
+use rows::RowTable;
+use std::collections::HashSet;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+const BS: u64 = BLOCK_BYTES as u64;
+
+/// One slot of the set.
+pub struct Member {
+    /// The device as the user named it (messages, `info`).
+    pub name: String,
+    /// None: missing (the set runs degraded without it).
+    pub media: Option<Arc<dyn Media>>,
+    /// What this member's superblocks say about it.
+    pub ident: StripeIdentity,
+    failed: AtomicBool,
+}
+
+impl Member {
+    pub fn new(name: String, media: Option<Arc<dyn Media>>, ident: StripeIdentity) -> Member {
+        Member {
+            name,
+            media,
+            ident,
+            failed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Where the volume's regions are in the flat view the engine sees (the
+/// superblock's geometry): metadata below `data_offset`, `segment_count`
+/// segments of `segment_bytes`, the tail area at `tail_offset`, `len` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub data_offset: u64,
+    pub segment_bytes: u64,
+    pub segment_count: u32,
+    pub tail_offset: u64,
+    pub len: u64,
+}
+
+impl Shape {
+    pub fn area_bytes(&self) -> u64 {
+        self.segment_count as u64 * self.segment_bytes
+    }
+}
+
+/// What `info`, `check`, metrics and `top` show about a set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetStatus {
+    pub members: u32,
+    pub parity: u32,
+    pub unit: u64,
+    /// Slots without a device, or whose device failed: (slot, name, why).
+    pub down: Vec<(u32, String, &'static str)>,
+    pub member_reads: u64,
+    pub member_writes: u64,
+    /// Pieces rebuilt from the other members of their row.
+    pub reconstructed: u64,
+    /// Rows whose data was read back from the members to take a write
+    /// (only after the row's state was evicted from memory).
+    pub rows_loaded: u64,
+    /// Partial rows a flush found no free scratch lane for: their running
+    /// parity went in place (the write hole stays open for them).
+    pub unprotected_flushes: u64,
+}
+
+impl SetStatus {
+    pub fn degraded(&self) -> bool {
+        !self.down.is_empty()
+    }
+    /// "healthy", or "degraded (member 2 missing: /dev/sdc)".
+    pub fn describe(&self) -> String {
+        if self.down.is_empty() {
+            return "healthy".into();
+        }
+        let d: Vec<String> = self
+            .down
+            .iter()
+            .map(|(s, n, why)| format!("member {s} {why}: {n}"))
+            .collect();
+        format!("degraded ({})", d.join(", "))
+    }
+}
+
+/// A valid scratch tag found at mount (`scratch`).
+#[derive(Debug, Clone)]
+pub struct MountTag {
+    pub seq: u64,
+    pub which: u8,
+    pub member: u32,
+    pub lane: u32,
+    pub place: u32,
+    pub covered: Vec<bool>,
+}
+
+#[derive(Default)]
+struct Counters {
+    member_reads: AtomicU64,
+    member_writes: AtomicU64,
+    reconstructed: AtomicU64,
+    rows_loaded: AtomicU64,
+    unprotected: AtomicU64,
+}
+
+pub struct StripeSet {
+    pub layout: StripeLayout,
+    pub shape: Shape,
+    members: Vec<Member>,
+    rows: Mutex<RowTable>,
+    counters: Counters,
+    /// While `Volume::format` writes the first block of every segment: no
+    /// row state and no parity for those writes (a member lost before the
+    /// segment is used reconstructs garbage there, which no chunk header
+    /// check accepts: the same as a never-written device).
+    formatting: AtomicBool,
+    /// Sequence of the next scratch tag.
+    seq: AtomicU64,
+}
+
+impl std::fmt::Debug for StripeSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StripeSet({})", self.describe())
+    }
+}
+
+fn err(kind: io::ErrorKind, msg: String) -> io::Error {
+    io::Error::new(kind, msg)
+}
+
+impl StripeSet {
+    /// A set over `members` (one per slot, in slot order) in `layout`,
+    /// showing the engine `shape`.
+    pub fn new(layout: StripeLayout, shape: Shape, members: Vec<Member>) -> io::Result<StripeSet> {
+        if members.len() != layout.members as usize
+            || shape.segment_bytes != layout.segment_bytes()
+            || shape.data_offset != layout.member_offset
+        {
+            return Err(err(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "stripe set: {} members, shape {shape:?} do not fit layout {layout:?}",
+                    members.len()
+                ),
+            ));
+        }
+        let set = StripeSet {
+            layout,
+            shape,
+            members,
+            rows: Mutex::new(RowTable::with_lanes(scratch::LANES)),
+            counters: Counters::default(),
+            formatting: AtomicBool::new(false),
+            seq: AtomicU64::new(1),
+        };
+        if set.down_count() > layout.parity as usize {
+            return Err(err(
+                io::ErrorKind::NotFound,
+                format!(
+                    "stripe set: {}; {} parity",
+                    set.status().describe(),
+                    layout.parity
+                ),
+            ));
+        }
+        Ok(set)
+    }
+
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// Member byte offset of the flat view's tail area.
+    pub fn member_tail_offset(&self) -> u64 {
+        self.layout.member_offset
+            + self.shape.segment_count as u64 * self.layout.rows_per_segment * self.layout.unit
+    }
+
+    /// Rows whose running parity a scratch tag found at mount holds (rows
+    /// partial at the last shutdown, not resynced yet).
+    pub fn rows_tagged(&self) -> usize {
+        self.rows.lock().mount_tags.len()
+    }
+
+    /// Member offset of the scratch area (after the tail area).
+    pub fn scratch_base(&self) -> u64 {
+        self.member_tail_offset() + TAIL_AREA_BYTES
+    }
+
+    /// Bytes every member needs.
+    pub fn member_bytes(&self) -> u64 {
+        self.scratch_base() + scratch::area_bytes(self.layout.unit)
+    }
+
+    pub fn set_formatting(&self, on: bool) {
+        self.formatting.store(on, Ordering::Release);
+    }
+
+    pub fn describe(&self) -> String {
+        let names: Vec<&str> = self.members.iter().map(|m| m.name.as_str()).collect();
+        format!(
+            "stripe set {} of {} members, parity {}, unit {} KiB [{}]",
+            hex(&self.members[0].ident.set_uuid),
+            self.layout.members,
+            self.layout.parity,
+            self.layout.unit >> 10,
+            names.join(", ")
+        )
+    }
+
+    pub fn status(&self) -> SetStatus {
+        let c = &self.counters;
+        SetStatus {
+            members: self.layout.members,
+            parity: self.layout.parity,
+            unit: self.layout.unit,
+            down: self
+                .members
+                .iter()
+                .enumerate()
+                .filter_map(|(i, m)| {
+                    let why = if m.media.is_none() {
+                        "missing"
+                    } else if m.failed.load(Ordering::Acquire) {
+                        "failed"
+                    } else {
+                        return None;
+                    };
+                    Some((i as u32, m.name.clone(), why))
+                })
+                .collect(),
+            member_reads: c.member_reads.load(Ordering::Relaxed),
+            member_writes: c.member_writes.load(Ordering::Relaxed),
+            reconstructed: c.reconstructed.load(Ordering::Relaxed),
+            rows_loaded: c.rows_loaded.load(Ordering::Relaxed),
+            unprotected_flushes: c.unprotected.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The membership generation the set was assembled at (the highest of
+    /// its members').
+    pub fn generation(&self) -> u64 {
+        self.members
+            .iter()
+            .map(|m| m.ident.generation)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn down_count(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|m| m.media.is_none() || m.failed.load(Ordering::Acquire))
+            .count()
+    }
+
+    /// The member's media, None when it is missing or failed.
+    fn up(&self, m: u32) -> Option<&Arc<dyn Media>> {
+        let mb = &self.members[m as usize];
+        mb.media
+            .as_ref()
+            .filter(|_| !mb.failed.load(Ordering::Acquire))
+    }
+
+    /// Take member `m` out of use after an IO error; the error stands when
+    /// more members are now down than the parity covers.
+    fn fail(&self, m: u32, e: io::Error) -> io::Result<()> {
+        let mb = &self.members[m as usize];
+        if !mb.failed.swap(true, Ordering::AcqRel) {
+            tracing::error!(
+                "stripe set: member {m} ({}) failed and is out of use: {e}",
+                mb.name
+            );
+        }
+        if self.down_count() > self.layout.parity as usize {
+            return Err(err(
+                e.kind(),
+                format!(
+                    "stripe set: member {m} ({}) failed ({e}) and {} members are down, more than parity {} covers",
+                    mb.name,
+                    self.down_count(),
+                    self.layout.parity
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Write to one member; a missing or failed member is skipped (its bytes
+    /// are what its row's parity rebuilds).
+    fn mwrite(&self, m: u32, buf: &[u8], off: u64) -> io::Result<()> {
+        let Some(media) = self.up(m) else {
+            return Ok(());
+        };
+        self.counters.member_writes.fetch_add(1, Ordering::Relaxed);
+        match media.write_at(buf, off) {
+            Ok(()) => Ok(()),
+            Err(e) => self.fail(m, e),
+        }
+    }
+
+    /// Read from one member; Err when it is missing, failed, or fails now.
+    fn mread(&self, m: u32, buf: &mut [u8], off: u64) -> io::Result<()> {
+        // MUTANT: degraded-read-uses-failed-member s|self.up(m)|self.members[m as usize].media.as_ref()|
+        let Some(media) = self.up(m) else {
+            return Err(err(io::ErrorKind::NotFound, format!("member {m} is down")));
+        };
+        self.counters.member_reads.fetch_add(1, Ordering::Relaxed);
+        match media.read_at(buf, off) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let msg = e.to_string();
+                self.fail(m, e)?;
+                Err(err(io::ErrorKind::Other, msg))
+            }
+        }
+    }
+
+    /// Member of shard `i` of `row` (data 0..d, then P, then Q).
+    fn shard_member(&self, row: u64, i: u32) -> u32 {
+        let d = self.layout.data_members();
+        if i < d {
+            self.layout.data_member(row, i)
+        } else {
+            self.layout.parity_member(row, i - d).expect("parity shard")
+        }
+    }
+
+    fn check_area(&self, off: u64, len: usize) -> io::Result<()> {
+        if !off.is_multiple_of(BS)
+            || !(len as u64).is_multiple_of(BS)
+            || off
+                .checked_add(len as u64)
+                .is_none_or(|e| e > self.shape.area_bytes())
+        {
+            return Err(err(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "stripe set: {len} bytes at segment-area offset {off} are not whole blocks inside its {} bytes",
+                    self.shape.area_bytes()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Write `buf` at byte `off` of the segment area (whole blocks).
+    pub fn write_area(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        self.write_area_as(off, buf, false)
+    }
+
+    /// Write a segment's tombstone (one block at its start, `StripeStore::
+    /// wipe`): a row holding nothing else gets its running parity in place,
+    /// not a scratch lane (its only content is that block, which the
+    /// segment's next life overwrites first; a reuse barrier wiping many
+    /// segments would otherwise take every lane from user rows).
+    pub fn write_tombstone(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        self.write_area_as(off, buf, true)
+    }
+
+    fn write_area_as(&self, off: u64, buf: &[u8], tomb: bool) -> io::Result<()> {
+        self.check_area(off, buf.len())?;
+        let l = self.layout;
+        let row_bytes = l.write_unit();
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let a = off + pos as u64;
+            let row = a / row_bytes;
+            let in_row = a % row_bytes;
+            let take = ((row_bytes - in_row) as usize).min(buf.len() - pos);
+            self.write_row(row, in_row, &buf[pos..pos + take], tomb)?;
+            pos += take;
+        }
+        Ok(())
+    }
+
+    /// Write the data units of `row` from byte `in_row` of its data.
+    fn write_data(&self, row: u64, in_row: u64, data: &[u8]) -> io::Result<()> {
+        let l = self.layout;
+        let base = l.row_offset(row).expect("row inside the set");
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let b = in_row + pos as u64;
+            let d = (b / l.unit) as u32;
+            let col = b % l.unit;
+            let take = ((l.unit - col) as usize).min(data.len() - pos);
+            self.mwrite(l.data_member(row, d), &data[pos..pos + take], base + col)?;
+            pos += take;
+        }
+        Ok(())
+    }
+
+    fn write_row(&self, row: u64, in_row: u64, data: &[u8], tomb: bool) -> io::Result<()> {
+        let l = self.layout;
+        if l.parity == 0 || self.formatting.load(Ordering::Acquire) {
+            return self.write_data(row, in_row, data);
+        }
+        if in_row == 0 && data.len() as u64 == l.write_unit() && self.rows.lock().forget(row) {
+            // A whole row no state knows: data, then parity from it.
+            self.write_data(row, 0, data)?;
+            let u = l.unit as usize;
+            let units: Vec<&[u8]> = data.chunks(u).collect();
+            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
+            let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
+            parity::encode(&units, &mut refs).map_err(io::Error::other)?;
+            let base = l.row_offset(row).expect("row inside the set");
+            for (i, p) in par.iter().enumerate() {
+                self.mwrite(self.shard_member(row, l.data_members() + i as u32), p, base)?;
+            }
+            return Ok(());
+        }
+        loop {
+            let state = self.row_state(row)?;
+            if self.fill_row(row, &state, in_row, data, tomb)? {
+                return Ok(());
+            }
+            // evicted or completed between taking it and locking it: again
+        }
+    }
+
+    /// Write `data` into `row` through its state; false (nothing done) when
+    /// the table no longer holds `state`.
+    fn fill_row(
+        &self,
+        row: u64,
+        state: &Arc<Mutex<rows::RowState>>,
+        in_row: u64,
+        data: &[u8],
+        tomb: bool,
+    ) -> io::Result<bool> {
+        let mut st = state.lock();
+        if !self.rows.lock().is_current(row, state) {
+            return Ok(false);
+        }
+        // a tombstone into a row holding nothing else keeps it tombstone-only
+        st.tomb_only = tomb && st.is_empty();
+        st.put(in_row, data);
+        self.write_data(row, in_row, data)?;
+        if st.full() {
+            // MUTANT: full-row-parity-skipped s|self.write_parity(row, &mut st, false)?;|st.dirty = false;|
+            self.write_parity(row, &mut st, false)?;
+            self.rows.lock().complete(row);
+        } else {
+            st.dirty = true;
+            self.rows.lock().dirty.insert(row);
+        }
+        Ok(true)
+    }
+
+    /// The row's state: the one in memory, a fresh one (a row this mount
+    /// never wrote holds no live data: the engine writes only segments it
+    /// took free in this mount), or (evicted earlier) its data read back.
+    fn row_state(&self, row: u64) -> io::Result<Arc<Mutex<rows::RowState>>> {
+        let blocks = (self.layout.write_unit() / BS) as usize;
+        if let Some(s) = self.rows.lock().get_or_fresh(row, blocks) {
+            return Ok(s);
+        }
+        // Evicted: read the row's data back (a read in the write path; only
+        // rows evicted for memory, never in a steady write-only workload).
+        self.counters.rows_loaded.fetch_add(1, Ordering::Relaxed);
+        let mut data = AlignedBuf::new(self.layout.write_unit() as usize);
+        self.read_area(row * self.layout.write_unit(), &mut data)?;
+        Ok(self.rows.lock().insert_loaded(row, &data))
+    }
+
+    /// Write `st`'s padding and parity: every column when `all`, else the
+    /// columns some data block of the row occupies.
+    fn write_parity(&self, row: u64, st: &mut rows::RowState, all: bool) -> io::Result<()> {
+        let l = self.layout;
+        let ub = (l.unit / BS) as usize;
+        let d = l.data_members() as usize;
+        let base = l.row_offset(row).expect("row inside the set");
+        let zero = AlignedBuf::new(BLOCK_BYTES);
+        let used: Vec<bool> = (0..ub).map(|c| all || st.column_used(c, ub, d)).collect();
+        // padding: zeros where the row's used columns have no data yet
+        for c in (0..ub).filter(|&c| used[c]) {
+            for u in 0..d {
+                if st.pad(u * ub + c) {
+                    self.mwrite(l.data_member(row, u as u32), &zero, base + (c as u64) * BS)?;
+                }
+            }
+        }
+        // parity of each run of used columns
+        let mut c = 0;
+        while c < ub {
+            if !used[c] {
+                c += 1;
+                continue;
+            }
+            let c0 = c;
+            while c < ub && used[c] {
+                c += 1;
+            }
+            let len = (c - c0) * BLOCK_BYTES;
+            let units: Vec<Vec<u8>> = (0..d).map(|u| st.gather(u * ub + c0, c - c0)).collect();
+            let refs: Vec<&[u8]> = units.iter().map(|v| v.as_slice()).collect();
+            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(len)).collect();
+            let mut prefs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
+            parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
+            for (i, p) in par.iter().enumerate() {
+                self.mwrite(
+                    self.shard_member(row, (d + i) as u32),
+                    p,
+                    base + (c0 as u64) * BS,
+                )?;
+            }
+        }
+        st.dirty = false;
+        Ok(())
+    }
+
+    fn flush_members(&self) -> io::Result<()> {
+        for m in 0..self.layout.members {
+            if let Some(media) = self.up(m) {
+                if let Err(e) = media.flush() {
+                    self.fail(m, e)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Make every completed write durable. Rows a write left partial get
+    /// their running parity: first a flush of every member (their data is
+    /// durable before any tag names it), then the parity with its tag into
+    /// the row's scratch lane (or, with no lane free, in place, counted),
+    /// then a second flush.
+    pub fn flush(&self) -> io::Result<()> {
+        let (dirty, retiring) = {
+            let mut t = self.rows.lock();
+            (
+                std::mem::take(&mut t.dirty)
+                    .into_iter()
+                    .collect::<Vec<u64>>(),
+                std::mem::take(&mut t.retiring),
+            )
+        };
+        // MUTANT: scratch-before-data-durable
+        self.flush_members()?;
+        let l = self.layout;
+        let protect = l.parity > 0 && (l.write_unit() / BS) as usize <= scratch::MAX_ROW_BLOCKS;
+        let mut wrote = false;
+        for row in dirty {
+            let Some(state) = self.rows.lock().get(row) else {
+                continue;
+            };
+            let mut st = state.lock();
+            if !st.dirty {
+                continue;
+            }
+            let lane = if protect && !st.tomb_only {
+                self.rows.lock().lane_for(row)
+            } else {
+                None
+            };
+            match lane {
+                // MUTANT: partial-row-parity-skipped s|self.write_scratch(row, &mut st, lane)?|st.dirty = false|
+                Some(lane) => self.write_scratch(row, &mut st, lane)?,
+                None => {
+                    if !st.tomb_only {
+                        self.counters.unprotected.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.write_parity(row, &mut st, false)?;
+                }
+            }
+            wrote = true;
+        }
+        if wrote {
+            self.flush_members()?;
+        }
+        let mut t = self.rows.lock();
+        t.free_lanes.extend(retiring);
+        t.evict();
+        Ok(())
+    }
+
+    /// Write `st`'s running parity (every column; blocks not written count
+    /// as zero) with its tag into the place of `lane` it did not use last.
+    fn write_scratch(&self, row: u64, st: &mut rows::RowState, lane: u32) -> io::Result<()> {
+        let l = self.layout;
+        let u = l.unit as usize;
+        let ub = u / BLOCK_BYTES;
+        let d = l.data_members() as usize;
+        let units: Vec<Vec<u8>> = (0..d).map(|k| st.gather(k * ub, ub)).collect();
+        let refs: Vec<&[u8]> = units.iter().map(|v| v.as_slice()).collect();
+        let mut places: Vec<AlignedBuf> = (0..l.parity)
+            .map(|_| AlignedBuf::new(BLOCK_BYTES + u))
+            .collect();
+        {
+            let mut prefs: Vec<&mut [u8]> =
+                places.iter_mut().map(|p| &mut p[BLOCK_BYTES..]).collect();
+            parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let covered = st.covered();
+        let set_uuid = self.members[0].ident.set_uuid;
+        let at = scratch::place_offset(self.scratch_base(), l.unit, lane, st.place);
+        for (i, buf) in places.iter_mut().enumerate() {
+            scratch::Tag {
+                set_uuid,
+                row,
+                seq,
+                which: i as u8,
+                covered: covered.clone(),
+            }
+            .seal(buf);
+            let m = self.shard_member(row, (d + i) as u32);
+            self.mwrite(m, buf, at)?;
+            self.rows
+                .lock()
+                .place_owner
+                .insert((m, lane, st.place), row);
+        }
+        st.place ^= 1;
+        st.dirty = false;
+        Ok(())
+    }
+
+    /// Read every scratch place of the members present; the valid tags are
+    /// what degraded reads of the rows partial at the last shutdown use
+    /// until `resync`. Their lanes stay taken.
+    pub fn load_scratch(&self) -> io::Result<()> {
+        let l = self.layout;
+        let set_uuid = self.members[0].ident.set_uuid;
+        let mut buf = AlignedBuf::new(BLOCK_BYTES + l.unit as usize);
+        let mut t = self.rows.lock();
+        let mut max_seq = 0;
+        for m in 0..l.members {
+            for lane in 0..scratch::LANES {
+                for place in 0..2 {
+                    let at = scratch::place_offset(self.scratch_base(), l.unit, lane, place);
+                    if self.mread(m, &mut buf, at).is_err() {
+                        continue;
+                    }
+                    let Some(tag) = scratch::Tag::open(&buf, &set_uuid) else {
+                        continue;
+                    };
+                    max_seq = max_seq.max(tag.seq);
+                    t.place_owner.insert((m, lane, place), tag.row);
+                    t.mount_tags.entry(tag.row).or_default().push(MountTag {
+                        seq: tag.seq,
+                        which: tag.which,
+                        member: m,
+                        lane,
+                        place,
+                        covered: tag.covered,
+                    });
+                }
+            }
+        }
+        let taken: HashSet<u32> = t.place_owner.keys().map(|k| k.1).collect();
+        t.free_lanes.retain(|l| !taken.contains(l));
+        self.seq.store(max_seq + 1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// With every member present: make the parity of every row a scratch tag
+    /// names agree with its data in place (read the row, write its parity),
+    /// flush, void the tags, flush; every lane is free again. Degraded: the
+    /// tags stay (reads need them). Not for read-only mounts.
+    pub fn resync(&self) -> io::Result<()> {
+        let rows: Vec<u64> = self.rows.lock().mount_tags.keys().copied().collect();
+        if self.down_count() > 0 || self.rows.lock().place_owner.is_empty() {
+            return Ok(());
+        }
+        let l = self.layout;
+        let u = l.unit as usize;
+        for row in rows {
+            let mut data = AlignedBuf::new(l.write_unit() as usize);
+            self.read_area(row * l.write_unit(), &mut data)?;
+            let units: Vec<&[u8]> = data.chunks(u).collect();
+            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
+            let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
+            parity::encode(&units, &mut refs).map_err(io::Error::other)?;
+            let base = l.row_offset(row).expect("row inside the set");
+            for (i, p) in par.iter().enumerate() {
+                self.mwrite(self.shard_member(row, l.data_members() + i as u32), p, base)?;
+            }
+        }
+        self.flush_members()?;
+        let places: Vec<(u32, u32, u32)> = self.rows.lock().place_owner.keys().copied().collect();
+        self.void_places(&places)?;
+        self.flush_members()?;
+        let mut t = self.rows.lock();
+        t.place_owner.clear();
+        t.mount_tags.clear();
+        t.free_lanes = (0..scratch::LANES).rev().collect();
+        Ok(())
+    }
+
+    fn void_places(&self, places: &[(u32, u32, u32)]) -> io::Result<()> {
+        let zero = AlignedBuf::new(BLOCK_BYTES);
+        for &(m, lane, place) in places {
+            let at = scratch::place_offset(self.scratch_base(), self.layout.unit, lane, place);
+            self.mwrite(m, &zero, at)?;
+        }
+        Ok(())
+    }
+
+    /// A segment's life ends (its tombstone is about to be written): what
+    /// memory holds of its rows is dead.
+    pub fn forget_segment(&self, seg: u32) -> io::Result<()> {
+        let rps = self.layout.rows_per_segment;
+        let first = seg as u64 * rps;
+        let places = self.rows.lock().forget_range(first, first + rps);
+        // a tag of the old life must not speak for the new one
+        self.void_places(&places)
+    }
+
+    /// Read `buf.len()` bytes at byte `off` of the segment area: from the
+    /// members holding them, or, for a piece on a member that is down or
+    /// fails, rebuilt from the rest of its row.
+    pub fn read_area(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.check_area(off, buf.len())?;
+        let l = self.layout;
+        let row_bytes = l.write_unit();
+        let mut pos = 0usize;
+        while pos < buf.len() {
+            let a = off + pos as u64;
+            let row = a / row_bytes;
+            let in_row = a % row_bytes;
+            let d = (in_row / l.unit) as u32;
+            let col = in_row % l.unit;
+            let take = ((l.unit - col) as usize).min(buf.len() - pos);
+            let piece = &mut buf[pos..pos + take];
+            let at = l.row_offset(row).expect("row inside the set") + col;
+            if self.mread(l.data_member(row, d), piece, at).is_err() {
+                if l.parity == 0 {
+                    return Err(err(
+                        io::ErrorKind::Other,
+                        format!(
+                            "stripe set (RAID-0): member {} ({}) cannot be read and there is no parity",
+                            l.data_member(row, d),
+                            self.members[l.data_member(row, d) as usize].name
+                        ),
+                    ));
+                }
+                self.reconstruct(row, d, col, piece)?;
+            }
+            pos += take;
+        }
+        Ok(())
+    }
+
+    /// Rebuild `out.len()` bytes of data unit `d` of `row` from column `col`:
+    /// from the row's state when memory holds it (a row being filled, whose
+    /// parity may wait for the next flush), else from the same byte range of
+    /// the row's other members.
+    fn reconstruct(&self, row: u64, d: u32, col: u64, out: &mut [u8]) -> io::Result<()> {
+        let l = self.layout;
+        self.counters.reconstructed.fetch_add(1, Ordering::Relaxed);
+        let state = self.rows.lock().get(row);
+        if let Some(state) = state {
+            let st = state.lock();
+            let ub = (l.unit / BS) as usize;
+            let first = d as usize * ub + (col / BS) as usize;
+            out.copy_from_slice(&st.gather(first, out.len() / BLOCK_BYTES));
+            return Ok(());
+        }
+        let tags = self.rows.lock().mount_tags.get(&row).cloned();
+        if let Some(tags) = tags {
+            for (i, blk) in out.chunks_mut(BLOCK_BYTES).enumerate() {
+                let c = col / BS + i as u64;
+                if !self.reconstruct_tagged(row, d, c, blk, &tags)? {
+                    self.reconstruct_in_place(row, d, c * BS, blk)?;
+                }
+            }
+            return Ok(());
+        }
+        self.reconstruct_in_place(row, d, col, out)
+    }
+
+    /// Rebuild block column `c` of data unit `d` from the newest scratch
+    /// copy found at mount that covers it (blocks it does not cover count as
+    /// zero); false when none does (or none can: too many shards down).
+    fn reconstruct_tagged(
+        &self,
+        row: u64,
+        d: u32,
+        c: u64,
+        out: &mut [u8],
+        tags: &[MountTag],
+    ) -> io::Result<bool> {
+        let l = self.layout;
+        let ub = (l.unit / BS) as usize;
+        let dn = l.data_members() as usize;
+        let me = d as usize * ub + c as usize;
+        let mut seqs: Vec<u64> = tags
+            .iter()
+            .filter(|t| t.covered.get(me) == Some(&true))
+            .map(|t| t.seq)
+            .collect();
+        seqs.sort_unstable_by(|a, b| b.cmp(a));
+        seqs.dedup();
+        let base = l.row_offset(row).expect("row inside the set");
+        for seq in seqs {
+            let covered = &tags.iter().find(|t| t.seq == seq).expect("a tag").covered;
+            let mut shards: Vec<AlignedBuf> = (0..l.members)
+                .map(|_| AlignedBuf::new(BLOCK_BYTES))
+                .collect();
+            let mut lost = vec![d as usize];
+            for (i, s) in shards.iter_mut().enumerate() {
+                if i == d as usize {
+                    continue;
+                }
+                let ok = if i < dn {
+                    // a block the copy does not cover counts as zero
+                    !covered[i * ub + c as usize]
+                        || self
+                            .mread(l.data_member(row, i as u32), s, base + c * BS)
+                            .is_ok()
+                } else {
+                    let which = (i - dn) as u8;
+                    let m = self.shard_member(row, i as u32);
+                    tags.iter()
+                        .find(|t| t.seq == seq && t.which == which && t.member == m)
+                        .is_some_and(|t| {
+                            let at =
+                                scratch::place_offset(self.scratch_base(), l.unit, t.lane, t.place);
+                            self.mread(m, s, at + BS + c * BS).is_ok()
+                        })
+                };
+                if !ok {
+                    lost.push(i);
+                }
+            }
+            if lost.len() > l.parity as usize {
+                continue;
+            }
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
+            parity::reconstruct(&mut refs, dn, &lost).map_err(io::Error::other)?;
+            out.copy_from_slice(&shards[d as usize]);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Rebuild from the row's own parity units.
+    fn reconstruct_in_place(&self, row: u64, d: u32, col: u64, out: &mut [u8]) -> io::Result<()> {
+        let l = self.layout;
+        let n = l.members as usize;
+        let at = l.row_offset(row).expect("row inside the set") + col;
+        let mut shards: Vec<AlignedBuf> = (0..n).map(|_| AlignedBuf::new(out.len())).collect();
+        let mut lost = vec![d as usize];
+        for (i, s) in shards.iter_mut().enumerate() {
+            if i != d as usize && self.mread(self.shard_member(row, i as u32), s, at).is_err() {
+                lost.push(i);
+            }
+        }
+        if lost.len() > l.parity as usize {
+            let names: Vec<String> = lost
+                .iter()
+                .map(|&i| {
+                    let m = self.shard_member(row, i as u32);
+                    format!("{m} ({})", self.members[m as usize].name)
+                })
+                .collect();
+            return Err(err(
+                io::ErrorKind::Other,
+                format!(
+                    "stripe set: row {row} cannot be rebuilt: members {} are down, parity {}",
+                    names.join(", "),
+                    l.parity
+                ),
+            ));
+        }
+        let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
+        parity::reconstruct(&mut refs, l.data_members() as usize, &lost)
+            .map_err(io::Error::other)?;
+        out.copy_from_slice(&shards[d as usize]);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,256 @@
+//! Rows being filled: for each row of a stripe set that a write left partial,
+//! its data blocks as written (so parity is computed without reading), which
+//! blocks were zero-padded on the members, and whether its parity waits for
+//! the next flush. Owns the table of those rows, the dirty list, and which
+//! rows were evicted from memory.
+//!
+//! Invariant: a row's state, when present, equals the row's data blocks as
+//! this mount wrote them (a block neither written nor padded counts as zero
+//! and is on no column whose parity was written); a row in `evicted` has data
+//! on the members that memory no longer holds (a write to it reads it back);
+//! a row in neither was not written in this mount and holds no live data.
+
+use crate::format::BLOCK_BYTES;
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+/// Most row states kept in memory after a flush (the clean ones beyond it
+/// are evicted, least recently used first).
+pub(super) const KEEP_ROWS: usize = 64;
+
+#[derive(Clone)]
+enum Blk {
+    Data(Box<[u8]>),
+    /// Zeros written by a flush's padding.
+    Zero,
+}
+
+pub(super) struct RowState {
+    blocks: Vec<Option<Blk>>,
+    /// Data blocks written (not padding).
+    written: usize,
+    /// Parity not yet written for the data in memory.
+    pub dirty: bool,
+    /// Only a segment's tombstone is written (see `write_tombstone`).
+    pub tomb_only: bool,
+    /// The scratch place (0 or 1) of its lane the row's next running
+    /// parity goes to (the lane is the table's `row_lane`).
+    pub place: u32,
+}
+
+impl RowState {
+    fn new(blocks: usize) -> RowState {
+        RowState {
+            blocks: vec![None; blocks],
+            written: 0,
+            dirty: false,
+            tomb_only: false,
+            place: 0,
+        }
+    }
+
+    /// Take `data` (whole blocks) at byte `in_row` of the row's data.
+    pub fn put(&mut self, in_row: u64, data: &[u8]) {
+        let first = in_row as usize / BLOCK_BYTES;
+        for (i, b) in data.chunks(BLOCK_BYTES).enumerate() {
+            let slot = &mut self.blocks[first + i];
+            if !matches!(slot, Some(Blk::Data(_))) {
+                self.written += 1;
+            }
+            *slot = Some(Blk::Data(b.into()));
+        }
+    }
+
+    /// Which data blocks of the row are written (a tag's `covered`).
+    pub fn covered(&self) -> Vec<bool> {
+        self.blocks
+            .iter()
+            .map(|b| matches!(b, Some(Blk::Data(_))))
+            .collect()
+    }
+
+    /// No data block written yet.
+    pub fn is_empty(&self) -> bool {
+        self.written == 0
+    }
+
+    /// Every data block of the row written.
+    pub fn full(&self) -> bool {
+        self.written == self.blocks.len()
+    }
+
+    /// Does any data unit hold a block at column `c`?
+    pub fn column_used(&self, c: usize, ub: usize, units: usize) -> bool {
+        (0..units).any(|u| matches!(self.blocks[u * ub + c], Some(Blk::Data(_))))
+    }
+
+    /// Mark block `i` padded; true when it was neither written nor padded
+    /// (the caller writes the zeros).
+    pub fn pad(&mut self, i: usize) -> bool {
+        if self.blocks[i].is_none() {
+            self.blocks[i] = Some(Blk::Zero);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// `n` blocks from block `first`, zeros where none was written.
+    pub fn gather(&self, first: usize, n: usize) -> Vec<u8> {
+        let mut out = vec![0u8; n * BLOCK_BYTES];
+        for i in 0..n {
+            if let Some(Blk::Data(b)) = &self.blocks[first + i] {
+                out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES].copy_from_slice(b);
+            }
+        }
+        out
+    }
+}
+
+#[derive(Default)]
+pub(super) struct RowTable {
+    // Lock order: a row's state, then this table; never the other way
+    // round blocking (`evict` only try-locks states).
+    /// Each row's state and when it was last used (`tick`).
+    states: HashMap<u64, (Arc<Mutex<RowState>>, u64)>,
+    pub dirty: BTreeSet<u64>,
+    evicted: HashSet<u64>,
+    tick: u64,
+    /// Scratch lanes no row holds.
+    pub free_lanes: Vec<u32>,
+    /// The lane each protected partial row holds.
+    pub row_lane: HashMap<u64, u32>,
+    /// Lanes of rows completed since the last flush began: free once the
+    /// flush has made the rows' own parity durable.
+    pub retiring: Vec<u32>,
+    /// Which row's tag each scratch place `(member, lane, place)` holds.
+    pub place_owner: HashMap<(u32, u32, u32), u64>,
+    /// Valid tags found at mount, by row: (seq, which, member, lane, place,
+    /// covered). Used by degraded reads until a resync makes them moot.
+    pub mount_tags: HashMap<u64, Vec<super::MountTag>>,
+}
+
+impl RowTable {
+    pub fn with_lanes(lanes: u32) -> RowTable {
+        RowTable {
+            free_lanes: (0..lanes).rev().collect(),
+            ..RowTable::default()
+        }
+    }
+
+    pub fn get(&self, row: u64) -> Option<Arc<Mutex<RowState>>> {
+        self.states.get(&row).map(|s| s.0.clone())
+    }
+
+    /// Is `s` the state the table holds for `row` (not evicted or dropped
+    /// since the caller took it)?
+    pub fn is_current(&self, row: u64, s: &Arc<Mutex<RowState>>) -> bool {
+        self.states.get(&row).is_some_and(|e| Arc::ptr_eq(&e.0, s))
+    }
+
+    /// A whole row is about to be written: true when no state holds it (it
+    /// needs none; an evicted mark is dropped), false when one does.
+    pub fn forget(&mut self, row: u64) -> bool {
+        self.evicted.remove(&row);
+        !self.states.contains_key(&row)
+    }
+
+    /// The row's state, a fresh one for a row not written in this mount, or
+    /// None: it was evicted (the caller reads it back, `insert_loaded`).
+    pub fn get_or_fresh(&mut self, row: u64, blocks: usize) -> Option<Arc<Mutex<RowState>>> {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(s) = self.states.get_mut(&row) {
+            s.1 = tick;
+            return Some(s.0.clone());
+        }
+        if self.evicted.contains(&row) {
+            return None;
+        }
+        let s = Arc::new(Mutex::new(RowState::new(blocks)));
+        self.states.insert(row, (s.clone(), tick));
+        Some(s)
+    }
+
+    /// An evicted row read back from the members (`data`: all of it).
+    pub fn insert_loaded(&mut self, row: u64, data: &[u8]) -> Arc<Mutex<RowState>> {
+        self.evicted.remove(&row);
+        if let Some(s) = self.states.get(&row) {
+            return s.0.clone();
+        }
+        let mut st = RowState::new(data.len() / BLOCK_BYTES);
+        st.put(0, data);
+        let s = Arc::new(Mutex::new(st));
+        self.states.insert(row, (s.clone(), self.tick));
+        s
+    }
+
+    /// Every data block of `row` is written and so is its parity; its lane
+    /// (if any) retires.
+    pub fn complete(&mut self, row: u64) {
+        self.states.remove(&row);
+        self.dirty.remove(&row);
+        self.retiring.extend(self.row_lane.remove(&row));
+    }
+
+    /// The lane `row` holds, or a free one for it; None: none free.
+    pub fn lane_for(&mut self, row: u64) -> Option<u32> {
+        if let Some(l) = self.row_lane.get(&row) {
+            return Some(*l);
+        }
+        let l = self.free_lanes.pop()?;
+        self.row_lane.insert(row, l);
+        Some(l)
+    }
+
+    /// Rows `first..end` hold nothing live any more (a segment's new life):
+    /// their lanes are free, and the scratch places holding their tags are
+    /// returned (the caller voids them on the members).
+    pub fn forget_range(&mut self, first: u64, end: u64) -> Vec<(u32, u32, u32)> {
+        let dead = |r: &u64| (first..end).contains(r);
+        let lanes: Vec<u64> = self.row_lane.keys().copied().filter(dead).collect();
+        for r in lanes {
+            let l = self.row_lane.remove(&r).expect("present");
+            self.free_lanes.push(l);
+        }
+        self.states.retain(|r, _| !dead(r));
+        self.mount_tags.retain(|r, _| !dead(r));
+        let places: Vec<(u32, u32, u32)> = self
+            .place_owner
+            .iter()
+            .filter(|(_, r)| dead(r))
+            .map(|(p, _)| *p)
+            .collect();
+        for p in &places {
+            self.place_owner.remove(p);
+        }
+        self.evicted.retain(|r| !(first..end).contains(r));
+        let keep = self.dirty.split_off(&end);
+        let _dead = self.dirty.split_off(&first);
+        self.dirty.extend(keep);
+        places
+    }
+
+    /// Drop clean states beyond `KEEP_ROWS`, least recently used first.
+    pub fn evict(&mut self) {
+        if self.states.len() <= KEEP_ROWS {
+            return;
+        }
+        let mut clean: Vec<(u64, u64)> = self
+            .states
+            .iter()
+            .filter(|(r, _)| !self.row_lane.contains_key(r))
+            .filter_map(|(r, (s, used))| {
+                let s = s.try_lock()?;
+                (!s.dirty).then_some((*used, *r))
+            })
+            .collect();
+        clean.sort_unstable();
+        let over = self.states.len() - KEEP_ROWS / 2;
+        for (_, r) in clean.into_iter().take(over) {
+            self.states.remove(&r);
+            self.evicted.insert(r);
+        }
+    }
+}

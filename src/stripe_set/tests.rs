@@ -1,0 +1,353 @@
+//! Unit tests of the stripe set's rows, parity and degraded reads, on
+//! memory members.
+
+use super::open::{plan, PlanOptions, Planned};
+use super::store::StripeStore;
+use super::*;
+use crate::media::MemMedia;
+use crate::store::SegmentStore;
+use rand::{Rng, SeedableRng};
+
+const UNIT: u64 = 16 << 10;
+
+fn members(n: usize, bytes: u64) -> Vec<(String, Arc<dyn Media>)> {
+    (0..n)
+        .map(|i| {
+            (
+                format!("m{i}"),
+                Arc::new(MemMedia::new(bytes)) as Arc<dyn Media>,
+            )
+        })
+        .collect()
+}
+
+fn planned(n: usize, parity: u32) -> Planned {
+    let p = plan(
+        members(n, 8 << 20),
+        &PlanOptions {
+            parity,
+            unit: UNIT,
+            segment_bytes: 256 << 10,
+            logical_bytes: None,
+            overprovision: 0.1,
+            log_bytes: 0,
+            set_uuid: Some(*b"unit-test-set-01"),
+        },
+    )
+    .unwrap();
+    p.set.set_formatting(false);
+    p
+}
+
+/// The same members with the slots in `lost` missing.
+fn without(set: &StripeSet, lost: &[u32]) -> StripeSet {
+    let members = set
+        .members()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let media = (!lost.contains(&(i as u32))).then(|| m.media.clone().unwrap());
+            Member::new(m.name.clone(), media, m.ident)
+        })
+        .collect();
+    let s = StripeSet::new(set.layout, set.shape, members).unwrap();
+    s.load_scratch().unwrap();
+    s
+}
+
+/// Every way to lose up to `p` of `n` members (the empty loss included).
+fn losses(n: u32, p: u32) -> Vec<Vec<u32>> {
+    let mut out = vec![vec![]];
+    for a in 0..n {
+        if p >= 1 {
+            out.push(vec![a]);
+        }
+        for b in a + 1..n {
+            if p >= 2 {
+                out.push(vec![a, b]);
+            }
+        }
+    }
+    out
+}
+
+/// Append random-sized writes to a few segments (some left with a partial
+/// last row), flush, and return what each written block holds.
+fn fill(store: &StripeStore, set: &StripeSet, seed: u64) -> Vec<(u64, Vec<u8>)> {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let sb = store.segment_blocks();
+    let mut written = Vec::new();
+    for seg in 0..3u32.min(store.segment_count()) {
+        let stop = rng.gen_range(1..=sb);
+        let mut b = 0;
+        while b < stop {
+            let k = rng.gen_range(1..=40).min(stop - b);
+            let mut buf = vec![0u8; k as usize * BLOCK_BYTES];
+            rng.fill(&mut buf[..]);
+            store.write(seg, b, &buf).unwrap();
+            for i in 0..k {
+                let s = i as usize * BLOCK_BYTES;
+                written.push((store.phys(seg, b + i), buf[s..s + BLOCK_BYTES].to_vec()));
+            }
+            b += k;
+            if rng.gen_bool(0.3) {
+                set.flush().unwrap();
+            }
+        }
+    }
+    set.flush().unwrap();
+    written
+}
+
+fn check_all(set: &StripeSet, written: &[(u64, Vec<u8>)], what: &str) {
+    for (p, want) in written {
+        let mut got = vec![0u8; BLOCK_BYTES];
+        set.read_area(p * BS, &mut got).unwrap();
+        assert!(got == *want, "{what}: block {p} reads back wrong");
+    }
+}
+
+#[test]
+fn every_flushed_block_is_rebuilt_with_any_members_lost() {
+    for (n, p) in [(5usize, 1u32), (6, 2), (3, 0), (3, 1)] {
+        for seed in 0..4 {
+            let pl = planned(n, p);
+            let store = StripeStore::new(pl.set.clone());
+            let written = fill(&store, &pl.set, seed);
+            check_all(&pl.set, &written, "healthy");
+            for lost in losses(n as u32, p) {
+                let deg = without(&pl.set, &lost);
+                check_all(
+                    &deg,
+                    &written,
+                    &format!("{n}+{p} seed {seed} lost {lost:?}"),
+                );
+                if !lost.is_empty() {
+                    assert!(deg.status().reconstructed > 0, "{lost:?}");
+                    assert!(deg.status().degraded());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_write_only_workload_reads_no_member() {
+    for (n, p) in [(5usize, 1u32), (6, 2), (4, 0)] {
+        let pl = planned(n, p);
+        let store = StripeStore::new(pl.set.clone());
+        fill(&store, &pl.set, 7);
+        let st = pl.set.status();
+        assert!(st.member_writes > 0);
+        assert_eq!(st.member_reads, 0, "{n}+{p}");
+        assert_eq!(st.rows_loaded, 0);
+    }
+}
+
+#[test]
+fn writes_go_on_degraded_and_read_back_from_the_survivors() {
+    let pl = planned(5, 1);
+    let deg = Arc::new(without(&pl.set, &[2]));
+    let store = StripeStore::new(deg.clone());
+    let written = fill(&store, &deg, 3);
+    check_all(&deg, &written, "degraded writes");
+    assert_eq!(deg.status().describe(), "degraded (member 2 missing: m2)");
+}
+
+#[test]
+fn an_evicted_row_is_read_back_before_it_takes_more_data() {
+    let pl = planned(5, 1);
+    let store = StripeStore::new(pl.set.clone());
+    let sb = store.segment_blocks();
+    // one partial row in each of many segments: more states than are kept
+    let segs = (rows::KEEP_ROWS as u32 + 8).min(store.segment_count());
+    assert!(segs as usize > rows::KEEP_ROWS, "enough segments");
+    let mut want = Vec::new();
+    for seg in 0..segs {
+        let b = vec![seg as u8 + 1; BLOCK_BYTES];
+        store.write(seg, 0, &b).unwrap();
+        want.push((store.phys(seg, 0), b));
+    }
+    pl.set.flush().unwrap();
+    // the rest of each first row, then the rest of the segment
+    for seg in 0..segs {
+        let b = vec![seg as u8 + 101; (sb as usize - 1) * BLOCK_BYTES];
+        store.write(seg, 1, &b).unwrap();
+        for i in 1..sb {
+            want.push((store.phys(seg, i), vec![seg as u8 + 101; BLOCK_BYTES]));
+        }
+    }
+    pl.set.flush().unwrap();
+    assert!(pl.set.status().rows_loaded > 0);
+    for lost in losses(5, 1) {
+        check_all(&without(&pl.set, &lost), &want, &format!("lost {lost:?}"));
+    }
+}
+
+#[test]
+fn too_many_lost_members_are_refused_by_name() {
+    let pl = planned(5, 1);
+    let members = pl
+        .set
+        .members()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            Member::new(
+                m.name.clone(),
+                (i > 1).then(|| m.media.clone().unwrap()),
+                m.ident,
+            )
+        })
+        .collect();
+    let e = StripeSet::new(pl.set.layout, pl.set.shape, members).unwrap_err();
+    assert!(e.to_string().contains("member 0 missing: m0"), "{e}");
+    assert!(e.to_string().contains("member 1 missing: m1"), "{e}");
+}
+
+#[test]
+fn locate_names_one_piece_per_unit_on_the_member_holding_it() {
+    let pl = planned(5, 1);
+    let store = StripeStore::new(pl.set.clone());
+    let mut pieces = Vec::new();
+    // 6 blocks from block 2 of segment 1: unit 0 (blocks 2..4) and unit 1 (0..2)
+    store.locate(store.phys(1, 2), 6, &mut |p| pieces.push(p));
+    let l = pl.set.layout;
+    let row = l.rows_per_segment;
+    assert_eq!(pieces.len(), 2);
+    assert_eq!(pieces[0].member, l.data_member(row, 0));
+    assert_eq!(pieces[0].offset, l.row_offset(row).unwrap() + 2 * BS);
+    assert_eq!((pieces[0].len, pieces[0].at), (2 * BLOCK_BYTES as u32, 0));
+    assert_eq!(pieces[1].member, l.data_member(row, 1));
+    assert_eq!(pieces[1].offset, l.row_offset(row).unwrap());
+    assert_eq!(store.write_unit(), 4 * UNIT);
+}
+
+#[test]
+fn a_member_that_failed_a_write_is_not_read_again() {
+    use crate::media::FaultMedia;
+    let mut devs = members(5, 8 << 20);
+    let bad = Arc::new(FaultMedia::new(8 << 20));
+    devs[2].1 = bad.clone();
+    let pl = plan(
+        devs,
+        &PlanOptions {
+            parity: 1,
+            unit: UNIT,
+            segment_bytes: 256 << 10,
+            logical_bytes: None,
+            overprovision: 0.1,
+            log_bytes: 0,
+            set_uuid: Some(*b"unit-test-set-02"),
+        },
+    )
+    .unwrap();
+    pl.set.set_formatting(false);
+    let store = StripeStore::new(pl.set.clone());
+    // the member's next write fails: it is out of use from then on, and the
+    // writes it misses must never be read from it
+    bad.fail_write(bad.writes_issued() + 3);
+    let written = fill(&store, &pl.set, 11);
+    let st = pl.set.status();
+    assert_eq!(st.down.len(), 1, "{}", st.describe());
+    assert!(
+        st.describe().contains("member 2 failed"),
+        "{}",
+        st.describe()
+    );
+    check_all(&pl.set, &written, "after a member failed");
+    assert!(pl.set.status().reconstructed > 0);
+}
+
+#[test]
+fn a_scratch_tag_never_names_data_that_is_not_durable() {
+    use crate::media::{Loss, SimMedia};
+    let sims: Vec<Arc<SimMedia>> = (0..5).map(|_| Arc::new(SimMedia::new(8 << 20))).collect();
+    let devs = sims
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (format!("s{i}"), m.clone() as Arc<dyn Media>))
+        .collect();
+    let pl = plan(
+        devs,
+        &PlanOptions {
+            parity: 1,
+            unit: UNIT,
+            segment_bytes: 256 << 10,
+            logical_bytes: None,
+            overprovision: 0.1,
+            log_bytes: 0,
+            set_uuid: Some(*b"unit-test-set-03"),
+        },
+    )
+    .unwrap();
+    pl.set.set_formatting(false);
+    let set = &pl.set;
+    let store = StripeStore::new(set.clone());
+    // A: 6 blocks of row 0 (units 0 and 1), flushed
+    let a: Vec<u8> = (0..6 * BLOCK_BYTES).map(|i| (i / 7) as u8).collect();
+    store.write(0, 0, &a).unwrap();
+    set.flush().unwrap();
+    // B: 4 more blocks (units 1 and 2, sharing columns with A), then a
+    // FLUSH during which the power fails on the data members before they
+    // flush; the P member (4 for row 0) keeps whatever it was sent
+    store.write(0, 6, &vec![0xeeu8; 4 * BLOCK_BYTES]).unwrap();
+    let p = set.layout.parity_member(0, 0).unwrap() as usize;
+    for (i, m) in sims.iter().enumerate() {
+        if i != p {
+            m.cut_at_op(m.ops());
+        }
+    }
+    assert!(set.flush().is_err());
+    let images: Vec<Arc<dyn Media>> = sims
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let loss = if i == p { Loss::KeepAll } else { Loss::DropAll };
+            Arc::new(SimMedia::from_image(m.crash_image(loss, 1))) as Arc<dyn Media>
+        })
+        .collect();
+    // lose the member of data unit 0: A's first blocks are rebuilt
+    let lost = set.layout.data_member(0, 0) as usize;
+    let members = set
+        .members()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            Member::new(
+                m.name.clone(),
+                (i != lost).then(|| images[i].clone()),
+                m.ident,
+            )
+        })
+        .collect();
+    let deg = StripeSet::new(set.layout, set.shape, members).unwrap();
+    deg.load_scratch().unwrap();
+    let mut got = vec![0u8; 6 * BLOCK_BYTES];
+    deg.read_area(0, &mut got).unwrap();
+    assert!(
+        got == a,
+        "a flushed block of the partial row is rebuilt wrong"
+    );
+}
+
+#[test]
+fn tombstones_take_no_scratch_lane_and_rebuild_degraded() {
+    let pl = planned(5, 1);
+    let store = StripeStore::new(pl.set.clone());
+    let n = (scratch::LANES + 4).min(store.segment_count() - 1);
+    let tomb = vec![0x7bu8; BLOCK_BYTES];
+    for seg in 0..n {
+        store.wipe(seg, &tomb).unwrap();
+    }
+    pl.set.flush().unwrap();
+    // a user row after them still gets a lane
+    store.write(n, 0, &vec![3u8; 5 * BLOCK_BYTES]).unwrap();
+    pl.set.flush().unwrap();
+    assert_eq!(pl.set.status().unprotected_flushes, 0);
+    let mut want: Vec<(u64, Vec<u8>)> = (0..n).map(|s| (store.phys(s, 0), tomb.clone())).collect();
+    want.extend((0..5).map(|b| (store.phys(n, b), vec![3u8; BLOCK_BYTES])));
+    for lost in losses(5, 1) {
+        check_all(&without(&pl.set, &lost), &want, &format!("lost {lost:?}"));
+    }
+}

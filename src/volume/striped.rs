@@ -1,0 +1,107 @@
+//! A volume on a stripe set (issue 20): create one over member devices, open
+//! one from its members in any order, and pick the set's segment store at
+//! mount. The engine sees the set through `stripe_set::media::SetMedia`
+//! (metadata mirrored, one flat geometry) and writes segment data through a
+//! `StripeStore`; nothing else in the volume knows about members.
+//!
+//! Invariant: a volume mounted with `OpenOptions::stripe_set` has that set
+//! under its media, with the geometry its superblock records (checked here).
+
+use super::{CreateOptions, OpenOptions, Volume};
+use crate::error::{Error, Result};
+use crate::geometry::Geometry;
+use crate::media::Media;
+use crate::store::SegmentStore;
+use crate::stripe_set::media::SetMedia;
+use crate::stripe_set::open::{self, PlanOptions};
+use crate::stripe_set::store::StripeStore;
+use crate::stripe_set::StripeSet;
+use std::sync::Arc;
+
+/// The segment store of a mount on `set`, refused when the superblock's
+/// geometry is not the set's.
+pub(super) fn store(set: &Arc<StripeSet>, geo: &Geometry) -> Result<Arc<dyn SegmentStore>> {
+    let s = set.shape;
+    if s.segment_count != geo.segment_count
+        || s.segment_bytes != geo.segment_bytes()
+        || s.data_offset != geo.data_offset
+    {
+        return Err(Error::Corrupt(format!(
+            "the superblock's geometry ({} segments of {} bytes at {}) is not the stripe set's ({} of {} at {})",
+            geo.segment_count,
+            geo.segment_bytes(),
+            geo.data_offset,
+            s.segment_count,
+            s.segment_bytes,
+            s.data_offset
+        )));
+    }
+    Ok(Arc::new(StripeStore::new(set.clone())))
+}
+
+impl Volume {
+    /// Format a new volume on a stripe set over `devices` (slot order =
+    /// the order given) with `parity` parity members and stripe unit `unit`;
+    /// `create`'s segment size is rounded to whole rows and its size (None:
+    /// as large as the smallest member allows) checked against the members.
+    pub fn format_striped(
+        devices: Vec<(String, Arc<dyn Media>)>,
+        parity: u32,
+        unit: u64,
+        create: &CreateOptions,
+    ) -> Result<Arc<StripeSet>> {
+        let planned = open::plan(
+            devices,
+            &PlanOptions {
+                parity,
+                unit,
+                segment_bytes: create.segment_bytes,
+                logical_bytes: create.logical_bytes,
+                overprovision: create.overprovision,
+                log_bytes: if create.log_devices.is_empty() {
+                    create.intent_log.unwrap_or(0)
+                } else {
+                    0
+                },
+                set_uuid: create.uuid.map(|u| {
+                    let mut s = u;
+                    s[0] ^= 0xa5;
+                    s
+                }),
+            },
+        )
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let mut c = create.clone();
+        c.logical_bytes = Some(planned.logical_bytes);
+        c.segment_bytes = planned.segment_bytes;
+        Volume::format(&SetMedia::new(planned.set.clone()), &c)?;
+        planned.set.set_formatting(false);
+        Ok(planned.set)
+    }
+
+    /// Assemble the stripe set `devices` make (any order, up to `parity`
+    /// members missing) and mount the volume on it.
+    pub fn open_striped(
+        devices: Vec<(String, Arc<dyn Media>)>,
+        opts: &OpenOptions,
+    ) -> Result<Volume> {
+        let set = open::open(devices).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        Volume::open_set(set, opts)
+    }
+
+    /// Mount the volume on an assembled set.
+    pub fn open_set(set: Arc<StripeSet>, opts: &OpenOptions) -> Result<Volume> {
+        if !opts.read_only {
+            // rows partial at the last shutdown: parity in place again
+            set.resync()?;
+        }
+        let mut o = opts.clone();
+        o.stripe_set = Some(set.clone());
+        Volume::open(Arc::new(SetMedia::new(set)), &o)
+    }
+
+    /// The stripe set under this volume, if any.
+    pub fn stripe_set(&self) -> Option<&Arc<StripeSet>> {
+        self.stripe.as_ref()
+    }
+}
