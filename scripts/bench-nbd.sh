@@ -25,6 +25,10 @@
 #         "sluice-logdev" = sluice with its intent log on a file on a tmpfs the
 #           script mounts under $DIR and unmounts at exit (RAM standing in for
 #           a DRAM or NVRAM log device);
+#         "sluice-s3" = sluice with its segments in SeaweedFS (scripts/s3-server.sh,
+#           started under $DIR on S3_PORT=27300 and stopped at exit; metadata and
+#           staging in a cache dir under $DIR, --cache-segments 64): same export size
+#           as "sluice" (SIZE_MB less 15%), uploads in the background (issue 21);
 #         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate;
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
@@ -70,9 +74,14 @@ stop_server() {
 # in a fresh directory under $DIR (never over anything that exists) and
 # unmounted at exit.
 LOGDEV_MNT=
+S3_DIR=
 cleanup() {
     stop_server
     rm -f "$DIR"/*.img
+    if [ -n "$S3_DIR" ]; then
+        "$(dirname "$0")/s3-server.sh" stop "$S3_DIR" >/dev/null 2>&1 || true
+        rm -rf "$S3_DIR" "$DIR/s3cache"
+    fi
     if [ -n "$LOGDEV_MNT" ]; then
         umount "$LOGDEV_MNT" 2>/dev/null || true
         rmdir "$LOGDEV_MNT" 2>/dev/null || true
@@ -84,6 +93,16 @@ case " $SERVERS " in
     LOGDEV_MNT=$(mktemp -d "$DIR/logdev.XXXXXX")
     mount -t tmpfs -o size=64m,mode=0700 tmpfs "$LOGDEV_MNT" ||
         { echo "bench-nbd: cannot mount a tmpfs for sluice-logdev (root needed)" >&2; exit 2; } ;;
+esac
+
+case " $SERVERS " in
+*" sluice-s3 "*)
+    S3_PORT=${S3_PORT:-27300}
+    S3_DIR=$(mktemp -d "$DIR/s3.XXXXXX")
+    "$(dirname "$0")/s3-server.sh" start "$S3_DIR" "$S3_PORT" >/dev/null ||
+        { echo "bench-nbd: cannot start SeaweedFS for sluice-s3 (scripts/install-deps)" >&2; exit 2; }
+    # weed mini accepts any key
+    export AWS_ACCESS_KEY_ID=sluice-bench AWS_SECRET_ACCESS_KEY=sluice-bench AWS_REGION=us-east-1 ;;
 esac
 
 wait_socket() {
@@ -136,6 +155,15 @@ start_server() {
     nbdkit-memory)
         # no media at all: what fio + libnbd + a fast server reach on this machine
         nbdkit --foreground -U "$SOCK" memory "size=${SIZE_MB}M" &
+        SERVER_PID=$! ;;
+    sluice-s3)
+        # a fresh prefix and cache per start; the zero-filled file is unused
+        rm -f "$img"
+        rm -rf "$DIR/s3cache"
+        local store=(--store "s3://sluice/bench-$$-$RANDOM" --endpoint "http://127.0.0.1:$S3_PORT"
+            --cache-dir "$DIR/s3cache")
+        "$SLUICE" create "${store[@]}" --size "$(( SIZE_MB * 85 / 100 ))M" >/dev/null
+        "$SLUICE" serve "${store[@]}" --socket "$SOCK" >/dev/null 2>"$DIR/sluice.log" &
         SERVER_PID=$! ;;
     raw)
         RAW_FILE=$img

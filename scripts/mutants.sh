@@ -379,6 +379,15 @@ apply_rados_short_read_unchecked() {
 apply_objname_accepts_epoch_zero() {
   marker objname-accepts-epoch-zero
 }
+apply_staging_freed_early() {
+  marker staging-freed-early
+}
+apply_object_deleted_before_table() {
+  marker object-deleted-before-table
+}
+apply_evicted_header_kept() {
+  marker evicted-header-kept
+}
 apply_map_five_byte_stride() {
   marker map-five-byte-stride
 }
@@ -460,6 +469,9 @@ run range-length-unchecked objects_s3
 run lease-exists-wins objects_s3 lib
 run lease-ignores-holder lib
 run objname-accepts-epoch-zero lib
+run staging-freed-early lib objects_crash
+run object-deleted-before-table lib objects_crash
+run evicted-header-kept objects_crash
 run rados-create-not-exclusive objects_rados
 run damaged-head-never-falls-back superblock_ends
 run rados-short-read-unchecked objects_rados

@@ -123,6 +123,18 @@ impl CheckReport {
     pub fn is_clean(&self) -> bool {
         self.damage.is_empty()
     }
+    /// A finding from outside the volume's media (e.g. an object store).
+    pub fn add_finding(&mut self, kind: &'static str, text: String) {
+        self.add(
+            Found {
+                kind,
+                cause: Some(text.clone()),
+                ..Found::default()
+            },
+            text,
+        );
+    }
+
     fn add(&mut self, f: Found, text: String) {
         self.found.push(f);
         self.damage.push(text);
@@ -153,6 +165,17 @@ pub fn check_with(media: &dyn Media, progress: &mut dyn FnMut(Progress)) -> Chec
 /// of another volume is a finding) and replays the longest chain.
 pub fn check_logs(
     media: &dyn Media,
+    logs: &[&dyn Media],
+    progress: &mut dyn FnMut(Progress),
+) -> CheckReport {
+    check_store(media, None, logs, progress)
+}
+
+/// `check_logs` reading segment data through `store` when given (a volume
+/// whose segments live outside the media: objseg).
+pub fn check_store(
+    media: &dyn Media,
+    store: Option<&dyn SegmentStore>,
     logs: &[&dyn Media],
     progress: &mut dyn FnMut(Progress),
 ) -> CheckReport {
@@ -305,7 +328,14 @@ pub fn check_logs(
         r.checkpoint_slots.push(sc);
     }
     step("mount", 0, 1);
-    let m = match recovery::mount_logs(media, logs, &mut recovery::MountReport::default(), false) {
+    let m = match recovery::mount_store(
+        media,
+        store,
+        logs,
+        &mut recovery::MountReport::default(),
+        false,
+        false,
+    ) {
         Ok(m) => m,
         Err(e) => {
             r.mount = format!("fails: {e}");
@@ -373,7 +403,8 @@ pub fn check_logs(
     );
     r.notes.extend(m.report.notes.iter().cloned());
     let geo = m.geo;
-    let store = FlatStore::new(media, &geo);
+    let flat = FlatStore::new(media, &geo);
+    let store = store.unwrap_or(&flat);
     let sbk = geo.segment_blocks;
     // phys block -> (lba, crc ok) for every data block of every verified chunk.
     let mut described: std::collections::HashMap<u32, (u64, bool)> =

@@ -34,6 +34,7 @@ pub mod map;
 pub mod media;
 pub mod metrics;
 pub mod nbd;
+pub mod objseg;
 pub mod parity;
 pub mod recovery;
 pub mod segments;
@@ -50,6 +51,6 @@ pub use error::{Error, Result};
 pub use gc::GcPolicy;
 pub use stats::Stats;
 pub use volume::{
-    CreateOptions, Extent, LogDevice, MountReport, OpenOptions, Volume, WallClock,
+    CreateOptions, Extent, LogDevice, MountReport, OpenOptions, StoreHandle, Volume, WallClock,
     DEFAULT_INTENT_LOG_BYTES,
 };

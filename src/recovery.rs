@@ -1663,8 +1663,33 @@ pub fn unvouched_ranges(spans: &[Span], last_write: &[u32], c_next: u64) -> Vec<
     out
 }
 
+/// `mount_logs` (or, with `missing_ok`, `mount_logs_missing_ok`) reading
+/// segment data through `store` when given (a volume whose segments live
+/// elsewhere than the media's segment area: objseg), else the media's.
+pub fn mount_store(
+    media: &dyn Media,
+    store: Option<&dyn SegmentStore>,
+    logs: &[&dyn Media],
+    report: &mut MountReport,
+    salvage: bool,
+    missing_ok: bool,
+) -> Result<Mounted> {
+    mount_inner_store(media, store, logs, report, salvage, missing_ok)
+}
+
 fn mount_inner(
     media: &dyn Media,
+    logs: &[&dyn Media],
+    report: &mut MountReport,
+    salvage: bool,
+    missing_ok: bool,
+) -> Result<Mounted> {
+    mount_inner_store(media, None, logs, report, salvage, missing_ok)
+}
+
+fn mount_inner_store(
+    media: &dyn Media,
+    store: Option<&dyn SegmentStore>,
     logs: &[&dyn Media],
     report: &mut MountReport,
     salvage: bool,
@@ -1721,7 +1746,8 @@ fn mount_inner(
 
     if !clean {
         let t = std::time::Instant::now();
-        let scans = scan_segments(&FlatStore::new(media, &geo), &sb.uuid, &base, report)?;
+        let flat = FlatStore::new(media, &geo);
+        let scans = scan_segments(store.unwrap_or(&flat), &sb.uuid, &base, report)?;
         let scans = timed(report, "scan_segments", t, scans);
 
         let t = std::time::Instant::now();

@@ -22,6 +22,7 @@ fn layers() -> BTreeMap<&'static str, u32> {
                 "stripe_set",
                 "compress",
                 "lease",
+                "objseg",
                 "map",
                 "log",
                 "segments",
@@ -62,6 +63,7 @@ fn part_rank(name: &str) -> Option<u32> {
         "checkpoint",
         "recovery",
         "check",
+        "objseg",
     ]
     .iter()
     .position(|n| *n == name)

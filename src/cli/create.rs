@@ -17,7 +17,7 @@ use std::sync::Arc;
 #[derive(clap::Args)]
 pub struct Args {
     /// File or block device to hold the volume (or give --device for a
-    /// stripe set; "-", the default, means none).
+    /// stripe set, or --store with --cache-dir; "-", the default, means none).
     #[arg(default_value = "-", hide_default_value = true)]
     pub path: PathBuf,
     /// Exported (logical) size, e.g. 10G. A file is created large enough for it plus
@@ -60,6 +60,8 @@ pub struct Args {
     /// TiB exported); this build does not compress data yet.
     #[arg(long, value_name = "ALGO", default_value = "off")]
     pub compress: sluice::compress::Compression,
+    #[command(flatten)]
+    pub objects: super::objects::StoreArgs,
     /// A member of a stripe set (give it once per member, more than
     /// --parity + 1 of them) instead of PATH: files or block devices, each
     /// locked and, without --force, refused if it holds data (docs/stripes.md).
@@ -304,15 +306,20 @@ fn format(
         compression: a.compress,
         ..Default::default()
     };
-    Volume::create(
+    let on = || format!("creating a volume on {}", a.path.display());
+    Volume::format(&**media, &opts).with_context(on)?;
+    let store = a
+        .objects
+        .after_format(media.clone() as Arc<dyn Media>, a.force)?;
+    Volume::open(
         media.clone() as Arc<dyn Media>,
-        &opts,
         &sluice::OpenOptions {
             log_devices: log_devices(logs),
+            store,
             ..Default::default()
         },
     )
-    .with_context(|| format!("creating a volume on {}", a.path.display()))
+    .with_context(on)
 }
 
 fn log_devices(logs: &[Arc<FileMedia>]) -> Vec<sluice::LogDevice> {
@@ -336,7 +343,13 @@ pub(super) fn refuse_if_holds_data(p: &Path) -> anyhow::Result<()> {
     bail!("{} {why}; use --force to overwrite it", p.display());
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    let mut path = (a.path.as_os_str() != "-").then(|| a.path.clone());
+    a.objects.resolve(&mut path)?;
+    if let Some(p) = path {
+        a.path = p;
+    }
+    a.objects.prepare_create()?;
     let vol = create_volume(&a)?;
     let g = vol.geometry();
     let spare = sluice::sim::drive::effective_spare(&g) * 100.0;
@@ -361,6 +374,12 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             l.display(),
             i + 1,
             a.log_devices.len()
+        );
+    }
+    if let Some(s) = &a.objects.store {
+        println!(
+            "segments in {s}, metadata and staging in {}",
+            a.path.parent().unwrap_or(Path::new(".")).display()
         );
     }
     vol.close()?;
@@ -476,6 +495,7 @@ pub fn run_log_device(a: LogDeviceArgs) -> anyhow::Result<i32> {
         compress: Default::default(),
         intent_log: true,
         log_devices: vec![new.clone()],
+        objects: Default::default(),
         devices: Vec::new(),
         parity: 1,
         stripe_unit: 64 << 10,

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct InfoArgs {
-    /// Volume file or block device (or give --device for a stripe set).
+    /// Volume file or block device (or give --device for a stripe set, or
+    /// --store with --cache-dir: DIR/volume).
     #[arg(default_value = "-", hide_default_value = true)]
     pub path: PathBuf,
     /// The members of a stripe set, any order (`create --device`).
@@ -29,6 +30,8 @@ pub struct InfoArgs {
     /// The volume's intent log device(s), if it has any (`create --log-device`).
     #[arg(long = "log-device", value_name = "PATH")]
     pub log_devices: Vec<PathBuf>,
+    #[command(flatten)]
+    pub objects: super::objects::StoreArgs,
 }
 
 /// Open each log device read-only, without its lock (as `info` opens the
@@ -76,7 +79,8 @@ fn live(addr: Option<&String>, path: &Path) -> Option<std::collections::HashMap<
 
 #[derive(clap::Args)]
 pub struct CheckArgs {
-    /// Volume file or block device (or give --device for a stripe set).
+    /// Volume file or block device (or give --device for a stripe set, or
+    /// --store with --cache-dir: DIR/volume).
     #[arg(default_value = "-", hide_default_value = true)]
     pub path: PathBuf,
     /// The members of a stripe set, any order (`create --device`).
@@ -92,6 +96,8 @@ pub struct CheckArgs {
     /// The volume's intent log device(s), if it has any (`create --log-device`).
     #[arg(long = "log-device", value_name = "PATH")]
     pub log_devices: Vec<PathBuf>,
+    #[command(flatten)]
+    pub objects: super::objects::StoreArgs,
 }
 
 #[derive(clap::Args)]
@@ -215,7 +221,12 @@ fn not_a_volume(path: &Path) -> String {
     )
 }
 
-pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
+pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
+    let mut path = (a.path.as_os_str() != "-").then(|| a.path.clone());
+    a.objects.resolve(&mut path)?;
+    if let Some(p) = path {
+        a.path = p;
+    }
     if !a.devices.is_empty() {
         return super::stripe::info(&a.devices, a.json);
     }
@@ -241,12 +252,17 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         .map(|r| superblock_summary(&r))
         .unwrap_or_default();
     let log_devices = log_devices_unlocked(&a.log_devices);
+    // --store: segment data through the objects (read-only: no lease)
+    let objects = a.objects.read_only(media.clone())?;
     let vol = Volume::open(
         media,
         &OpenOptions {
             read_only: true,
             background: false,
             log_devices: log_devices.clone(),
+            store: objects
+                .as_ref()
+                .map(|(s, _)| sluice::StoreHandle(s.clone())),
             ..Default::default()
         },
     )
@@ -439,6 +455,19 @@ pub fn run_info(a: InfoArgs) -> anyhow::Result<i32> {
         for n in &r.notes {
             println!("note          {n}");
         }
+        if let (Some((s, notes)), Some(loc)) = (&objects, &a.objects.store) {
+            let stored = (0..g.segment_count)
+                .filter(|&i| s.stored(i).is_some())
+                .count();
+            println!(
+                "objects       {loc}: {stored} of {} segments stored as objects (the rest in staging or empty), last epoch {}",
+                g.segment_count,
+                s.epoch()
+            );
+            for n in notes {
+                println!("note          {n}");
+            }
+        }
     }
     Ok(0)
 }
@@ -524,7 +553,12 @@ fn superblock_summary(r: &sluice::recovery::SbRead) -> String {
     )
 }
 
-pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
+pub fn run_check(mut a: CheckArgs) -> anyhow::Result<i32> {
+    let mut path = (a.path.as_os_str() != "-").then(|| a.path.clone());
+    a.objects.resolve(&mut path)?;
+    if let Some(p) = path {
+        a.path = p;
+    }
     if !a.devices.is_empty() {
         return super::stripe::check(&a.devices, a.json, a.force);
     }
@@ -570,7 +604,23 @@ pub fn run_check(a: CheckArgs) -> anyhow::Result<i32> {
     };
     let logs = log_devices_unlocked(&a.log_devices);
     let log_refs: Vec<&dyn Media> = logs.iter().map(|d| &*d.0).collect();
-    let r = sluice::check::check_logs(&media, &log_refs, &mut check_progress());
+    let media: Arc<dyn Media> = Arc::new(media);
+    // --store: segment data through the objects; every object the slot
+    // table names read whole and its CRC compared (a finding each)
+    let store = a.objects.read_only(media.clone())?;
+    let mut r = sluice::check::check_store(
+        &*media,
+        store
+            .as_ref()
+            .map(|s| &*s.0 as &dyn sluice::store::SegmentStore),
+        &log_refs,
+        &mut check_progress(),
+    );
+    if let Some((s, notes)) = &store {
+        for n in notes.iter().cloned().chain(s.verify_objects()) {
+            r.add_finding("object", n);
+        }
+    }
     if a.json {
         println!(
             "{}",

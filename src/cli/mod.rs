@@ -13,6 +13,7 @@ mod bench;
 mod create;
 mod exports;
 mod info;
+mod objects;
 mod replay;
 pub mod say;
 mod serve;

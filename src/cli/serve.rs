@@ -86,6 +86,8 @@ pub struct Args {
     /// volume is still refused.
     #[arg(long)]
     pub log_device_missing_ok: bool,
+    #[command(flatten)]
+    pub objects: super::objects::StoreArgs,
     /// Write the server's pid here once it is listening; removed at exit if it
     /// still holds it. Never replaces a file other than a stale pid file.
     #[arg(long, value_name = "FILE")]
@@ -457,6 +459,7 @@ fn open_volume(
         bail!("{hint}");
     }
     if create_it && !path.exists() {
+        a.objects.prepare_create()?;
         let Some(size) = a.size else {
             bail!("--create needs --size for a volume that does not exist yet");
         };
@@ -470,6 +473,7 @@ fn open_volume(
             preallocate: false,
             intent_log: false,
             log_devices: Vec::new(),
+            objects: a.objects.clone(),
             compress: Default::default(),
             devices: Vec::new(),
             parity: 1,
@@ -498,7 +502,18 @@ fn open_volume(
         bail!("--scrub-rate must be above 0 (leave it out to turn scrub off)");
     }
     let log_devices = open_log_devices(&a.log_devices, read_only, a.log_device_missing_ok)?;
+    // --store belongs to the default export only
+    let objects = a.objects.store.is_some() && a.path.as_deref() == Some(path);
+    let store = if read_only || !objects {
+        None
+    } else {
+        a.objects.attach(media.clone())?
+    };
+    if read_only && objects {
+        bail!("--read-only with --store is not supported yet (`sluice check --store` reads the objects)");
+    }
     let opts = OpenOptions {
+        store,
         log_devices,
         log_device_missing_ok: a.log_device_missing_ok,
         read_only,
@@ -554,7 +569,11 @@ fn open_volume(
     Ok(vol)
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
+pub fn run(mut a: Args) -> anyhow::Result<i32> {
+    // --store: the default export is the local metadata file DIR/volume
+    let mut default_path = a.path.take();
+    a.objects.resolve(&mut default_path)?;
+    a.path = default_path;
     // (the allocator is tuned for all commands in cli::run)
     if a.create && a.read_only {
         bail!("--create and --read-only do not go together: create the volume first");
@@ -816,6 +835,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 }
             }
         }
+    }
+    if closed.is_ok() {
+        closed = super::objects::finish_attached();
     }
     leftovers.remove();
     served.context("serving")?;

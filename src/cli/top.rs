@@ -137,6 +137,68 @@ struct Row {
     flush_seal_p50_s: Option<f64>,
     flush_seal_p99_s: Option<f64>,
     stripe_down: f64,
+    /// Segments in an object store (`serve --store`): 0 stores, no line.
+    objects: ObjRow,
+}
+
+/// The object-store series (`sluice_objects_*`), summed over stores.
+#[derive(serde::Serialize, Default)]
+struct ObjRow {
+    stores: f64,
+    uploads_in_flight: f64,
+    uploads_pending: f64,
+    upload_mb_s: f64,
+    deletes_per_s: f64,
+    gets_per_s: f64,
+    get_mean_s: Option<f64>,
+    cache_hit_share: Option<f64>,
+}
+
+/// Sum of every series `name{...}` (one per store).
+fn sum(s: &Sample, name: &str) -> f64 {
+    let p = format!("{name}{{");
+    s.iter()
+        .filter(|(k, _)| k.starts_with(&p))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn obj_row(a: &Sample, b: &Sample, dt: f64) -> ObjRow {
+    let d = |k: &str| (sum(b, k) - sum(a, k)).max(0.0);
+    let gets = d("sluice_objects_get_total");
+    let hits = d("sluice_objects_cache_reads_total");
+    ObjRow {
+        stores: b
+            .keys()
+            .filter(|k| k.starts_with("sluice_objects_uploads_in_flight{"))
+            .count() as f64,
+        uploads_in_flight: sum(b, "sluice_objects_uploads_in_flight"),
+        uploads_pending: sum(b, "sluice_objects_uploads_pending"),
+        upload_mb_s: d("sluice_objects_uploaded_bytes_total") / dt / 1e6,
+        deletes_per_s: d("sluice_objects_deleted_total") / dt,
+        gets_per_s: gets / dt,
+        get_mean_s: (gets > 0.0).then(|| d("sluice_objects_get_seconds_total") / gets),
+        cache_hit_share: (gets + hits > 0.0).then(|| hits / (gets + hits)),
+    }
+}
+
+/// The screen's object-store line (empty without a store).
+fn obj_line(o: &ObjRow) -> String {
+    if o.stores == 0.0 {
+        return String::new();
+    }
+    format!(
+        "objects uploads {:.0} in flight, {:.0} pending, {:.1} MB/s   deletes {:.1}/s   GETs {:.0}/s mean {}   cache hits {}\n",
+        o.uploads_in_flight,
+        o.uploads_pending,
+        o.upload_mb_s,
+        o.deletes_per_s,
+        o.gets_per_s,
+        lat(o.get_mean_s),
+        o.cache_hit_share
+            .map(|h| format!("{:.0}%", h * 100.0))
+            .unwrap_or_else(|| "-".into())
+    )
 }
 
 fn share(a: &Sample, b: &Sample, side: &str) -> f64 {
@@ -196,6 +258,7 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         log_flushes_per_s: r("sluice_log_device_flushes_total"),
         log_degraded: g(b, "sluice_log_devices_degraded"),
         log_fallbacks: g(b, "sluice_log_fallbacks_total"),
+        objects: obj_row(a, b, dt),
         flush_log_p50_s: flush_quantile(a, b, "log", 0.5),
         flush_log_p99_s: flush_quantile(a, b, "log", 0.99),
         flush_seal_p50_s: flush_quantile(a, b, "seal", 0.5),
@@ -225,7 +288,7 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
          GC      {:.1} runs/s, {:.0} blocks moved/s\n\
          space   {} of {} segments free, live data {} of {}\n\
          pattern host {} sequential   media {} sequential\n\
-         log     {:.0} records/s {:.1} MB/s, {:.0} device flushes/s{}\n",
+         log     {:.0} records/s {:.1} MB/s, {:.0} device flushes/s{}\n{}",
         if export.is_empty() {
             String::new()
         } else {
@@ -261,6 +324,7 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
         r.log_mb_s,
         r.log_flushes_per_s,
         log_state(r),
+        obj_line(&r.objects),
     )
 }
 
@@ -287,7 +351,7 @@ fn log_state(r: &Row) -> String {
 
 fn line(r: &Row) -> String {
     format!(
-        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={} flush p99 log={} seal={} log={:.0}/s{}",
+        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={} flush p99 log={} seal={} log={:.0}/s{}{}",
         r.time_s,
         r.read_iops,
         r.write_iops,
@@ -304,7 +368,24 @@ fn line(r: &Row) -> String {
         lat(r.flush_log_p99_s),
         lat(r.flush_seal_p99_s),
         r.log_records_per_s,
-        log_state(r)
+        log_state(r),
+        if r.objects.stores > 0.0 {
+            let o = &r.objects;
+            format!(
+                " objects up={:.0}+{:.0}pending {:.1}MB/s del={:.1}/s get={:.0}/s mean={} hits={}",
+                o.uploads_in_flight,
+                o.uploads_pending,
+                o.upload_mb_s,
+                o.deletes_per_s,
+                o.gets_per_s,
+                lat(o.get_mean_s),
+                o.cache_hit_share
+                    .map(|h| format!("{:.0}%", h * 100.0))
+                    .unwrap_or_else(|| "-".into())
+            )
+        } else {
+            String::new()
+        }
     )
 }
 

@@ -270,6 +270,59 @@ pub(crate) fn write_hist(out: &mut String, name: &str, labels: &str, h: &Log2His
     }
 }
 
+/// The segment stores in object stores this server serves from (issue 21),
+/// each labelled `store="s3://..."`.
+pub mod objects {
+    use super::{label_value, Text};
+    use crate::objseg::ObjSegStore;
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::{Arc, Mutex, Weak};
+
+    /// Weak: the registry never keeps a store alive (its drop releases the
+    /// lease after the last upload).
+    static STORES: Mutex<Vec<(String, Weak<ObjSegStore>)>> = Mutex::new(Vec::new());
+
+    /// Show `store`'s counters under `name` (`serve --store`).
+    pub fn register(name: &str, store: &Arc<ObjSegStore>) {
+        STORES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((label_value(name), Arc::downgrade(store)));
+    }
+
+    pub(super) fn render(t: &mut Text) {
+        let stores: Vec<(String, Arc<ObjSegStore>)> = STORES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|(n, w)| Some((n.clone(), w.upgrade()?)))
+            .collect();
+        if stores.is_empty() {
+            return;
+        }
+        type Get = fn(&ObjSegStore) -> f64;
+        let series: [(&str, &str, &str, Get); 11] = [
+            ("sluice_objects_uploads_in_flight", "gauge", "Segment uploads running now.", |s| s.stats().uploads_in_flight.load(Relaxed) as f64),
+            ("sluice_objects_uploads_pending", "gauge", "Full segments waiting for (or in) their upload: their staging copy is their only copy.", |s| s.uploads_pending() as f64),
+            ("sluice_objects_uploaded_total", "counter", "Segment objects stored.", |s| s.stats().uploaded_objects.load(Relaxed) as f64),
+            ("sluice_objects_uploaded_bytes_total", "counter", "Bytes of segment objects stored.", |s| s.stats().uploaded_bytes.load(Relaxed) as f64),
+            ("sluice_objects_upload_retries_total", "counter", "Uploads and deletes tried again after a failure.", |s| s.stats().upload_retries.load(Relaxed) as f64),
+            ("sluice_objects_deleted_total", "counter", "Segment objects deleted (old lives, orphans).", |s| s.stats().deleted_objects.load(Relaxed) as f64),
+            ("sluice_objects_deleted_bytes_total", "counter", "Bytes of segment objects deleted.", |s| s.stats().deleted_bytes.load(Relaxed) as f64),
+            ("sluice_objects_get_total", "counter", "Ranged GETs (reads of segments not in the cache).", |s| s.stats().gets.load(Relaxed) as f64),
+            ("sluice_objects_get_bytes_total", "counter", "Bytes read with ranged GETs.", |s| s.stats().get_bytes.load(Relaxed) as f64),
+            ("sluice_objects_get_seconds_total", "counter", "Time spent in ranged GETs (divide by sluice_objects_get_total for the mean latency).", |s| s.stats().get_us.load(Relaxed) as f64 / 1e6),
+            ("sluice_objects_cache_reads_total", "counter", "Segment reads served by the staging file / cache (hits).", |s| s.stats().local_reads.load(Relaxed) as f64),
+        ];
+        for (name, kind, help, get) in series {
+            t.head(name, kind, help);
+            for (label, s) in &stores {
+                t.val(name, &format!("store=\"{label}\""), get(s));
+            }
+        }
+    }
+}
+
 /// One export's volume as the endpoint shows it: its metrics carry
 /// `export="name"`; `sluice_export_info` maps the name to the path.
 pub struct Export {
@@ -772,6 +825,7 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
         }
     }
     pattern::render(&mut t.0, &[("host", &m.host), ("media", &m.media)]);
+    objects::render(&mut t);
     t.0
 }
 

@@ -205,6 +205,20 @@ pub struct OpenOptions {
     /// The stripe set the volume's media shows (`stripe_set::media::SetMedia`
     /// over it): its segment data goes through a `StripeStore` on it.
     pub stripe_set: Option<Arc<crate::stripe_set::StripeSet>>,
+    /// Where segment data lives, when not in the media's own segment area
+    /// (None: `FlatStore` over the media). The store must have the volume's
+    /// geometry; the metadata stays on the media (objseg::ObjSegStore).
+    pub store: Option<StoreHandle>,
+}
+
+/// A segment store given to `Volume::open` (`OpenOptions::store`).
+#[derive(Clone)]
+pub struct StoreHandle(pub Arc<dyn SegmentStore>);
+
+impl std::fmt::Debug for StoreHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoreHandle({})", self.0.describe())
+    }
 }
 
 impl Default for OpenOptions {
@@ -223,6 +237,7 @@ impl Default for OpenOptions {
             salvage: false,
             log_devices: Vec::new(),
             log_device_missing_ok: false,
+            store: None,
             stripe_set: None,
         }
     }
@@ -637,11 +652,15 @@ impl Volume {
         }
         let logs: Vec<&dyn Media> = opts.log_devices.iter().map(|d| &*d.0).collect();
         let mut rep = MountReport::default();
-        let m = if opts.log_device_missing_ok {
-            recovery::mount_logs_missing_ok(&*media, &logs, &mut rep, opts.salvage)?
-        } else {
-            recovery::mount_logs(&*media, &logs, &mut rep, opts.salvage)?
-        };
+        let given = opts.store.as_ref().map(|h| &*h.0);
+        let m = recovery::mount_store(
+            &*media,
+            given,
+            &logs,
+            &mut rep,
+            opts.salvage,
+            opts.log_device_missing_ok,
+        )?;
         for w in &m.log_missing {
             tracing::warn!(
                 "{}: intent log degraded, running without {w} (records go to the other device only)",
@@ -726,9 +745,24 @@ impl Volume {
         }
         let counters = Arc::new(Counters::with_lifetime(lifetime));
         let crc_index = Arc::new(crate::crc_index::CrcIndex::new(&geo, uuid));
-        let store: Arc<dyn SegmentStore> = match &opts.stripe_set {
-            Some(set) => striped::store(set, &geo)?,
-            None => Arc::new(FlatStore::new(media.clone(), &geo)),
+        let store: Arc<dyn SegmentStore> = match (&opts.store, &opts.stripe_set) {
+            (Some(h), _) => {
+                if h.0.segment_count() != geo.segment_count
+                    || h.0.segment_blocks() != geo.segment_blocks
+                {
+                    return Err(Error::InvalidArgument(format!(
+                        "{}: the segment store given has {} segments of {} blocks, the volume {} of {}",
+                        media.describe(),
+                        h.0.segment_count(),
+                        h.0.segment_blocks(),
+                        geo.segment_count,
+                        geo.segment_blocks
+                    )));
+                }
+                h.0.clone()
+            }
+            (None, Some(set)) => striped::store(set, &geo)?,
+            (None, None) => Arc::new(FlatStore::new(media.clone(), &geo)),
         };
         let commit = Arc::new(Commit::new(
             commit::Places {

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# bench-objects-reads.sh: 4 KiB random reads at queue depth 1 from a volume
+# whose segments live in SeaweedFS (issue 21), cache hits against cache
+# misses, same volume, same run. Not a test: prints IOPS and fio's mean and
+# p99 completion latency of each, and the miss/hit ratio.
+#
+#   hit:  `serve --store ... --cache-segments 1000000`: every uploaded
+#         segment's staging copy is kept, every read is a local read;
+#   miss: the same cache dir served with `--cache-segments 0`: every read of
+#         an uploaded segment is one ranged GET (staging copies ignored).
+#
+# Usage: scripts/bench-objects-reads.sh
+# Env:   RUNTIME=15 (s per run)  SIZE_MB=256 (export)  DIR=/var/tmp/sluice-objreads
+#        S3_PORT=27400  SLUICE=target/release/sluice
+set -euo pipefail
+
+RUNTIME=${RUNTIME:-15}
+SIZE_MB=${SIZE_MB:-256}
+DIR=${DIR:-/var/tmp/sluice-objreads}
+S3_PORT=${S3_PORT:-27400}
+SLUICE=${SLUICE:-target/release/sluice}
+here=$(cd "$(dirname "$0")" && pwd)
+
+for t in fio nbdinfo python3; do
+    command -v "$t" >/dev/null || { echo "bench-objects-reads: $t is not installed" >&2; exit 2; }
+done
+[ -x "$SLUICE" ] || { echo "bench-objects-reads: build first: cargo build --release" >&2; exit 2; }
+
+mkdir -p "$DIR"
+WORK=$(mktemp -d "$DIR/run.XXXXXX")
+SOCK="$WORK/nbd.sock"
+SERVER_PID=
+stop_server() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    SERVER_PID=
+}
+cleanup() {
+    stop_server
+    "$here/s3-server.sh" stop "$WORK/s3" >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$here/s3-server.sh" start "$WORK/s3" "$S3_PORT" >/dev/null
+export AWS_ACCESS_KEY_ID=sluice-bench AWS_SECRET_ACCESS_KEY=sluice-bench AWS_REGION=us-east-1
+STORE=(--store "s3://sluice/reads-$$" --endpoint "http://127.0.0.1:$S3_PORT" --cache-dir "$WORK/cache")
+"$SLUICE" create "${STORE[@]}" --size "${SIZE_MB}M" >/dev/null
+
+serve() {
+    rm -f "$SOCK"
+    "$SLUICE" serve "${STORE[@]}" --socket "$SOCK" --cache-segments "$1" >/dev/null 2>>"$WORK/serve.log" &
+    SERVER_PID=$!
+    for _ in $(seq 1 100); do [ -S "$SOCK" ] && return 0; sleep 0.1; done
+    echo "bench-objects-reads: server did not come up" >&2; cat "$WORK/serve.log" >&2; exit 1
+}
+URI="nbd+unix:///?socket=$SOCK"
+
+# fill every block once (1 MiB sequential writes), then stop: a clean stop
+# waits for the uploads
+serve 1000000
+fio --name=fill --ioengine=nbd --uri="$URI" --size="$(nbdinfo --size "$URI")" \
+    --rw=write --bs=1M --iodepth=8 --refill_buffers >/dev/null
+stop_server
+
+run() {
+    serve "$1"
+    fio --name=rr --ioengine=nbd --uri="$URI" --size="$(nbdinfo --size "$URI")" \
+        --rw=randread --bs=4k --iodepth=1 --time_based --runtime="$RUNTIME" \
+        --output-format=json >"$WORK/$2.json"
+    stop_server
+    python3 - "$WORK/$2.json" "$2" <<'EOF'
+import json, sys
+t = open(sys.argv[1]).read()
+j = json.loads(t[t.index("{"):])["jobs"][0]["read"]
+c = j["clat_ns"]
+p99 = c.get("percentile", {}).get("99.000000", 0)
+print(f"{sys.argv[2]:5} {j['iops']:9.0f} IOPS  mean {c['mean']/1000:8.0f} us  p99 {p99/1000:8.0f} us")
+EOF
+}
+echo "(4 KiB random reads, QD1, ${RUNTIME}s each, ${SIZE_MB} MiB export, segments in SeaweedFS on 127.0.0.1:$S3_PORT)"
+hit=$(run 1000000 hit)
+miss=$(run 0 miss)
+echo "$hit"
+echo "$miss"
+python3 - "$hit" "$miss" <<'EOF'
+import sys
+h = float(sys.argv[1].split()[1]); m = float(sys.argv[2].split()[1])
+print(f"miss/hit IOPS {m/h:.3f}")
+EOF
+grep -h "uploaded\|pending" "$WORK/serve.log" | tail -3 || true

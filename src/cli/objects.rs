@@ -1,0 +1,214 @@
+//! `--store s3://BUCKET/PREFIX --endpoint URL --cache-dir DIR`: the options
+//! of a volume whose segments live in an object store (objseg, issue 21),
+//! shared by `create`, `serve` and `check`. The local metadata file (the
+//! superblocks, checkpoint slots, intent ring and the segments' staging
+//! area) is `DIR/volume`, the slot table `DIR/objects.tab`.
+//!
+//! Invariant: the store is attached only after the local metadata file is
+//! open, so its volume lock (exclusive for create/serve, shared for check)
+//! is held first: two processes never share one cache directory.
+
+use anyhow::{bail, Context};
+use sluice::media::objects::{Location, ObjectStore, S3Objects, S3Options};
+use sluice::media::Media;
+use sluice::objseg::{self, ObjSegOptions, ObjSegStore};
+use sluice::StoreHandle;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+/// The stores `attach` made (weak: a volume's drop still finishes its
+/// store), finished by `finish_attached` once the volumes are closed.
+static ATTACHED: Mutex<Vec<(String, Weak<ObjSegStore>)>> = Mutex::new(Vec::new());
+
+/// `serve`, after closing its volumes: wait for each store's queued uploads
+/// (30 s at most) and release its lease, saying what is left.
+pub fn finish_attached() -> anyhow::Result<()> {
+    let stores: Vec<_> = ATTACHED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .collect();
+    for (name, w) in stores {
+        let Some(s) = w.upgrade() else { continue };
+        match s.finish().with_context(|| format!("closing {name}"))? {
+            0 => say!("sluice: {name}: every segment uploaded; epoch {} released", s.epoch()),
+            n => say!(
+                "sluice: {name}: {n} segment upload(s) still pending (kept in the cache, uploaded at the next serve); epoch {} released",
+                s.epoch()
+            ),
+        }
+    }
+    Ok(())
+}
+
+#[derive(clap::Args, Clone, Default)]
+pub struct StoreArgs {
+    /// Keep the volume's segments in an object store: s3://BUCKET/PREFIX
+    /// (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+    /// AWS_SESSION_TOKEN / AWS_REGION). The volume's metadata stays in
+    /// --cache-dir (docs/objects.md: losing that directory loses the volume
+    /// in this version).
+    #[arg(long, value_name = "s3://BUCKET/PREFIX")]
+    pub store: Option<String>,
+    /// The S3 endpoint (http://127.0.0.1:8333 for a local server; default
+    /// AWS_ENDPOINT_URL, else AWS).
+    #[arg(long, requires = "store")]
+    pub endpoint: Option<String>,
+    /// Local directory of the volume's metadata file, segment staging and
+    /// slot table (created by `create`).
+    #[arg(long, requires = "store")]
+    pub cache_dir: Option<PathBuf>,
+    /// Take the volume over from a writer that is gone (its lease was never
+    /// released).
+    #[arg(long, requires = "store")]
+    pub takeover: bool,
+    /// Uploaded segments kept in the cache directory for reads (each one
+    /// segment of space); beyond, a read is a ranged GET.
+    #[arg(long, requires = "store", default_value_t = 64)]
+    pub cache_segments: usize,
+    /// Segment uploads in flight at once.
+    #[arg(long, requires = "store", default_value_t = 2)]
+    pub uploads: usize,
+}
+
+impl StoreArgs {
+    fn dir(&self) -> anyhow::Result<&Path> {
+        self.cache_dir
+            .as_deref()
+            .context("--store needs --cache-dir DIR (the volume's local metadata and staging)")
+    }
+
+    /// With --store, the local metadata file (`DIR/volume`) replaces the
+    /// PATH argument, which must then be absent.
+    pub fn resolve(&self, path: &mut Option<PathBuf>) -> anyhow::Result<()> {
+        if self.store.is_none() {
+            return Ok(());
+        }
+        if path.as_ref().is_some_and(|p| !p.as_os_str().is_empty()) {
+            bail!("give either a volume PATH or --store with --cache-dir, not both");
+        }
+        *path = Some(self.dir()?.join("volume"));
+        Ok(())
+    }
+
+    fn client(&self) -> anyhow::Result<Arc<dyn ObjectStore>> {
+        let s = self.store.as_deref().unwrap_or_default();
+        let (bucket, prefix) = match Location::parse(s)? {
+            Location::S3 { bucket, prefix } => (bucket, prefix),
+            Location::Rados { .. } => bail!(
+                "--store {s}: volumes on RADOS are not wired to the CLI yet (the segment store takes any object store; use s3:// here)"
+            ),
+        };
+        let c = S3Objects::open(
+            &bucket,
+            &prefix,
+            &S3Options {
+                endpoint: self.endpoint.clone(),
+                ..S3Options::default()
+            },
+        )?;
+        Ok(Arc::new(c))
+    }
+
+    fn opts(&self) -> ObjSegOptions {
+        ObjSegOptions {
+            uploads: self.uploads.max(1),
+            cache_segments: self.cache_segments,
+            ..ObjSegOptions::default()
+        }
+    }
+
+    /// `create`: make the cache directory (it must not hold a volume).
+    pub fn prepare_create(&self) -> anyhow::Result<()> {
+        if self.store.is_none() {
+            return Ok(());
+        }
+        let d = self.dir()?;
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        if d.join(objseg::TABLE_FILE).exists() {
+            bail!(
+                "{} already holds a volume's slot table ({}): use another --cache-dir",
+                d.display(),
+                objseg::TABLE_FILE
+            );
+        }
+        Ok(())
+    }
+
+    /// `create`, after the local metadata file was formatted (and is
+    /// locked): the store's first lease and a new slot table.
+    pub fn after_format(
+        &self,
+        media: Arc<dyn Media>,
+        force: bool,
+    ) -> anyhow::Result<Option<StoreHandle>> {
+        if self.store.is_none() {
+            return Ok(None);
+        }
+        let (s, _) = objseg::create(
+            media,
+            objseg::Place {
+                objects: self.client()?,
+                dir: self.dir()?,
+                takeover: false,
+                opts: self.opts(),
+            },
+            force,
+        )
+        .with_context(|| {
+            format!(
+                "creating the volume's objects in {}",
+                self.store.as_deref().unwrap_or_default()
+            )
+        })?;
+        Ok(Some(StoreHandle(s)))
+    }
+
+    /// `serve`: attach to the objects of the volume whose local metadata
+    /// file `media` is open (and locked).
+    pub fn attach(&self, media: Arc<dyn Media>) -> anyhow::Result<Option<StoreHandle>> {
+        if self.store.is_none() {
+            return Ok(None);
+        }
+        let (s, rep) = objseg::open(
+            media,
+            objseg::Place {
+                objects: self.client()?,
+                dir: self.dir()?,
+                takeover: self.takeover,
+                opts: self.opts(),
+            },
+        )
+        .with_context(|| format!("attaching to {}", self.store.as_deref().unwrap_or_default()))?;
+        say!(
+            "sluice: {}: epoch {}, {} segment object(s), {} orphan(s) to delete, {} segment(s) to upload",
+            self.store.as_deref().unwrap_or_default(),
+            rep.epoch,
+            rep.objects,
+            rep.orphans_deleted,
+            rep.uploads_queued
+        );
+        for n in &rep.notes {
+            say!("sluice: {}: {n}", self.store.as_deref().unwrap_or_default());
+        }
+        sluice::metrics::objects::register(self.store.as_deref().unwrap_or_default(), &s);
+        ATTACHED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((self.store.clone().unwrap_or_default(), Arc::downgrade(&s)));
+        Ok(Some(StoreHandle(s)))
+    }
+
+    /// `check`: the store for reading only, and what its attach found.
+    pub fn read_only(
+        &self,
+        media: Arc<dyn Media>,
+    ) -> anyhow::Result<Option<(Arc<ObjSegStore>, Vec<String>)>> {
+        if self.store.is_none() {
+            return Ok(None);
+        }
+        let (s, rep) = objseg::open_read_only(media, self.client()?, self.dir()?)
+            .with_context(|| format!("reading {}", self.store.as_deref().unwrap_or_default()))?;
+        Ok(Some((s, rep.notes)))
+    }
+}

@@ -1,0 +1,1204 @@
+//! ObjSegStore: the segment store of a volume in an object store (issue 21;
+//! docs/objects.md §5.1). The engine's segment slots stay its addresses; each
+//! life of a slot that fills up is uploaded once as a write-once object
+//! `seg/S-E` (S a fresh sequence number, E this writer's epoch) and never
+//! overwritten. While a slot is being filled its bytes live in the local
+//! staging file: the segment area of the volume's local metadata file in the
+//! cache directory (a sparse file, written exactly like a flat volume, so a
+//! FLUSH is durable at local speed under the engine's one media flush).
+//!
+//! Life of a slot here: `local` (staging holds it; the table says nothing) ->
+//! full (every block of `[0, end)` written in this life, `end` reaching the
+//! segment's last block or the one before: the engine closes a segment with
+//! fewer than two blocks left) -> queued -> uploaded by a background worker
+//! (bounded in flight, retried with backoff while the store fails) ->
+//! `stored` (the slot table says which object, durably) -> its staging copy
+//! stays as cache until more than `cache_segments` are cached, then its body
+//! is punched and reads become one ranged GET. A write or a tombstone to a
+//! slot starts its next life: the table is cleared for it durably *before*
+//! that write, and only then is the old object deleted.
+//!
+//! Invariants:
+//! - every slot is local or stored (or both, cached): its current content is
+//!   always somewhere; a staging copy is freed only after its object is
+//!   stored and the table says so durably;
+//! - an object is deleted only after the table durably stops naming it
+//!   (the table is this store's checkpoint of slot -> object; the engine's
+//!   own checkpoints never name objects), and only by the epoch that wrote
+//!   it or a later one;
+//! - the table names an object only while it holds the slot's current life:
+//!   an upload that finishes after its slot moved on is deleted, never
+//!   recorded.
+//!
+//! Not in this slice: the superblock, checkpoints and intent ring stay in
+//! the local metadata file (a host that loses its cache loses the volume);
+//! no segment footer; the cache is whole segments, not lines.
+
+pub mod table;
+
+use crate::format::chunk;
+use crate::format::objname::{ObjKind, ObjName};
+use crate::format::BLOCK_BYTES;
+use crate::geometry::Geometry;
+use crate::lease::{self, Holder, Lease, LeaseError};
+use crate::media::objects::{ObjError, ObjectStore};
+use crate::media::{AlignedBuf, Media, UringReads};
+use crate::store::{FlatStore, Piece, SegmentStore};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+pub use table::{ObjRef, Table};
+
+const BS: u64 = BLOCK_BYTES as u64;
+/// Sequence numbers reserved per write of the table's floor.
+const SEQ_STEP: u64 = 1024;
+
+/// The slot table's file name in the cache directory.
+pub const TABLE_FILE: &str = "objects.tab";
+
+#[derive(Debug, Clone)]
+pub struct ObjSegOptions {
+    /// Uploads in flight at once (worker threads). 0: no threads, every
+    /// upload and delete runs on the thread whose write filled the segment
+    /// or started its new life (deterministic: the simulator's and the
+    /// crash tests' mode; a failing job waits for the next write).
+    pub uploads: usize,
+    /// Stored segments whose staging copy is kept as a read cache.
+    pub cache_segments: usize,
+    /// Longest wait between two tries of a failing upload or delete.
+    pub retry_max: Duration,
+    /// How long dropping the store waits for queued uploads before it stops
+    /// (what is left stays in staging and is queued at the next attach).
+    pub close_wait: Duration,
+}
+
+impl Default for ObjSegOptions {
+    fn default() -> Self {
+        ObjSegOptions {
+            uploads: 2,
+            cache_segments: 64,
+            retry_max: Duration::from_secs(5),
+            close_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counters (monotonic unless said otherwise).
+#[derive(Debug, Default)]
+pub struct ObjStats {
+    /// Gauge: uploads running now.
+    pub uploads_in_flight: AtomicU64,
+    pub uploaded_objects: AtomicU64,
+    pub uploaded_bytes: AtomicU64,
+    pub upload_retries: AtomicU64,
+    pub deleted_objects: AtomicU64,
+    pub deleted_bytes: AtomicU64,
+    pub gets: AtomicU64,
+    pub get_bytes: AtomicU64,
+    pub get_us: AtomicU64,
+    /// Reads served by the staging file / cache.
+    pub local_reads: AtomicU64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Slot {
+    /// Bumped at each new life (a write or tombstone after the last upload).
+    life: u64,
+    /// Blocks written in this life (bitmap).
+    written: Vec<u64>,
+    /// End of the write reaching the segment's last two blocks (0: none yet).
+    end: u32,
+    /// The staging file holds this life's content.
+    local: bool,
+    /// The object holding this life (table says so durably).
+    stored: Option<ObjRef>,
+    queued: bool,
+    /// The sequence number this life's upload tries (the same name on every
+    /// try, so a create that landed unanswered is found as ours).
+    try_seq: Option<u64>,
+}
+
+impl Slot {
+    /// Its staging copy may be punched: an object holds this life.
+    fn evictable(&self) -> bool {
+        // MUTANT: staging-freed-early s|self.stored.is_some()|self.local|
+        self.stored.is_some()
+    }
+
+    /// Every block of `[0, end)` written in this life.
+    fn covered(&self, end: u32) -> bool {
+        let full = (end / 64) as usize;
+        let mask = (1u64 << (end % 64)) - 1;
+        self.written[..full].iter().all(|&w| w == u64::MAX)
+            && (mask == 0 || self.written[full] & mask == mask)
+    }
+}
+
+enum Job {
+    Upload { seg: u32, life: u64 },
+    Delete { name: String, bytes: u64 },
+}
+
+struct State {
+    slots: Vec<Slot>,
+    jobs: VecDeque<Job>,
+    busy: usize,
+    /// Stored slots whose staging copy is kept, oldest first.
+    cached: VecDeque<u32>,
+    table: Table,
+    failed: Option<String>,
+}
+
+struct Inner {
+    local: FlatStore<Arc<dyn Media>>,
+    /// The media under `local` (its flush makes a tombstone durable).
+    media: Arc<dyn Media>,
+    objects: Arc<dyn ObjectStore>,
+    geo: Geometry,
+    lease: Lease,
+    opts: ObjSegOptions,
+    state: Mutex<State>,
+    work: Condvar,
+    idle: Condvar,
+    /// Held shared by whoever touches the staging file's content of a slot
+    /// (reads, writes, tombstones); exclusively to punch a cached copy.
+    evict: RwLock<()>,
+    next_seq: AtomicU64,
+    stop: AtomicBool,
+    /// Attached for `check`: no lease, no uploads, no deletes, no writes.
+    read_only: bool,
+    /// The lease was released (`close`) or must not be (read-only).
+    released: AtomicBool,
+    stats: ObjStats,
+}
+
+pub struct ObjSegStore {
+    inner: Arc<Inner>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn io_err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// What `attach` found in the store and did about it.
+#[derive(Debug, Default, Clone)]
+pub struct AttachReport {
+    pub epoch: u64,
+    pub objects: usize,
+    pub orphans_deleted: usize,
+    pub uploads_queued: usize,
+    pub notes: Vec<String>,
+}
+
+/// The writer lease for a volume whose cache holds `table`: our own last
+/// epoch, not released (a crash of this cache's writer: the caller holds the
+/// local volume lock, so it is gone), is taken over; a newer epoch than the
+/// table's means another writer used the volume since: refused (this cache's
+/// metadata is stale), unless `takeover`.
+pub fn take_lease(
+    objects: &dyn ObjectStore,
+    table: &Table,
+    takeover: bool,
+) -> Result<Lease, LeaseError> {
+    let newest = lease::epochs(objects)?.last().copied().unwrap_or(0);
+    if newest > table.epoch && !takeover {
+        return Err(LeaseError::Held {
+            epoch: newest,
+            holder: lease::holder_of(objects, newest)?,
+        });
+    }
+    lease::take(
+        objects,
+        &Holder::this_process(),
+        takeover || (newest == table.epoch && newest > 0),
+    )
+}
+
+/// Refuse a prefix that holds objects already (another volume, or data),
+/// unless `force`.
+pub fn check_empty(objects: &dyn ObjectStore, force: bool) -> io::Result<()> {
+    let found = objects.list("").map_err(io_err)?;
+    if !found.is_empty() && !force {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} holds {} object(s) already (first: {}); it may be another volume: refusing (--force to create over it; its segment objects are then deleted as orphans)",
+                objects.describe(),
+                found.len(),
+                found[0].name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl ObjSegStore {
+    /// Attach to the objects of the volume whose local metadata file is
+    /// `media` (geometry `geo`, uuid `uuid`) and whose slot table is `table`;
+    /// `lease` was taken for it (`take_lease`). Every object the table names
+    /// must be in the store at its size (else an error naming it); segment
+    /// objects the table does not name (uploads a crash cut off, the slots'
+    /// earlier lives) are deleted; slots whose staging copy holds chunks and
+    /// no object are queued for upload.
+    pub fn attach(
+        media: Arc<dyn Media>,
+        geo: &Geometry,
+        uuid: [u8; 16],
+        objects: Arc<dyn ObjectStore>,
+        table: Table,
+        lease: Lease,
+        opts: ObjSegOptions,
+    ) -> io::Result<(Arc<ObjSegStore>, AttachReport)> {
+        Self::attach_inner(media, geo, uuid, objects, table, lease, opts, false)
+    }
+
+    /// Attach for reading only (`sluice check`): no lease is taken and
+    /// nothing is written, uploaded or deleted; objects the table names that
+    /// are missing or of the wrong size are reported in `AttachReport::notes`
+    /// (a read of them fails naming them) instead of refusing.
+    pub fn attach_read_only(
+        media: Arc<dyn Media>,
+        geo: &Geometry,
+        uuid: [u8; 16],
+        objects: Arc<dyn ObjectStore>,
+        table: Table,
+    ) -> io::Result<(Arc<ObjSegStore>, AttachReport)> {
+        let lease = Lease {
+            epoch: table.epoch.max(1),
+            holder: Holder::this_process(),
+        };
+        Self::attach_inner(
+            media,
+            geo,
+            uuid,
+            objects,
+            table,
+            lease,
+            ObjSegOptions::default(),
+            true,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attach_inner(
+        media: Arc<dyn Media>,
+        geo: &Geometry,
+        uuid: [u8; 16],
+        objects: Arc<dyn ObjectStore>,
+        mut table: Table,
+        lease: Lease,
+        opts: ObjSegOptions,
+        read_only: bool,
+    ) -> io::Result<(Arc<ObjSegStore>, AttachReport)> {
+        if table.uuid != uuid
+            || table.segment_count != geo.segment_count
+            || table.segment_blocks != geo.segment_blocks
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: the slot table is not this volume's ({} slots of {} blocks, the volume has {} of {})",
+                    table.path().display(),
+                    table.segment_count,
+                    table.segment_blocks,
+                    geo.segment_count,
+                    geo.segment_blocks
+                ),
+            ));
+        }
+        // the newest epoch that wrote through this cache: objects of later
+        // epochs are another writer's (a --takeover), never ours to delete
+        let cache_epoch = table.epoch;
+        if !read_only {
+            table.set_epoch(lease.epoch)?;
+        }
+        let mut rep = AttachReport {
+            epoch: lease.epoch,
+            ..AttachReport::default()
+        };
+        let seg_bytes = geo.segment_bytes();
+        let listed = objects.list(ObjKind::Segment.dir()).map_err(io_err)?;
+        rep.objects = listed.len();
+        let mut max_seq = table.seq_floor.saturating_sub(1);
+        let mut have: HashMap<(u64, u64), u64> = HashMap::new();
+        for o in &listed {
+            match ObjName::parse(&o.name) {
+                Ok(ObjName::Segment { seq, epoch }) => {
+                    max_seq = max_seq.max(seq);
+                    have.insert((seq, epoch), o.len);
+                }
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: {} is not a segment object name: something else writes under seg/",
+                            objects.describe(),
+                            o.name
+                        ),
+                    ))
+                }
+            }
+        }
+        let mut named = std::collections::HashSet::new();
+        let mut missing = Vec::new();
+        for (s, r) in table.slots.iter().enumerate() {
+            if let Some(r) = r {
+                max_seq = max_seq.max(r.seq);
+                named.insert((r.seq, r.epoch));
+                let name = ObjName::Segment {
+                    seq: r.seq,
+                    epoch: r.epoch,
+                }
+                .encode();
+                match have.get(&(r.seq, r.epoch)) {
+                    None => missing.push(format!("{name} (segment {s}) is missing")),
+                    Some(&l) if l != seg_bytes => missing.push(format!(
+                        "{name} (segment {s}) has {l} bytes, a segment {seg_bytes}"
+                    )),
+                    _ => {}
+                }
+            }
+        }
+        if read_only {
+            rep.notes.append(&mut missing);
+        }
+        if !missing.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {}", objects.describe(), missing.join("; ")),
+            ));
+        }
+        let mut jobs = VecDeque::new();
+        for o in &listed {
+            if let Ok(ObjName::Segment { seq, epoch }) = ObjName::parse(&o.name) {
+                if read_only || named.contains(&(seq, epoch)) {
+                    continue;
+                }
+                if epoch <= cache_epoch {
+                    jobs.push_back(Job::Delete {
+                        name: o.name.clone(),
+                        bytes: o.len,
+                    });
+                    rep.orphans_deleted += 1;
+                } else {
+                    rep.notes.push(format!(
+                        "{} is of epoch {epoch}, which this cache never held: kept",
+                        o.name
+                    ));
+                }
+            }
+        }
+        let words = (geo.segment_blocks as usize).div_ceil(64);
+        let local = FlatStore::new(media.clone(), geo);
+        let mut slots = Vec::with_capacity(geo.segment_count as usize);
+        let mut first = AlignedBuf::new(BLOCK_BYTES);
+        let mut cached = VecDeque::new();
+        for s in 0..geo.segment_count {
+            let stored = table.slots[s as usize];
+            let mut slot = Slot {
+                written: vec![0; words],
+                local: stored.is_none(),
+                stored,
+                ..Slot::default()
+            };
+            if stored.is_none() && !read_only {
+                // a slot whose staging copy holds a chunk of ours and has no
+                // object: the engine never appends to a segment of an earlier
+                // mount, so it is as full as it will get (or free, and then
+                // its next life's first write makes this upload moot)
+                local.read_segment(s, 0, &mut first)?;
+                if chunk::peek_seq(&first, &uuid, s).is_some() {
+                    slot.queued = true;
+                    cached.push_back(s);
+                    jobs.push_back(Job::Upload { seg: s, life: 0 });
+                    rep.uploads_queued += 1;
+                }
+            }
+            slots.push(slot);
+        }
+        let inner = Arc::new(Inner {
+            local,
+            media,
+            objects,
+            geo: *geo,
+            lease,
+            opts,
+            state: Mutex::new(State {
+                slots,
+                jobs,
+                busy: 0,
+                cached,
+                table,
+                failed: None,
+            }),
+            work: Condvar::new(),
+            idle: Condvar::new(),
+            evict: RwLock::new(()),
+            next_seq: AtomicU64::new(max_seq + 1),
+            stop: AtomicBool::new(false),
+            read_only,
+            released: AtomicBool::new(read_only),
+            stats: ObjStats::default(),
+        });
+        let mut workers = Vec::new();
+        for i in 0..if read_only { 0 } else { inner.opts.uploads } {
+            let w = inner.clone();
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("sluice-upload-{i}"))
+                    .spawn(move || w.worker())?,
+            );
+        }
+        Ok((
+            Arc::new(ObjSegStore {
+                inner,
+                workers: Mutex::new(workers),
+            }),
+            rep,
+        ))
+    }
+
+    pub fn stats(&self) -> &ObjStats {
+        &self.inner.stats
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.inner.lease.epoch
+    }
+
+    /// Where slot `seg`'s current life is stored, if it is.
+    pub fn stored(&self, seg: u32) -> Option<ObjRef> {
+        self.inner.state.lock().slots[seg as usize].stored
+    }
+
+    /// Slots full and waiting for their upload (or in it).
+    pub fn uploads_pending(&self) -> usize {
+        let st = self.inner.state.lock();
+        st.slots.iter().filter(|s| s.queued).count()
+    }
+
+    /// Wait until no upload or delete is queued or running (true), at most
+    /// `timeout` (false). A store that keeps failing keeps this false.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        if self.inner.opts.uploads == 0 {
+            // inline mode: nobody else runs the queue
+            loop {
+                self.inner.run_inline();
+                if self.inner.state.lock().jobs.is_empty() {
+                    return true;
+                }
+                if Instant::now() >= end {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let mut st = self.inner.state.lock();
+        while !(st.jobs.is_empty() && st.busy == 0) {
+            if self.inner.idle.wait_until(&mut st, end).timed_out() {
+                return st.jobs.is_empty() && st.busy == 0;
+            }
+        }
+        true
+    }
+
+    /// Stop the workers (what is queued stays local and is queued again at
+    /// the next attach) and, when nothing failed, release the lease.
+    pub fn close(&self) -> io::Result<()> {
+        self.stop_workers();
+        let failed = self.inner.state.lock().failed.clone();
+        if let Some(f) = failed {
+            return Err(io_err(f));
+        }
+        if self.inner.released.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.inner
+            .lease
+            .clone()
+            .release(&*self.inner.objects)
+            .map_err(io_err)
+    }
+
+    /// Stop as a killed process would (tests): the workers stop, nothing
+    /// queued is waited for, the lease is not released.
+    pub fn halt(&self) {
+        self.inner.released.store(true, Ordering::SeqCst);
+        self.stop_workers();
+    }
+
+    fn stop_workers(&self) {
+        self.inner.stop.store(true, Ordering::SeqCst);
+        {
+            let _st = self.inner.state.lock();
+            self.inner.work.notify_all();
+        }
+        for w in self.workers.lock().drain(..) {
+            let _ = w.join();
+        }
+    }
+
+    /// Read every object the table names whole and compare its CRC32C:
+    /// one line per object missing, short or damaged (`sluice check`).
+    pub fn verify_objects(&self) -> Vec<String> {
+        let refs: Vec<(u32, ObjRef)> = {
+            let st = self.inner.state.lock();
+            st.slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.stored.map(|r| (i as u32, r)))
+                .collect()
+        };
+        let mut out = Vec::new();
+        for (seg, r) in refs {
+            let name = ObjName::Segment {
+                seq: r.seq,
+                epoch: r.epoch,
+            }
+            .encode();
+            match self.inner.objects.get(&name) {
+                Ok(b) if b.len() as u64 != self.inner.geo.segment_bytes() => out.push(format!(
+                    "object {name} (segment {seg}) has {} bytes, a segment {}",
+                    b.len(),
+                    self.inner.geo.segment_bytes()
+                )),
+                Ok(b) if crc32c::crc32c(&b) != r.crc => out.push(format!(
+                    "object {name} (segment {seg}) is damaged: its CRC32C is {:08x}, {:08x} was uploaded",
+                    crc32c::crc32c(&b),
+                    r.crc
+                )),
+                Ok(_) => {}
+                Err(e) => out.push(format!("object {name} (segment {seg}): {e}")),
+            }
+        }
+        out
+    }
+}
+
+impl ObjSegStore {
+    /// After the volume closed: queued uploads get `close_wait`, then the
+    /// workers stop and the lease is released unless something failed.
+    /// Ok(n): n uploads were still pending (they stay in the cache and are
+    /// queued at the next attach).
+    pub fn finish(&self) -> io::Result<usize> {
+        if self.inner.read_only || self.inner.released.load(Ordering::SeqCst) {
+            return Ok(0);
+        }
+        let left = if self.wait_idle(self.inner.opts.close_wait) {
+            0
+        } else {
+            self.uploads_pending()
+        };
+        self.close().map(|_| left)
+    }
+}
+
+impl Drop for ObjSegStore {
+    /// The last holder let go without `finish` (its owner failed, or a
+    /// library caller): the same. A process killed never gets here: its
+    /// next attach takes its own epoch over (`take_lease`).
+    fn drop(&mut self) {
+        match self.finish() {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                "{}: {n} segment upload(s) still pending at close; they stay in the cache and are uploaded at the next mount",
+                self.inner.objects.describe()
+            ),
+            Err(e) => tracing::warn!(
+                "{}: closing the segment store: {e}",
+                self.inner.objects.describe()
+            ),
+        }
+        self.stop_workers();
+    }
+}
+
+impl Inner {
+    fn name(r: &ObjRef) -> String {
+        ObjName::Segment {
+            seq: r.seq,
+            epoch: r.epoch,
+        }
+        .encode()
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "segment store attached read-only",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_failed(st: &State) -> io::Result<()> {
+        match &st.failed {
+            Some(f) => Err(io_err(f)),
+            None => Ok(()),
+        }
+    }
+
+    /// Start slot `seg`'s next life (a write or tombstone is about to reach
+    /// its staging copy): if an object holds its last life, the table stops
+    /// naming it durably, and only then is the object queued for deletion.
+    fn new_life(&self, st: &mut State, seg: u32) -> io::Result<()> {
+        let s = &mut st.slots[seg as usize];
+        s.life += 1;
+        s.written.iter_mut().for_each(|w| *w = 0);
+        s.end = 0;
+        s.queued = false;
+        if let Some(t) = s.try_seq.take() {
+            // an upload of the last life may have landed under this name
+            let name = Inner::name(&ObjRef {
+                seq: t,
+                epoch: self.lease.epoch,
+                crc: 0,
+            });
+            st.jobs.push_back(Job::Delete {
+                name,
+                bytes: self.geo.segment_bytes(),
+            });
+        }
+        st.cached.retain(|&c| c != seg);
+        if let Some(old) = st.slots[seg as usize].stored {
+            if !st.slots[seg as usize].local {
+                // The staging copy was punched behind its old chunk header
+                // at block 0: once the table says "local", a crash must not
+                // find that header over a body it no longer has (recovery
+                // would call it damage below the durable point). A
+                // tombstone goes there durably first, as the engine's own
+                // discard keeps one before it punches a body.
+                let mut tomb = AlignedBuf::new(BLOCK_BYTES);
+                chunk::tombstone(&mut tomb, &st.table.uuid, seg);
+                // MUTANT: evicted-header-kept s|self.local.wipe(seg, &tomb)?;|let _ = &tomb;|
+                self.local.wipe(seg, &tomb)?;
+                self.media.flush()?;
+            }
+            // MUTANT: object-deleted-before-table s|if let Err(e) = st.table.set(seg, None) {|if let Err(e) = Ok::<(), io::Error>(()) {|
+            if let Err(e) = st.table.set(seg, None) {
+                let f = format!(
+                    "{}: cannot record segment {seg}'s new life: {e}",
+                    st.table.path().display()
+                );
+                st.failed = Some(f.clone());
+                return Err(io_err(f));
+            }
+            let s = &mut st.slots[seg as usize];
+            s.stored = None;
+            // (a punched body reads as anything behind the tombstone)
+            s.local = true;
+            st.jobs.push_back(Job::Delete {
+                name: Inner::name(&old),
+                bytes: self.geo.segment_bytes(),
+            });
+            self.work.notify_one();
+        }
+        Ok(())
+    }
+
+    fn worker(self: Arc<Inner>) {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let job = {
+                let mut st = self.state.lock();
+                loop {
+                    if self.stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if let Some(j) = st.jobs.pop_front() {
+                        st.busy += 1;
+                        break j;
+                    }
+                    self.work.wait(&mut st);
+                }
+            };
+            // evicts before this job stops counting as busy (`wait_idle`)
+            let ok = self.run_job(&job);
+            let mut st = self.state.lock();
+            st.busy -= 1;
+            if ok {
+                backoff = Duration::from_millis(50);
+            } else {
+                // again later, behind what else is queued
+                st.jobs.push_back(job);
+                self.stats.upload_retries.fetch_add(1, Ordering::Relaxed);
+                let _ = self.work.wait_for(&mut st, backoff);
+                backoff = (backoff * 2).min(self.opts.retry_max);
+            }
+            if st.jobs.is_empty() && st.busy == 0 {
+                self.idle.notify_all();
+            }
+        }
+    }
+
+    /// One job; true: done (then the cache is trimmed), false: try again.
+    fn run_job(&self, job: &Job) -> bool {
+        let ok = match job {
+            Job::Delete { name, bytes } => match self.objects.delete(name) {
+                Ok(()) => {
+                    self.stats.deleted_objects.fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .deleted_bytes
+                        .fetch_add(*bytes, Ordering::Relaxed);
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "{}: delete of {name} failed ({e}); retrying",
+                        self.objects.describe()
+                    );
+                    false
+                }
+            },
+            Job::Upload { seg, life } => self.upload(*seg, *life),
+        };
+        if ok {
+            self.evict_over();
+        }
+        ok
+    }
+
+    /// Inline mode (`uploads == 0`): run what is queued now, on this thread;
+    /// what fails stays queued for the next call.
+    fn run_inline(&self) {
+        if self.opts.uploads > 0 || self.read_only {
+            return;
+        }
+        let n = self.state.lock().jobs.len();
+        for _ in 0..n {
+            let Some(job) = self.state.lock().jobs.pop_front() else {
+                return;
+            };
+            if !self.run_job(&job) {
+                self.stats.upload_retries.fetch_add(1, Ordering::Relaxed);
+                self.state.lock().jobs.push_back(job);
+            }
+        }
+    }
+
+    /// Upload slot `seg`'s life `life`. true: done (stored, or moot because
+    /// the slot moved on); false: try again later.
+    fn upload(&self, seg: u32, life: u64) -> bool {
+        {
+            let st = self.state.lock();
+            let s = &st.slots[seg as usize];
+            if s.life != life || s.stored.is_some() || st.failed.is_some() {
+                return true;
+            }
+        }
+        self.stats.uploads_in_flight.fetch_add(1, Ordering::Relaxed);
+        let r = self.upload_inner(seg, life);
+        self.stats.uploads_in_flight.fetch_sub(1, Ordering::Relaxed);
+        r
+    }
+
+    fn upload_inner(&self, seg: u32, life: u64) -> bool {
+        let bytes = self.geo.segment_bytes();
+        let mut buf = AlignedBuf::new(bytes as usize);
+        {
+            // a slot not yet stored is never punched; a new life may start
+            // under this read (then the result is dropped below)
+            let _g = self.evict.read();
+            if let Err(e) = self.local.read_segment(seg, 0, &mut buf) {
+                tracing::warn!("reading segment {seg} from the staging file for upload: {e}");
+                return false;
+            }
+        }
+        let crc = crc32c::crc32c(&buf);
+        let seq = {
+            let mut st = self.state.lock();
+            let s = &mut st.slots[seg as usize];
+            if s.life != life {
+                return true;
+            }
+            let seq = *s
+                .try_seq
+                .get_or_insert_with(|| self.next_seq.fetch_add(1, Ordering::SeqCst));
+            if seq >= st.table.seq_floor {
+                // numbers stay monotonic across crashes even when every
+                // object that had them is deleted (one table write per 1024)
+                if let Err(e) = st.table.set_floor(seq + SEQ_STEP) {
+                    st.failed = Some(format!(
+                        "{}: cannot record the sequence floor: {e}",
+                        st.table.path().display()
+                    ));
+                    return true;
+                }
+            }
+            seq
+        };
+        let r = ObjRef {
+            seq,
+            epoch: self.lease.epoch,
+            crc,
+        };
+        let name = Inner::name(&r);
+        if let Err(e) = self.objects.put_new(&name, &buf) {
+            tracing::warn!(
+                "{}: upload of segment {seg} as {name} failed ({e}); retrying",
+                self.objects.describe()
+            );
+            if matches!(e, ObjError::Exists(_)) {
+                // other bytes under our own name: never ours to reuse
+                let mut st = self.state.lock();
+                if st.slots[seg as usize].life == life {
+                    st.slots[seg as usize].try_seq = None;
+                }
+            }
+            return false;
+        }
+        self.stats.uploaded_objects.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .uploaded_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        let mut st = self.state.lock();
+        if st.slots[seg as usize].life != life || st.failed.is_some() {
+            // the slot moved on while we uploaded: never recorded
+            st.jobs.push_back(Job::Delete { name, bytes });
+            self.work.notify_one();
+            return true;
+        }
+        if let Err(e) = st.table.set(seg, Some(r)) {
+            st.failed = Some(format!(
+                "{}: cannot record segment {seg} stored as {name}: {e}",
+                st.table.path().display()
+            ));
+            return true;
+        }
+        let s = &mut st.slots[seg as usize];
+        s.stored = Some(r);
+        s.queued = false;
+        s.try_seq = None;
+        true
+    }
+
+    /// Punch the staging copies of the oldest cached segments beyond the
+    /// cache's size: their reads become ranged GETs.
+    fn evict_over(&self) {
+        loop {
+            let (seg, life) = {
+                let mut st = self.state.lock();
+                if st.cached.len() <= self.opts.cache_segments {
+                    return;
+                }
+                // the oldest filled segment whose object is stored; one still
+                // waiting for its upload keeps its staging copy (its only one)
+                let slots = &st.slots;
+                let pick = st
+                    .cached
+                    .iter()
+                    .position(|&c| slots[c as usize].evictable());
+                let Some(i) = pick else {
+                    return;
+                };
+                let seg = st.cached.remove(i).unwrap();
+                (seg, st.slots[seg as usize].life)
+            };
+            let _w = self.evict.write();
+            {
+                let mut st = self.state.lock();
+                let s = &mut st.slots[seg as usize];
+                if s.life != life || !s.local {
+                    continue;
+                }
+                s.local = false;
+            }
+            // advisory: where the media cannot punch, the bytes stay unused
+            if let Err(e) = self.local.discard_body(seg) {
+                tracing::warn!("punching segment {seg}'s staging copy: {e}");
+            }
+        }
+    }
+
+    /// Read from one segment: the staging copy, or a ranged GET.
+    fn read_in(&self, seg: u32, block: u32, buf: &mut [u8]) -> io::Result<()> {
+        let g = self.evict.read();
+        let obj = {
+            let st = self.state.lock();
+            let s = &st.slots[seg as usize];
+            assert!(
+                s.local || s.stored.is_some(),
+                "segment {seg} is neither local nor stored"
+            );
+            if s.local {
+                None
+            } else {
+                s.stored
+            }
+        };
+        match obj {
+            None => {
+                self.stats.local_reads.fetch_add(1, Ordering::Relaxed);
+                self.local.read_segment(seg, block, buf)
+            }
+            Some(r) => {
+                drop(g);
+                let name = Inner::name(&r);
+                let a = block as u64 * BS;
+                let t = Instant::now();
+                let got = self
+                    .objects
+                    .get_range(&name, a..a + buf.len() as u64)
+                    .map_err(|e| {
+                        io::Error::new(
+                            io::Error::from(e).kind(),
+                            format!("segment {seg} block {block}: object {name}: read failed"),
+                        )
+                    })?;
+                self.stats.gets.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .get_us
+                    .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                self.stats
+                    .get_bytes
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                buf.copy_from_slice(&got);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl SegmentStore for ObjSegStore {
+    fn segment_blocks(&self) -> u32 {
+        self.inner.geo.segment_blocks
+    }
+    fn segment_count(&self) -> u32 {
+        self.inner.geo.segment_count
+    }
+    fn write_unit(&self) -> u64 {
+        BS
+    }
+    fn write(&self, seg: u32, block: u32, buf: &[u8]) -> io::Result<()> {
+        let i = &self.inner;
+        if seg >= i.geo.segment_count {
+            return i.local.write(seg, block, buf); // refused there
+        }
+        i.check_writable()?;
+        let g = i.evict.read();
+        let life = {
+            let mut st = i.state.lock();
+            Inner::check_failed(&st)?;
+            let s = &st.slots[seg as usize];
+            if s.stored.is_some() || s.queued {
+                i.new_life(&mut st, seg)?;
+            }
+            st.slots[seg as usize].life
+        };
+        // outside the state lock: chunk writes of two writer threads overlap
+        i.local.write(seg, block, buf)?;
+        let sb = i.geo.segment_blocks;
+        let n = (buf.len() as u64 / BS) as u32;
+        let mut st = i.state.lock();
+        let s = &mut st.slots[seg as usize];
+        // (the engine never starts a segment's next life under a chunk write
+        // to it; if something did, this write belongs to no life we track)
+        assert_eq!(
+            s.life, life,
+            "segment {seg}: a new life began under a write"
+        );
+        for b in block..block + n {
+            s.written[(b / 64) as usize] |= 1 << (b % 64);
+        }
+        if block + n + 1 >= sb {
+            s.end = s.end.max(block + n);
+        }
+        if s.end > 0 && !s.queued && s.covered(s.end) {
+            s.queued = true;
+            let life = s.life;
+            st.cached.push_back(seg);
+            st.jobs.push_back(Job::Upload { seg, life });
+            i.work.notify_one();
+        }
+        drop(st);
+        drop(g);
+        i.run_inline();
+        Ok(())
+    }
+    fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()> {
+        let sb = self.inner.geo.segment_blocks as u64;
+        if !(buf.len() as u64).is_multiple_of(BS)
+            || p.checked_add(buf.len() as u64 / BS)
+                .is_none_or(|e| e > sb * self.inner.geo.segment_count as u64)
+        {
+            return self.inner.local.read(p, buf); // refused there
+        }
+        let mut p = p;
+        let mut rest = buf;
+        while !rest.is_empty() {
+            let (seg, block) = ((p / sb) as u32, (p % sb) as u32);
+            let n = ((sb - block as u64) * BS).min(rest.len() as u64) as usize;
+            let (now, later) = rest.split_at_mut(n);
+            self.inner.read_in(seg, block, now)?;
+            rest = later;
+            p += n as u64 / BS;
+        }
+        Ok(())
+    }
+    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+        for (buf, p) in reads.iter_mut() {
+            self.read(*p, buf)?;
+        }
+        Ok(())
+    }
+    fn wipe(&self, seg: u32, tombstone: &[u8]) -> io::Result<()> {
+        let i = &self.inner;
+        assert_eq!(tombstone.len(), BLOCK_BYTES, "a tombstone is one block");
+        if seg >= i.geo.segment_count {
+            return i.local.wipe(seg, tombstone);
+        }
+        i.check_writable()?;
+        let g = i.evict.read();
+        let mut st = i.state.lock();
+        Inner::check_failed(&st)?;
+        i.new_life(&mut st, seg)?;
+        i.local.wipe(seg, tombstone)?;
+        drop(st);
+        drop(g);
+        i.run_inline();
+        Ok(())
+    }
+    fn discard_body(&self, seg: u32) -> io::Result<bool> {
+        let i = &self.inner;
+        if seg >= i.geo.segment_count {
+            return i.local.discard_body(seg);
+        }
+        i.check_writable()?;
+        // the engine discards only free (wiped, so local) segments; a stored
+        // one keeps its object and reads from it from now on
+        let _w = i.evict.write();
+        let mut st = i.state.lock();
+        if st.slots[seg as usize].stored.is_some() {
+            st.slots[seg as usize].local = false;
+            st.cached.retain(|&c| c != seg);
+        }
+        drop(st);
+        i.local.discard_body(seg)
+    }
+    fn locate(&self, p: u64, blocks: u32, f: &mut dyn FnMut(Piece)) {
+        self.inner.local.locate(p, blocks, f)
+    }
+    fn uring_reads(&self, _entries: u32) -> Option<io::Result<UringReads>> {
+        // reads may go to the object store: no ring over the staging file
+        None
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{} (segments in {}, epoch {})",
+            self.inner.local.describe(),
+            self.inner.objects.describe(),
+            self.inner.lease.epoch
+        )
+    }
+}
+
+/// Create the slot table of a new volume in `dir` (every slot local).
+pub fn create_table(dir: &Path, uuid: [u8; 16], geo: &Geometry, epoch: u64) -> io::Result<Table> {
+    Table::create(
+        &dir.join(TABLE_FILE),
+        uuid,
+        geo.segment_count,
+        geo.segment_blocks,
+        epoch,
+    )
+}
+
+/// Everything `open` needs besides the media.
+pub struct Place<'a> {
+    pub objects: Arc<dyn ObjectStore>,
+    /// The cache directory (the slot table lives there).
+    pub dir: &'a Path,
+    pub takeover: bool,
+    pub opts: ObjSegOptions,
+}
+
+/// The segment store of the volume whose freshly formatted local metadata
+/// file is `media` (`Volume::format` ran on it): refuses a prefix holding
+/// objects unless `force`, takes the first lease, checks the store creates
+/// conditionally, writes a new slot table.
+pub fn create(
+    media: Arc<dyn Media>,
+    place: Place<'_>,
+    force: bool,
+) -> crate::Result<(Arc<ObjSegStore>, AttachReport)> {
+    let read = crate::recovery::read_superblocks(&*media)?;
+    let geo = Geometry::from_superblock(&read.sb);
+    check_empty(&*place.objects, force)?;
+    let lease = lease::take(&*place.objects, &Holder::this_process(), force).map_err(io_err)?;
+    crate::media::objects::verify_write_once(
+        &*place.objects,
+        &format!("probe/write-once-{}", lease.epoch),
+    )
+    .map_err(io_err)?;
+    let table = create_table(place.dir, read.sb.uuid, &geo, lease.epoch)?;
+    Ok(ObjSegStore::attach(
+        media,
+        &geo,
+        read.sb.uuid,
+        place.objects,
+        table,
+        lease,
+        place.opts,
+    )?)
+}
+
+/// The segment store of an existing volume, for reading only (`check`).
+pub fn open_read_only(
+    media: Arc<dyn Media>,
+    objects: Arc<dyn ObjectStore>,
+    dir: &Path,
+) -> crate::Result<(Arc<ObjSegStore>, AttachReport)> {
+    let read = crate::recovery::read_superblocks(&*media)?;
+    let geo = Geometry::from_superblock(&read.sb);
+    let table = Table::open(&dir.join(TABLE_FILE))?;
+    Ok(ObjSegStore::attach_read_only(
+        media,
+        &geo,
+        read.sb.uuid,
+        objects,
+        table,
+    )?)
+}
+
+/// The segment store of an existing volume whose local metadata file is
+/// `media` (locked by the caller): its slot table, the lease (`take_lease`),
+/// the objects checked (`ObjSegStore::attach`).
+pub fn open(
+    media: Arc<dyn Media>,
+    place: Place<'_>,
+) -> crate::Result<(Arc<ObjSegStore>, AttachReport)> {
+    let read = crate::recovery::read_superblocks(&*media)?;
+    let geo = Geometry::from_superblock(&read.sb);
+    let table = Table::open(&place.dir.join(TABLE_FILE))?;
+    let lease = take_lease(&*place.objects, &table, place.takeover).map_err(|e| {
+        io_err(format!(
+            "{}: {e}{}",
+            place.objects.describe(),
+            if matches!(e, LeaseError::Held { .. }) {
+                " (--takeover if that writer is gone; this cache's metadata may then be older than the volume)"
+            } else {
+                ""
+            }
+        ))
+    })?;
+    Ok(ObjSegStore::attach(
+        media,
+        &geo,
+        read.sb.uuid,
+        place.objects,
+        table,
+        lease,
+        place.opts,
+    )?)
+}
+
+#[cfg(test)]
+mod tests;

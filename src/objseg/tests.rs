@@ -1,0 +1,361 @@
+//! ObjSegStore on MemObjects and MemMedia: the upload queue, naming, the slot
+//! table across a crash, and a whole engine on top. Durability against a
+//! real server is tests/objects_volume.rs.
+
+use super::*;
+use crate::media::objects::MemObjects;
+use crate::media::MemMedia;
+use crate::store::SegmentStore;
+use crate::{CreateOptions, OpenOptions, StoreHandle, Volume};
+
+const SEG: u64 = 16 * BS;
+
+struct Rig {
+    media: Arc<dyn Media>,
+    objects: Arc<MemObjects>,
+    dir: tempfile::TempDir,
+}
+
+fn opts(cache: usize) -> ObjSegOptions {
+    ObjSegOptions {
+        uploads: 2,
+        cache_segments: cache,
+        retry_max: Duration::from_millis(20),
+        close_wait: Duration::from_secs(5),
+    }
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let media: Arc<dyn Media> = Arc::new(MemMedia::new(4 << 20));
+        Volume::format(
+            &*media,
+            &CreateOptions {
+                segment_bytes: SEG,
+                ..CreateOptions::default()
+            },
+        )
+        .unwrap();
+        Rig {
+            media,
+            objects: Arc::new(MemObjects::new()),
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn place(&self, cache: usize) -> Place<'_> {
+        Place {
+            objects: self.objects.clone(),
+            dir: self.dir.path(),
+            takeover: false,
+            opts: opts(cache),
+        }
+    }
+    fn create(&self, cache: usize) -> Arc<ObjSegStore> {
+        create(self.media.clone(), self.place(cache), false)
+            .unwrap()
+            .0
+    }
+    fn open(&self, cache: usize) -> crate::Result<Arc<ObjSegStore>> {
+        open(self.media.clone(), self.place(cache)).map(|x| x.0)
+    }
+    fn segs(&self) -> Vec<String> {
+        self.objects
+            .list("seg/")
+            .unwrap()
+            .into_iter()
+            .map(|o| o.name)
+            .collect()
+    }
+    fn volume(&self, s: &Arc<ObjSegStore>) -> Volume {
+        Volume::open(
+            self.media.clone(),
+            &OpenOptions {
+                background: false,
+                store: Some(StoreHandle(s.clone())),
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap()
+    }
+}
+
+/// A whole segment's worth of recognisable blocks.
+fn image(seed: u8) -> Vec<u8> {
+    (0..SEG as usize).map(|i| (i / 4096) as u8 ^ seed).collect()
+}
+
+fn fill(s: &ObjSegStore, seg: u32, seed: u8) {
+    // out of order, as the writer threads may land chunks
+    let img = image(seed);
+    let half = SEG as usize / 2;
+    s.write(seg, 8, &img[half..]).unwrap();
+    s.write(seg, 0, &img[..half]).unwrap();
+}
+
+#[test]
+fn a_full_segment_is_uploaded_once_and_read_back_by_ranged_gets() {
+    let r = Rig::new();
+    let s = r.create(0);
+    let sb = s.segment_blocks() as u64;
+    s.write(3, 0, &image(1)[..8 * BLOCK_BYTES]).unwrap();
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    assert!(r.segs().is_empty(), "a half-full segment was uploaded");
+    s.write(3, 8, &image(1)[8 * BLOCK_BYTES..]).unwrap();
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    let stored = s.stored(3).expect("segment 3 stored");
+    assert_eq!(
+        r.segs(),
+        vec![ObjName::Segment {
+            seq: stored.seq,
+            epoch: s.epoch()
+        }
+        .encode()]
+    );
+    // cache 0: the staging copy is punched, the read is a GET
+    let gets = s.stats().gets.load(Ordering::Relaxed);
+    let mut b = vec![0u8; 3 * BLOCK_BYTES];
+    s.read(3 * sb + 5, &mut b).unwrap();
+    assert_eq!(b, image(1)[5 * BLOCK_BYTES..8 * BLOCK_BYTES]);
+    assert_eq!(s.stats().gets.load(Ordering::Relaxed), gets + 1);
+    // a read spanning two segments: one GET and one staging read
+    let mut b = vec![0u8; 2 * BLOCK_BYTES];
+    s.read(4 * sb - 1, &mut b).unwrap();
+    assert_eq!(b[..BLOCK_BYTES], image(1)[15 * BLOCK_BYTES..]);
+    assert_eq!(s.stats().uploaded_objects.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn an_unreachable_store_keeps_every_staging_copy_and_uploads_resume() {
+    let r = Rig::new();
+    let s = r.create(0);
+    r.objects.set_unreachable(true);
+    for seg in 0..6 {
+        fill(&s, seg, seg as u8);
+    }
+    assert!(!s.wait_idle(Duration::from_millis(300)));
+    assert_eq!(s.uploads_pending(), 6);
+    assert!(s.stats().upload_retries.load(Ordering::Relaxed) > 0);
+    for seg in 0..6 {
+        let mut b = vec![0u8; SEG as usize];
+        s.read_segment(seg, 0, &mut b).unwrap();
+        assert!(
+            b == image(seg as u8),
+            "segment {seg} changed while its upload waits"
+        );
+    }
+    r.objects.set_unreachable(false);
+    assert!(s.wait_idle(Duration::from_secs(10)));
+    assert_eq!(s.uploads_pending(), 0);
+    assert_eq!(r.segs().len(), 6);
+    for seg in 0..6 {
+        assert!(s.stored(seg).is_some());
+        let mut b = vec![0u8; SEG as usize];
+        s.read_segment(seg, 0, &mut b).unwrap();
+        assert!(
+            b == image(seg as u8),
+            "segment {seg} read back from its object"
+        );
+    }
+}
+
+#[test]
+fn a_new_life_deletes_the_old_object_only_after_the_table_forgets_it() {
+    let r = Rig::new();
+    let s = r.create(0);
+    fill(&s, 2, 7);
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    let old = s.stored(2).unwrap();
+    let mut tomb = vec![0u8; BLOCK_BYTES];
+    tomb[0] = 0xaa;
+    s.wipe(2, &tomb).unwrap();
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    assert!(r.segs().is_empty(), "the old life's object is not deleted");
+    assert!(s.stored(2).is_none());
+    let mut b = vec![0u8; BLOCK_BYTES];
+    s.read_segment(2, 0, &mut b).unwrap();
+    assert_eq!(b, tomb);
+    // a crash now (no close): the table must not name the deleted object
+    s.halt();
+    drop(s);
+    let s = r.open(0).expect("reopen after the old object's delete");
+    assert!(s.stored(2).is_none());
+    // the next life gets a higher sequence number
+    fill(&s, 2, 9);
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    let new = s.stored(2).unwrap();
+    assert!(
+        new.seq > old.seq && new.epoch > old.epoch,
+        "{new:?} after {old:?}"
+    );
+}
+
+#[test]
+fn a_missing_object_refuses_the_attach_naming_it_and_damage_is_found() {
+    let r = Rig::new();
+    let s = r.create(0);
+    fill(&s, 1, 1);
+    fill(&s, 4, 4);
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    let (a, b) = (s.stored(1).unwrap(), s.stored(4).unwrap());
+    let name_a = ObjName::Segment {
+        seq: a.seq,
+        epoch: a.epoch,
+    }
+    .encode();
+    let name_b = ObjName::Segment {
+        seq: b.seq,
+        epoch: b.epoch,
+    }
+    .encode();
+    let mut bad = image(4);
+    bad[40_000] ^= 1;
+    r.objects.poke(&name_b, bad);
+    let found = s.verify_objects();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains(&name_b) && found[0].contains("damaged"),
+        "{found:?}"
+    );
+    drop(s);
+    r.objects.delete(&name_a).unwrap();
+    let e = r
+        .open(0)
+        .err()
+        .expect("attach without segment 1's object")
+        .to_string();
+    assert!(e.contains(&name_a) && e.contains("segment 1"), "{e}");
+}
+
+#[test]
+fn orphans_are_deleted_and_sequences_never_repeat() {
+    let r = Rig::new();
+    let s = r.create(0);
+    let e = s.epoch();
+    drop(s);
+    // an upload a crash cut off before the table recorded it
+    let orphan = ObjName::Segment { seq: 41, epoch: e }.encode();
+    // (dropped above: a clean close released epoch e)
+    r.objects.put_new(&orphan, &image(0)).unwrap();
+    let s = r.open(0).unwrap();
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    assert!(r.segs().is_empty(), "orphan {orphan} kept");
+    fill(&s, 0, 0);
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    assert!(s.stored(0).unwrap().seq > 41);
+}
+
+#[test]
+fn another_writers_newer_epoch_is_refused_unless_taken_over() {
+    let r = Rig::new();
+    let s = r.create(0);
+    s.close().unwrap();
+    drop(s);
+    // another host took the volume since (and released it)
+    let l = lease::take(&*r.objects, &Holder::this_process(), false).unwrap();
+    let theirs = ObjName::Segment { seq: 5, epoch: 2 }.encode();
+    r.objects.put_new(&theirs, &image(3)).unwrap();
+    l.release(&*r.objects).unwrap();
+    let e = r.open(0).err().expect("stale cache accepted").to_string();
+    assert!(e.contains("held by epoch 2"), "{e}");
+    let (s, rep) = open(
+        r.media.clone(),
+        Place {
+            takeover: true,
+            ..r.place(0)
+        },
+    )
+    .unwrap();
+    assert_eq!(s.epoch(), 3);
+    // the other writer's object is not this cache's orphan to delete
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    assert_eq!(r.segs(), vec![theirs.clone()]);
+    assert!(
+        rep.notes.iter().any(|n| n.contains(&theirs)),
+        "{:?}",
+        rep.notes
+    );
+}
+
+/// Deterministic pattern of block `lba` at version `v`.
+fn block(lba: u64, v: u32) -> Vec<u8> {
+    let mut b = vec![0u8; BLOCK_BYTES];
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = (lba as u32)
+            .wrapping_mul(31)
+            .wrapping_add(v * 7 + i as u32 / 8) as u8
+            | 1;
+    }
+    b
+}
+
+#[test]
+fn a_volume_on_objects_survives_close_crash_and_gc() {
+    let r = Rig::new();
+    // inline uploads: GC's new lives meet stored slots in every run
+    fn inline(r: &Rig) -> Place<'_> {
+        Place {
+            opts: ObjSegOptions {
+                uploads: 0,
+                ..opts(0)
+            },
+            ..r.place(0)
+        }
+    }
+    let s = create(r.media.clone(), inline(&r), false).unwrap().0;
+    let vol = r.volume(&s);
+    let n = vol.stats().logical_bytes / BS;
+    let mut ver = vec![0u32; n as usize];
+    // several passes: GC relocates, slots get new lives, old objects go
+    for pass in 1..=4u32 {
+        for lba in (0..n).step_by(1 + pass as usize % 3) {
+            vol.write(lba * BS, &block(lba, pass), false).unwrap();
+            ver[lba as usize] = pass;
+        }
+        vol.flush().unwrap();
+    }
+    assert!(s.wait_idle(Duration::from_secs(10)));
+    let st = s.stats();
+    assert!(st.uploaded_objects.load(Ordering::Relaxed) >= 8);
+    assert!(
+        st.deleted_objects.load(Ordering::Relaxed) >= 1,
+        "no slot got a new life"
+    );
+    let check = |vol: &Volume, ver: &[u32]| {
+        for lba in 0..n {
+            let mut b = vec![0u8; BLOCK_BYTES];
+            vol.read(lba * BS, &mut b).unwrap();
+            let want = if ver[lba as usize] == 0 {
+                vec![0u8; BLOCK_BYTES]
+            } else {
+                block(lba, ver[lba as usize])
+            };
+            assert!(b == want, "block {lba}");
+        }
+    };
+    check(&vol, &ver);
+    assert!(
+        s.stats().gets.load(Ordering::Relaxed) > 0,
+        "no read reached an object"
+    );
+    vol.close().unwrap();
+    drop(vol);
+    s.close().unwrap();
+    drop(s);
+    let s = open(r.media.clone(), inline(&r)).unwrap().0;
+    let vol = r.volume(&s);
+    check(&vol, &ver);
+    // more writes, then a crash: no close of the volume or the store
+    for lba in (0..n).step_by(5) {
+        vol.write(lba * BS, &block(lba, 9), false).unwrap();
+        ver[lba as usize] = 9;
+    }
+    vol.flush().unwrap();
+    s.halt();
+    drop(vol);
+    drop(s);
+    let s = open(r.media.clone(), inline(&r)).unwrap().0;
+    let vol = r.volume(&s);
+    check(&vol, &ver);
+    assert!(s.wait_idle(Duration::from_secs(10)));
+    check(&vol, &ver);
+}
