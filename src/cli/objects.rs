@@ -48,8 +48,18 @@ pub struct StoreArgs {
     /// AWS_SESSION_TOKEN / AWS_REGION). The volume's metadata stays in
     /// --cache-dir (docs/objects.md: losing that directory loses the volume
     /// in this version).
+    /// Or rados://POOL/PREFIX: a Ceph pool through librados (a build with
+    /// the cargo feature `rados`; cluster and key from --ceph-conf).
     #[arg(long, value_name = "s3://BUCKET/PREFIX")]
     pub store: Option<String>,
+    /// rados:// stores: the ceph.conf to read (default CEPH_CONF, else
+    /// /etc/ceph/ceph.conf); the client is client.admin unless
+    /// --ceph-user says otherwise.
+    #[arg(long, requires = "store")]
+    pub ceph_conf: Option<PathBuf>,
+    /// rados:// stores: the client id (the `admin` of client.admin).
+    #[arg(long, requires = "store", default_value = "admin")]
+    pub ceph_user: String,
     /// The S3 endpoint (http://127.0.0.1:8333 for a local server; default
     /// AWS_ENDPOINT_URL, else AWS).
     #[arg(long, requires = "store")]
@@ -95,9 +105,7 @@ impl StoreArgs {
         let s = self.store.as_deref().unwrap_or_default();
         let (bucket, prefix) = match Location::parse(s)? {
             Location::S3 { bucket, prefix } => (bucket, prefix),
-            Location::Rados { .. } => bail!(
-                "--store {s}: volumes on RADOS are not wired to the CLI yet (the segment store takes any object store; use s3:// here)"
-            ),
+            Location::Rados { pool, prefix } => return self.rados(&pool, &prefix),
         };
         let c = S3Objects::open(
             &bucket,
@@ -108,6 +116,25 @@ impl StoreArgs {
             },
         )?;
         Ok(Arc::new(c))
+    }
+
+    #[cfg(feature = "rados")]
+    fn rados(&self, pool: &str, prefix: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
+        let opts = sluice::media::objects::RadosOptions {
+            conf: self.ceph_conf.clone(),
+            user: self.ceph_user.clone(),
+            ..Default::default()
+        };
+        Ok(Arc::new(sluice::media::objects::RadosObjects::open(
+            pool, prefix, &opts,
+        )?))
+    }
+
+    #[cfg(not(feature = "rados"))]
+    fn rados(&self, pool: &str, prefix: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
+        bail!(
+            "--store rados://{pool}/{prefix}: this sluice was built without RADOS (build with `cargo build --release --features rados`, which needs librados-dev)"
+        )
     }
 
     fn opts(&self) -> ObjSegOptions {
