@@ -1439,9 +1439,12 @@ pub fn replay(
         }
         apply(map, geo, f, &mut report.rules)?;
         if let Some(l) = f.header.lsn {
-            if f.header.stream == chunk::Stream::User && l.count > 0 {
-                *main_lsn = (*main_lsn).max(l.end());
-            }
+            // a user chunk: its LSNs; a GC chunk (count 0): its first_lsn,
+            // the user stream's sealed LSN end (every user record below it is
+            // in a chunk below this one: replayed, or dead below W with its
+            // blocks superseded or moved), 0 from builds before seed 72's fix
+            // MUTANT: gc-lsn-ignored s|l.end()|if f.header.stream == chunk::Stream::User { l.end() } else { 0 }|
+            *main_lsn = (*main_lsn).max(l.end());
         }
         if let Some(lw) = last_write.as_deref_mut() {
             // salvage: which record each block's mapping now comes from
