@@ -434,7 +434,7 @@ run ring-error-acked intent_log
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
 run peek-identity-exact dst lib
-run gc-lsn-watermark dst lib
+run gc-lsn-watermark dst
 run gc-lsn-ignored dst lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
