@@ -346,6 +346,12 @@ apply_remove_before_records_homed() {
 apply_peek_identity_exact() {
   marker peek-identity-exact
 }
+apply_gc_lsn_watermark() {
+  marker gc-lsn-watermark
+}
+apply_gc_lsn_ignored() {
+  marker gc-lsn-ignored
+}
 apply_flush_latency_unobserved() {
   marker flush-latency-unobserved
 }
@@ -462,6 +468,8 @@ run ring-error-acked intent_log
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
 run peek-identity-exact dst lib
+run gc-lsn-watermark dst
+run gc-lsn-ignored dst lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3

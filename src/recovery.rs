@@ -1463,9 +1463,12 @@ pub fn replay(
         }
         apply(map, geo, f, &mut report.rules)?;
         if let Some(l) = f.header.lsn {
-            if f.header.stream == chunk::Stream::User && l.count > 0 {
-                *main_lsn = (*main_lsn).max(l.end());
-            }
+            // a user chunk: its LSNs; a GC chunk (count 0): its first_lsn,
+            // the user stream's sealed LSN end (every user record below it is
+            // in a chunk below this one: replayed, or dead below W with its
+            // blocks superseded or moved), 0 from builds before seed 72's fix
+            // MUTANT: gc-lsn-ignored s|l.end()|if f.header.stream == chunk::Stream::User { l.end() } else { 0 }|
+            *main_lsn = (*main_lsn).max(l.end());
         }
         if let Some(lw) = last_write.as_deref_mut() {
             // salvage: which record each block's mapping now comes from
@@ -1922,22 +1925,28 @@ fn mount_inner_store(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::chunk::{Entry, Stream, NO_SRC};
+    use crate::format::chunk::{Entry, LsnRange, Stream, NO_SRC};
 
     const UUID: [u8; 16] = [7; 16];
 
     /// A segment image of `blocks` blocks with one-data-block chunks of `seqs`
     /// from block 0 (each 2 blocks).
     fn image(blocks: usize, seqs: &[u64], seg: u32) -> Vec<u8> {
+        let chunks: Vec<_> = seqs.iter().map(|&s| (s, Stream::User, None)).collect();
+        image_of(blocks, &chunks, seg)
+    }
+
+    /// `image` with each chunk's stream and LSN range (None: a v1 header).
+    fn image_of(blocks: usize, chunks: &[(u64, Stream, Option<LsnRange>)], seg: u32) -> Vec<u8> {
         let mut img = vec![0u8; blocks * BLOCK_BYTES];
-        for (i, &seq) in seqs.iter().enumerate() {
+        for (i, &(seq, stream, lsn)) in chunks.iter().enumerate() {
             let at = 2 * i * BLOCK_BYTES;
             img[at + BLOCK_BYTES..at + 2 * BLOCK_BYTES].fill(seq as u8);
             let h = ChunkHeader {
                 uuid: UUID,
                 seq,
                 segment: seg,
-                stream: Stream::User,
+                stream,
                 timestamp_ns: 0,
                 durable_seq: seq,
                 data_blocks: 1,
@@ -1950,7 +1959,7 @@ mod tests {
                 block_crcs: vec![chunk::block_crc(
                     &img[at + BLOCK_BYTES..at + 2 * BLOCK_BYTES],
                 )],
-                lsn: None,
+                lsn,
             };
             h.encode_into(&mut img[at..at + BLOCK_BYTES]);
             chunk::seal_crc(&mut img[at..at + 2 * BLOCK_BYTES]);
@@ -2082,6 +2091,47 @@ mod tests {
         img[2 * BLOCK_BYTES] ^= 1;
         let (_, damage, _) = judge(&[scan(walk(&img, 1))], 5, 0, &mut RecoveryRules::default());
         assert!(damage.is_empty());
+    }
+
+    /// Seed 72: the main log's LSN after replay covers a dead user chunk
+    /// (seq 5, skipped below W) through the GC chunk after it, whose
+    /// `first_lsn` is the user stream's sealed LSN end; a user chunk's end
+    /// raises it too; a GC chunk of an older build (first_lsn 0) does not
+    /// lower it.
+    #[test]
+    fn replay_takes_the_main_log_lsn_from_gc_chunks_too() {
+        let geo = Geometry::for_logical(64, 16, 0.1);
+        let run = |chunks: &[(u64, Stream, Option<LsnRange>)]| {
+            let img = image_of(16, chunks, 3);
+            let mut map = Map::with_value_bytes(geo.logical_blocks, geo.map_value_bytes);
+            let mut last_seq = vec![0u64; geo.segment_count as usize];
+            let mut main_lsn = 10;
+            let mut report = MountReport::default();
+            let next = replay(
+                &mut map,
+                &geo,
+                &[scan(walk(&img, 1))],
+                &[],
+                5,
+                7,
+                &mut last_seq,
+                None,
+                &mut main_lsn,
+                &mut report,
+            )
+            .unwrap();
+            assert_eq!(next, 8);
+            assert_eq!(report.rules.gap_below_watermark_skipped, 1);
+            main_lsn
+        };
+        let gc = |first| Some(LsnRange { first, count: 0 });
+        let user = Some(LsnRange {
+            first: 30,
+            count: 1,
+        });
+        assert_eq!(run(&[(6, Stream::Gc, gc(20)), (7, Stream::Gc, gc(20))]), 20);
+        assert_eq!(run(&[(6, Stream::Gc, gc(20)), (7, Stream::User, user)]), 31);
+        assert_eq!(run(&[(6, Stream::Gc, gc(0)), (7, Stream::Gc, gc(0))]), 10);
     }
 
     #[test]

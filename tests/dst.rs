@@ -2059,6 +2059,26 @@ fn dst_regression_damaged_last_header_of_a_segment_is_dropped() {
     }
 }
 
+/// Regression (found by the 80-seed meta sweep, issue 18; fixed): seed 72, a
+/// power cut before media op 885, then one bit flipped at media byte 16552, in
+/// the header of checkpoint slot 1 (next_seq 119, the slot the superblock
+/// names). Mount fell back to slot 0 (next_seq 118, next_lsn 525) and replayed
+/// from seq 118. User chunk 118 (LSNs 525..533) was dead: GC had moved its
+/// blocks into GC chunks 119 and 120 and the barrier had tombstoned its segment,
+/// so replay skipped 118 as a gap below W and applied 119 and 120, which carried
+/// no LSN. The main log's LSN stayed at 525, and intent log record 75 (first
+/// LSN 533, block 24, op 402's FUA write) looked like it followed lost LSNs:
+/// replay ended before it and block 24 read op 138's value. Fixed by giving GC
+/// chunks the user stream's sealed LSN end as their first_lsn (count 0) and
+/// raising the main log's LSN to it in replay. Fails with either half undone
+/// (mutations `gc-lsn-watermark`, `gc-lsn-ignored`).
+#[test]
+fn dst_regression_checkpoint_slot_flip_ends_log_replay_at_a_dead_chunk() {
+    if let Err(e) = run_seed(72, 3, false, Some(Area::Meta)) {
+        panic!("{e}");
+    }
+}
+
 /// Regression (found by this test, fixed): a power cut inside a housekeeper
 /// step's reuse barrier, after the superblock raised the durable watermark and
 /// while the barrier's wipe of a dead segment's block 0 sat in the write cache.

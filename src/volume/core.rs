@@ -178,6 +178,15 @@ impl Core {
         self.durable_lsn
     }
 
+    /// Every user block record below this LSN is in a sealed user chunk:
+    /// where the open user chunk starts, or `next_lsn` when none is open.
+    fn sealed_lsn_end(&self) -> u64 {
+        self.open[0]
+            .as_ref()
+            .and_then(|c| c.lsn)
+            .map_or(self.next_lsn, |l| l.first)
+    }
+
     /// Segments just became Pending: whatever emptied them may sit in any
     /// slot's open chunk, so the next barrier seals them all.
     fn mark_killed(&mut self) {
@@ -254,7 +263,7 @@ impl Core {
 
     fn seal_slot(&mut self, slot: usize, durable_seq: u64, out: &mut Vec<Sealed>) {
         self.killed_pending[slot] = false;
-        let Some(ch) = self.open[slot].take() else {
+        let Some(mut ch) = self.open[slot].take() else {
             return;
         };
         if ch.is_empty() {
@@ -265,6 +274,15 @@ impl Core {
         self.next_seq += 1;
         if let (Stream::User, Some(l)) = (ch.stream, ch.lsn) {
             self.user_seals.push_back((seq, l.end()));
+        }
+        if let (Stream::Gc, Some(l)) = (ch.stream, ch.lsn.as_mut()) {
+            // A GC chunk's first_lsn (count 0) is the user stream's sealed
+            // LSN end: every user block record below it is in a chunk with a
+            // lower seq. Replay raises the main log's LSN to it, so the LSNs
+            // of a dead user chunk (its segment reused, its blocks moved by
+            // GC) are not a gap that ends intent log replay (seed 72).
+            // MUTANT: gc-lsn-watermark s|self.sealed_lsn_end()|0|
+            l.first = self.sealed_lsn_end();
         }
         let sealed = ch.seal(seq, durable_seq, self.uuid, self.clock.unix_ns());
         let seg_blocks = self.seg_blocks();
