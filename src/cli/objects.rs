@@ -1,6 +1,7 @@
-//! `--store s3://BUCKET/PREFIX --endpoint URL --cache-dir DIR`: the options
-//! of a volume whose segments live in an object store (objseg, issue 21),
-//! shared by `create`, `serve` and `check`. The local metadata file (the
+//! `--store s3://BUCKET/PREFIX --endpoint URL --cache-dir DIR` (or
+//! `--store rados://POOL/PREFIX --ceph-conf FILE` in a `rados` build): the
+//! options of a volume whose segments live in an object store (objseg,
+//! issue 21), shared by `create`, `serve`, `info` and `check`. The local metadata file (the
 //! superblocks, checkpoint slots, intent ring and the segments' staging
 //! area) is `DIR/volume`, the slot table `DIR/objects.tab`.
 //!
