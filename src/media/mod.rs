@@ -85,71 +85,45 @@ pub trait Media: Send + Sync {
     }
 }
 
-impl<M: Media + ?Sized> Media for std::sync::Arc<M> {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        (**self).read_at(buf, offset)
-    }
-    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
-        (**self).read_batch(reads)
-    }
-    fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>> {
-        (**self).uring_reads(entries)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        (**self).write_at(buf, offset)
-    }
-    fn flush(&self) -> io::Result<()> {
-        (**self).flush()
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-    fn size_now(&self) -> io::Result<u64> {
-        (**self).size_now()
-    }
-    fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
-        (**self).allocate(ranges)
-    }
-    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
-        (**self).discard(offset, len)
-    }
+/// A `Media` behind a pointer is the media it points to: `Arc<M>` (shared
+/// media) and `&M` (borrowed) forward every call.
+macro_rules! forward_media {
+    ($($ptr:ty),+) => {$(
+        impl<M: Media + ?Sized> Media for $ptr {
+            fn len(&self) -> u64 {
+                (**self).len()
+            }
+            fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+                (**self).read_at(buf, offset)
+            }
+            fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+                (**self).read_batch(reads)
+            }
+            fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>> {
+                (**self).uring_reads(entries)
+            }
+            fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+                (**self).write_at(buf, offset)
+            }
+            fn flush(&self) -> io::Result<()> {
+                (**self).flush()
+            }
+            fn describe(&self) -> String {
+                (**self).describe()
+            }
+            fn size_now(&self) -> io::Result<u64> {
+                (**self).size_now()
+            }
+            fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
+                (**self).allocate(ranges)
+            }
+            fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+                (**self).discard(offset, len)
+            }
+        }
+    )+};
 }
-
-impl<M: Media + ?Sized> Media for &M {
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        (**self).read_at(buf, offset)
-    }
-    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
-        (**self).read_batch(reads)
-    }
-    fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>> {
-        (**self).uring_reads(entries)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        (**self).write_at(buf, offset)
-    }
-    fn flush(&self) -> io::Result<()> {
-        (**self).flush()
-    }
-    fn describe(&self) -> String {
-        (**self).describe()
-    }
-    fn size_now(&self) -> io::Result<u64> {
-        (**self).size_now()
-    }
-    fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
-        (**self).allocate(ranges)
-    }
-    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
-        (**self).discard(offset, len)
-    }
-}
+forward_media!(std::sync::Arc<M>, &M);
 
 pub(crate) fn check_range(len: u64, offset: u64, n: usize) -> io::Result<()> {
     match offset.checked_add(n as u64) {
