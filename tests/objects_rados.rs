@@ -12,8 +12,10 @@
 //! to make, and the last phase kills the OSD).
 #![cfg(feature = "rados")]
 
+mod objects_common;
+
+use objects_common::{pattern, Clients};
 use sluice::format::objname::ObjName;
-use sluice::lease::{self, Holder, LeaseError};
 use sluice::media::objects::{self, ObjError, ObjectStore, RadosObjects, RadosOptions};
 use sluice::media::{FileMedia, Media};
 use sluice::objseg::{self, ObjSegOptions};
@@ -22,7 +24,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn script() -> PathBuf {
@@ -123,17 +125,10 @@ impl Drop for Cluster {
     }
 }
 
-/// Bytes that differ at every offset and between objects.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+/// Every client of this test's cluster, for the shared contract checks.
+fn clients(c: &Arc<Cluster>) -> Clients {
+    let c = c.clone();
+    Arc::new(move |p: &str| Box::new(c.store(p)) as Box<dyn ObjectStore>)
 }
 
 #[test]
@@ -147,11 +142,11 @@ fn rados_objects_keep_the_object_store_contract() {
     eprintln!("phase: ranged reads");
     ranged_reads(&c);
     eprintln!("phase: list");
-    list_sorted_and_scoped(&c);
+    objects_common::list_sorted_and_scoped(&clients(&c));
     eprintln!("phase: delete");
-    delete_is_idempotent(&c);
+    objects_common::delete_is_idempotent(&clients(&c));
     eprintln!("phase: lease race");
-    lease_race(&c);
+    objects_common::lease_race(&clients(&c), 10);
     eprintln!("phase: a volume in the pool");
     a_volume_in_rados_reads_back_through_ranged_reads(&c);
     eprintln!("phase: kill -9 of the OSD");
@@ -304,97 +299,6 @@ fn ranged_reads(c: &Cluster) {
         s.get_range("obj", backwards),
         Err(ObjError::Invalid(_))
     ));
-}
-
-fn list_sorted_and_scoped(c: &Arc<Cluster>) {
-    const N: u64 = 1205;
-    // created out of order, from 6 threads
-    let mut seqs: Vec<u64> = (0..N).map(|i| (i * 7919) % N).collect();
-    seqs.reverse();
-    let hs: Vec<_> = seqs
-        .chunks(N.div_ceil(6) as usize)
-        .map(|ch| {
-            let (c, ch) = (c.clone(), ch.to_vec());
-            std::thread::spawn(move || {
-                let s = c.store("t/list");
-                for seq in ch {
-                    let n = ObjName::Segment { seq, epoch: 1 }.encode();
-                    s.put_new(&n, &seq.to_le_bytes()).unwrap();
-                }
-            })
-        })
-        .collect();
-    for h in hs {
-        h.join().unwrap();
-    }
-    let s = c.store("t/list");
-    // neighbours the prefix must not catch
-    s.put_new("segx", b"1").unwrap();
-    s.put_new("seg-other/1", b"1").unwrap();
-    c.store("t/list2").put_new("seg/x", b"1").unwrap();
-    let all = s.list("seg/").unwrap();
-    let want: Vec<String> = (0..N)
-        .map(|seq| ObjName::Segment { seq, epoch: 1 }.encode())
-        .collect();
-    let names: Vec<String> = all.iter().map(|o| o.name.clone()).collect();
-    assert_eq!(names.len(), want.len(), "listed {} of {N}", names.len());
-    assert_eq!(names, want, "the listing is not the sorted set of names");
-    assert!(all.iter().all(|o| o.len == 8));
-    let part = s.list("seg/000000000000000010").unwrap();
-    assert_eq!(part.len(), 100);
-    let root = s.list("").unwrap();
-    assert_eq!(root.len() as u64, N + 2);
-    assert!(root.windows(2).all(|p| p[0].name < p[1].name));
-}
-
-fn delete_is_idempotent(c: &Cluster) {
-    let s = c.store("t/delete");
-    s.put_new("a/1", b"one").unwrap();
-    s.put_new("a/2", b"two").unwrap();
-    s.delete("a/1").unwrap();
-    assert!(matches!(s.get("a/1"), Err(ObjError::NotFound(_))));
-    s.delete("a/1").unwrap();
-    let names: Vec<_> = s.list("a/").unwrap().into_iter().map(|o| o.name).collect();
-    assert_eq!(names, ["a/2"]);
-    s.put_new("a/1", b"again").unwrap();
-    assert_eq!(s.get("a/1").unwrap(), b"again");
-}
-
-fn lease_race(c: &Arc<Cluster>) {
-    for round in 0..10 {
-        let prefix = format!("t/lease/round-{round}");
-        let go = Arc::new(Barrier::new(2));
-        let hs: Vec<_> = ["host-a", "host-b"]
-            .into_iter()
-            .map(|host| {
-                let (c, go, prefix) = (c.clone(), go.clone(), prefix.clone());
-                std::thread::spawn(move || {
-                    let s = c.store(&prefix);
-                    let me = Holder {
-                        host: host.into(),
-                        ..Holder::this_process()
-                    };
-                    go.wait();
-                    (host, lease::take(&s, &me, false))
-                })
-            })
-            .collect();
-        let rs: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-        let winners: Vec<_> = rs.iter().filter(|(_, r)| r.is_ok()).collect();
-        assert_eq!(winners.len(), 1, "round {round}: {rs:?}");
-        let (won_host, _) = winners[0];
-        for (host, r) in &rs {
-            if let Err(e) = r {
-                match e {
-                    LeaseError::Held { epoch: 1, holder } => {
-                        assert_eq!(&holder.host, won_host, "round {round}: {host} told {e}")
-                    }
-                    other => panic!("round {round}: {host} lost with {other}"),
-                }
-            }
-        }
-        assert_eq!(lease::epochs(&c.store(&prefix)).unwrap(), [1]);
-    }
 }
 
 fn acknowledged_objects_survive_kill_9_of_the_osd(c: &Cluster) {

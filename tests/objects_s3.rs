@@ -13,13 +13,15 @@
 //! exist). Every run then writes under a fresh random prefix, and the kill -9
 //! test, which needs a server of its own, says so and does nothing.
 
+mod objects_common;
+
+use objects_common::{pattern, Clients};
 use sluice::format::objname::ObjName;
-use sluice::lease::{self, Holder, LeaseError};
 use sluice::media::objects::{self, ObjError, ObjectStore, S3Objects, S3Options};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn script() -> PathBuf {
@@ -148,17 +150,10 @@ impl Drop for Weed {
     }
 }
 
-/// Bytes that differ at every offset and between objects.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+/// Every client of this test's server, for the shared contract checks.
+fn clients(w: &Arc<Weed>) -> Clients {
+    let w = w.clone();
+    Arc::new(move |p: &str| Box::new(w.store(p)) as Box<dyn ObjectStore>)
 }
 
 #[test]
@@ -249,59 +244,7 @@ fn list_is_sorted_and_complete_past_a_thousand_objects() {
     let Some(w) = Weed::start("list_sorted") else {
         return;
     };
-    let w = Arc::new(w);
-    const N: u64 = 1205; // S3 answers 1,000 names a page
-                         // created out of order, from 6 threads
-    let mut seqs: Vec<u64> = (0..N).map(|i| (i * 7919) % N).collect();
-    seqs.reverse();
-    let chunks: Vec<Vec<u64>> = seqs
-        .chunks(N.div_ceil(6) as usize)
-        .map(|c| c.to_vec())
-        .collect();
-    let hs: Vec<_> = chunks
-        .into_iter()
-        .map(|c| {
-            let w = w.clone();
-            std::thread::spawn(move || {
-                let s = w.store("t/list");
-                for seq in c {
-                    let n = ObjName::Segment { seq, epoch: 1 }.encode();
-                    s.put_new(&n, &seq.to_le_bytes()).unwrap();
-                }
-            })
-        })
-        .collect();
-    for h in hs {
-        h.join().unwrap();
-    }
-    let s = w.store("t/list");
-    // neighbours the prefix must not catch
-    s.put_new("segx", b"1").unwrap();
-    s.put_new("seg-other/1", b"1").unwrap();
-    w.store("t/list2").put_new("seg/x", b"1").unwrap();
-    let all = s.list("seg/").unwrap();
-    let want: Vec<String> = (0..N)
-        .map(|seq| ObjName::Segment { seq, epoch: 1 }.encode())
-        .collect();
-    let names: Vec<String> = all.iter().map(|o| o.name.clone()).collect();
-    assert_eq!(names.len(), want.len(), "listed {} of {N}", names.len());
-    assert_eq!(names, want, "the listing is not the sorted set of names");
-    assert!(all.iter().all(|o| o.len == 8));
-    // a string prefix inside a directory: seq 1000..1099
-    let part = s.list("seg/000000000000000010").unwrap();
-    assert_eq!(part.len(), 100);
-    assert_eq!(
-        part[0].name,
-        ObjName::Segment {
-            seq: 1000,
-            epoch: 1
-        }
-        .encode()
-    );
-    // the whole root, neighbours included, still sorted
-    let root = s.list("").unwrap();
-    assert_eq!(root.len() as u64, N + 2);
-    assert!(root.windows(2).all(|p| p[0].name < p[1].name));
+    objects_common::list_sorted_and_scoped(&clients(&Arc::new(w)));
 }
 
 #[test]
@@ -309,20 +252,7 @@ fn delete_removes_and_is_idempotent() {
     let Some(w) = Weed::start("delete") else {
         return;
     };
-    let s = w.store("t/delete");
-    s.put_new("a/1", b"one").unwrap();
-    s.put_new("a/2", b"two").unwrap();
-    s.delete("a/1").unwrap();
-    assert!(matches!(s.get("a/1"), Err(ObjError::NotFound(_))));
-    assert!(matches!(s.head("a/1"), Err(ObjError::NotFound(_))));
-    s.delete("a/1").unwrap();
-    let names: Vec<_> = s.list("a/").unwrap().into_iter().map(|o| o.name).collect();
-    assert_eq!(names, ["a/2"]);
-    assert_eq!(s.get("a/2").unwrap(), b"two");
-    // a deleted name can be created again (segment names never are: their
-    // sequence numbers only rise; this is the store's behaviour)
-    s.put_new("a/1", b"again").unwrap();
-    assert_eq!(s.get("a/1").unwrap(), b"again");
+    objects_common::delete_is_idempotent(&clients(&Arc::new(w)));
 }
 
 #[test]
@@ -330,52 +260,7 @@ fn two_concurrent_lease_takers_exactly_one_wins_20_rounds() {
     let Some(w) = Weed::start("lease_race") else {
         return;
     };
-    let w = Arc::new(w);
-    for round in 0..20 {
-        let prefix = format!("t/lease/round-{round}");
-        let go = Arc::new(Barrier::new(2));
-        let hs: Vec<_> = ["host-a", "host-b"]
-            .into_iter()
-            .map(|host| {
-                let (w, go, prefix) = (w.clone(), go.clone(), prefix.clone());
-                std::thread::spawn(move || {
-                    let s = w.store(&prefix);
-                    let me = Holder {
-                        host: host.into(),
-                        ..Holder::this_process()
-                    };
-                    go.wait();
-                    (host, lease::take(&s, &me, false))
-                })
-            })
-            .collect();
-        let rs: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
-        let winners: Vec<_> = rs.iter().filter(|(_, r)| r.is_ok()).collect();
-        assert_eq!(winners.len(), 1, "round {round}: {rs:?}");
-        let (won_host, won) = winners[0];
-        let won = won.as_ref().unwrap();
-        assert_eq!(won.epoch, 1, "round {round}");
-        for (host, r) in &rs {
-            if let Err(e) = r {
-                match e {
-                    LeaseError::Held { epoch: 1, holder } => {
-                        assert_eq!(&holder.host, won_host, "round {round}: {host} told {e}")
-                    }
-                    other => panic!("round {round}: {host} lost with {other}"),
-                }
-                let msg = e.to_string();
-                assert!(
-                    msg.starts_with(&format!(
-                        "volume is held by epoch 1 created by host {won_host}"
-                    )),
-                    "{msg}"
-                );
-            }
-        }
-        let s = w.store(&prefix);
-        assert_eq!(lease::epochs(&s).unwrap(), [1], "round {round}");
-        assert_eq!(lease::holder_of(&s, 1).unwrap(), won.holder);
-    }
+    objects_common::lease_race(&clients(&Arc::new(w)), 20);
 }
 
 #[test]
