@@ -186,7 +186,7 @@ apply_durable_damage_dropped() {
   replace src/recovery.rs '(BadKind::Data { seq }, _) => (c_next..w).contains(seq),' '(BadKind::Data { seq: _ }, _) => false,'
 }
 apply_unseen_chunks_renumbered() {
-  replace src/recovery.rs '        next_seq += jump;' '        next_seq += 0 * jump;'
+  replace src/recovery/mount.rs '    c.next_seq += jump;' '    c.next_seq += 0 * jump;'
 }
 
 apply_volume_lock_skipped() {
