@@ -27,6 +27,7 @@
 //! that contains every chunk durable at the crash. `MountReport::rules` counts
 //! each rule as it fires.
 
+mod chain;
 mod mount;
 
 use crate::checkpoint;
@@ -1571,7 +1572,17 @@ pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let scans = scan_segments(&FlatStore::new(media, &geo), &sb.uuid, &base, &mut report)?;
-    Ok(judge(&scans, base.c_next, sb.durable_seq, &mut report.rules).1)
+    let (w, mut list, _) = judge(&scans, base.c_next, sb.durable_seq, &mut report.rules);
+    let r = report.rules;
+    chain::extend(
+        &scans,
+        geo.segment_blocks,
+        w,
+        &r,
+        &mut list,
+        &mut Vec::new(),
+    );
+    Ok(list)
 }
 
 /// Mount `media`: the named steps above, each timed in `report.steps`. Performs
@@ -1741,6 +1752,7 @@ mod tests {
                     &img[at + BLOCK_BYTES..at + 2 * BLOCK_BYTES],
                 )],
                 lsn,
+                chain: None,
             };
             h.encode_into(&mut img[at..at + BLOCK_BYTES]);
             chunk::seal_crc(&mut img[at..at + 2 * BLOCK_BYTES]);

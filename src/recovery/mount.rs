@@ -16,9 +16,9 @@
 //! error and is not recorded in `steps`.
 
 use super::{
-    judge_spans, load_checkpoint, read_superblocks, rebuild_segments, replay, replay_intent_log,
-    replay_log_devices, scan_segments, unseen_chunks_bound, unvouched_ranges, Base, End, LogReplay,
-    MountReport, Mounted, SbCopy, SegScan, Span,
+    chain, judge_spans, load_checkpoint, read_superblocks, rebuild_segments, replay,
+    replay_intent_log, replay_log_devices, scan_segments, unseen_chunks_bound, unvouched_ranges,
+    Base, End, LogReplay, MountReport, Mounted, SbCopy, SegScan, Span,
 };
 use crate::error::{Error, Result};
 use crate::format::superblock::Superblock;
@@ -305,7 +305,11 @@ fn step_scan_segments(c: &mut MountCtx) -> Result<()> {
 fn step_judge(c: &mut MountCtx) -> Result<()> {
     let c_next = c.base().c_next;
     let durable = c.sb().durable_seq;
-    let (w, damage, ignore, spans) = judge_spans(&c.scans, c_next, durable, &mut c.report.rules);
+    let (w, mut damage, ignore, mut spans) =
+        judge_spans(&c.scans, c_next, durable, &mut c.report.rules);
+    let seg_blocks = c.geo().segment_blocks;
+    let rules = c.report.rules;
+    chain::extend(&c.scans, seg_blocks, w, &rules, &mut damage, &mut spans);
     if c.salvage && !damage.is_empty() {
         c.report.notes.push(format!(
             "salvage: {} damaged place(s) below the durable point skipped; blocks they may have written answer EIO",
