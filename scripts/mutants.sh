@@ -352,6 +352,18 @@ apply_gc_lsn_watermark() {
 apply_gc_lsn_ignored() {
   marker gc-lsn-ignored
 }
+apply_chain_unchecked() {
+  marker chain-unchecked
+}
+apply_chain_not_written() {
+  marker chain-not-written
+}
+apply_ring_removed_before_homed() {
+  marker ring-removed-before-homed
+}
+apply_info_fallback_hidden() {
+  marker info-fallback-hidden
+}
 apply_flush_latency_unobserved() {
   marker flush-latency-unobserved
 }
@@ -470,6 +482,10 @@ run remove-before-records-homed log_device
 run peek-identity-exact dst lib
 run gc-lsn-watermark dst
 run gc-lsn-ignored dst lib
+run chain-unchecked recovery_rules
+run chain-not-written recovery_rules
+run ring-removed-before-homed log_device
+run info-fallback-hidden intent_log
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3

@@ -263,3 +263,61 @@ fn mount_runs_the_rows_of_its_table_that_apply_in_order() {
         assert!(v3.mount_report().clean);
     }
 }
+
+/// `sluice info --metrics ADDR` of a volume whose intent log failed while
+/// serving prints the FALLBACK line (the counters come from the metrics
+/// endpoint of the process holding the volume, as `serve --metrics` runs
+/// it); a volume that did not fall back prints none.
+#[test]
+fn info_says_fallback_once_the_ring_failed_while_serving() {
+    use sluice::metrics::{self, http, Endpoint, Export};
+    use std::sync::atomic::AtomicBool;
+    let dir = tempfile::tempdir().unwrap();
+    let m = metrics::enable();
+    for fail in [false, true] {
+        let (c, len) = create(Some(256 << 10));
+        let media = Arc::new(FaultMedia::new(len));
+        let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
+        let g = vol.geometry();
+        vol.write(0, &block(1), false).unwrap();
+        vol.flush().unwrap();
+        if fail {
+            media.fail_writes_in(Some(g.log_offset..g.log_offset + g.log_bytes));
+        }
+        vol.write(BS as u64, &block(2), false).unwrap();
+        vol.flush().unwrap();
+        assert_eq!(vol.stats().log_fallbacks, fail as u64);
+        // the same volume's bytes as a file for `info` to read
+        let path = dir.path().join(format!("v{}.img", fail as u8));
+        std::fs::write(&path, media.current_image()).unwrap();
+        let path = std::fs::canonicalize(&path).unwrap();
+        let ep = Arc::new(Endpoint::new(
+            vec![Export {
+                name: "v".into(),
+                path: path.clone(),
+                vol: vol.clone(),
+            }],
+            m,
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let addr = http::spawn("127.0.0.1:0", ep, stop.clone()).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "info",
+                path.to_str().unwrap(),
+                "--metrics",
+                &addr.to_string(),
+            ])
+            .output()
+            .unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(out.contains("live          WA"), "the live counters: {out}");
+        assert_eq!(
+            out.contains("live          FALLBACK: the intent log"),
+            fail,
+            "ring failed: {fail}\n{out}"
+        );
+    }
+}
