@@ -364,6 +364,12 @@ apply_ring_removed_before_homed() {
 apply_info_fallback_hidden() {
   marker info-fallback-hidden
 }
+apply_chain_room_unchecked() {
+  marker chain-room-unchecked
+}
+apply_chain_after_slot_fallback() {
+  marker chain-after-slot-fallback
+}
 apply_flush_latency_unobserved() {
   marker flush-latency-unobserved
 }
@@ -486,6 +492,8 @@ run chain-unchecked recovery_rules
 run chain-not-written recovery_rules
 run ring-removed-before-homed log_device
 run info-fallback-hidden intent_log
+run chain-room-unchecked lib
+run chain-after-slot-fallback lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3

@@ -72,6 +72,7 @@ pub fn breaks(scans: &[SegScan], segment_blocks: u32, w: u64) -> Vec<Break> {
                 continue;
             }
             // a chunk fits only while 2 blocks are left (`Core::open_chunk`)
+            // MUTANT: chain-room-unchecked s|segment_blocks.saturating_sub(b.pos) < 2|false|
             if segment_blocks.saturating_sub(b.pos) < 2 {
                 continue;
             }
@@ -113,6 +114,7 @@ pub fn breaks(scans: &[SegScan], segment_blocks: u32, w: u64) -> Vec<Break> {
 /// before a mount are walked again, and a class's first chunk after that
 /// mount named no predecessor: the rule's premise does not hold.
 pub fn applies(rules: &RecoveryRules) -> bool {
+    // MUTANT: chain-after-slot-fallback s|rules.checkpoint_slot_fallback == 0|true|
     rules.checkpoint_slot_fallback == 0
         && rules.full_rebuild == 0
         && rules.checkpoint_newer_slot_ignored == 0
@@ -147,5 +149,130 @@ pub fn extend(
             segment: b.segment,
             place,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Bad, Found, Stop, Walk};
+    use super::*;
+    use crate::format::chunk::{Chain, ChunkHeader, LsnRange, Stream};
+
+    const SEG: u32 = 32;
+
+    /// A found chunk of `blocks` blocks at `pos` of `segment`, chained.
+    fn found(segment: u32, pos: u32, blocks: u32, seq: u64, class: u8, prev: u64) -> Found {
+        Found {
+            seq,
+            segment,
+            pos,
+            header: ChunkHeader {
+                uuid: [1; 16],
+                seq,
+                segment,
+                stream: Stream::User,
+                timestamp_ns: 0,
+                durable_seq: 0,
+                data_blocks: blocks - 1,
+                entries: Vec::new(),
+                block_crcs: vec![0; blocks as usize - 1],
+                lsn: Some(LsnRange::default()),
+                chain: Some(Chain {
+                    class,
+                    prev_seq: prev,
+                }),
+            },
+        }
+    }
+
+    /// A segment walk: `chunks`, then (if `bad_at`) an unreadable header
+    /// there with nothing valid after it.
+    fn scan(segment: u32, chunks: Vec<Found>, bad_at: Option<u32>) -> SegScan {
+        let after = chunks.last().map(|f| f.seq);
+        let bad = bad_at
+            .map(|pos| Bad {
+                segment,
+                pos,
+                blocks: SEG - pos,
+                kind: BadKind::Header { hint: None },
+                after,
+                before: None,
+                why: "chunk header: checksum".into(),
+                entries: None,
+            })
+            .into_iter()
+            .collect();
+        SegScan {
+            ours: true,
+            walk: Some(Walk {
+                valid_end: bad_at.unwrap_or(SEG),
+                chunks,
+                bad,
+                stop: Stop::Tail,
+            }),
+            rules: Default::default(),
+        }
+    }
+
+    /// Segment 3: X (seq 10, blocks 0..21), a damaged header at 21; segment
+    /// 4 starts with N (seq 14) naming `prev` in class `class`.
+    fn case(prev: u64, class: u8, bad_at: u32) -> Vec<SegScan> {
+        vec![
+            scan(3, vec![found(3, 0, bad_at, 10, 0, 9)], Some(bad_at)),
+            scan(4, vec![found(4, 0, 5, 14, class, prev)], None),
+        ]
+    }
+
+    #[test]
+    fn a_damaged_successor_the_chain_bounds_below_w_is_a_break() {
+        let b = breaks(&case(12, 0, 21), SEG, 15);
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert_eq!((b[0].segment, b[0].pos, b[0].after), (3, 21, 10));
+        assert_eq!((b[0].named_by, b[0].bound), (14, 12));
+        assert!(b[0].place().contains("seq at most 12"), "{}", b[0].place());
+    }
+
+    #[test]
+    fn the_rule_is_silent_where_its_premise_does_not_hold() {
+        // the bound is not below W: the successor may never have been flushed
+        assert!(breaks(&case(12, 0, 21), SEG, 12).is_empty());
+        // X's successor is intact elsewhere (N names X itself)
+        assert!(breaks(&case(10, 0, 21), SEG, 15).is_empty());
+        // N is of another class: it bounds nothing of X's chain
+        assert!(breaks(&case(12, 1, 21), SEG, 15).is_empty());
+        // no room after X: the engine closed X's segment, the stretch is not
+        // its successor
+        assert!(breaks(&case(12, 0, 31), SEG, 15).is_empty());
+        // the stretch does not follow X directly
+        let mut s = case(12, 0, 21);
+        if let Some(w) = s[0].walk.as_mut() {
+            w.bad[0].pos = 23;
+        }
+        assert!(breaks(&s, SEG, 15).is_empty());
+        // no chain in X's header (v1, or a v2 build before it)
+        let mut s = case(12, 0, 21);
+        if let Some(w) = s[0].walk.as_mut() {
+            w.chunks[0].header.chain = None;
+        }
+        assert!(breaks(&s, SEG, 15).is_empty());
+    }
+
+    #[test]
+    fn the_rule_waits_for_the_newest_checkpoint() {
+        let mut r = RecoveryRules::default();
+        assert!(applies(&r));
+        r.checkpoint_slot_fallback = 1;
+        assert!(!applies(&r));
+        let mut damage = Vec::new();
+        let mut spans = Vec::new();
+        extend(&case(12, 0, 21), SEG, 15, &r, &mut damage, &mut spans);
+        assert!(damage.is_empty() && spans.is_empty());
+        let r = RecoveryRules::default();
+        extend(&case(12, 0, 21), SEG, 15, &r, &mut damage, &mut spans);
+        assert_eq!((damage.len(), spans.len(), spans[0].seq_hi), (1, 1, 12));
+        // a stretch judge already called durable is not listed twice
+        let mut damage = vec!["segment 3 block 21, seq 11 if its seq field is intact: x".into()];
+        extend(&case(12, 0, 21), SEG, 15, &r, &mut damage, &mut Vec::new());
+        assert_eq!(damage.len(), 1, "{damage:?}");
     }
 }
