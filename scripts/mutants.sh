@@ -186,7 +186,7 @@ apply_durable_damage_dropped() {
   replace src/recovery.rs '(BadKind::Data { seq }, _) => (c_next..w).contains(seq),' '(BadKind::Data { seq: _ }, _) => false,'
 }
 apply_unseen_chunks_renumbered() {
-  replace src/recovery.rs '        next_seq += jump;' '        next_seq += 0 * jump;'
+  replace src/recovery/mount.rs '    c.next_seq += jump;' '    c.next_seq += 0 * jump;'
 }
 
 apply_volume_lock_skipped() {
@@ -352,6 +352,24 @@ apply_gc_lsn_watermark() {
 apply_gc_lsn_ignored() {
   marker gc-lsn-ignored
 }
+apply_chain_unchecked() {
+  marker chain-unchecked
+}
+apply_chain_not_written() {
+  marker chain-not-written
+}
+apply_ring_removed_before_homed() {
+  marker ring-removed-before-homed
+}
+apply_info_fallback_hidden() {
+  marker info-fallback-hidden
+}
+apply_chain_room_unchecked() {
+  marker chain-room-unchecked
+}
+apply_chain_after_slot_fallback() {
+  marker chain-after-slot-fallback
+}
 apply_flush_latency_unobserved() {
   marker flush-latency-unobserved
 }
@@ -470,6 +488,12 @@ run remove-before-records-homed log_device
 run peek-identity-exact dst lib
 run gc-lsn-watermark dst
 run gc-lsn-ignored dst lib
+run chain-unchecked recovery_rules
+run chain-not-written recovery_rules
+run ring-removed-before-homed log_device
+run info-fallback-hidden intent_log
+run chain-room-unchecked lib
+run chain-after-slot-fallback lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3

@@ -10,7 +10,9 @@
 //! (the engine's in-flight list or the commit stage's writer) lets go, so a
 //! busy volume neither allocates, zeroes nor faults in a 1 MiB buffer per chunk.
 
-use crate::format::chunk::{self, ChunkHeader, Entry, Kind, LsnRange, Stream, MAX_ENTRIES, NO_SRC};
+use crate::format::chunk::{
+    self, Chain, ChunkHeader, Entry, Kind, LsnRange, Stream, MAX_ENTRIES, NO_SRC,
+};
 use crate::format::intent::RecordEntry;
 use crate::format::BLOCK_BYTES;
 use crate::media::AlignedBuf;
@@ -85,6 +87,8 @@ pub struct OpenChunk {
     /// Format v2: the LSNs of the user block records appended so far (one per
     /// block record, in entry order); GC chunks carry an empty range.
     pub lsn: Option<LsnRange>,
+    /// Format v2 `CHAIN`: class and predecessor, set by the engine at seal.
+    pub chain: Option<Chain>,
     /// Block records (and data blocks among them) already carried by an
     /// intent log record: a FLUSH logs only those after them.
     pub logged: u32,
@@ -136,6 +140,7 @@ impl OpenChunk {
             image,
             opened: Instant::now(),
             lsn: None,
+            chain: None,
             logged: 0,
             logged_data: 0,
         }
@@ -286,6 +291,7 @@ impl OpenChunk {
             entries: std::mem::take(&mut self.entries),
             block_crcs: std::mem::take(&mut self.crcs),
             lsn: self.lsn,
+            chain: self.chain,
         };
         header.encode_into(&mut self.image[..BLOCK_BYTES]);
         let blocks = 1 + data_blocks;

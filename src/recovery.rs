@@ -1,7 +1,9 @@
-//! Recovery: mount as a table of named steps, each a short function tested on its
-//! own and timed in `MountReport::steps` (SPDK FTL's ftl_mngt_recovery.c shape).
-//! It also owns the log's chunk walker (`walk_image`) that GC and check use too
-//! (the CRC index and the scrub have their own, narrower walks: ARCHITECTURE.md).
+//! Recovery: mount as a table of named steps (`mount::STEPS`, SPDK FTL's
+//! ftl_mngt_recovery.c shape: rows run in order over one `mount::MountCtx`,
+//! each timed in `MountReport::steps`); this module owns each step's rules as a
+//! short function tested on its own, and the log's chunk walker (`walk_image`)
+//! that GC and check use too (the CRC index and the scrub have their own,
+//! narrower walks: ARCHITECTURE.md).
 //!
 //! 1. `read_superblocks`: newest valid of the two head copies, else of the two
 //!    tail copies at the end of the media (a fallback mount).
@@ -16,11 +18,17 @@
 //!    is a dead chunk whose segment was reused (skip it); the first one at or above
 //!    W ends the log.
 //! 6. `rebuild_segments`: live counts from the map; segments with nothing live are
-//!    free. (7. `finish`, in `Volume::open`: checkpoint, then wipe their first block.)
+//!    free.
+//! 7. `replay_intent_log` (format v2 with an intent log): the records above
+//!    what the main log holds. (8. `finish`, in `Volume::open`: checkpoint, then
+//!    wipe the free segments' first block, then re-home the log's blocks.)
 //!
 //! Invariant: the mounted map equals the state after a prefix of the chunk sequence
 //! that contains every chunk durable at the crash. `MountReport::rules` counts
 //! each rule as it fires.
+
+mod chain;
+mod mount;
 
 use crate::checkpoint;
 use crate::error::{Error, Result};
@@ -1552,11 +1560,6 @@ pub fn rebuild_segments(
     Ok(SegmentTable::rebuild(infos, geo.segment_blocks))
 }
 
-fn timed<T>(report: &mut MountReport, name: &'static str, t: std::time::Instant, v: T) -> T {
-    report.steps.push((name, t.elapsed().as_micros() as u64));
-    v
-}
-
 /// Steps 1-4a: what mount would refuse for. `Ok(list)` is empty when the log
 /// holds no damage below the durable watermark (`sluice check` lists each).
 pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
@@ -1569,7 +1572,17 @@ pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let scans = scan_segments(&FlatStore::new(media, &geo), &sb.uuid, &base, &mut report)?;
-    Ok(judge(&scans, base.c_next, sb.durable_seq, &mut report.rules).1)
+    let (w, mut list, _) = judge(&scans, base.c_next, sb.durable_seq, &mut report.rules);
+    let r = report.rules;
+    chain::extend(
+        &scans,
+        geo.segment_blocks,
+        w,
+        &r,
+        &mut list,
+        &mut Vec::new(),
+    );
+    Ok(list)
 }
 
 /// Mount `media`: the named steps above, each timed in `report.steps`. Performs
@@ -1698,228 +1711,7 @@ fn mount_inner_store(
     salvage: bool,
     missing_ok: bool,
 ) -> Result<Mounted> {
-    let t = std::time::Instant::now();
-    let read = timed(report, "read_superblocks", t, read_superblocks(media)?);
-    for c in read.lost() {
-        let e = c.found.as_ref().err().cloned().unwrap_or_default();
-        match (c.end, read.from_tail) {
-            (End::Head, false) => {
-                report.notes.push(format!(
-                    "{} is unusable ({e}); using the other copy",
-                    c.name()
-                ));
-                report.rules.superblock_copy_fallback += 1;
-            }
-            (End::Head, true) => report.notes.push(format!("{} is unusable ({e})", c.name())),
-            (End::Tail, _) => {
-                report.notes.push(format!("{} is unusable ({e})", c.name()));
-            }
-        }
-    }
-    if read.from_tail {
-        report.rules.superblock_tail_fallback += 1;
-        report.notes.push(format!(
-            "both superblock copies at the head are unusable; mounted from the tail copy (generation {}) at byte {}",
-            read.sb.generation,
-            read.sb.tail_copy_offset(read.sb.generation % 2).unwrap_or(0)
-        ));
-    }
-    let superblock_repair = read.lost().next().is_some();
-    let sb_fallback = read.fallback;
-    let copies = read.copies;
-    let mut sb = read.sb;
-    let geo = Geometry::from_superblock(&sb);
-
-    let t = std::time::Instant::now();
-    let base = load_checkpoint(media, &sb, sb_fallback, report);
-    let mut base = timed(report, "load_checkpoint", t, base);
-    // The mount's own checkpoint goes to the slot not loaded, so it never
-    // overwrites the only usable one when the slot the superblock names is lost.
-    if let Some(s) = report.checkpoint_slot {
-        sb.checkpoint_slot = s;
-    }
-    let clean = base.clean;
-    let mut fills: Vec<u32> = base.records.iter().map(|r| r.fill).collect();
-    let mut last_seq: Vec<u64> = base.records.iter().map(|r| r.last_seq).collect();
-    let mut next_seq = base.c_next;
-    let mut wipe = Vec::new();
-    let mut unvouched = Vec::new();
-    // every user block record below it is in the main log (format v2)
-    let mut main_lsn = base.c_lsn;
-
-    if !clean {
-        let t = std::time::Instant::now();
-        let flat = FlatStore::new(media, &geo);
-        let scans = scan_segments(store.unwrap_or(&flat), &sb.uuid, &base, report)?;
-        let scans = timed(report, "scan_segments", t, scans);
-
-        let t = std::time::Instant::now();
-        let (w, damage, ignore, spans) =
-            judge_spans(&scans, base.c_next, sb.durable_seq, &mut report.rules);
-        let mut last_write = salvage.then(|| vec![0u32; geo.logical_blocks as usize]);
-        if salvage && !damage.is_empty() {
-            report.notes.push(format!(
-                "salvage: {} damaged place(s) below the durable point skipped; blocks they may have written answer EIO",
-                damage.len()
-            ));
-        } else if let Some(first) = damage.first() {
-            report.rules.damage_refused += 1;
-            return Err(Error::Corrupt(format!(
-                "chunk at {first}: fails verification although a flush had made it durable{}; refusing to mount rather than return stale data (run `sluice check` for the full list)",
-                if damage.len() > 1 { format!(" (and {} more damaged place(s))", damage.len() - 1) } else { String::new() }
-            )));
-        }
-        next_seq = replay(
-            &mut base.map,
-            &geo,
-            &scans,
-            &ignore,
-            base.c_next,
-            w,
-            &mut last_seq,
-            last_write.as_deref_mut().map(|lw| (lw, sb_fallback)),
-            &mut main_lsn,
-            report,
-        )?;
-        if let Some(lw) = &last_write {
-            unvouched = unvouched_ranges(&spans, lw, base.c_next);
-            if sb_fallback && report.rules.log_end_at_missing_seq > 0 {
-                report.notes.push(
-                    "salvage: the log ends at a gap on a fallback mount; blocks the chunks after it name answer EIO".into(),
-                );
-            }
-        }
-        timed(report, "replay", t, ());
-        let jump = unseen_chunks_bound(&geo);
-        next_seq += jump;
-        for s in last_seq.iter_mut().filter(|s| **s > 0) {
-            *s += jump;
-        }
-        if sb_fallback && report.rules.log_end_at_missing_seq > 0 && !salvage {
-            // The lost copy may have held a higher watermark (a reuse barrier
-            // after the kept copy): the missing chunk may be a dead one whose
-            // segment was wiped, and the discarded chunks after it flushed
-            // writes. A power cut can leave the same picture (a lost tail), and
-            // nothing on the media tells the two apart: refuse, never guess.
-            report.rules.damage_refused += 1;
-            let (bad, lost) = match copies.iter().find(|c| c.found.is_err()) {
-                Some(c) => (
-                    c.name(),
-                    c.found.as_ref().err().cloned().unwrap_or_default(),
-                ),
-                None => ("superblock copy".to_string(), String::new()),
-            };
-            let end = report
-                .notes
-                .iter()
-                .rev()
-                .find(|n| n.starts_with("log ends at seq"));
-            return Err(Error::Corrupt(format!(
-                "{bad} is unusable ({lost}) and the copy mounted may be older; the {}, {} newer chunk(s) after it. The lost copy may have recorded a watermark that makes that gap a dead chunk of a reused segment and the newer chunks flushed writes: refusing to mount rather than discard them",
-                end.map_or("log has a gap", |n| n.split(" (").next().unwrap_or(n)),
-                report.chunks_discarded
-            )));
-        }
-        for (seg, sc) in scans.iter().enumerate() {
-            if let Some(walk) = &sc.walk {
-                if !walk.chunks.is_empty() && !ignore.contains(&(seg as u32)) {
-                    fills[seg] = walk.valid_end;
-                    if salvage {
-                        // chunks after a skipped damaged stretch are mapped too
-                        let end = walk.chunks.iter().map(|f| f.pos + f.header.total_blocks());
-                        fills[seg] = end.chain([walk.valid_end]).max().unwrap_or(0);
-                    }
-                }
-            }
-            // Segments whose first block looks like a chunk but end up free get wiped.
-            if sc.ours {
-                wipe.push(seg as u32);
-            }
-        }
-    }
-
-    let t = std::time::Instant::now();
-    let segs = rebuild_segments(
-        &base.map,
-        &geo,
-        &fills,
-        &last_seq,
-        clean.then_some(&base.records[..]),
-    )?;
-    timed(report, "rebuild_segments", t, ());
-    wipe.retain(|&s| segs.segs[s as usize].state == SegState::Free);
-    report.rules.free_segment_wipe_scheduled += wipe.len() as u64;
-
-    // A row of the table for format v2 volumes with an intent log: after the
-    // main log, the records above what it holds (re-homed by `Volume::open`).
-    let mut log_ring = sb.log_ring();
-    let (mut log_devices, mut log_missing) = (Vec::new(), Vec::new());
-    let (mut log_mirrors, mut log_absent) = (Vec::new(), 0);
-    let log = match sb.has_intent_log() {
-        true => {
-            let t = std::time::Instant::now();
-            let r = match log_ring {
-                Some(ring) => {
-                    replay_intent_log(media, ring, &sb, main_lsn, salvage, &mut report.rules)?
-                }
-                None => {
-                    let (r, ring, used, missing, absent) =
-                        replay_log_devices(logs, &sb, main_lsn, salvage, missing_ok, report)?;
-                    log_ring = ring;
-                    log_devices = used.iter().map(|u| u.0).collect();
-                    log_mirrors = used.iter().map(|u| u.1).collect();
-                    log_missing = missing;
-                    log_absent = absent;
-                    r
-                }
-            };
-            if !r.unvouched.is_empty() {
-                unvouched.extend_from_slice(&r.unvouched);
-                unvouched.sort_unstable();
-                // merge overlapping ranges (readers search them sorted)
-                let mut merged: Vec<(u64, u64)> = Vec::new();
-                for (s, e) in unvouched.drain(..) {
-                    match merged.last_mut() {
-                        Some(m) if s <= m.1 => m.1 = m.1.max(e),
-                        _ => merged.push((s, e)),
-                    }
-                }
-                unvouched = merged;
-            }
-            if r.records > 0 {
-                report.notes.push(format!(
-                    "intent log: {} record(s) replayed, {} block record(s) to re-home",
-                    r.records,
-                    r.blocks.len()
-                ));
-            }
-            Some(timed(report, "replay_intent_log", t, r))
-        }
-        false => None,
-    };
-    // the engine numbers from the main log's end; re-homing the log's blocks
-    // gives them their LSNs again
-    let next_lsn = main_lsn;
-    Ok(Mounted {
-        sb,
-        geo,
-        map: base.map,
-        segs,
-        next_seq,
-        lifetime: base.lifetime,
-        needs_checkpoint: !clean,
-        superblock_repair,
-        wipe,
-        unvouched,
-        report: std::mem::take(report),
-        log,
-        next_lsn,
-        log_ring,
-        log_devices,
-        log_missing,
-        log_mirrors,
-        log_absent,
-    })
+    mount::run(media, store, logs, report, salvage, missing_ok)
 }
 
 #[cfg(test)]
@@ -1960,6 +1752,7 @@ mod tests {
                     &img[at + BLOCK_BYTES..at + 2 * BLOCK_BYTES],
                 )],
                 lsn,
+                chain: None,
             };
             h.encode_into(&mut img[at..at + BLOCK_BYTES]);
             chunk::seal_crc(&mut img[at..at + 2 * BLOCK_BYTES]);

@@ -220,3 +220,104 @@ fn a_ring_write_error_falls_back_to_sealing_and_loses_no_flushed_write() {
         }
     }
 }
+
+#[test]
+fn mount_runs_the_rows_of_its_table_that_apply_in_order() {
+    // `recovery::mount`'s table: which rows run is decided by what earlier
+    // rows found (a clean close skips the log walk; only a volume with an
+    // intent log replays it), and each row that runs is timed in order.
+    let names =
+        |v: &Volume| -> Vec<&'static str> { v.mount_report().steps.iter().map(|s| s.0).collect() };
+    let dirty = [
+        "read_superblocks",
+        "load_checkpoint",
+        "scan_segments",
+        "judge",
+        "replay",
+        "rebuild_segments",
+    ];
+    let clean = ["read_superblocks", "load_checkpoint", "rebuild_segments"];
+    for log in [None, Some(256 << 10)] {
+        let (c, len) = create(log);
+        let media = Arc::new(SimMedia::new(len));
+        let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+        vol.write(0, &block(5), false).unwrap();
+        vol.flush().unwrap();
+        drop(vol); // crash
+        let img = media.crash_image(Loss::KeepAll, 1);
+        let m2 = Arc::new(SimMedia::from_image(img));
+        let v2 = Volume::open(m2.clone() as Arc<dyn Media>, &det()).unwrap();
+        let mut want: Vec<&str> = dirty.to_vec();
+        want.extend(log.map(|_| "replay_intent_log"));
+        want.push("finish");
+        assert_eq!(names(&v2), want, "after a crash, log {log:?}");
+        let mut buf = vec![0u8; BS];
+        v2.read(0, &mut buf).unwrap();
+        assert_eq!(buf, block(5));
+        v2.close().unwrap();
+        let v3 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
+        let mut want: Vec<&str> = clean.to_vec();
+        want.extend(log.map(|_| "replay_intent_log"));
+        want.push("finish");
+        assert_eq!(names(&v3), want, "after a clean close, log {log:?}");
+        assert!(v3.mount_report().clean);
+    }
+}
+
+/// `sluice info --metrics ADDR` of a volume whose intent log failed while
+/// serving prints the FALLBACK line (the counters come from the metrics
+/// endpoint of the process holding the volume, as `serve --metrics` runs
+/// it); a volume that did not fall back prints none.
+#[test]
+fn info_says_fallback_once_the_ring_failed_while_serving() {
+    use sluice::metrics::{self, http, Endpoint, Export};
+    use std::sync::atomic::AtomicBool;
+    let dir = tempfile::tempdir().unwrap();
+    let m = metrics::enable();
+    for fail in [false, true] {
+        let (c, len) = create(Some(256 << 10));
+        let media = Arc::new(FaultMedia::new(len));
+        let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
+        let g = vol.geometry();
+        vol.write(0, &block(1), false).unwrap();
+        vol.flush().unwrap();
+        if fail {
+            media.fail_writes_in(Some(g.log_offset..g.log_offset + g.log_bytes));
+        }
+        vol.write(BS as u64, &block(2), false).unwrap();
+        vol.flush().unwrap();
+        assert_eq!(vol.stats().log_fallbacks, fail as u64);
+        // the same volume's bytes as a file for `info` to read
+        let path = dir.path().join(format!("v{}.img", fail as u8));
+        std::fs::write(&path, media.current_image()).unwrap();
+        let path = std::fs::canonicalize(&path).unwrap();
+        let ep = Arc::new(Endpoint::new(
+            vec![Export {
+                name: "v".into(),
+                path: path.clone(),
+                vol: vol.clone(),
+            }],
+            m,
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let addr = http::spawn("127.0.0.1:0", ep, stop.clone()).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([
+                "info",
+                path.to_str().unwrap(),
+                "--metrics",
+                &addr.to_string(),
+            ])
+            .output()
+            .unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(out.contains("live          WA"), "the live counters: {out}");
+        assert_eq!(
+            out.contains("live          FALLBACK: the intent log"),
+            fail,
+            "ring failed: {fail}\n{out}"
+        );
+    }
+}

@@ -830,4 +830,51 @@ fn the_log_device_add_and_remove_commands() {
     assert!(!s && out.contains("--force"), "{out}");
     ok(&["log-device", "add", "v.img", "b.log", "--force"]);
     ok(&["check", "v.img", "--log-device", "b.log"]);
+    // an in-volume ring: removed with no device named
+    ok(&["create", "w.img", "--size", "64M", "--intent-log"]);
+    let info = ok(&["info", "w.img"]);
+    assert!(info.contains("ring at byte"), "{info}");
+    let (s, out) = run(&["log-device", "remove", "w.img", "--log-device", "b.log"]);
+    assert!(
+        !s,
+        "a device to keep makes no sense without one to remove: {out}"
+    );
+    let out = ok(&["log-device", "remove", "w.img"]);
+    assert!(out.contains("removed     the intent log ring"), "{out}");
+    let info = ok(&["info", "w.img"]);
+    assert!(info.contains("intent log    none"), "{info}");
+    let (s, out) = run(&["log-device", "remove", "w.img"]);
+    assert!(!s && out.contains("no intent log"), "{out}");
+    ok(&["check", "w.img"]);
+}
+
+/// `sluice log-device remove VOL` with no device: the in-volume ring of a
+/// volume not closed cleanly (its FLUSHed writes only in ring records) is
+/// replayed and re-homed into the main log before the superblocks drop it;
+/// a power cut before any media operation of the removal loses nothing, and
+/// afterwards FLUSH seals (no record written).
+#[test]
+fn removing_the_in_volume_ring_survives_a_power_cut_anywhere() {
+    let (base, want) = unclean(0);
+    let done = sweep(
+        &base,
+        &want,
+        |r| sluice::volume::remove_log_device(r.main(), None, Vec::new(), false),
+        &[&[]],
+        &[],
+    );
+    let vol = done.open(&[]).unwrap();
+    let sb = vol.superblock();
+    assert!(!sb.has_intent_log() && sb.log_ring().is_none(), "{sb:?}");
+    assert_eq!(sb.version(), 2, "the chunks keep their LSNs");
+    vol.write(100 * BS as u64, &block(7), false).unwrap();
+    vol.flush().unwrap();
+    let s = vol.stats();
+    assert_eq!(s.log_records, 0, "no ring any more: {s:?}");
+    assert!(s.chunks_sealed >= 1, "the FLUSH sealed: {s:?}");
+    drop(vol);
+    assert!(mounts_whole(&done.crashed(Loss::DropAll, 3), &[], &[(100, 7)]).unwrap());
+    // a second removal has nothing to remove, and says so
+    let e = sluice::volume::remove_log_device(done.main(), None, Vec::new(), false).unwrap_err();
+    assert!(e.to_string().contains("no intent log"), "{e}");
 }

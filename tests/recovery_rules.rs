@@ -180,3 +180,140 @@ fn a_recovering_mount_numbers_new_chunks_above_chunks_it_could_not_see() {
         k0.seq
     );
 }
+
+/// A format v2 volume (intent log, so LSN and CHAIN) whose user chunks fill
+/// one segment exactly: chunk C (lba 0..20) and chunk D (lba 20..30) in the
+/// first segment, D its last chunk; then chunk N (lba 40..50) in the next
+/// segment, naming D as its predecessor; each flushed. Returns the media image
+/// after the crash, the block where D's header is, and the reference data.
+fn chained_volume_with_a_full_segment() -> (Vec<u8>, usize, Vec<u8>) {
+    use sluice::geometry::Geometry;
+    use sluice::media::{Loss, SimMedia};
+    let blocks = 256u64;
+    let c = sluice::CreateOptions {
+        logical_bytes: Some(blocks * BS as u64),
+        overprovision: 0.1,
+        segment_bytes: 32 * BS as u64,
+        uuid: Some([5; 16]),
+        intent_log: Some(256 << 10),
+        ..Default::default()
+    };
+    let len = Geometry::for_logical_log(blocks, 32, 0.1, 256 << 10).media_bytes();
+    let media = Arc::new(SimMedia::new(len));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det_open(1 << 40)).unwrap();
+    let mut want = vec![0u8; blocks as usize * BS];
+    // more than the intent log's 8 blocks: each FLUSH seals its chunk
+    for (i, (lba, n)) in [(0u64, 20u64), (20, 10), (40, 10), (60, 9)]
+        .iter()
+        .enumerate()
+    {
+        let data = payload(*n as usize * BS, 100 + i as u64, Fill::Random);
+        vol.write(lba * BS as u64, &data, false).unwrap();
+        vol.flush().unwrap();
+        want[*lba as usize * BS..(*lba + *n) as usize * BS].copy_from_slice(&data);
+    }
+    drop(vol); // crash: everything was flushed
+    let img = media.crash_image(Loss::KeepAll, 1);
+    let d = (0..img.len() / BS)
+        .find(|&b| {
+            ChunkHeader::decode(&img[b * BS..(b + 1) * BS]).is_ok_and(|h| {
+                h.entries
+                    .first()
+                    .is_some_and(|e| e.lba == 20 && e.count == 10)
+            })
+        })
+        .expect("chunk D on the media");
+    let h = ChunkHeader::decode(&img[d * BS..(d + 1) * BS]).unwrap();
+    assert!(h.chain.is_some(), "a CHAIN volume's chunks carry the chain");
+    // D ends its segment: no later chunk in it bounds D's seq
+    let n = ChunkHeader::decode(&img[(d + 11) * BS..(d + 12) * BS]);
+    assert!(
+        n.is_ok_and(|n| n.segment != h.segment && n.chain.unwrap().prev_seq == h.seq),
+        "D is the last chunk of its segment and the next chunk names it"
+    );
+    (img, d, want)
+}
+
+#[test]
+fn a_flipped_seq_in_a_segments_last_header_refuses_or_answers_eio() {
+    // format-v2.md §3: with the seq field of the last chunk of a segment
+    // flipped, the gaps alone let the mount skip its seq as a dead chunk
+    // below the watermark and silently serve the older content of its
+    // blocks (before the chain: zeros here). The next chunk of the stream
+    // names it as its predecessor, so the mount refuses, and a salvage mount
+    // answers EIO for what it held, never stale data.
+    use sluice::media::SimMedia;
+    let (img, d, want) = chained_volume_with_a_full_segment();
+    // the undamaged image mounts and reads back (the rule fires on nothing)
+    let v = Volume::open(
+        Arc::new(SimMedia::from_image(img.clone())) as Arc<dyn Media>,
+        &det_open(1 << 40),
+    )
+    .expect("an undamaged chained volume mounts");
+    let mut buf = vec![0u8; BS];
+    for b in [0u64, 20, 29, 45, 68] {
+        v.read(b * BS as u64, &mut buf).unwrap();
+        assert_eq!(
+            buf[..],
+            want[b as usize * BS..(b as usize + 1) * BS],
+            "block {b}"
+        );
+    }
+    drop(v);
+    for bit in [40u32, 3, 63] {
+        let mut bad = img.clone();
+        bad[d * BS + 32 + bit as usize / 8] ^= 1 << (bit % 8);
+        let media = Arc::new(SimMedia::from_image(bad));
+        let e = match Volume::open(media.clone() as Arc<dyn Media>, &det_open(1 << 40)) {
+            Err(e) => e.to_string(),
+            Ok(v) => {
+                v.read(20 * BS as u64, &mut buf).unwrap();
+                let got = if buf[..] == want[20 * BS..21 * BS] {
+                    "right"
+                } else {
+                    "STALE"
+                };
+                panic!("seq bit {bit} flipped: the mount went on, block 20 reads {got} data");
+            }
+        };
+        assert!(e.contains("refusing to mount"), "bit {bit}: {e}");
+        assert!(
+            e.contains("predecessor"),
+            "the chain names it, bit {bit}: {e}"
+        );
+        let damage = sluice::recovery::damage(&*media).unwrap();
+        assert!(
+            damage.iter().any(|d| d.contains("predecessor")),
+            "check lists it: {damage:?}"
+        );
+        let v = Volume::open(
+            media as Arc<dyn Media>,
+            &sluice::OpenOptions {
+                read_only: true,
+                salvage: true,
+                ..det_open(1 << 40)
+            },
+        )
+        .expect("salvage mount");
+        for b in 0..256u64 {
+            match v.read(b * BS as u64, &mut buf) {
+                Ok(()) => assert_eq!(
+                    buf[..],
+                    want[b as usize * BS..(b as usize + 1) * BS],
+                    "salvage served wrong data for block {b}"
+                ),
+                // written after D (in N and the chunk after it): vouched for
+                Err(_) => assert!(
+                    !(40..50).contains(&b) && !(60..69).contains(&b),
+                    "block {b} was written after the damage and must be served"
+                ),
+            }
+        }
+        for b in 20..30u64 {
+            assert!(
+                v.read(b * BS as u64, &mut buf).is_err(),
+                "block {b} of D: EIO"
+            );
+        }
+    }
+}

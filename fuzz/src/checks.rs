@@ -803,6 +803,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             entries,
             block_crcs,
             lsn: None,
+            chain: None,
         };
         h.encode_into(&mut img[..BLOCK_BYTES]);
         chunk::seal_crc(&mut img);

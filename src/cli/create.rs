@@ -441,12 +441,14 @@ pub enum LogDeviceAction {
     /// other (--log-device), which stays. The last one: its records are put
     /// into the main log first (a mount with it and a clean close), then the
     /// volume has no intent log (FLUSH seals the open chunk); DEV's log
-    /// superblock is wiped.
+    /// superblock is wiped. Without DEV: remove the volume's in-volume ring
+    /// (`create --intent-log`) the same way (its records into the main log,
+    /// then no intent log; its space stays reserved, unused).
     Remove {
         /// The volume (file or block device; not in use).
         volume: PathBuf,
-        /// The log device to remove.
-        dev: PathBuf,
+        /// The log device to remove (none: the in-volume ring).
+        dev: Option<PathBuf>,
         /// The other log device of a mirrored pair (it stays).
         #[arg(long = "log-device", value_name = "PATH")]
         keep: Vec<PathBuf>,
@@ -612,12 +614,24 @@ fn run_add(
 /// `sluice log-device remove`.
 fn run_remove(
     volume: PathBuf,
-    dev: PathBuf,
+    dev: Option<PathBuf>,
     keep: Vec<PathBuf>,
     missing_ok: bool,
 ) -> anyhow::Result<i32> {
     let media =
         FileMedia::open(&volume, false).with_context(|| format!("opening {}", volume.display()))?;
+    let Some(dev) = dev else {
+        if !keep.is_empty() || missing_ok {
+            anyhow::bail!("without DEV, remove takes the in-volume ring: no --log-device, no --log-device-missing-ok");
+        }
+        let notes = sluice::volume::remove_log_device(Arc::new(media), None, Vec::new(), false)
+            .with_context(|| format!("removing the intent log ring of {}", volume.display()))?;
+        for n in notes {
+            println!("mount       {n}");
+        }
+        println!("removed     the intent log ring of {}", volume.display());
+        return Ok(0);
+    };
     let keep = super::serve::open_log_devices(&keep, false, false)?;
     let gone = match FileMedia::open(&dev, false) {
         Ok(m) => Some(sluice::LogDevice(Arc::new(m) as Arc<dyn Media>)),

@@ -436,6 +436,7 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
                     human(g("sluice_host_bytes_total{op=\"write\"}") as u64),
                     g("sluice_connections")
                 );
+                // MUTANT: info-fallback-hidden s|> 0.0|> f64::MAX|
                 if g("sluice_log_fallbacks_total") > 0.0 {
                     println!(
                         "live          FALLBACK: the intent log (its ring or every log device) failed while serving; FLUSH seals into the main log until the server restarts (its log says why)"

@@ -19,16 +19,75 @@ pub const MAX_DATA_BLOCKS: u32 = MAX_CHUNK_BLOCKS - 1;
 /// Where the per-data-block CRC32C array starts in the header block.
 pub const BLOCK_CRC_OFFSET: usize = BLOCK_BYTES - 12 - 4 * MAX_DATA_BLOCKS as usize; // 3064
 pub const MAX_ENTRIES: usize = (BLOCK_CRC_OFFSET - HEADER_BYTES) / ENTRY_BYTES; // 187
-/// Reserved (written as zero, not checked) in format version 1.
+/// Reserved (written as zero, not checked) in format version 1; the chain
+/// field (`Chain`) in version 2, covered by the header CRC.
 const RESERVED_FIELD: usize = 64;
-/// Header-block CRC32C, computed with bytes 64..72 zeroed. It covers the block CRC
-/// array, so it and the block CRCs together verify the whole chunk.
+/// Header-block CRC32C, computed with bytes 64..72 zeroed (version 1) or
+/// 68..72 zeroed (version 2: the chain field is covered; it was written as
+/// zero before the chain existed, so older v2 headers verify the same). It
+/// covers the block CRC array, so it and the block CRCs together verify the
+/// whole chunk.
 const HEADER_CRC_FIELD: usize = 68;
 
 fn header_crc(block: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&block[..RESERVED_FIELD]);
-    let crc = crc32c::crc32c_append(crc, &[0u8; 8]);
+    let covered = if get_u16(block, 8) == FORMAT_VERSION_2 {
+        HEADER_CRC_FIELD
+    } else {
+        RESERVED_FIELD
+    };
+    let crc = crc32c::crc32c(&block[..covered]);
+    let crc = crc32c::crc32c_append(crc, &[0u8; 8][..HEADER_BYTES - covered]);
     crc32c::crc32c_append(crc, &block[HEADER_BYTES..BLOCK_BYTES])
+}
+
+/// Open-segment classes a chain tells apart (the user stream and up to three
+/// GC classes): 2 bits of the chain field.
+pub const CHAIN_CLASSES: usize = 4;
+/// The largest seq distance to a predecessor the chain field holds (29 bits);
+/// a farther one is written as unknown.
+pub const CHAIN_MAX_DELTA: u64 = (1 << 29) - 1;
+const CHAIN_FLAG: u32 = 1 << 31;
+
+/// Format v2 `CHAIN` (docs/format-v2.md §3): the chunk's open-segment class
+/// and the seq of the previous chunk of that class (0: unknown, e.g. the
+/// first of its class since the mount). On the media, the u32 at byte 64 of
+/// a version 2 header: bit 31 set, class in bits 29..31, `seq - prev_seq` in
+/// bits 0..29 (0 = unknown); all zero = no chain (builds before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chain {
+    pub class: u8,
+    pub prev_seq: u64,
+}
+
+impl Chain {
+    fn encode(&self, seq: u64) -> u32 {
+        assert!((self.class as usize) < CHAIN_CLASSES, "chain class");
+        let delta = match seq.checked_sub(self.prev_seq) {
+            Some(d) if self.prev_seq != 0 && d <= CHAIN_MAX_DELTA => d as u32,
+            _ => 0,
+        };
+        CHAIN_FLAG | (self.class as u32) << 29 | delta
+    }
+
+    fn decode(v: u32, seq: u64) -> Result<Option<Chain>, FormatError> {
+        if v == 0 {
+            return Ok(None);
+        }
+        if v & CHAIN_FLAG == 0 {
+            return Err(invalid("chain", format!("{v:#x} without its flag bit")));
+        }
+        let delta = (v & CHAIN_MAX_DELTA as u32) as u64;
+        if delta > seq {
+            return Err(invalid(
+                "chain",
+                format!("predecessor {delta} below seq {seq}"),
+            ));
+        }
+        Ok(Some(Chain {
+            class: ((v >> 29) & 3) as u8,
+            prev_seq: if delta == 0 { 0 } else { seq - delta },
+        }))
+    }
 }
 /// Magic of a tombstone sector (see `tombstone`).
 pub const TOMB_MAGIC: [u8; 8] = *b"SLUICETB";
@@ -230,6 +289,9 @@ pub struct ChunkHeader {
     /// records the chunk carries, `first..first + count`, one per block record
     /// in entry order (count 0 for GC chunks). None: a version 1 header.
     pub lsn: Option<LsnRange>,
+    /// Format v2 with `CHAIN`: class and predecessor (None: no chain, v1 or
+    /// a build before it). Written only in version 2 headers.
+    pub chain: Option<Chain>,
 }
 
 /// The order numbers of a chunk's user block records (docs/format-v2.md §3).
@@ -308,6 +370,10 @@ impl ChunkHeader {
             put_u64(block, LSN_FIELD, l.first);
             put_u32(block, LSN_FIELD + 8, l.count);
         }
+        if let Some(c) = self.chain {
+            assert!(self.lsn.is_some(), "a chain only in a version 2 header");
+            put_u32(block, RESERVED_FIELD, c.encode(self.seq));
+        }
     }
 
     /// Decode and validate a header block. Does not check the CRC (the data is not
@@ -373,9 +439,14 @@ impl ChunkHeader {
                 return Err(invalid("first_lsn", "LSN range overflows"));
             }
         }
+        let seq = get_u64(block, 32);
+        let chain = match version {
+            FORMAT_VERSION_2 => Chain::decode(get_u32(block, RESERVED_FIELD), seq)?,
+            _ => None,
+        };
         Ok(ChunkHeader {
             uuid: block[16..32].try_into().unwrap(),
-            seq: get_u64(block, 32),
+            seq,
             segment: get_u32(block, 40),
             stream,
             timestamp_ns: get_u64(block, 48),
@@ -384,6 +455,7 @@ impl ChunkHeader {
             entries,
             block_crcs,
             lsn,
+            chain,
         })
     }
 }
@@ -405,7 +477,9 @@ fn packed_count_ok(packed: u64, fragments: u64) -> bool {
 /// Write the header CRC into a complete chunk image. The header already holds the
 /// CRC of every data block, so header CRC + block CRCs cover the whole chunk.
 pub fn seal_crc(image: &mut [u8]) {
-    put_u32(image, RESERVED_FIELD, 0);
+    if get_u16(image, 8) != FORMAT_VERSION_2 {
+        put_u32(image, RESERVED_FIELD, 0);
+    }
     let h = header_crc(&image[..BLOCK_BYTES]);
     put_u32(image, HEADER_CRC_FIELD, h);
 }
@@ -485,6 +559,7 @@ mod tests {
                 },
             ],
             lsn: None,
+            chain: None,
         };
         let mut img = vec![0u8; 3 * BLOCK_BYTES];
         h.encode_into(&mut img[..BLOCK_BYTES]);
@@ -497,6 +572,78 @@ mod tests {
     fn chunk_roundtrips() {
         let (h, img) = sample_image();
         assert_eq!(verify(&img, &[9; 16]).unwrap(), h);
+    }
+
+    /// `sample_image` as a version 2 header with `chain`.
+    fn chained(chain: Option<Chain>) -> (ChunkHeader, Vec<u8>) {
+        let (mut h, mut img) = sample_image();
+        h.lsn = Some(LsnRange { first: 0, count: 0 });
+        h.chain = chain;
+        h.encode_into(&mut img[..BLOCK_BYTES]);
+        seal_crc(&mut img);
+        (h, img)
+    }
+
+    #[test]
+    fn the_chain_roundtrips_in_v2_headers_and_its_crc_covers_it() {
+        let c = Chain {
+            class: 3,
+            prev_seq: 60,
+        };
+        let (h, img) = chained(Some(c));
+        assert_eq!(verify(&img, &[9; 16]).unwrap(), h);
+        assert_eq!(get_u32(&img, 64), 1 << 31 | 3 << 29 | 17);
+        // a flipped bit in it is damage (v1 never looked at these bytes)
+        let mut bad = img.clone();
+        bad[64] ^= 4;
+        assert_eq!(ChunkHeader::decode(&bad), Err(FormatError::Checksum));
+        let (_, mut v1) = sample_image();
+        v1[64] ^= 4;
+        assert!(ChunkHeader::decode(&v1).is_ok(), "v1: 64..68 not covered");
+        // unknown predecessor (first of its class since the mount, or too far)
+        for (seq, prev_seq) in [(77, 0), (CHAIN_MAX_DELTA + 2, 1)] {
+            let (mut h, mut img) = sample_image();
+            h.seq = seq;
+            h.lsn = Some(LsnRange::default());
+            h.chain = Some(Chain { class: 1, prev_seq });
+            h.encode_into(&mut img[..BLOCK_BYTES]);
+            seal_crc(&mut img);
+            let got = ChunkHeader::decode(&img).unwrap().chain.unwrap();
+            assert_eq!((got.class, got.prev_seq), (1, 0), "{seq} {prev_seq}");
+        }
+        let (mut h, mut img) = sample_image();
+        h.seq = CHAIN_MAX_DELTA + 1;
+        h.lsn = Some(LsnRange::default());
+        h.chain = Some(Chain {
+            class: 2,
+            prev_seq: 1,
+        });
+        h.encode_into(&mut img[..BLOCK_BYTES]);
+        seal_crc(&mut img);
+        assert_eq!(
+            ChunkHeader::decode(&img).unwrap().chain,
+            h.chain,
+            "the farthest"
+        );
+        // a v2 header of a build before the chain: bytes 64..68 zero, same CRC
+        let (h, img) = chained(None);
+        assert_eq!(ChunkHeader::decode(&img).unwrap(), h);
+        assert_eq!(get_u32(&img, 64), 0);
+    }
+
+    #[test]
+    fn a_chain_field_that_cannot_be_is_refused() {
+        for bad in [5u32, 1 << 31 | 78] {
+            let (_, mut img) = chained(None);
+            put_u32(&mut img, 64, bad);
+            put_u32(&mut img, HEADER_CRC_FIELD, 0);
+            let h = header_crc(&img[..BLOCK_BYTES]);
+            put_u32(&mut img, HEADER_CRC_FIELD, h);
+            assert!(
+                matches!(ChunkHeader::decode(&img), Err(FormatError::Invalid { .. })),
+                "{bad:#x}"
+            );
+        }
     }
 
     #[test]
@@ -578,6 +725,7 @@ mod tests {
                 entries,
                 block_crcs: vec![7; 2 + p as usize],
                 lsn: None,
+                chain: None,
             }
         };
         let decode = |h: &ChunkHeader| {

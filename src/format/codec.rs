@@ -190,6 +190,7 @@ mod tests {
             ],
             block_crcs: vec![100, 101, 102, 103],
             lsn: None,
+            chain: None,
         }
     }
 
@@ -297,6 +298,7 @@ mod tests {
                 .map(|i| crc32c::crc32c(&data[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]))
                 .collect(),
             lsn: None,
+            chain: None,
         };
         let got: Vec<(u64, Place)> = records(&h, 1000).map(|r| (r.lba, r.place)).collect();
         assert_eq!(

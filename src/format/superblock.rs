@@ -71,8 +71,12 @@ pub mod incompat {
     pub const OBJECT_STORE: u64 = 1 << 4;
     /// Chunk headers carry the LSN range of their user entries (§3).
     pub const LSN: u64 = 1 << 5;
+    /// Chunk headers name the previous chunk of their class (§3, `prev_seq`:
+    /// `chunk::Chain`, covered by the header CRC, so a build without it
+    /// would take every chained header for a damaged one); requires `LSN`.
+    pub const CHAIN: u64 = 1 << 6;
     /// The bits this build mounts.
-    pub const KNOWN: u64 = INTENT_LOG | LSN | LOG_DEVICE | COMPRESSION;
+    pub const KNOWN: u64 = INTENT_LOG | LSN | LOG_DEVICE | COMPRESSION | CHAIN;
     /// Name of one bit, for refusals.
     pub fn name(bit: u32) -> String {
         match bit {
@@ -82,6 +86,7 @@ pub mod incompat {
             3 => "STRIPE_SET".into(),
             4 => "OBJECT_STORE".into(),
             5 => "LSN".into(),
+            6 => "CHAIN".into(),
             b => format!("bit {b}"),
         }
     }
@@ -375,6 +380,10 @@ impl Superblock {
         if v.has(incompat::INTENT_LOG) && !v.has(incompat::LSN) {
             return Err(invalid("features_incompat", "INTENT_LOG needs LSN"));
         }
+        if v.has(incompat::CHAIN) && !v.has(incompat::LSN) {
+            // the chain lives in version 2 chunk headers, which LSN makes
+            return Err(invalid("features_incompat", "CHAIN needs LSN"));
+        }
         if !v.has(incompat::INTENT_LOG) {
             return if v.log_offset == 0
                 && v.log_bytes == 0
@@ -627,6 +636,13 @@ mod tests {
         assert!(back.log_device().is_none());
         sb.v2.as_mut().unwrap().log_stale = 1;
         assert!(Superblock::decode(&sb.encode()).is_err());
+        // the chain lives in v2 chunk headers: with LSN, never without
+        sb.v2.as_mut().unwrap().log_stale = 0;
+        sb.v2.as_mut().unwrap().features_incompat = incompat::LSN | incompat::CHAIN;
+        assert!(Superblock::decode(&sb.encode()).is_ok());
+        sb.v2.as_mut().unwrap().features_incompat = incompat::CHAIN;
+        let e = Superblock::decode(&sb.encode()).unwrap_err().to_string();
+        assert!(e.contains("CHAIN needs LSN"), "{e}");
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! output classes. On the media they are just Stream::User / Stream::Gc; the slot only
 //! decides which segment a record joins (see gc.rs).
 
-use crate::format::chunk::{Kind, LsnRange, Stream, MAX_CHUNK_BLOCKS, MAX_DATA_BLOCKS};
+use crate::format::chunk::{Chain, Kind, LsnRange, Stream, MAX_CHUNK_BLOCKS, MAX_DATA_BLOCKS};
 use crate::format::codec::{self, Place};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
@@ -38,6 +38,7 @@ pub use crate::gc::GC_CLASSES;
 pub const GC0: usize = 1;
 pub const SLOTS: usize = GC0 + GC_CLASSES;
 const _: () = assert!(SLOTS as u32 <= crate::geometry::OPEN_SEGMENTS);
+const _: () = assert!(SLOTS <= crate::format::chunk::CHAIN_CLASSES);
 
 /// What to store for one logical block.
 #[derive(Clone, Copy)]
@@ -118,6 +119,11 @@ pub struct Core {
     pub kill_lsn: u64,
     /// The intent log ring, if the volume has one.
     pub ring: Option<super::intent::Ring>,
+    /// Format v2 `CHAIN`: every sealed chunk names the previous chunk of its
+    /// slot (`chunk::Chain`, class = slot), `chain_last[slot]` (0: none
+    /// sealed since the mount).
+    pub chain_on: bool,
+    pub chain_last: [u64; SLOTS],
 }
 
 pub use crate::map::{kind_of, virt_of};
@@ -154,6 +160,8 @@ impl Core {
             durable_lsn: 0,
             kill_lsn: 0,
             ring: None,
+            chain_on: false,
+            chain_last: [0; SLOTS],
         }
     }
 
@@ -283,6 +291,14 @@ impl Core {
             // GC) are not a gap that ends intent log replay (seed 72).
             // MUTANT: gc-lsn-watermark s|self.sealed_lsn_end()|0|
             l.first = self.sealed_lsn_end();
+        }
+        // MUTANT: chain-not-written s|if self.chain_on {|if false {|
+        if self.chain_on {
+            ch.chain = Some(Chain {
+                class: slot as u8,
+                prev_seq: self.chain_last[slot],
+            });
+            self.chain_last[slot] = seq;
         }
         let sealed = ch.seal(seq, durable_seq, self.uuid, self.clock.unix_ns());
         let seg_blocks = self.seg_blocks();

@@ -19,7 +19,11 @@
 //! - **remove** the last device: only once its records are in the main log
 //!   (a mount with it, then a clean close: asserted by the clean flag), the
 //!   volume's superblocks drop the log (`LSN` alone: FLUSH seals), then the
-//!   device's superblock copies are wiped.
+//!   device's superblock copies are wiped;
+//! - **remove** the in-volume ring (no device given): a mount replays the
+//!   ring and re-homes its records, a clean close checkpoints them (asserted
+//!   by the clean flag), then the superblocks drop the log as above. The
+//!   ring's bytes stay reserved (the data area does not move) and unused.
 //!
 //! Invariant: a superblock naming a log device is never on the media before
 //! the device says whose it is, and a device's records are never given up
@@ -247,9 +251,17 @@ pub fn remove_log_device(
 ) -> Result<Vec<String>> {
     let sb = superblock(&*media)?;
     if sb.log_device().is_none() {
+        if sb.log_ring().is_some() && gone.is_none() && keep.is_empty() {
+            return remove_ring(media);
+        }
         return Err(Error::InvalidArgument(format!(
-            "{} keeps no intent log on a log device",
-            media.describe()
+            "{} keeps no intent log on a log device{}",
+            media.describe(),
+            if sb.log_ring().is_some() {
+                " (its ring is in the volume: give no device to remove it)"
+            } else {
+                ""
+            }
         )));
     }
     if let Some(g) = &gone {
@@ -305,6 +317,40 @@ pub fn remove_log_device(
 
 /// `remove_log_device` of the only device: the volume returns to
 /// seal-on-FLUSH, its records first homed into the main log.
+/// Drop the in-volume ring of the volume on `media` (module comment): its
+/// records into the main log first, then superblocks without the log.
+fn remove_ring(media: Arc<dyn Media>) -> Result<Vec<String>> {
+    // MUTANT: ring-removed-before-homed s|let home_first = true;|let home_first = false;|
+    let home_first = true;
+    let mut notes = Vec::new();
+    if home_first {
+        // the ring is on the volume's media: any mount replays and re-homes it
+        notes = mount_and_close(&media, Vec::new(), false)?;
+    }
+    let sb = superblock(&*media)?;
+    if home_first && !sb.is_clean() {
+        return Err(Error::InvalidArgument(format!(
+            "{} did not close cleanly: not removing its intent log",
+            media.describe()
+        )));
+    }
+    let mut next = sb.clone();
+    {
+        let v = next.v2.as_mut().expect("a ring is a v2 feature");
+        v.features_incompat &= !incompat::INTENT_LOG;
+        v.log_uuid = [0; 16];
+        v.log_offset = 0;
+        v.log_bytes = 0;
+        v.log_start = LogStart::default();
+        v.log_stale = 0;
+    }
+    Superblock::decode(&next.encode())
+        .map_err(|e| Error::Corrupt(format!("the new superblock does not validate: {e}")))?;
+    write_both_indexes(&*media, &next)?;
+    notes.extend(mount_and_close(&media, Vec::new(), false)?);
+    Ok(notes)
+}
+
 fn remove_last(
     media: Arc<dyn Media>,
     sb: Superblock,

@@ -541,6 +541,7 @@ impl Volume {
                     SbV2 {
                         features_incompat: incompat::INTENT_LOG
                             | incompat::LSN
+                            | incompat::CHAIN
                             | if device_ring.is_some() {
                                 incompat::LOG_DEVICE
                             } else {
@@ -726,6 +727,11 @@ impl Volume {
         {
             core.start_lsn(m.next_lsn);
         }
+        // every chain starts unknown: this life's first chunk of a class
+        // names no predecessor (recovery::chain says why that is enough)
+        core.chain_on =
+            m.sb.v2
+                .is_some_and(|v| v.has(crate::format::superblock::incompat::CHAIN));
         let log_start = m.log.as_ref().map(|l| l.start);
         if let (Some(start), Some((at, bytes))) = (log_start, m.log_ring) {
             core.ring = Some(intent::Ring::new(at, bytes, start));
