@@ -39,6 +39,7 @@ fn opts(cache: usize) -> ObjSegOptions {
         cache_segments: cache,
         retry_max: Duration::from_millis(1),
         close_wait: Duration::from_millis(0),
+        ckpt_every: 1,
     }
 }
 

@@ -167,6 +167,7 @@ fn mount(w: &Weed, prefix: &str, dir: &Path, cache_segments: usize) -> sluice::R
             opts: ObjSegOptions {
                 cache_segments,
                 close_wait: Duration::from_secs(60),
+                ckpt_every: 1,
                 ..ObjSegOptions::default()
             },
         },
