@@ -370,7 +370,7 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
         }
         println!("superblocks   {copies}");
         if let Some(o) = &store_summary {
-            println!("objects       {o}");
+            println!("checkpoints   {o}");
         }
         println!(
             "options       over-provisioning {:.1}%, GC {}",

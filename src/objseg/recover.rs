@@ -17,9 +17,9 @@
 //!    whose slot the checkpoint holds blocks of that start otherwise (a slot
 //!    reused after the checkpoint: its image may need the old life), a
 //!    header that does not verify, or two objects with one number end it.
-//! 4. Write `DIR/volume` (sparse: superblocks not clean with the durable
-//!    watermark at the checkpoint, so replay ends the log at the first
-//!    chunk missing after it; the checkpoint image; the open segments'
+//! 4. Write `DIR/volume` (sparse: the captured superblock, not clean, its
+//!    durable watermark kept, so replay ends the log at the first chunk
+//!    missing at or above it; the checkpoint image; the open segments'
 //!    blocks the checkpoint object holds, into their staging slots) and
 //!    `DIR/objects.tab`, under temporary names renamed into place at the end.
 //!
@@ -30,7 +30,7 @@
 
 use super::table::{ObjRef, Table};
 use super::{io_err, TABLE_FILE};
-use crate::format::checkpoint::{body_bytes_with, decode_segments_with, CheckpointHeader};
+use crate::format::checkpoint::{body_bytes_with, CheckpointHeader};
 use crate::format::chunk::ChunkHeader;
 use crate::format::objckpt::{ObjCheckpoint, SlotObject};
 use crate::format::objname::{ObjKind, ObjName};
@@ -175,23 +175,10 @@ fn verify(
     if !missing.is_empty() {
         return Err(format!("it names {}", missing.join(", ")));
     }
-    let records = decode_segments_with(
-        &c.image[BLOCK_BYTES..],
-        sb.logical_blocks,
-        sb.segment_count,
-        sb.segment_blocks,
-        sb.map_value_bytes(),
-    )
-    .map_err(|e| format!("segment records: {e}"))?;
-    for (i, r) in records.iter().enumerate() {
-        // (a checkpoint object names or holds every slot with data)
-        if r.live > 0 && c.slots[i].is_none() && !c.partials.iter().any(|(s, _)| *s as usize == i) {
-            return Err(format!(
-                "its checkpoint has {} live blocks in segment {i}, which it names no object for",
-                r.live
-            ));
-        }
-    }
+    // (the map may point into a slot the capture holds neither an object
+    // nor blocks of: reused after GC's relocations became durable, which the
+    // replay applies over the map, as a local mount would: the watermark
+    // stays the captured one, so those dead chunks are skipped)
     Ok((c, sb))
 }
 
@@ -363,11 +350,12 @@ fn write(p: &Plan, dir: &Path, epoch: u64) -> io::Result<()> {
     let tab_tmp = dir.join(format!("{TABLE_FILE}.restore"));
     remove_stale(&vol_tmp)?;
     let mut sb = p.sb.clone();
-    // not clean: the mount replays what the roll-forward found; the durable
-    // watermark at the checkpoint: the first chunk missing after it ends
-    // the log (a slot only this cache held), never a hole skipped over
+    // not clean: the mount replays what the roll-forward found. The
+    // durable watermark W stays the captured one: every chunk below it was
+    // durable before the capture, so it is in the capture (a named object
+    // or the blocks it holds) or dead (its slot reused); a chunk missing at
+    // or above W (only on the lost host) ends the log, never skipped over
     sb.flags &= !FLAG_CLEAN;
-    sb.durable_seq = sb.checkpoint_next_seq;
     let media = FileMedia::create_new(&vol_tmp, sb.media_bytes())?;
     if tab_tmp.exists() {
         // ours: a restore that stopped (the volume file's lock is ours now)
