@@ -486,7 +486,7 @@ run objname-accepts-epoch-zero lib
 run staging-freed-early lib objects_crash
 run object-deleted-before-table lib objects_crash
 run evicted-header-kept objects_crash
-run object-deleted-before-ckpt-object lib
+run object-deleted-before-ckpt-object lib objects_crash
 run roll-forward-past-gap lib
 run rados-create-not-exclusive objects_rados
 run damaged-head-never-falls-back superblock_ends
