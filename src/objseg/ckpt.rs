@@ -101,7 +101,8 @@ impl Inner {
             }
         };
         if a.checkpoint_slot == NO_CHECKPOINT {
-            return false;
+            // none made yet: nothing to store
+            return true;
         }
         if ck.last_next_seq == Some(a.checkpoint_next_seq) {
             return true;

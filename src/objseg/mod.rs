@@ -639,6 +639,7 @@ impl ObjSegStore {
             if Instant::now() >= end {
                 break;
             }
+            std::thread::sleep(Duration::from_millis(50));
         }
         self.close().map(|_| left)
     }
