@@ -412,6 +412,12 @@ apply_object_deleted_before_table() {
 apply_evicted_header_kept() {
   marker evicted-header-kept
 }
+apply_object_deleted_before_ckpt_object() {
+  marker object-deleted-before-ckpt-object
+}
+apply_roll_forward_past_gap() {
+  marker roll-forward-past-gap
+}
 apply_map_five_byte_stride() {
   marker map-five-byte-stride
 }
@@ -504,6 +510,8 @@ run objname-accepts-epoch-zero lib
 run staging-freed-early lib objects_crash
 run object-deleted-before-table lib objects_crash
 run evicted-header-kept objects_crash
+run object-deleted-before-ckpt-object lib objects_crash
+run roll-forward-past-gap lib
 run rados-create-not-exclusive objects_rados
 run damaged-head-never-falls-back superblock_ends
 run rados-short-read-unchecked objects_rados

@@ -11,6 +11,9 @@
 //! objects and slot table on the crash image: it must mount, every write
 //! acknowledged by a FLUSH reads back (or a later write of the block), no
 //! block reads as something never written to it, and `check` is clean.
+//! Then the cache directory is lost too: another host rebuilds it from the
+//! objects as they were at the cut (`objseg::recover`): it must mount and
+//! hold a prefix of the write stream (a write that failed may be in or out).
 //! Durability against a real server is tests/objects_volume.rs.
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -39,6 +42,7 @@ fn opts(cache: usize) -> ObjSegOptions {
         cache_segments: cache,
         retry_max: Duration::from_millis(1),
         close_wait: Duration::from_millis(0),
+        ckpt_every: 1,
     }
 }
 
@@ -47,12 +51,15 @@ fn open_opts(store: &Arc<objseg::ObjSegStore>) -> OpenOptions {
         background: false,
         discard_every_segment: true,
         store: Some(StoreHandle(store.clone())),
+        // checkpoints every 8 segments of log (and so checkpoint objects)
+        checkpoint_interval_bytes: Some(8 * 16 * BS),
         ..OpenOptions::default()
     }
 }
 
-/// One seed; returns (acknowledged flushes, objects uploaded) for the tally.
-fn run(seed: u64) -> (u64, u64) {
+/// One seed; returns (acknowledged flushes, objects uploaded, whether the
+/// store alone could be mounted) for the tally.
+fn run(seed: u64) -> (u64, u64, bool) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let objects = Arc::new(MemObjects::new());
@@ -80,6 +87,8 @@ fn run(seed: u64) -> (u64, u64) {
     let mut latest = vec![0u64; n as usize];
     let mut flushed = vec![0u64; n as usize];
     let mut acked = 0;
+    // every write in order: (block, version, acknowledged)
+    let mut stream: Vec<(u64, u64, bool)> = Vec::new();
     m.cut_at_op(m.ops() + rng.gen_range(50..2500));
     let mut ver = 0;
     let mut down = false;
@@ -105,6 +114,7 @@ fn run(seed: u64) -> (u64, u64) {
             history[lba as usize].insert(ver);
             undo = Some((lba, latest[lba as usize]));
             latest[lba as usize] = ver;
+            stream.push((lba, ver, true));
             vol.write(lba * BS, &content(lba, ver), false)
         };
         if let Err(e) = r {
@@ -120,6 +130,7 @@ fn run(seed: u64) -> (u64, u64) {
             );
             if let Some((lba, prev)) = undo {
                 latest[lba as usize] = prev;
+                stream.last_mut().unwrap().2 = false;
             }
         }
     }
@@ -132,6 +143,8 @@ fn run(seed: u64) -> (u64, u64) {
     drop(vol);
     drop(store);
     objects.set_unreachable(false);
+    // the store as the vanished host left it
+    let left = Arc::new(objects.snapshot());
     let img = SimMedia::from_image(m.crash_image(Loss::Subset, seed));
     let m2: Arc<dyn Media> = Arc::new(img);
     let (store, _) = objseg::open(m2.clone(), place(cache))
@@ -182,7 +195,77 @@ fn run(seed: u64) -> (u64, u64) {
         store.verify_objects()
     );
     store.close().unwrap();
-    (acked, uploaded)
+    drop(store);
+    let moved = host_loss(seed, &left, &stream, n);
+    (acked, uploaded, moved)
+}
+
+/// The cache directory is lost as well: rebuild it from `left` elsewhere,
+/// mount, and check the volume is a prefix of `stream`. false: the store
+/// held no checkpoint object yet (then the refusal must say so).
+fn host_loss(seed: u64, left: &Arc<MemObjects>, stream: &[(u64, u64, bool)], n: u64) -> bool {
+    use sluice::media::objects::ObjectStore;
+    let dir = tempfile::tempdir().unwrap();
+    let r = match objseg::recover::restore(&**left, dir.path(), true) {
+        Ok(r) => r,
+        Err(e) => {
+            assert!(
+                left.list("ckpt/").unwrap().is_empty(),
+                "seed {seed}: no mount from the store alone: {e}"
+            );
+            return false;
+        }
+    };
+    let media: Arc<dyn Media> =
+        Arc::new(sluice::media::FileMedia::open(&dir.path().join("volume"), false).unwrap());
+    let place = objseg::Place {
+        objects: left.clone(),
+        dir: dir.path(),
+        takeover: false,
+        opts: opts(0),
+    };
+    let (store, _) = objseg::open(media.clone(), place)
+        .unwrap_or_else(|e| panic!("seed {seed}: attach of the rebuilt cache: {e} ({r:?})"));
+    let vol = Volume::open(media, &open_opts(&store))
+        .unwrap_or_else(|e| panic!("seed {seed}: mount of the rebuilt cache: {e} ({r:?})"));
+    let mut seen = vec![0u64; n as usize];
+    let mut b = vec![0u8; BS as usize];
+    for lba in 0..n {
+        vol.read(lba * BS, &mut b)
+            .unwrap_or_else(|e| panic!("seed {seed}: moved host, block {lba}: {e}"));
+        let v = u64::from_le_bytes(b[8..16].try_into().unwrap());
+        assert!(
+            b.iter().all(|&x| x == 0) || b == content(lba, v),
+            "seed {seed}: moved host, block {lba} holds something never written"
+        );
+        seen[lba as usize] = v;
+    }
+    // the cut: the newest write whose data is there
+    let k = seen.iter().copied().max().unwrap_or(0);
+    let mut want: Vec<Vec<(u64, bool)>> = vec![Vec::new(); n as usize];
+    for &(lba, v, sure) in stream.iter().filter(|w| w.1 <= k) {
+        want[lba as usize].push((v, sure));
+    }
+    for lba in 0..n as usize {
+        // what it holds was written there, and no acknowledged write of it
+        // up to the cut came after (a failed write may be in or out)
+        let v = seen[lba];
+        let pos = if v == 0 {
+            Some(0)
+        } else {
+            want[lba].iter().position(|w| w.0 == v).map(|p| p + 1)
+        };
+        let Some(pos) = pos else {
+            panic!("seed {seed}: moved host, block {lba} holds version {v}, never written there before {k}");
+        };
+        assert!(
+            want[lba][pos..].iter().all(|w| !w.1),
+            "seed {seed}: moved host, block {lba} holds version {v}, but {:?} came before the cut at {k} ({r:?})",
+            &want[lba][pos..]
+        );
+    }
+    vol.close().unwrap();
+    true
 }
 
 #[test]
@@ -191,14 +274,20 @@ fn power_cuts_keep_every_flushed_write_of_a_volume_on_objects() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(32);
-    let (mut acked, mut uploaded) = (0, 0);
+    let (mut acked, mut uploaded, mut moved) = (0, 0, 0);
     for seed in 0..seeds {
-        let (a, u) = run(seed);
+        let (a, u, m) = run(seed);
         acked += a;
         uploaded += u;
+        moved += m as u64;
     }
     eprintln!(
-        "{seeds} seeds: {acked} flushes acknowledged before the cuts, {uploaded} segments uploaded"
+        "{seeds} seeds: {acked} flushes acknowledged before the cuts, {uploaded} segments uploaded, {moved} mounted from the store alone"
+    );
+    // most cuts come after a checkpoint object
+    assert!(
+        moved * 2 >= seeds,
+        "{moved} of {seeds} seeds mounted from the store"
     );
     // the histories reach the store, not only the staging file
     assert!(uploaded > seeds * 3, "{uploaded} uploads in {seeds} seeds");

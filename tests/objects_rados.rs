@@ -186,6 +186,7 @@ fn a_volume_in_rados_reads_back_through_ranged_reads(c: &Cluster) {
                 opts: ObjSegOptions {
                     cache_segments: 0,
                     close_wait: Duration::from_secs(60),
+                    ckpt_every: 1,
                     ..ObjSegOptions::default()
                 },
             },

@@ -167,6 +167,7 @@ fn mount(w: &Weed, prefix: &str, dir: &Path, cache_segments: usize) -> sluice::R
             opts: ObjSegOptions {
                 cache_segments,
                 close_wait: Duration::from_secs(60),
+                ckpt_every: 1,
                 ..ObjSegOptions::default()
             },
         },
@@ -554,5 +555,230 @@ fn writes_go_on_while_the_store_is_down_and_uploads_resume() {
         "no GET: {} uploaded, {} cache reads",
         st.uploaded_objects.load(Ordering::Relaxed),
         st.local_reads.load(Ordering::Relaxed)
+    );
+}
+
+/// A child killed (SIGKILL) and reaped when dropped: a failing test leaves
+/// no server behind.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `sluice serve` that must refuse: its stderr (killed and failed if it
+/// serves).
+fn serve_refused(w: &Weed, prefix: &str, dir: &Path, sock: &Path) -> String {
+    let mut child = Reap(
+        w.sluice(&["serve"], prefix, dir)
+            .arg("--socket")
+            .arg(sock)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let code = nbd_common::wait_timeout(&mut child.0, Duration::from_secs(60))
+        .expect("a second host served the volume");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!code.success(), "{err}");
+    err
+}
+
+/// `sluice serve` on the cache `dir` with `extra` arguments; the server and
+/// its URI once it listens (stderr piped when `keep_err`).
+fn serve_on(w: &Weed, dir: &Path, sock: &Path, extra: &[&str], keep_err: bool) -> (Reap, String) {
+    let mut child = Reap(
+        w.sluice(&["serve"], "v5", dir)
+            .args(extra)
+            .arg("--socket")
+            .arg(sock)
+            .stdout(Stdio::piped())
+            .stderr(if keep_err {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        !line.is_empty(),
+        "sluice serve on {} did not start",
+        dir.display()
+    );
+    (child, line.trim().to_string())
+}
+
+/// SIGTERM, wait for the clean stop; its stderr if piped.
+fn stop(mut s: Reap) -> String {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(s.0.id() as i32, libc::SIGTERM) };
+    let code =
+        nbd_common::wait_timeout(&mut s.0, Duration::from_secs(90)).expect("serve did not stop");
+    let mut err = String::new();
+    if let Some(mut e) = s.0.stderr.take() {
+        std::io::Read::read_to_string(&mut e, &mut err).unwrap();
+    }
+    assert!(code.success(), "{err}");
+    err
+}
+
+#[test]
+fn the_volume_moves_hosts_after_kill_9_and_a_lost_cache() {
+    let test = "volume in S3: moving hosts";
+    let Some(probe) = nbd_common::nbdsh(test) else {
+        return;
+    };
+    let Some(w) = Weed::start(test) else {
+        return;
+    };
+    let nbdsh = || {
+        let mut c = Command::new(probe.get_program());
+        c.args(probe.get_args());
+        c
+    };
+    let exec = format!(
+        "exec(open({:?}).read())",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/nbd_scripts/flush_load.py"
+        )
+    );
+    // the volume as a host now finds it: "prefix K+P/48: B bad"
+    let prefix = |uri: &str, started: u64| -> (u64, String) {
+        let out = nbd_common::run(
+            nbdsh()
+                .args(["-u", uri, "-c", &exec])
+                .env("MODE", "prefix")
+                .env("STARTED", started.to_string()),
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.contains(": 0 bad"), "{text}");
+        let k = text
+            .split("prefix ")
+            .nth(1)
+            .and_then(|t| t.split('+').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{text}"));
+        (k, text)
+    };
+    let host_a = w.dir.path().join("host-a");
+    ok(w.sluice(
+        &["create", "--size", "64M", "--segment-size", "256K"],
+        "v5",
+        &host_a,
+    )
+    .output()
+    .unwrap());
+    let c = w.client("v5");
+    assert!(
+        !c.list("ckpt/").unwrap().is_empty(),
+        "create stored no checkpoint object"
+    );
+    let sock = w.dir.path().join("nbd.sock");
+    let state = w.dir.path().join("state");
+    let (server, uri) = serve_on(&w, &host_a, &sock, &[], false);
+    let mut load = Reap(
+        nbdsh()
+            .args(["-u", &uri, "-c", &exec])
+            .env("MODE", "load")
+            .env("STATE", &state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = std::time::Instant::now();
+    while last_round(
+        &std::fs::read_to_string(&state).unwrap_or_default(),
+        "flushed ",
+    ) < 100
+        && t0.elapsed() < Duration::from_secs(120)
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // the writes stop; host A uploads what filled (its open segments, at
+    // most four of 256 KiB of ~1.3 rounds each, stay only in its cache)
+    drop(load.0.kill());
+    drop(load.0.wait());
+    let mut segs = c.list("seg/").unwrap().len();
+    loop {
+        std::thread::sleep(Duration::from_secs(3));
+        let now = c.list("seg/").unwrap().len();
+        if now == segs {
+            break;
+        }
+        segs = now;
+    }
+    // host A vanishes: kill -9, and its cache directory is gone
+    drop(server);
+    std::fs::remove_dir_all(&host_a).unwrap();
+    let st = std::fs::read_to_string(&state).unwrap();
+    let (flushed, started) = (last_round(&st, "flushed "), last_round(&st, "start "));
+    assert!(
+        flushed >= 100 && segs >= 20,
+        "too little progress: {segs} objects, {st}"
+    );
+    // host B: the killed writer never released its epoch
+    let host_b = w.dir.path().join("host-b");
+    let err = serve_refused(&w, "v5", &host_b, &sock);
+    assert!(err.contains("held by epoch"), "{err}");
+    assert!(
+        !host_b.join("volume").exists(),
+        "a refused host kept a volume"
+    );
+    // ... so the operator says it is gone
+    let (server, uri) = serve_on(&w, &host_b, &sock, &["--takeover"], false);
+    // a prefix of the write stream, nothing never written; everything
+    // uploaded came back (only the open segments were only on host A)
+    let (k, text) = prefix(&uri, started);
+    assert!(
+        k + 8 >= started,
+        "host B got rounds 1..{k}, host A had started {started} (flushed {flushed}): {text}"
+    );
+    eprintln!("moved hosts: {text} (host A flushed {flushed}, started {started})");
+    // host C while B serves: refused, naming B's epoch
+    let host_c = w.dir.path().join("host-c");
+    let err = serve_refused(&w, "v5", &host_c, &w.dir.path().join("c.sock"));
+    assert!(err.contains("held by epoch"), "{err}");
+    // B stops cleanly: its open segments and closing checkpoint go to the
+    // store, so the next host gets all B had
+    stop(server);
+    std::fs::remove_dir_all(&host_b).unwrap();
+    let (server, uri) = serve_on(&w, &host_c, &sock, &[], false);
+    let (kc, text_c) = prefix(&uri, started);
+    assert!(
+        text_c.starts_with(&text[..text.find(':').unwrap()]),
+        "host C after B's clean stop: {text_c}; host B had {text}"
+    );
+    assert_eq!(kc, k);
+    stop(server);
+    let info = ok(w.sluice(&["info"], "v5", &host_c).output().unwrap());
+    assert!(info.contains("newest checkpoint object ckpt/"), "{info}");
+    // a damaged newest checkpoint object: the next host falls back to the
+    // one before it and says so
+    let cks = c.list("ckpt/").unwrap();
+    assert_eq!(cks.len(), 2, "{cks:?}");
+    let newest = cks[1].name.clone();
+    let mut bytes = c.get(&newest).unwrap();
+    bytes[200] ^= 1;
+    c.delete(&newest).unwrap();
+    c.put_new(&newest, &bytes).unwrap();
+    let host_d = w.dir.path().join("host-d");
+    let (server, uri) = serve_on(&w, &host_d, &sock, &[], true);
+    let (_, text_d) = prefix(&uri, started);
+    let err = stop(server);
+    assert!(
+        err.contains(&newest) && err.contains("unusable"),
+        "host D did not name the damaged {newest}: {err} ({text_d})"
     );
 }

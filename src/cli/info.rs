@@ -254,6 +254,7 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
     let log_devices = log_devices_unlocked(&a.log_devices);
     // --store: segment data through the objects (read-only: no lease)
     let objects = a.objects.read_only(media.clone())?;
+    let store_summary = a.objects.summary()?;
     let vol = Volume::open(
         media,
         &OpenOptions {
@@ -315,6 +316,7 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
             "tail_offset": (sb.tail_offset != 0).then_some(sb.tail_offset),
             "mount": vol.mount_report(),
             "stats": st,
+            "object_store": store_summary,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -367,6 +369,9 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
             );
         }
         println!("superblocks   {copies}");
+        if let Some(o) = &store_summary {
+            println!("checkpoints   {o}");
+        }
         println!(
             "options       over-provisioning {:.1}%, GC {}",
             sb.overprovision_bp as i32 as f64 / 100.0,

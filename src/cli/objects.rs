@@ -46,9 +46,9 @@ pub fn finish_attached() -> anyhow::Result<()> {
 pub struct StoreArgs {
     /// Keep the volume's segments in an object store: s3://BUCKET/PREFIX
     /// (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
-    /// AWS_SESSION_TOKEN / AWS_REGION). The volume's metadata stays in
-    /// --cache-dir (docs/objects.md: losing that directory loses the volume
-    /// in this version).
+    /// AWS_SESSION_TOKEN / AWS_REGION). The volume's metadata is kept in
+    /// --cache-dir and stored as checkpoint objects: `serve` with an empty
+    /// --cache-dir rebuilds it from the store (docs/objects.md §5.6).
     /// Or rados://POOL/PREFIX: a Ceph pool through librados (a build with
     /// the cargo feature `rados`; cluster and key from --ceph-conf).
     #[arg(long, value_name = "s3://BUCKET/PREFIX")]
@@ -190,6 +190,36 @@ impl StoreArgs {
             )
         })?;
         Ok(Some(StoreHandle(s)))
+    }
+
+    /// `serve` of a volume whose cache directory holds no volume (a new
+    /// host, or the cache was lost): rebuild it from the store's newest
+    /// checkpoint object and the segment objects after it (objseg::recover).
+    pub fn restore(&self) -> anyhow::Result<()> {
+        let store = self.store.as_deref().unwrap_or_default();
+        let r = objseg::recover::restore(&*self.client()?, self.dir()?, self.takeover)
+            .with_context(|| {
+                format!("mounting {store} from the store alone (no volume in the cache directory)")
+            })?;
+        for n in &r.notes {
+            say!("sluice: {store}: {n}");
+        }
+        say!(
+            "sluice: {store}: rebuilt {} from {} and {} segment object(s) after it ({})",
+            self.dir()?.display(),
+            r.checkpoint,
+            r.rolled.len(),
+            r.stop
+        );
+        Ok(())
+    }
+
+    /// `info`: the newest checkpoint object and the segment objects above it.
+    pub fn summary(&self) -> anyhow::Result<Option<String>> {
+        if self.store.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(objseg::recover::summary(&*self.client()?)?))
     }
 
     /// `serve`: attach to the objects of the volume whose local metadata

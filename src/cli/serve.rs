@@ -481,6 +481,9 @@ fn open_volume(
         })?;
         vol.close()?;
         say!("sluice: created {} ({})", path.display(), human(size));
+    } else if !path.exists() && a.objects.store.is_some() && a.path.as_deref() == Some(path) {
+        // a volume in an object store, no cache here: rebuild it from the store
+        a.objects.restore()?;
     } else if !path.exists() {
         bail!(
             "{} does not exist: create it with `sluice create` or pass --create --size SIZE",

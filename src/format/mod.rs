@@ -10,6 +10,7 @@ pub mod chunk;
 pub mod codec;
 pub mod intent;
 pub mod logdev;
+pub mod objckpt;
 pub mod objname;
 pub mod packed;
 pub mod stripe;

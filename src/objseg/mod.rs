@@ -34,6 +34,8 @@
 //! the local metadata file (a host that loses its cache loses the volume);
 //! no segment footer; the cache is whole segments, not lines.
 
+mod ckpt;
+pub mod recover;
 pub mod table;
 
 use crate::format::chunk;
@@ -57,6 +59,8 @@ pub use table::{ObjRef, Table};
 const BS: u64 = BLOCK_BYTES as u64;
 /// Sequence numbers reserved per write of the table's floor.
 const SEQ_STEP: u64 = 1024;
+/// How often an idle upload worker looks for a new checkpoint to store.
+const CKPT_TICK: Duration = Duration::from_secs(1);
 
 /// The slot table's file name in the cache directory.
 pub const TABLE_FILE: &str = "objects.tab";
@@ -75,6 +79,9 @@ pub struct ObjSegOptions {
     /// How long dropping the store waits for queued uploads before it stops
     /// (what is left stays in staging and is queued at the next attach).
     pub close_wait: Duration,
+    /// Store the engine's newest checkpoint as an object after this many
+    /// segment uploads (and when idle, and at a clean close).
+    pub ckpt_every: usize,
 }
 
 impl Default for ObjSegOptions {
@@ -84,6 +91,7 @@ impl Default for ObjSegOptions {
             cache_segments: 64,
             retry_max: Duration::from_secs(5),
             close_wait: Duration::from_secs(30),
+            ckpt_every: 16,
         }
     }
 }
@@ -103,6 +111,8 @@ pub struct ObjStats {
     pub get_us: AtomicU64,
     /// Reads served by the staging file / cache.
     pub local_reads: AtomicU64,
+    /// Checkpoint objects stored (`ckpt.rs`).
+    pub checkpoints_stored: AtomicU64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -152,6 +162,8 @@ struct State {
     cached: VecDeque<u32>,
     table: Table,
     failed: Option<String>,
+    /// Deletes waiting for checkpoint objects that no longer need them.
+    deferred: Vec<ckpt::Deferred>,
 }
 
 struct Inner {
@@ -169,6 +181,10 @@ struct Inner {
     /// (reads, writes, tombstones); exclusively to punch a cached copy.
     evict: RwLock<()>,
     next_seq: AtomicU64,
+    /// Checkpoint objects: captures, the stored ones (`ckpt.rs`).
+    ckpt: Mutex<ckpt::CkptState>,
+    /// The name number of the next checkpoint capture.
+    ckpt_next: AtomicU64,
     stop: AtomicBool,
     /// Attached for `check`: no lease, no uploads, no deletes, no writes.
     read_only: bool,
@@ -375,15 +391,24 @@ impl ObjSegStore {
             ));
         }
         let mut jobs = VecDeque::new();
+        let (ck, ckpt_next) = if read_only {
+            (ckpt::CkptState::default(), 1)
+        } else {
+            ckpt::load_stored(&*objects, &uuid, &mut jobs, &mut rep)?
+        };
+        let mut deferred = Vec::new();
         for o in &listed {
             if let Ok(ObjName::Segment { seq, epoch }) = ObjName::parse(&o.name) {
                 if read_only || named.contains(&(seq, epoch)) {
                     continue;
                 }
                 if epoch <= cache_epoch {
-                    jobs.push_back(Job::Delete {
+                    // deleted once checkpoint objects taken from now on are
+                    // stored: a mount from the store may still roll over it
+                    deferred.push(ckpt::Deferred {
                         name: o.name.clone(),
                         bytes: o.len,
+                        after: ckpt_next,
                     });
                     rep.orphans_deleted += 1;
                 } else {
@@ -436,11 +461,14 @@ impl ObjSegStore {
                 cached,
                 table,
                 failed: None,
+                deferred,
             }),
             work: Condvar::new(),
             idle: Condvar::new(),
             evict: RwLock::new(()),
             next_seq: AtomicU64::new(max_seq + 1),
+            ckpt: Mutex::new(ck),
+            ckpt_next: AtomicU64::new(ckpt_next),
             stop: AtomicBool::new(false),
             read_only,
             released: AtomicBool::new(read_only),
@@ -591,11 +619,28 @@ impl ObjSegStore {
         if self.inner.read_only || self.inner.released.load(Ordering::SeqCst) {
             return Ok(0);
         }
-        let left = if self.wait_idle(self.inner.opts.close_wait) {
-            0
-        } else {
-            self.uploads_pending()
-        };
+        // The engine closed: no slot grows any more (a mount never appends
+        // to a segment of an earlier one), so the partly filled ones are
+        // uploaded too and the closing checkpoint can be stored as an
+        // object: a clean close leaves nothing only in this cache.
+        self.inner.queue_partial();
+        let end = Instant::now() + self.inner.opts.close_wait;
+        let mut left = 0;
+        loop {
+            let rest = end.saturating_duration_since(Instant::now());
+            if !self.wait_idle(rest) {
+                left = self.uploads_pending();
+                break;
+            }
+            // the closing checkpoint; then the deletes it allows
+            if self.inner.try_checkpoint(true) && self.inner.state.lock().jobs.is_empty() {
+                break;
+            }
+            if Instant::now() >= end {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         self.close().map(|_| left)
     }
 }
@@ -662,10 +707,7 @@ impl Inner {
                 epoch: self.lease.epoch,
                 crc: 0,
             });
-            st.jobs.push_back(Job::Delete {
-                name,
-                bytes: self.geo.segment_bytes(),
-            });
+            self.defer_delete(st, name, self.geo.segment_bytes());
         }
         st.cached.retain(|&c| c != seg);
         if let Some(old) = st.slots[seg as usize].stored {
@@ -695,13 +737,37 @@ impl Inner {
             s.stored = None;
             // (a punched body reads as anything behind the tombstone)
             s.local = true;
-            st.jobs.push_back(Job::Delete {
-                name: Inner::name(&old),
-                bytes: self.geo.segment_bytes(),
-            });
-            self.work.notify_one();
+            self.defer_delete(st, Inner::name(&old), self.geo.segment_bytes());
         }
         Ok(())
+    }
+
+    /// Queue the upload of every slot that holds data of its current life
+    /// and has no object (only once the engine stopped writing: `finish`).
+    fn queue_partial(&self) {
+        let mut st = self.state.lock();
+        let st = &mut *st;
+        for (i, s) in st.slots.iter_mut().enumerate() {
+            if s.stored.is_none() && !s.queued && s.written.iter().any(|&w| w != 0) {
+                s.queued = true;
+                st.cached.push_back(i as u32);
+                st.jobs.push_back(Job::Upload {
+                    seg: i as u32,
+                    life: s.life,
+                });
+            }
+        }
+        self.work.notify_all();
+    }
+
+    /// Delete object `name` once checkpoint objects taken after now are
+    /// stored and none that is kept names it (`ckpt.rs`): a checkpoint
+    /// object stored before this life began may still name it, and a mount
+    /// from the store may roll forward over it.
+    fn defer_delete(&self, st: &mut State, name: String, bytes: u64) {
+        let after = self.ckpt_next.load(Ordering::SeqCst);
+        // MUTANT: object-deleted-before-ckpt-object s|st.deferred.push(ckpt::Deferred { name, bytes, after });|let _ = after; st.jobs.push_back(Job::Delete { name, bytes });|
+        st.deferred.push(ckpt::Deferred { name, bytes, after });
     }
 
     fn worker(self: Arc<Inner>) {
@@ -717,7 +783,13 @@ impl Inner {
                         st.busy += 1;
                         break j;
                     }
-                    self.work.wait(&mut st);
+                    if self.work.wait_for(&mut st, CKPT_TICK).timed_out() {
+                        // idle: a checkpoint the engine made since may be
+                        // ready to store
+                        drop(st);
+                        self.try_checkpoint(true);
+                        st = self.state.lock();
+                    }
                 }
             };
             // evicts before this job stops counting as busy (`wait_idle`)
@@ -762,6 +834,9 @@ impl Inner {
         };
         if ok {
             self.evict_over();
+            if matches!(job, Job::Upload { .. }) {
+                self.try_checkpoint(false);
+            }
         }
         ok
     }
@@ -862,8 +937,7 @@ impl Inner {
         let mut st = self.state.lock();
         if st.slots[seg as usize].life != life || st.failed.is_some() {
             // the slot moved on while we uploaded: never recorded
-            st.jobs.push_back(Job::Delete { name, bytes });
-            self.work.notify_one();
+            self.defer_delete(&mut st, name, bytes);
             return true;
         }
         if let Err(e) = st.table.set(seg, Some(r)) {
@@ -1202,3 +1276,5 @@ pub fn open(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_recover;

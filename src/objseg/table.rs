@@ -191,6 +191,19 @@ impl Table {
         Ok(())
     }
 
+    /// Durably record every slot at once (one sync: a rebuilt table).
+    pub fn set_all(&mut self, refs: &[Option<ObjRef>]) -> io::Result<()> {
+        assert_eq!(refs.len(), self.slots.len(), "one record per slot");
+        let mut body = Vec::with_capacity(refs.len() * REC);
+        for r in refs {
+            body.extend_from_slice(&encode(*r));
+        }
+        self.file.write_all_at(&body, HEADER)?;
+        self.file.sync_data()?;
+        self.slots = refs.to_vec();
+        Ok(())
+    }
+
     /// Durably record the epoch now writing through this cache.
     pub fn set_epoch(&mut self, epoch: u64) -> io::Result<()> {
         self.set_header(epoch, self.seq_floor)

@@ -4,6 +4,9 @@
 #   ("start R" before round R, "flushed R" once a flush after round R completed).
 # MODE=verify: every block written by a round <= $FLUSHED must hold that round's
 #   content or a later round's (<= $STARTED) that also wrote it.
+# MODE=prefix: the volume is a prefix of the write stream (rounds in order,
+#   each round's writes in order): some round K and a first part of its writes
+#   are in, nothing later; prints "prefix K+P/48" (P of K's writes in).
 import os, random, struct, sys
 
 BS = 4096
@@ -32,6 +35,44 @@ if os.environ["MODE"] == "load":
             h.flush()
             f.write("flushed %d\n" % r)
             f.flush()
+elif os.environ["MODE"] == "prefix":
+    started = int(os.environ["STARTED"])
+    order = {r: blocks(r) for r in range(1, started + 1)}
+    touched = sorted(set(b for r in order for b in order[r]))
+    seen = {}
+    bad = 0
+    for b in touched:
+        d = h.pread(BS, b * BS)
+        if d == bytes(BS):
+            seen[b] = 0
+            continue
+        hb, hr = struct.unpack_from("<QQ", d)
+        if not (hb == b and 1 <= hr <= started and b in order[hr] and d == content(hb, hr)):
+            bad += 1
+            print("block %d holds something never written there" % b)
+            seen[b] = -1
+        else:
+            seen[b] = hr
+    k = max([0] + list(seen.values()))
+    # the writes of round k that are in must be its first ones
+    inn = [b for b in order.get(k, []) if seen[b] == k]
+    p = len(inn)
+    if inn != order.get(k, [])[:p]:
+        bad += 1
+        print("round %d: its writes in are not its first %d" % (k, p))
+    last = {}
+    for r in range(1, k):
+        for b in order[r]:
+            last[b] = r
+    for b in order.get(k, [])[:p]:
+        last[b] = k
+    for b in touched:
+        if seen[b] != last.get(b, 0):
+            bad += 1
+            if bad <= 10:
+                print("block %d: round %d, a prefix ending in round %d has %d" % (b, seen[b], k, last.get(b, 0)))
+    print("prefix %d+%d/%d: %d bad" % (k, p, PER_ROUND, bad))
+    sys.exit(1 if bad else 0)
 else:
     flushed = int(os.environ["FLUSHED"])
     started = int(os.environ["STARTED"])

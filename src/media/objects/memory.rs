@@ -38,6 +38,15 @@ impl MemObjects {
             .insert(name.to_string(), Arc::new(bytes));
     }
 
+    /// A copy of every object as it is now (a host vanishing at this
+    /// moment leaves the store like this).
+    pub fn snapshot(&self) -> MemObjects {
+        MemObjects {
+            objects: Mutex::new(self.objects.lock().clone()),
+            ..MemObjects::default()
+        }
+    }
+
     fn enter(&self, name: &str) -> Result<(), ObjError> {
         check_name(name)?;
         self.requests.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,320 @@
+//! Checkpoint objects of a volume in an object store (docs/objects.md §5.2):
+//! after the engine made a checkpoint durable in the local metadata file
+//! (checked every `ckpt_every` segment uploads, on an idle worker's tick and
+//! at a clean close), this store captures it (the superblock naming it, its
+//! image, the slot table as of a moment no later than the engine's next
+//! slot reuse, and the written blocks of the slots with data and no object
+//! yet: the open segments) and puts it as the write-once object `ckpt/N-E`
+//! (N from a counter monotonic over the volume's life, E the lease's epoch).
+//! A host with an empty cache directory mounts from the newest one
+//! (`recover.rs`).
+//!
+//! Invariants:
+//! - a checkpoint object holds, for every slot whose data its image needs,
+//!   the object holding that data or the data itself (a capture whose reads
+//!   the engine's next superblock write overlapped is dropped);
+//! - an object is deleted only after two checkpoint objects captured after
+//!   the delete was asked for are stored, and while neither of the newest
+//!   two stored ones nor the slot table names it: a mount from the newest
+//!   checkpoint object, or from the one before it, finds every object it
+//!   names, and roll-forward from either finds no hole made by a delete;
+//! - checkpoint objects older than the newest two stored are deleted.
+
+use super::{Inner, Job, ObjRef};
+use crate::format::checkpoint::{body_bytes_with, CheckpointHeader};
+use crate::format::objckpt::{ObjCheckpoint, SlotObject};
+use crate::format::objname::ObjName;
+use crate::format::superblock::NO_CHECKPOINT;
+use crate::format::BLOCK_BYTES;
+use crate::media::AlignedBuf;
+use crate::store::SegmentStore;
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+
+/// Checkpoint objects kept (the newest and the one a damaged newest falls
+/// back to).
+pub const KEEP: usize = 2;
+
+/// A delete waiting for checkpoint objects that no longer need its object.
+pub(super) struct Deferred {
+    pub name: String,
+    pub bytes: u64,
+    /// The name number the next capture had when the delete was asked for:
+    /// captures numbered >= this one were taken after it.
+    pub after: u64,
+}
+
+/// A checkpoint object stored by this writer or found at attach.
+pub(super) struct StoredCkpt {
+    pub seq: u64,
+    pub name: String,
+    pub refs: HashSet<(u64, u64)>,
+}
+
+#[derive(Default)]
+pub(super) struct CkptState {
+    /// `checkpoint_next_seq` of the last checkpoint stored (each is stored once).
+    last_next_seq: Option<u64>,
+    /// Segment uploads when the last checkpoint object was stored.
+    uploads_at_last: u64,
+    /// Oldest first, at most KEEP.
+    pub stored: VecDeque<StoredCkpt>,
+}
+
+impl CkptState {
+    pub fn protects(&self, seq: u64, epoch: u64) -> bool {
+        self.stored.iter().any(|c| c.refs.contains(&(seq, epoch)))
+    }
+}
+
+/// The (seq, epoch) pairs a decoded checkpoint object names.
+pub(super) fn refs_of(c: &ObjCheckpoint) -> HashSet<(u64, u64)> {
+    c.slots.iter().flatten().map(|s| (s.seq, s.epoch)).collect()
+}
+
+impl Inner {
+    /// Store the engine's newest checkpoint as an object if it is new and
+    /// `ckpt_every` segments were uploaded since the last one (`force`: any
+    /// new one: a clean close). Never waits for another caller (one at a
+    /// time); errors are logged and tried again at the next call. true: the
+    /// engine's current checkpoint is stored as an object.
+    pub(super) fn try_checkpoint(&self, force: bool) -> bool {
+        if self.read_only || self.state.lock().failed.is_some() {
+            return false;
+        }
+        let Some(mut ck) = self.ckpt.try_lock() else {
+            return false;
+        };
+        let uploads = self.stats.uploaded_objects.load(Ordering::Relaxed);
+        if !force && uploads < ck.uploads_at_last + self.opts.ckpt_every.max(1) as u64 {
+            return false;
+        }
+        self.capture(&mut ck, uploads)
+    }
+
+    fn capture(&self, ck: &mut CkptState, uploads: u64) -> bool {
+        let a = match crate::recovery::read_superblocks(&*self.media) {
+            Ok(r) => r.sb,
+            Err(e) => {
+                tracing::warn!("checkpoint object: reading the superblock: {e}");
+                return false;
+            }
+        };
+        if a.checkpoint_slot == NO_CHECKPOINT {
+            // none made yet: nothing to store
+            return true;
+        }
+        if ck.last_next_seq == Some(a.checkpoint_next_seq) {
+            return true;
+        }
+        // The slot table as of now: the checkpoint `a` names was made before
+        // this point, and (checked below: the superblock did not change
+        // until after the reads) no slot it needs started a new life since.
+        let (seq, seg_start, refs, partial) = {
+            let st = self.state.lock();
+            let seq = self.ckpt_next.fetch_add(1, Ordering::SeqCst);
+            let refs: Vec<Option<ObjRef>> = st.slots.iter().map(|s| s.stored).collect();
+            let partial: Vec<(u32, u32)> = st
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.stored.is_none() && s.local)
+                .filter_map(|(i, s)| {
+                    // blocks up to the highest written in this life; a slot
+                    // queued from an earlier mount: all of it
+                    let hi = s
+                        .written
+                        .iter()
+                        .enumerate()
+                        .rev()
+                        .find(|(_, &w)| w != 0)
+                        .map(|(j, &w)| j as u32 * 64 + 64 - w.leading_zeros());
+                    match (hi, s.queued) {
+                        (_, true) => Some((i as u32, self.geo.segment_blocks)),
+                        (Some(h), false) => Some((i as u32, h)),
+                        (None, false) => None,
+                    }
+                })
+                .collect();
+            (seq, self.next_seq.load(Ordering::SeqCst), refs, partial)
+        };
+        let body = body_bytes_with(
+            self.geo.logical_blocks,
+            self.geo.segment_count,
+            self.geo.map_value_bytes,
+        ) as usize;
+        let len = (BLOCK_BYTES + body).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        let mut img = AlignedBuf::new(len);
+        let at = a.checkpoint_offset[a.checkpoint_slot as usize & 1];
+        if let Err(e) = self.media.read_at(&mut img, at) {
+            tracing::warn!("checkpoint object: reading the checkpoint image: {e}");
+            return false;
+        }
+        let ok = CheckpointHeader::decode(&img).is_ok_and(|h| {
+            h.uuid == a.uuid
+                && h.next_seq == a.checkpoint_next_seq
+                && crc32c::crc32c(&img[BLOCK_BYTES..BLOCK_BYTES + body]) == h.body_crc
+        });
+        if !ok {
+            return false;
+        }
+        let mut partials = Vec::new();
+        for (seg, blocks) in partial {
+            let mut buf = AlignedBuf::new(blocks as usize * BLOCK_BYTES);
+            // a slot with no object is never punched
+            let _g = self.evict.read();
+            if let Err(e) = self.local.read_segment(seg, 0, &mut buf) {
+                tracing::warn!("checkpoint object: reading segment {seg} from staging: {e}");
+                return false;
+            }
+            partials.push((seg, buf.to_vec()));
+        }
+        let b = crate::recovery::read_superblocks(&*self.media).map(|r| r.sb);
+        if b.as_ref().map_or(true, |b| b.generation != a.generation) {
+            // the engine moved on under the reads: the next call tries anew
+            return false;
+        }
+        let obj = ObjCheckpoint {
+            uuid: a.uuid,
+            segment_blocks: self.geo.segment_blocks,
+            seg_start,
+            slots: refs
+                .iter()
+                .map(|r| {
+                    r.map(|r| SlotObject {
+                        seq: r.seq,
+                        epoch: r.epoch,
+                        crc: r.crc,
+                    })
+                })
+                .collect(),
+            superblock: a.encode(),
+            image: img[..BLOCK_BYTES + body].to_vec(),
+            partials,
+        };
+        let name = ObjName::Checkpoint {
+            seq,
+            epoch: self.lease.epoch,
+        }
+        .encode();
+        if let Err(e) = self.objects.put_new(&name, &obj.encode()) {
+            tracing::warn!(
+                "{}: checkpoint object {name} (log below {}): {e}; trying again later",
+                self.objects.describe(),
+                a.checkpoint_next_seq
+            );
+            return false;
+        }
+        self.stats
+            .checkpoints_stored
+            .fetch_add(1, Ordering::Relaxed);
+        ck.last_next_seq = Some(a.checkpoint_next_seq);
+        ck.uploads_at_last = uploads;
+        ck.stored.push_back(StoredCkpt {
+            seq,
+            name,
+            refs: refs_of(&obj),
+        });
+        while ck.stored.len() > KEEP {
+            let old = ck.stored.pop_front().expect("more than KEEP");
+            self.state.lock().jobs.push_back(Job::Delete {
+                name: old.name,
+                bytes: 0,
+            });
+        }
+        self.release_deferred(ck);
+        true
+    }
+
+    /// Queue the deferred deletes the stored checkpoint objects allow.
+    pub(super) fn release_deferred(&self, ck: &CkptState) {
+        if ck.stored.len() < KEEP {
+            return;
+        }
+        let oldest_kept = ck.stored[0].seq;
+        let mut st = self.state.lock();
+        let named: HashSet<(u64, u64)> = st
+            .slots
+            .iter()
+            .filter_map(|s| s.stored.map(|r| (r.seq, r.epoch)))
+            .collect();
+        let mut keep = Vec::new();
+        for d in std::mem::take(&mut st.deferred) {
+            let id = match ObjName::parse(&d.name) {
+                Ok(ObjName::Segment { seq, epoch }) => (seq, epoch),
+                _ => (0, 0),
+            };
+            if d.after <= oldest_kept && !ck.protects(id.0, id.1) && !named.contains(&id) {
+                st.jobs.push_back(Job::Delete {
+                    name: d.name,
+                    bytes: d.bytes,
+                });
+            } else {
+                keep.push(d);
+            }
+        }
+        st.deferred = keep;
+        self.work.notify_all();
+    }
+}
+
+/// At attach: the newest `KEEP` checkpoint objects that decode (their refs
+/// protect objects from deletion); older ones are queued for deletion
+/// (damaged ones are left for `recover` to name). Returns the state and
+/// the name number the next capture takes.
+pub(super) fn load_stored(
+    objects: &dyn crate::media::objects::ObjectStore,
+    uuid: &[u8; 16],
+    jobs: &mut VecDeque<Job>,
+    rep: &mut super::AttachReport,
+) -> std::io::Result<(CkptState, u64)> {
+    let listed = objects.list(crate::format::objname::ObjKind::Checkpoint.dir())?;
+    let mut names: Vec<(u64, String)> = Vec::new();
+    for o in &listed {
+        match ObjName::parse(&o.name) {
+            Ok(ObjName::Checkpoint { seq, .. }) => names.push((seq, o.name.clone())),
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: {} is not a checkpoint object name: something else writes under ckpt/",
+                        objects.describe(),
+                        o.name
+                    ),
+                ))
+            }
+        }
+    }
+    names.sort();
+    let next = names.last().map_or(1, |(s, _)| s + 1);
+    let mut st = CkptState::default();
+    let mut kept = 0;
+    for (seq, name) in names.iter().rev() {
+        if kept == KEEP {
+            jobs.push_back(Job::Delete {
+                name: name.clone(),
+                bytes: 0,
+            });
+            continue;
+        }
+        match objects
+            .get(name)
+            .map_err(|e| e.to_string())
+            .and_then(|b| ObjCheckpoint::decode(&b).map_err(|e| e.to_string()))
+        {
+            Ok(c) if &c.uuid == uuid => {
+                st.stored.push_front(StoredCkpt {
+                    seq: *seq,
+                    name: name.clone(),
+                    refs: refs_of(&c),
+                });
+                kept += 1;
+            }
+            Ok(_) => rep
+                .notes
+                .push(format!("{name} belongs to another volume: ignored")),
+            Err(e) => rep.notes.push(format!("{name} is unusable ({e}): ignored")),
+        }
+    }
+    Ok((st, next))
+}
