@@ -282,6 +282,12 @@ apply_stripe_rebuild_skips_crc() {
   # the read path's CRC check, which a rebuilt piece passes like any read
   marker read-crc
 }
+apply_heal_ignores_crc() {
+  marker heal-ignores-crc
+}
+apply_heal_rewrite_skipped() {
+  marker heal-rewrite-skipped
+}
 apply_stale_member_accepted() {
   marker stale-member-accepted
 }
@@ -454,6 +460,8 @@ run scratch-before-data-durable lib
 run degraded-read-uses-failed-member lib
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
+run heal-ignores-crc stripe_repair
+run heal-rewrite-skipped stripe_repair
 run logdev-flush-noop log_device dst
 run mirror-acked-after-one-flush log_device dst
 run logdev-foreign-accepted log_device

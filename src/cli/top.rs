@@ -137,6 +137,8 @@ struct Row {
     flush_seal_p50_s: Option<f64>,
     flush_seal_p99_s: Option<f64>,
     stripe_down: f64,
+    /// Blocks a stripe set healed (total since mount).
+    stripe_healed: f64,
     /// Segments in an object store (`serve --store`): 0 stores, no line.
     objects: ObjRow,
 }
@@ -264,6 +266,7 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         flush_seal_p50_s: flush_quantile(a, b, "seal", 0.5),
         flush_seal_p99_s: flush_quantile(a, b, "seal", 0.99),
         stripe_down: g(b, "sluice_stripe_members_down"),
+        stripe_healed: g(b, "sluice_stripe_healed_total"),
     }
 }
 
@@ -341,6 +344,12 @@ fn log_state(r: &Row) -> String {
         s += &format!(
             "   STRIPE SET DEGRADED: {:.0} member(s) missing or failed",
             r.stripe_down
+        );
+    }
+    if r.stripe_healed > 0.0 {
+        s += &format!(
+            "   stripe set healed {:.0} block(s) from parity",
+            r.stripe_healed
         );
     }
     if r.log_fallbacks > 0.0 {

@@ -803,6 +803,14 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_stripe_healed_total",
+        "counter",
+        "Blocks that failed their CRC while every stripe set member answered, found right from the rest of their row and rewritten on their member.",
+        |x| one(x.st.stripe_healed),
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_log_fallbacks_total",
         "counter",
         "1 once every log device failed and FLUSH fell back to sealing into the main log.",

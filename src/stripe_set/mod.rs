@@ -21,6 +21,7 @@
 //! was cut short by a power failure before the next flush: that window is
 //! the write hole docs/stripes.md §4 describes, not closed here.
 
+mod heal;
 pub mod media;
 pub mod meta;
 pub mod open;
@@ -101,6 +102,13 @@ pub struct SetStatus {
     /// Partial rows a flush found no free scratch lane for: their running
     /// parity went in place (the write hole stays open for them).
     pub unprotected_flushes: u64,
+    /// Blocks that failed their CRC while every member answered, found
+    /// right from the rest of their row and rewritten (`heal`).
+    pub healed: u64,
+    /// Such blocks for which no candidate verified (answered EIO).
+    pub heal_failed: u64,
+    /// Rows whose parity disagreed with their data in a parity scrub.
+    pub parity_mismatches: u64,
 }
 
 impl SetStatus {
@@ -139,6 +147,9 @@ struct Counters {
     reconstructed: AtomicU64,
     rows_loaded: AtomicU64,
     unprotected: AtomicU64,
+    healed: AtomicU64,
+    heal_failed: AtomicU64,
+    parity_mismatches: AtomicU64,
 }
 
 pub struct StripeSet {
@@ -272,6 +283,9 @@ impl StripeSet {
             reconstructed: c.reconstructed.load(Ordering::Relaxed),
             rows_loaded: c.rows_loaded.load(Ordering::Relaxed),
             unprotected_flushes: c.unprotected.load(Ordering::Relaxed),
+            healed: c.healed.load(Ordering::Relaxed),
+            heal_failed: c.heal_failed.load(Ordering::Relaxed),
+            parity_mismatches: c.parity_mismatches.load(Ordering::Relaxed),
         }
     }
 

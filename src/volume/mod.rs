@@ -1163,6 +1163,7 @@ impl Volume {
             let st = set.status();
             s.stripe_members_down = st.down.len() as u64;
             s.stripe_reconstructed = st.reconstructed;
+            s.stripe_healed = st.healed;
         }
         s
     }
@@ -1565,6 +1566,7 @@ impl Shared {
             log_fallbacks: 0,
             stripe_members_down: 0,
             stripe_reconstructed: 0,
+            stripe_healed: 0,
             failed: false,
             failure: None,
             lifetime: Default::default(),

@@ -105,3 +105,62 @@ impl Volume {
         self.stripe.as_ref()
     }
 }
+
+impl super::Shared {
+    /// Physical block `p`, which logical block `lba` maps to, failed its
+    /// CRC: ask the store to heal it (a stripe set finds its right bytes
+    /// from the rest of the row and rewrites them; docs/stripes.md §5).
+    /// True when the store says a read again returns verified bytes. The
+    /// check it is given knows every block of `p`'s segment from the
+    /// segment's chunk headers (read again here, on this error path): a
+    /// data block by its CRC, a header by its own check. Never on a
+    /// read-only mount (it writes). `nested`: the caller holds a share of
+    /// the reuse lock.
+    pub(crate) fn heal(&self, lba: Option<u64>, p: u32, nested: bool) -> bool {
+        if self.opts.read_only || self.store.members() < 2 {
+            return false;
+        }
+        // the segment stays this incarnation while its blocks are judged
+        // and rewritten
+        let _r = if nested {
+            self.reuse.read_recursive()
+        } else {
+            self.reuse.read()
+        };
+        let sb = self.geo.segment_blocks;
+        let seg = p / sb;
+        let (fill, uuid) = {
+            let c = self.core.lock();
+            if lba.is_some_and(|lba| c.map.get(lba) != crate::map::Loc::Data(p)) {
+                // overwritten meanwhile: not damage, read again
+                return true;
+            }
+            (c.segs.segs[seg as usize].fill, c.uuid)
+        };
+        let mut known: std::collections::HashMap<u32, Option<u32>> = Default::default();
+        let walked = crate::crc_index::walk(&*self.store, &uuid, seg, fill, |at, h| {
+            known.insert(at.pos, None);
+            for (i, &crc) in h.block_crcs.iter().enumerate() {
+                known.insert(at.pos + 1 + i as u32, Some(crc));
+            }
+        });
+        if walked.is_err() {
+            return false;
+        }
+        let base = seg as u64 * sb as u64;
+        let mut check = |q: u64, b: &[u8]| -> Option<bool> {
+            let k = u32::try_from(q.checked_sub(base)?).ok()?;
+            match known.get(&k)? {
+                Some(crc) => Some(crate::format::chunk::block_crc(b) == *crc),
+                None => Some(
+                    crate::format::chunk::ChunkHeader::decode(b)
+                        .is_ok_and(|h| h.uuid == uuid && h.segment == seg),
+                ),
+            }
+        };
+        matches!(
+            self.store.damaged(p as u64, &mut check),
+            crate::store::Repair::Healed { .. }
+        )
+    }
+}
