@@ -288,6 +288,15 @@ apply_heal_ignores_crc() {
 apply_heal_rewrite_skipped() {
   marker heal-rewrite-skipped
 }
+apply_rebuild_marks_before_data() {
+  marker rebuild-marks-before-data
+}
+apply_rebuilding_member_read_early() {
+  marker rebuilding-member-read-early
+}
+apply_rebuild_data_unflushed() {
+  marker rebuild-data-unflushed
+}
 apply_stale_member_accepted() {
   marker stale-member-accepted
 }
@@ -462,6 +471,9 @@ run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run heal-ignores-crc stripe_repair
 run heal-rewrite-skipped stripe_repair
+run rebuild-marks-before-data stripe_repair
+run rebuild-data-unflushed stripe_repair
+run rebuilding-member-read-early stripe_repair
 run logdev-flush-noop log_device dst
 run mirror-acked-after-one-flush log_device dst
 run logdev-foreign-accepted log_device

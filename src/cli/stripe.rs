@@ -172,6 +172,12 @@ pub fn describe(vol: &Volume) -> Vec<String> {
         human(st.unit),
         st.describe()
     )];
+    if let Some(p) = st.rebuild {
+        out.push(format!(
+            "rebuild     member {}: {} of {} segments done (sluice replace with the same --new resumes it)",
+            p.slot, p.next_segment, p.segment_count
+        ));
+    }
     for (i, m) in set.members().iter().enumerate() {
         out.push(format!(
             "member {i}    {} (uuid {}, generation {})",

@@ -100,6 +100,106 @@ impl Volume {
         Volume::open(Arc::new(SetMedia::new(set)), &o)
     }
 
+    /// Put `new` into slot `slot` of the set `devices` make (the member it
+    /// replaces left out of them) and mount the volume on the set with it
+    /// being rebuilt (`rebuild_member` does the work). When `new` already is
+    /// that slot's member, part rebuilt (a run cut short), the rebuild
+    /// resumes from its record instead: nothing is attached again.
+    pub fn replace_member(
+        devices: Vec<(String, Arc<dyn Media>)>,
+        slot: u32,
+        new: (String, Arc<dyn Media>),
+        opts: &OpenOptions,
+    ) -> Result<Volume> {
+        let mut all = devices.clone();
+        all.push(new.clone());
+        if let Ok(set) = open::open(all.clone()) {
+            let held = set.members()[slot as usize]
+                .media
+                .as_ref()
+                .is_some_and(|m| Arc::ptr_eq(m, &new.1));
+            if held && set.rebuilding_slot() == Some(slot) {
+                return Volume::open_set(set, opts);
+            }
+            if held {
+                return Err(Error::InvalidArgument(format!(
+                    "{} already is member {slot} of the set, whole: nothing to rebuild",
+                    new.0
+                )));
+            }
+        }
+        let set = open::open(devices).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        set.attach(slot, &new.0, &new.1)?;
+        drop(set);
+        let set = open::open(all).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        if set.rebuilding_slot() != Some(slot) {
+            return Err(Error::Corrupt(format!(
+                "{} was attached as member {slot} but the set does not see it being rebuilt",
+                new.0
+            )));
+        }
+        Volume::open_set(set, opts)
+    }
+
+    /// Rebuild the set's member being rebuilt, from its record's cursor to
+    /// the end: segments the engine holds free are only marked, the others
+    /// copied row by row (`StripeSet::rebuild_segment`) under a share of
+    /// the reuse lock (a segment is not reused while it is copied), each
+    /// marked done only after its pieces are flushed. `rate`: bytes of
+    /// member pieces per second at most (None: as fast as it goes).
+    /// `progress` sees every step. Not while the volume takes writes yet:
+    /// a write racing a copied row could be overwritten on the new member
+    /// (mount with `background: false` and serve nothing meanwhile).
+    pub fn rebuild_member(
+        &self,
+        rate: Option<u64>,
+        progress: &mut dyn FnMut(&crate::stripe_set::rebuild::Progress),
+    ) -> Result<crate::stripe_set::rebuild::Progress> {
+        let Some(set) = self.stripe.clone() else {
+            return Err(Error::InvalidArgument("not a stripe set".into()));
+        };
+        let Some(p) = set.status().rebuild else {
+            return Err(Error::InvalidArgument(
+                "no member of the stripe set is being rebuilt".into(),
+            ));
+        };
+        let count = p.segment_count;
+        let piece = set.layout.rows_per_segment * set.layout.unit;
+        let t0 = std::time::Instant::now();
+        let mut bytes = 0u64;
+        for seg in p.next_segment..count {
+            let live = {
+                let _r = self.sh.reuse.read();
+                let live = !matches!(
+                    self.sh.core.lock().segs.segs[seg as usize].state,
+                    crate::segments::SegState::Free
+                );
+                // MUTANT: rebuild-marks-before-data s|let copy = live;|let copy = live; set.mark_rebuilt(seg + 1, live)?;|
+                let copy = live;
+                if copy {
+                    set.rebuild_segment(seg)?;
+                }
+                live
+            };
+            set.mark_rebuilt(seg + 1, live)?;
+            if let Some(p) = set.status().rebuild {
+                progress(&p);
+            }
+            if live {
+                bytes += piece;
+                if let Some(rate) = rate {
+                    let due = std::time::Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
+                    if let Some(wait) = due.checked_sub(t0.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+            }
+        }
+        let done = set.status().rebuild.unwrap_or(p);
+        set.finish_rebuild()?;
+        Ok(done)
+    }
+
     /// The stripe set under this volume, if any.
     pub fn stripe_set(&self) -> Option<&Arc<StripeSet>> {
         self.stripe.as_ref()
