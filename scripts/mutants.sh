@@ -294,6 +294,12 @@ apply_rebuild_marks_before_data() {
 apply_rebuilding_member_read_early() {
   marker rebuilding-member-read-early
 }
+apply_parity_scrub_blind() {
+  marker parity-scrub-blind
+}
+apply_parity_scrub_repair_skipped() {
+  marker parity-scrub-repair-skipped
+}
 apply_rebuild_data_unflushed() {
   marker rebuild-data-unflushed
 }
@@ -474,6 +480,8 @@ run heal-rewrite-skipped stripe_repair
 run rebuild-marks-before-data stripe_repair
 run rebuild-data-unflushed stripe_repair
 run rebuilding-member-read-early stripe_repair
+run parity-scrub-blind stripe_repair
+run parity-scrub-repair-skipped stripe_repair
 run logdev-flush-noop log_device dst
 run mirror-acked-after-one-flush log_device dst
 run logdev-foreign-accepted log_device

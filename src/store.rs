@@ -94,6 +94,20 @@ pub trait SegmentStore: Send + Sync {
     fn damaged(&self, _p: u64, _check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>) -> Repair {
         Repair::None
     }
+    /// Check the redundancy of segment `seg`'s full rows below block `fill`
+    /// against its data (a parity set: every row's parity), `check` judging
+    /// blocks as for `damaged`; one line per disagreement. `repair`: rewrite
+    /// what is wrong where the data passes `check`. A store without
+    /// redundancy has nothing to compare: no lines.
+    fn scrub_redundancy(
+        &self,
+        _seg: u32,
+        _fill: u32,
+        _check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>,
+        _repair: bool,
+    ) -> io::Result<Vec<String>> {
+        Ok(Vec::new())
+    }
     /// Human-readable description.
     fn describe(&self) -> String;
     /// Physical block of block `block` of segment `seg`.

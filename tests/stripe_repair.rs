@@ -156,13 +156,13 @@ fn a_block_flipped_on_one_member_is_healed_by_read_and_by_scrub() {
     let (mb, ob) = find(&paths, &want[70]);
     flip(&paths[ma], oa);
     flip(&paths[mb], ob);
-    assert_ne!(peek(&paths[ma], oa), want[10]);
+    assert!(peek(&paths[ma], oa) != want[10]);
     let vol = open(&paths);
     let mut buf = vec![0u8; BS];
     vol.read(10 * BS as u64, &mut buf).unwrap();
     assert!(buf == want[10], "the healed read returns the right bytes");
     assert_eq!(vol.stats().stripe_healed, 1);
-    assert_eq!(peek(&paths[ma], oa), want[10], "member bytes rewritten");
+    assert!(peek(&paths[ma], oa) == want[10], "member bytes rewritten");
     // scrub finds the other and heals it
     let mut lines = Vec::new();
     for _ in 0..vol.geometry().segment_count {
@@ -170,9 +170,8 @@ fn a_block_flipped_on_one_member_is_healed_by_read_and_by_scrub() {
     }
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("healed"), "{lines:?}");
-    assert_eq!(
-        peek(&paths[mb], ob),
-        want[70],
+    assert!(
+        peek(&paths[mb], ob) == want[70],
         "member bytes rewritten by scrub"
     );
     assert_eq!(vol.stats().stripe_healed, 2);
@@ -199,8 +198,8 @@ fn two_wrong_members_on_raid5_answer_eio_and_rewrite_nothing() {
     let mut buf = vec![0u8; BS];
     assert!(vol.read(20 * BS as u64, &mut buf).is_err(), "EIO, not data");
     assert_eq!(vol.stats().stripe_healed, 0);
-    assert_eq!(peek(&paths[m], o), bad_d, "nothing rewritten");
-    assert_eq!(peek(&paths[pm], po), bad_p, "nothing rewritten");
+    assert!(peek(&paths[m], o) == bad_d, "nothing rewritten");
+    assert!(peek(&paths[pm], po) == bad_p, "nothing rewritten");
     vol.close().unwrap();
 }
 
@@ -221,8 +220,8 @@ fn raid6_heals_a_wrong_data_member_together_with_a_wrong_p() {
     vol.read(30 * BS as u64, &mut buf).unwrap();
     assert!(buf == want[30]);
     assert_eq!(vol.stats().stripe_healed, 1);
-    assert_eq!(peek(&paths[m], o), want[30]);
-    assert_eq!(peek(&paths[pm], po), good_p, "P rewritten too");
+    assert!(peek(&paths[m], o) == want[30]);
+    assert!(peek(&paths[pm], po) == good_p, "P rewritten too");
     vol.close().unwrap();
 }
 
@@ -328,6 +327,8 @@ fn a_replaced_member_is_rebuilt_in_proportion_to_live_data_and_carries_the_set()
     assert!(!vol.stripe_set().unwrap().status().degraded());
     verify(&vol, &want, "healthy with the replacement");
     assert_eq!(vol.stats().stripe_healed, 0, "no rebuilt piece was wrong");
+    let lines = vol.scrub_parity_all();
+    assert!(lines.is_empty(), "every row's parity agrees: {lines:?}");
     vol.close().unwrap();
 }
 
@@ -443,6 +444,8 @@ fn a_power_cut_during_a_rebuild_resumes_and_loses_nothing() {
             0,
             "{what}: a rebuilt piece was wrong"
         );
+        let lines = vol.scrub_parity_all();
+        assert!(lines.is_empty(), "{what}: {lines:?}");
     }
     assert!(cases >= 30, "only {cases} cuts landed in the rebuild");
 }
@@ -520,4 +523,73 @@ fn cli_replace_refuses_a_device_with_data_and_rebuilds_onto_a_new_file() {
     )
     .unwrap();
     verify(&vol, &want, "after sluice replace, member 1 gone");
+}
+
+/// A flipped byte in a parity unit: scrub on a read-write mount names the
+/// row and rewrites the parity (the member's bytes right again); `sluice
+/// check --device` names it and exits 1, `check --repair` rewrites it, and
+/// the next check is clean.
+#[test]
+fn a_flipped_parity_byte_is_named_by_scrub_and_check_and_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = files(dir.path(), 5);
+    make(&paths, 1);
+    let want = fill(&paths, 96, 4);
+    let (_, l) = layout(&paths);
+    let (m, o) = find(&paths, &want[12]);
+    let (pm, po) = parity_piece(&l, o, 0);
+    let row = (o - l.member_offset) / l.unit;
+    let good = peek(&paths[pm], po);
+    flip(&paths[pm], po);
+    assert!(peek(&paths[pm], po) != good);
+    let _ = m;
+    // the volume's scrub
+    {
+        let vol = open(&paths);
+        let mut lines = Vec::new();
+        for _ in 0..vol.geometry().segment_count {
+            lines.extend(vol.scrub_step().unwrap().damage);
+        }
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains(&format!("row {row} "))
+                && lines[0].contains("rewritten from the data"),
+            "{lines:?}"
+        );
+        assert!(
+            peek(&paths[pm], po) == good,
+            "parity rewritten on its member"
+        );
+        assert_eq!(vol.stripe_set().unwrap().status().parity_mismatches, 1);
+        lines.clear();
+        for _ in 0..vol.geometry().segment_count {
+            lines.extend(vol.scrub_step().unwrap().damage);
+        }
+        assert!(lines.is_empty(), "{lines:?}");
+        vol.close().unwrap();
+    }
+    // the CLI
+    flip(&paths[pm], po);
+    let mut args: Vec<String> = vec!["check".into()];
+    for p in &paths {
+        args.push("--device".into());
+        args.push(p.display().to_string());
+    }
+    let run = |extra: &[&str]| {
+        let mut a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        a.extend_from_slice(extra);
+        sluice(&a, dir.path())
+    };
+    let (rc, out) = run(&[]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains(&format!("row {row} ")) && out.contains("parity disagrees"),
+        "{out}"
+    );
+    assert!(peek(&paths[pm], po) != good, "checking writes nothing");
+    let (rc, out) = run(&["--repair"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(peek(&paths[pm], po) == good);
+    let (rc, out) = run(&[]);
+    assert_eq!(rc, 0, "{out}");
 }

@@ -119,6 +119,15 @@ impl SegmentStore for StripeStore {
             Repair::Undecidable
         })
     }
+    fn scrub_redundancy(
+        &self,
+        seg: u32,
+        fill: u32,
+        check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>,
+        repair: bool,
+    ) -> io::Result<Vec<String>> {
+        self.set.scrub_parity(seg, fill, check, repair)
+    }
     fn uring_reads(&self, _entries: u32) -> Option<io::Result<UringReads>> {
         // A ring over several members is not built: reads go in batches.
         None

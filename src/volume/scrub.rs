@@ -5,7 +5,9 @@
 //! damaged block the map still points at, and each chunk header that does not
 //! verify. It changes nothing in the engine; on a flat store nothing on the
 //! media either. On a store with redundancy (a stripe set) a damaged live block
-//! is handed to the store's heal (`Shared::heal`), which may rewrite it.
+//! is handed to the store's heal (`Shared::heal`), which may rewrite it, and
+//! the store checks its redundancy (a stripe set: every full row's parity
+//! against its data, rewritten unless read-only: `Shared::scrub_redundancy`).
 //!
 //! Threads and state: the queue of marked segments (`Scrub::marked`) is written
 //! by request threads (a failed read) and drained by whoever scrubs; the cursor
@@ -172,6 +174,9 @@ impl Shared {
                 out.damage[line].push_str("; healed from the stripe set's parity (rewritten)");
             }
         }
+        // a store with redundancy checks it too (a stripe set: every full
+        // row's parity against its data; rewritten unless read-only)
+        out.damage.extend(self.scrub_redundancy(seg, fill, &uuid));
         for d in &out.damage {
             tracing::warn!("scrub: {d}");
         }

@@ -200,6 +200,29 @@ impl Volume {
         Ok(done)
     }
 
+    /// Check the parity of every full row of every closed segment against
+    /// its data (`sluice check --device`); on a read-write mount the rows
+    /// that disagree get their parity rewritten (`--repair`). One line per
+    /// row that disagrees (none on a volume that is not a stripe set).
+    pub fn scrub_parity_all(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for seg in 0..self.sh.geo.segment_count {
+            let _r = self.sh.reuse.read();
+            let (fill, uuid) = {
+                let c = self.sh.core.lock();
+                let s = &c.segs.segs[seg as usize];
+                match s.state {
+                    crate::segments::SegState::Closed | crate::segments::SegState::Damaged => {
+                        (s.fill, c.uuid)
+                    }
+                    _ => continue,
+                }
+            };
+            out.extend(self.sh.scrub_redundancy(seg, fill, &uuid));
+        }
+        out
+    }
+
     /// The stripe set under this volume, if any.
     pub fn stripe_set(&self) -> Option<&Arc<StripeSet>> {
         self.stripe.as_ref()
@@ -237,30 +260,73 @@ impl super::Shared {
             }
             (c.segs.segs[seg as usize].fill, c.uuid)
         };
-        let mut known: std::collections::HashMap<u32, Option<u32>> = Default::default();
-        let walked = crate::crc_index::walk(&*self.store, &uuid, seg, fill, |at, h| {
-            known.insert(at.pos, None);
-            for (i, &crc) in h.block_crcs.iter().enumerate() {
-                known.insert(at.pos + 1 + i as u32, Some(crc));
-            }
-        });
-        if walked.is_err() {
+        let Some((known, _)) = self.blocks_known(seg, fill, &uuid) else {
             return false;
-        }
-        let base = seg as u64 * sb as u64;
-        let mut check = |q: u64, b: &[u8]| -> Option<bool> {
-            let k = u32::try_from(q.checked_sub(base)?).ok()?;
-            match known.get(&k)? {
-                Some(crc) => Some(crate::format::chunk::block_crc(b) == *crc),
-                None => Some(
-                    crate::format::chunk::ChunkHeader::decode(b)
-                        .is_ok_and(|h| h.uuid == uuid && h.segment == seg),
-                ),
-            }
         };
+        let mut check = |q: u64, b: &[u8]| judge(&known, seg, sb, &uuid, q, b);
         matches!(
             self.store.damaged(p as u64, &mut check),
             crate::store::Repair::Healed { .. }
         )
+    }
+
+    /// Each block of `seg` below `fill` its chunk headers describe (read
+    /// again here): Some(crc) for a data block, None for a header block;
+    /// and the block where the walk of verified headers ended. None when
+    /// the segment cannot be read.
+    fn blocks_known(&self, seg: u32, fill: u32, uuid: &[u8; 16]) -> Option<(Known, u32)> {
+        let mut known = Known::default();
+        let end = crate::crc_index::walk(&*self.store, uuid, seg, fill, |at, h| {
+            known.insert(at.pos, None);
+            for (i, &crc) in h.block_crcs.iter().enumerate() {
+                known.insert(at.pos + 1 + i as u32, Some(crc));
+            }
+        })
+        .ok()?;
+        Some((known, end))
+    }
+
+    /// The store's redundancy check of closed segment `seg` (a stripe set:
+    /// every full row's parity against its data), rewriting what is wrong
+    /// unless the mount is read-only; the caller holds a share of the reuse
+    /// lock. One line per disagreement.
+    pub(crate) fn scrub_redundancy(&self, seg: u32, fill: u32, uuid: &[u8; 16]) -> Vec<String> {
+        if self.store.members() < 2 {
+            return Vec::new();
+        }
+        let Some((known, end)) = self.blocks_known(seg, fill, uuid) else {
+            return vec![format!(
+                "segment {seg}: its chunk headers cannot be read; parity not checked"
+            )];
+        };
+        let sb = self.geo.segment_blocks;
+        let mut check = |q: u64, b: &[u8]| judge(&known, seg, sb, uuid, q, b);
+        // only rows below the last header that verifies: past a damaged
+        // header nothing can judge the data, and parity rewritten from it
+        // would lose what could heal it
+        self.store
+            .scrub_redundancy(seg, end.min(fill), &mut check, !self.opts.read_only)
+            .unwrap_or_else(|e| vec![format!("segment {seg}: parity check failed: {e}")])
+    }
+}
+
+/// Blocks of a segment its chunk headers describe: Some(crc) for a data
+/// block, None for a header block.
+type Known = std::collections::HashMap<u32, Option<u32>>;
+
+/// Judge physical block `q` holding `b` by what `seg`'s chunk headers say
+/// (`blocks_known`): a data block by its CRC, a header by its own check,
+/// anything else (another segment, padding, past the last chunk) unknown.
+fn judge(known: &Known, seg: u32, sb: u32, uuid: &[u8; 16], q: u64, b: &[u8]) -> Option<bool> {
+    let k = u32::try_from(q.checked_sub(seg as u64 * sb as u64)?).ok()?;
+    if k >= sb {
+        return None;
+    }
+    match known.get(&k)? {
+        Some(crc) => Some(crate::format::chunk::block_crc(b) == *crc),
+        None => Some(
+            crate::format::chunk::ChunkHeader::decode(b)
+                .is_ok_and(|h| &h.uuid == uuid && h.segment == seg),
+        ),
     }
 }
