@@ -300,6 +300,9 @@ apply_parity_scrub_blind() {
 apply_parity_scrub_repair_skipped() {
   marker parity-scrub-repair-skipped
 }
+apply_rebuild_record_one_place() {
+  marker rebuild-record-one-place
+}
 apply_rebuild_data_unflushed() {
   marker rebuild-data-unflushed
 }
@@ -479,6 +482,7 @@ run heal-ignores-crc stripe_repair
 run heal-rewrite-skipped stripe_repair
 run rebuild-marks-before-data stripe_repair
 run rebuild-data-unflushed stripe_repair
+run rebuild-record-one-place stripe_repair
 run rebuilding-member-read-early stripe_repair
 run parity-scrub-blind stripe_repair
 run parity-scrub-repair-skipped stripe_repair

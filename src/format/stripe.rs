@@ -224,10 +224,11 @@ pub enum MemberRefusal {
 }
 
 /// A uuid as 32 hex digits.
-/// Where a member being rebuilt keeps its progress: block 2 of its own
-/// tail area (blocks 0 and 1 are the tail superblock copies; the engine
-/// never writes block 2). Written only to the member being rebuilt, never
-/// mirrored (docs/stripes.md §6, docs/format-v2.md §6).
+/// Where a member being rebuilt keeps its progress: blocks 2 and 3 of its
+/// own tail area (blocks 0 and 1 are the tail superblock copies; the engine
+/// never writes 2 or 3), record `next_segment % 2` in block 2 + that, so a
+/// torn write of one leaves the other. Written only to the member being
+/// rebuilt, never mirrored (docs/stripes.md §6, docs/format-v2.md §6).
 pub const REBUILD_RECORD_BLOCK: u64 = 2;
 const REBUILD_MAGIC: [u8; 8] = *b"SLREBLD1";
 

@@ -1,6 +1,6 @@
 //! Rebuilding a member onto a replacement (issue 20 item 5, docs/stripes.md
 //! §6). `attach` puts a blank device into a missing slot: a rebuild record
-//! (`format::stripe::RebuildRecord`, block 2 of the member's own tail area)
+//! (`format::stripe::RebuildRecord`, blocks 2 and 3 of the member's own tail area, alternating)
 //! first, then the mirrored metadata with the slot's identity. Assembly
 //! (`open`) finds the record and marks the slot *rebuilding*: the member
 //! takes every write, but is read only below `rebuilt_rows`; everything
@@ -76,29 +76,43 @@ impl StripeSet {
         off >= start && off.saturating_add(len as u64) <= end
     }
 
-    fn record_offset(&self) -> u64 {
-        self.member_tail_offset() + REBUILD_RECORD_BLOCK * BS
+    /// Member offset of rebuild record place `i` (0 or 1).
+    fn record_offset(&self, i: u64) -> u64 {
+        self.member_tail_offset() + (REBUILD_RECORD_BLOCK + i) * BS
     }
 
-    /// At assembly: a present member carrying a rebuild record of this set
-    /// and of itself is being rebuilt from the record's cursor on.
-    pub(super) fn find_rebuild(&self) -> io::Result<()> {
+    /// The valid rebuild record of `media` for member `member_uuid` with
+    /// the highest cursor (either place: the other may be torn).
+    fn read_record(&self, media: &dyn Media, member_uuid: &[u8; 16]) -> Option<RebuildRecord> {
         let set_uuid = self.members[0].ident.set_uuid;
         let mut buf = AlignedBuf::new(BLOCK_BYTES);
-        for (i, m) in self.members.iter().enumerate() {
-            let Some(media) = &m.media else { continue };
-            if media.read_at(&mut buf, self.record_offset()).is_err() {
+        let mut best: Option<RebuildRecord> = None;
+        for i in 0..2 {
+            if media.read_at(&mut buf, self.record_offset(i)).is_err() {
                 continue;
             }
             let Some(r) = RebuildRecord::decode(&buf) else {
                 continue;
             };
-            if r.set_uuid != set_uuid
-                || r.member_uuid != m.ident.member_uuid
-                || r.segment_count != self.shape.segment_count
+            if r.set_uuid == set_uuid
+                && &r.member_uuid == member_uuid
+                && r.segment_count == self.shape.segment_count
+                && best.is_none_or(|b| r.next_segment > b.next_segment)
             {
-                continue;
+                best = Some(r);
             }
+        }
+        best
+    }
+
+    /// At assembly: a present member carrying a rebuild record of this set
+    /// and of itself is being rebuilt from the record's cursor on.
+    pub(super) fn find_rebuild(&self) -> io::Result<()> {
+        for (i, m) in self.members.iter().enumerate() {
+            let Some(media) = &m.media else { continue };
+            let Some(r) = self.read_record(&**media, &m.ident.member_uuid) else {
+                continue;
+            };
             if self.rebuilding_slot().is_some() {
                 return Err(invalid(format!(
                     "stripe set: members {} and {i} are both being rebuilt; rebuild one at a time",
@@ -168,8 +182,9 @@ impl StripeSet {
         };
         let mut b = AlignedBuf::new(BLOCK_BYTES);
         b.copy_from_slice(&rec.encode());
-        media.write_at(&b, self.record_offset())?;
+        media.write_at(&b, self.record_offset(0))?;
         let zero = AlignedBuf::new(BLOCK_BYTES);
+        media.write_at(&zero, self.record_offset(1))?;
         for lane in 0..super::scratch::LANES {
             for place in 0..2 {
                 let at = super::scratch::place_offset(self.scratch_base(), l.unit, lane, place);
@@ -182,7 +197,7 @@ impl StripeSet {
         let mut ranges: Vec<(u64, u64)> = vec![(0, l.member_offset)];
         ranges.push((tail, tail + REBUILD_RECORD_BLOCK * BS));
         ranges.push((
-            tail + (REBUILD_RECORD_BLOCK + 1) * BS,
+            tail + (REBUILD_RECORD_BLOCK + 2) * BS,
             tail + TAIL_AREA_BYTES,
         ));
         let sb_at = [0, BS, tail, tail + BS];
@@ -223,7 +238,17 @@ impl StripeSet {
         let u = l.unit as usize;
         let row_bytes = l.write_unit();
         let rps = l.rows_per_segment;
-        for row in seg as u64 * rps..(seg as u64 + 1) * rps {
+        let (first, end) = (seg as u64 * rps, (seg as u64 + 1) * rps);
+        let busy = {
+            let t = self.rows.lock();
+            (first..end).any(|r| t.get(r).is_some() || t.mount_tags.contains_key(&r))
+        };
+        if !busy {
+            return self.rebuild_segment_bulk(slot, first, end);
+        }
+        // rows in memory or named by a scratch tag: row by row, as a
+        // degraded read rebuilds them
+        for row in first..end {
             let mut piece = AlignedBuf::new(u);
             match l.role(row, slot) {
                 Role::Data(d) => self.reconstruct(row, d, 0, &mut piece)?,
@@ -241,6 +266,66 @@ impl StripeSet {
             }
             self.mwrite(slot, &piece, l.row_offset(row).expect("row inside the set"))?;
         }
+        self.flush_rebuilt(slot)
+    }
+
+    /// `rebuild_segment` of rows `first..end` when no row has state in
+    /// memory or a scratch tag: the segment's span (contiguous on every
+    /// member) read from every other member in one read each, each row's
+    /// piece rebuilt from the rest of the row (parity::reconstruct: the
+    /// same for a data, P or Q piece), written in one write, flushed.
+    fn rebuild_segment_bulk(&self, slot: u32, first: u64, end: u64) -> io::Result<()> {
+        let l = self.layout;
+        let u = l.unit as usize;
+        let n = l.members as usize;
+        let dn = l.data_members() as usize;
+        let span = ((end - first) * l.unit) as usize;
+        let base = l.row_offset(first).expect("row inside the set");
+        let mut spans: Vec<Option<AlignedBuf>> = (0..n as u32)
+            .map(|m| {
+                if m == slot {
+                    return None;
+                }
+                let mut b = AlignedBuf::new(span);
+                self.mread(m, &mut b, base).ok().map(|_| b)
+            })
+            .collect();
+        let mut out = AlignedBuf::new(span);
+        for (k, row) in (first..end).enumerate() {
+            let mut shards: Vec<Vec<u8>> = Vec::with_capacity(n);
+            let mut lost = Vec::new();
+            let mut mine = 0;
+            for i in 0..n {
+                let m = self.shard_member(row, i as u32) as usize;
+                match &spans[m] {
+                    Some(b) => shards.push(b[k * u..(k + 1) * u].to_vec()),
+                    None => {
+                        if m == slot as usize {
+                            mine = i;
+                        }
+                        lost.push(i);
+                        shards.push(vec![0u8; u]);
+                    }
+                }
+            }
+            if lost.len() > l.parity as usize {
+                return Err(io::Error::other(format!(
+                    "stripe set: row {row} cannot be rebuilt: {} of its members are down, parity {}",
+                    lost.len(),
+                    l.parity
+                )));
+            }
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
+            parity::reconstruct(&mut refs, dn, &lost).map_err(io::Error::other)?;
+            out[k * u..(k + 1) * u].copy_from_slice(&shards[mine]);
+        }
+        spans.clear();
+        self.mwrite(slot, &out, base)?;
+        self.flush_rebuilt(slot)
+    }
+
+    /// Flush the member being rebuilt; Err when it failed.
+    fn flush_rebuilt(&self, slot: u32) -> io::Result<()> {
         let media = self.up(slot).ok_or_else(|| {
             io::Error::other(format!("stripe set: member {slot} being rebuilt failed"))
         })?;
@@ -258,8 +343,9 @@ impl StripeSet {
 
     /// Segments below `next` are rebuilt (their pieces durable on the
     /// member): persist that in the record, flush, and read them from the
-    /// member from now on. `copied`: the last one was live (else free).
-    pub fn mark_rebuilt(&self, next: u32, copied: bool) -> io::Result<()> {
+    /// member from now on. `copied` and `skipped`: how many of them since
+    /// the last mark were copied, and were free (counted for progress).
+    pub fn mark_rebuilt(&self, next: u32, copied: u32, skipped: u32) -> io::Result<()> {
         let slot = self
             .rebuilding_slot()
             .ok_or_else(|| invalid("stripe set: no member is being rebuilt".into()))?;
@@ -271,17 +357,18 @@ impl StripeSet {
         };
         let mut b = AlignedBuf::new(BLOCK_BYTES);
         b.copy_from_slice(&rec.encode());
-        self.write_record(slot, &b)?;
+        // MUTANT: rebuild-record-one-place s|next as u64 % 2|0|
+        self.write_record(slot, &b, next as u64 % 2)?;
         self.rebuilt_rows.store(
             next as u64 * self.layout.rows_per_segment,
             Ordering::Release,
         );
-        let c = if copied {
-            &self.counters.rebuild_copied
-        } else {
-            &self.counters.rebuild_skipped
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .rebuild_copied
+            .fetch_add(copied as u64, Ordering::Relaxed);
+        self.counters
+            .rebuild_skipped
+            .fetch_add(skipped as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -297,7 +384,10 @@ impl StripeSet {
                 "stripe set: member {slot} is not rebuilt to the end"
             )));
         }
-        self.write_record(slot, &AlignedBuf::new(BLOCK_BYTES))?;
+        // (a torn void of one place leaves the other, valid: a later mount
+        // resumes from it and copies again, nothing worse)
+        self.write_record(slot, &AlignedBuf::new(BLOCK_BYTES), 0)?;
+        self.write_record(slot, &AlignedBuf::new(BLOCK_BYTES), 1)?;
         self.rebuilding.store(0, Ordering::Release);
         tracing::warn!(
             "stripe set: member {slot} ({}) is rebuilt",
@@ -306,14 +396,14 @@ impl StripeSet {
         Ok(())
     }
 
-    fn write_record(&self, slot: u32, b: &[u8]) -> io::Result<()> {
+    fn write_record(&self, slot: u32, b: &[u8], place: u64) -> io::Result<()> {
         let media = self
             .up(slot)
             .ok_or_else(|| {
                 io::Error::other(format!("stripe set: member {slot} being rebuilt failed"))
             })?
             .clone();
-        media.write_at(b, self.record_offset())?;
+        media.write_at(b, self.record_offset(place))?;
         media.flush()
     }
 }

@@ -167,6 +167,9 @@ impl Volume {
         let piece = set.layout.rows_per_segment * set.layout.unit;
         let t0 = std::time::Instant::now();
         let mut bytes = 0u64;
+        // a run of free segments is marked with the next live one (or at
+        // the end): one record write for the run, not one each
+        let mut skipped = 0u32;
         for seg in p.next_segment..count {
             let live = {
                 let _r = self.sh.reuse.read();
@@ -174,14 +177,21 @@ impl Volume {
                     self.sh.core.lock().segs.segs[seg as usize].state,
                     crate::segments::SegState::Free
                 );
-                // MUTANT: rebuild-marks-before-data s|let copy = live;|let copy = live; set.mark_rebuilt(seg + 1, live)?;|
+                // MUTANT: rebuild-marks-before-data s|let copy = live;|let copy = live; set.mark_rebuilt(seg + 1, 0, 0)?;|
                 let copy = live;
                 if copy {
                     set.rebuild_segment(seg)?;
                 }
                 live
             };
-            set.mark_rebuilt(seg + 1, live)?;
+            if !live {
+                skipped += 1;
+                if seg + 1 < count {
+                    continue;
+                }
+            }
+            set.mark_rebuilt(seg + 1, live as u32, skipped)?;
+            skipped = 0;
             if let Some(p) = set.status().rebuild {
                 progress(&p);
             }
