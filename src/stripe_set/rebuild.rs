@@ -229,7 +229,8 @@ impl StripeSet {
 
     /// Write the rebuilt member's pieces of every row of `seg` (data units
     /// rebuilt from the rest of their row, as a degraded read would; parity
-    /// units recomputed from the row's data), then flush the member.
+    /// units recomputed from the row's data). Not flushed: `mark_rebuilt`
+    /// flushes before it writes the record.
     pub fn rebuild_segment(&self, seg: u32) -> io::Result<()> {
         let slot = self
             .rebuilding_slot()
@@ -266,14 +267,14 @@ impl StripeSet {
             }
             self.mwrite(slot, &piece, l.row_offset(row).expect("row inside the set"))?;
         }
-        self.flush_rebuilt(slot)
+        self.still_up(slot)
     }
 
     /// `rebuild_segment` of rows `first..end` when no row has state in
     /// memory or a scratch tag: the segment's span (contiguous on every
     /// member) read from every other member in one read each, each row's
     /// piece rebuilt from the rest of the row (parity::reconstruct: the
-    /// same for a data, P or Q piece), written in one write, flushed.
+    /// same for a data, P or Q piece), written in one write.
     fn rebuild_segment_bulk(&self, slot: u32, first: u64, end: u64) -> io::Result<()> {
         let l = self.layout;
         let u = l.unit as usize;
@@ -321,7 +322,18 @@ impl StripeSet {
         }
         spans.clear();
         self.mwrite(slot, &out, base)?;
-        self.flush_rebuilt(slot)
+        self.still_up(slot)
+    }
+
+    /// Err when the member being rebuilt failed (a write to it that failed
+    /// took it out of use: `mwrite` then skips it without an error).
+    fn still_up(&self, slot: u32) -> io::Result<()> {
+        match self.up(slot) {
+            Some(_) => Ok(()),
+            None => Err(io::Error::other(format!(
+                "stripe set: member {slot} being rebuilt failed"
+            ))),
+        }
     }
 
     /// Flush the member being rebuilt; Err when it failed.
@@ -341,14 +353,16 @@ impl StripeSet {
         Ok(())
     }
 
-    /// Segments below `next` are rebuilt (their pieces durable on the
-    /// member): persist that in the record, flush, and read them from the
+    /// Segments below `next` are rebuilt: flush the member (their pieces
+    /// durable), persist that in the record, flush, and read them from the
     /// member from now on. `copied` and `skipped`: how many of them since
     /// the last mark were copied, and were free (counted for progress).
     pub fn mark_rebuilt(&self, next: u32, copied: u32, skipped: u32) -> io::Result<()> {
         let slot = self
             .rebuilding_slot()
             .ok_or_else(|| invalid("stripe set: no member is being rebuilt".into()))?;
+        // the pieces first: the record may only name durable ones
+        self.flush_rebuilt(slot)?;
         let rec = RebuildRecord {
             set_uuid: self.members[0].ident.set_uuid,
             member_uuid: self.members[slot as usize].ident.member_uuid,

@@ -167,9 +167,10 @@ impl Volume {
         let piece = set.layout.rows_per_segment * set.layout.unit;
         let t0 = std::time::Instant::now();
         let mut bytes = 0u64;
-        // a run of free segments is marked with the next live one (or at
-        // the end): one record write for the run, not one each
-        let mut skipped = 0u32;
+        // the cursor moves every MARK_EVERY live segments (and at the end):
+        // one member flush and record write for the batch, not one each
+        const MARK_EVERY: u32 = 16;
+        let (mut copied, mut skipped) = (0u32, 0u32);
         for seg in p.next_segment..count {
             let live = {
                 let _r = self.sh.reuse.read();
@@ -184,16 +185,17 @@ impl Volume {
                 }
                 live
             };
-            if !live {
+            if live {
+                copied += 1;
+            } else {
                 skipped += 1;
-                if seg + 1 < count {
-                    continue;
-                }
             }
-            set.mark_rebuilt(seg + 1, live as u32, skipped)?;
-            skipped = 0;
-            if let Some(p) = set.status().rebuild {
-                progress(&p);
+            if seg + 1 == count || copied >= MARK_EVERY {
+                set.mark_rebuilt(seg + 1, copied, skipped)?;
+                (copied, skipped) = (0, 0);
+                if let Some(p) = set.status().rebuild {
+                    progress(&p);
+                }
             }
             if live {
                 bytes += piece;
