@@ -282,6 +282,30 @@ apply_stripe_rebuild_skips_crc() {
   # the read path's CRC check, which a rebuilt piece passes like any read
   marker read-crc
 }
+apply_heal_ignores_crc() {
+  marker heal-ignores-crc
+}
+apply_heal_rewrite_skipped() {
+  marker heal-rewrite-skipped
+}
+apply_rebuild_marks_before_data() {
+  marker rebuild-marks-before-data
+}
+apply_rebuilding_member_read_early() {
+  marker rebuilding-member-read-early
+}
+apply_parity_scrub_blind() {
+  marker parity-scrub-blind
+}
+apply_parity_scrub_repair_skipped() {
+  marker parity-scrub-repair-skipped
+}
+apply_rebuild_record_one_place() {
+  marker rebuild-record-one-place
+}
+apply_rebuild_data_unflushed() {
+  marker rebuild-data-unflushed
+}
 apply_stale_member_accepted() {
   marker stale-member-accepted
 }
@@ -478,6 +502,14 @@ run scratch-before-data-durable lib
 run degraded-read-uses-failed-member lib
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
+run heal-ignores-crc stripe_repair
+run heal-rewrite-skipped stripe_repair
+run rebuild-marks-before-data stripe_repair
+run rebuild-data-unflushed stripe_repair
+run rebuild-record-one-place stripe_repair
+run rebuilding-member-read-early stripe_repair
+run parity-scrub-blind stripe_repair
+run parity-scrub-repair-skipped stripe_repair
 run logdev-flush-noop log_device dst
 run mirror-acked-after-one-flush log_device dst
 run logdev-foreign-accepted log_device

@@ -253,6 +253,12 @@ pub struct Stats {
     pub stripe_members_down: u64,
     /// Pieces a stripe set rebuilt from the rest of their row this mount.
     pub stripe_reconstructed: u64,
+    /// Blocks a stripe set healed from their row after a CRC failure.
+    pub stripe_healed: u64,
+    /// A stripe set member being rebuilt: segments done of `.._total`
+    /// (both 0 when none is).
+    pub stripe_rebuild_done: u64,
+    pub stripe_rebuild_total: u64,
     /// The volume stopped after a media write error or a full host file
     /// system: writes, trims, zeroes and flushes fail, reads go on.
     pub failed: bool,

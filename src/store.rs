@@ -84,11 +84,29 @@ pub trait SegmentStore: Send + Sync {
     /// the pieces `locate` names (member 0 only today). None: the store has
     /// none (memory, fault injection); Some(Err): not now.
     fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>>;
-    /// The `blocks` blocks from physical block `p` failed their CRC while the
-    /// store answered. A store with redundancy reconstructs and rewrites them
-    /// here and says so; a flat store has no second copy: `Repair::None`.
-    fn damaged(&self, _p: u64, _blocks: u32) -> Repair {
+    /// Physical block `p` failed its CRC while the store answered. A store
+    /// with redundancy finds what it should hold, checks that against
+    /// `check`, rewrites what was wrong and says so; a flat store has no
+    /// second copy: `Repair::None`. `check(q, bytes)` judges physical block
+    /// `q` holding `bytes`: Some(true) when they verify (a data block's CRC,
+    /// a chunk header's own check), Some(false) when they do not, None when
+    /// the caller knows nothing of block `q` (padding, unused space).
+    fn damaged(&self, _p: u64, _check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>) -> Repair {
         Repair::None
+    }
+    /// Check the redundancy of segment `seg`'s full rows below block `fill`
+    /// against its data (a parity set: every row's parity), `check` judging
+    /// blocks as for `damaged`; one line per disagreement. `repair`: rewrite
+    /// what is wrong where the data passes `check`. A store without
+    /// redundancy has nothing to compare: no lines.
+    fn scrub_redundancy(
+        &self,
+        _seg: u32,
+        _fill: u32,
+        _check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>,
+        _repair: bool,
+    ) -> io::Result<Vec<String>> {
+        Ok(Vec::new())
     }
     /// Human-readable description.
     fn describe(&self) -> String;
@@ -107,6 +125,13 @@ pub trait SegmentStore: Send + Sync {
 pub enum Repair {
     /// Nothing to repair from (a flat store): the damage stands.
     None,
+    /// The block's right bytes were found (they pass `check`) and written
+    /// over the wrong ones (`pieces` member pieces rewritten, 0 when the
+    /// block verified when looked at again): a read again returns them.
+    Healed { pieces: u32 },
+    /// No candidate passes `check`, or the evidence points two ways:
+    /// nothing was rewritten, the damage stands (EIO).
+    Undecidable,
 }
 
 /// The segment area of one `Media`: segment `s` block `b` is at media byte

@@ -96,6 +96,11 @@ pub struct CheckArgs {
     /// The volume's intent log device(s), if it has any (`create --log-device`).
     #[arg(long = "log-device", value_name = "PATH")]
     pub log_devices: Vec<PathBuf>,
+    /// Stripe sets (--device): rewrite the parity of rows whose parity
+    /// disagrees with their data, and heal blocks that fail their CRC from
+    /// their row (locks every member), then check again.
+    #[arg(long, requires = "devices")]
+    pub repair: bool,
     #[command(flatten)]
     pub objects: super::objects::StoreArgs,
 }
@@ -566,7 +571,7 @@ pub fn run_check(mut a: CheckArgs) -> anyhow::Result<i32> {
         a.path = p;
     }
     if !a.devices.is_empty() {
-        return super::stripe::check(&a.devices, a.json, a.force);
+        return super::stripe::check(&a.devices, a.json, a.force, a.repair);
     }
     if let Some(hint) = super::stripe::member_hint(&a.path) {
         eprintln!("sluice: error: {hint}");

@@ -14,6 +14,7 @@ mod create;
 mod exports;
 mod info;
 mod objects;
+mod replace;
 mod replay;
 pub mod say;
 mod serve;
@@ -66,6 +67,11 @@ pub enum Cmd {
         after_help = "Examples:\n  sluice log-device replace vol.img /dev/nvme0n1p3\n  sluice log-device replace vol.img new.log --mirror 1 --log-device a.log\n  sluice log-device add vol.img /dev/nvme0n1p3\n  sluice log-device add vol.img b.log --log-device a.log\n  sluice log-device remove vol.img b.log --log-device a.log\n  sluice log-device remove vol.img a.log"
     )]
     LogDevice(create::LogDeviceArgs),
+    /// Replace a stripe set member (lost or failing) with a new file or device and rebuild it, copying only live segments; resumes a rebuild cut short.
+    #[command(
+        after_help = "Examples:\n  sluice replace --device a.img --device b.img --device d.img --device e.img --device f.img --old 2 --new c2.img\n  sluice replace --device /dev/sdb --device /dev/sdc --device /dev/sdd --device /dev/sde --old /dev/sdd --new /dev/sdg --rate 200M"
+    )]
+    Replace(replace::Args),
     /// Benchmarks from the seeds (grid, slog, steady, mix) and more, on sluice and its peers side by side.
     #[command(
         after_help = "Examples:\n  sluice bench grid --target sluice:vol.img --target file:raw.img --size 8G --sizes 4K,128K\n  sluice bench slog --target nbd:nbd+unix:///vol?socket=/tmp/s.sock\n  sluice bench steady --target sluice:vol.img --duration 10m --interval 30s --plot steady.svg\n  sluice bench mix --target sluice:vol.img --target file:raw.img --json mix.json\n  sluice bench ceiling --target file:raw.img --target sluice:vol.img"
@@ -116,6 +122,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Check(a) => info::run_check(a),
         Cmd::Repair(a) => info::run_repair(a),
         Cmd::LogDevice(a) => create::run_log_device(a),
+        Cmd::Replace(a) => replace::run(a),
         Cmd::Bench(a) => bench::run(*a),
         Cmd::Replay(a) => replay::run(a),
         Cmd::Sim(a) => sim::run(a),

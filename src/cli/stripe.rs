@@ -172,6 +172,12 @@ pub fn describe(vol: &Volume) -> Vec<String> {
         human(st.unit),
         st.describe()
     )];
+    if let Some(p) = st.rebuild {
+        out.push(format!(
+            "rebuild     member {}: {} of {} segments done (sluice replace with the same --new resumes it)",
+            p.slot, p.next_segment, p.segment_count
+        ));
+    }
     for (i, m) in set.members().iter().enumerate() {
         out.push(format!(
             "member {i}    {} (uuid {}, generation {})",
@@ -226,13 +232,47 @@ pub fn info(paths: &[PathBuf], json: bool) -> anyhow::Result<i32> {
 }
 
 /// `sluice check --device ...`: the volume check on the set's flat view
-/// (degraded pieces rebuilt), plus the set's state. Exit 1 when damaged;
-/// a degraded set that checks clean exits 0 and says so.
-pub fn check(paths: &[PathBuf], json: bool, force: bool) -> anyhow::Result<i32> {
+/// (degraded pieces rebuilt), the parity of every full row of every closed
+/// segment against its data (a read-only mount), plus the set's state.
+/// Exit 1 when damaged; a degraded set that checks clean exits 0 and says
+/// so. `repair`: first a read-write mount scrubs every segment (blocks
+/// failing their CRC healed from their row, disagreeing parity rewritten).
+pub fn check(paths: &[PathBuf], json: bool, force: bool, repair: bool) -> anyhow::Result<i32> {
+    if repair {
+        let vol = mount(
+            paths,
+            &OpenOptions {
+                background: false,
+                ..Default::default()
+            },
+            false,
+        )?;
+        for _ in 0..vol.geometry().segment_count {
+            for d in vol.scrub_step()?.damage {
+                eprintln!("repair      {d}");
+            }
+        }
+        vol.close()?;
+    }
     let devs = open_members(paths, true, force)?;
     let set = sluice::stripe_set::open::open(devs).context("assembling the stripe set")?;
     let media = sluice::stripe_set::media::SetMedia::new(set.clone());
-    let r = sluice::check::check(&media);
+    let mut r = sluice::check::check(&media);
+    match Volume::open_set(
+        set.clone(),
+        &OpenOptions {
+            read_only: true,
+            background: false,
+            ..Default::default()
+        },
+    ) {
+        Ok(vol) => {
+            for d in vol.scrub_parity_all() {
+                r.add_finding("stripe_parity", d);
+            }
+        }
+        Err(e) => eprintln!("sluice: the set does not mount read-only ({e}): parity not checked"),
+    }
     let st = set.status();
     if json {
         println!(

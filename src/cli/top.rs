@@ -137,6 +137,11 @@ struct Row {
     flush_seal_p50_s: Option<f64>,
     flush_seal_p99_s: Option<f64>,
     stripe_down: f64,
+    /// Blocks a stripe set healed (total since mount).
+    stripe_healed: f64,
+    /// Segments of a member rebuild done, of how many (0: none running).
+    stripe_rebuild_done: f64,
+    stripe_rebuild_total: f64,
     /// Segments in an object store (`serve --store`): 0 stores, no line.
     objects: ObjRow,
 }
@@ -264,6 +269,9 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         flush_seal_p50_s: flush_quantile(a, b, "seal", 0.5),
         flush_seal_p99_s: flush_quantile(a, b, "seal", 0.99),
         stripe_down: g(b, "sluice_stripe_members_down"),
+        stripe_healed: g(b, "sluice_stripe_healed_total"),
+        stripe_rebuild_done: g(b, "sluice_stripe_rebuild_segments_done"),
+        stripe_rebuild_total: g(b, "sluice_stripe_rebuild_segments_total"),
     }
 }
 
@@ -341,6 +349,18 @@ fn log_state(r: &Row) -> String {
         s += &format!(
             "   STRIPE SET DEGRADED: {:.0} member(s) missing or failed",
             r.stripe_down
+        );
+    }
+    if r.stripe_rebuild_total > 0.0 {
+        s += &format!(
+            "   REBUILDING a member: {:.0}/{:.0} segments",
+            r.stripe_rebuild_done, r.stripe_rebuild_total
+        );
+    }
+    if r.stripe_healed > 0.0 {
+        s += &format!(
+            "   stripe set healed {:.0} block(s) from parity",
+            r.stripe_healed
         );
     }
     if r.log_fallbacks > 0.0 {

@@ -224,12 +224,81 @@ pub enum MemberRefusal {
 }
 
 /// A uuid as 32 hex digits.
+/// Where a member being rebuilt keeps its progress: blocks 2 and 3 of its
+/// own tail area (blocks 0 and 1 are the tail superblock copies; the engine
+/// never writes 2 or 3), record `next_segment % 2` in block 2 + that, so a
+/// torn write of one leaves the other. Written only to the member being
+/// rebuilt, never mirrored (docs/stripes.md §6, docs/format-v2.md §6).
+pub const REBUILD_RECORD_BLOCK: u64 = 2;
+const REBUILD_MAGIC: [u8; 8] = *b"SLREBLD1";
+
+/// A member being rebuilt: its pieces of segments below `next_segment` are
+/// written and flushed; above, they are not to be read. No valid record
+/// (zeros): the member is whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RebuildRecord {
+    pub set_uuid: [u8; 16],
+    /// The member being rebuilt (its identity's `member_uuid`).
+    pub member_uuid: [u8; 16],
+    pub next_segment: u32,
+    pub segment_count: u32,
+}
+
+impl RebuildRecord {
+    pub fn encode(&self) -> [u8; BLOCK_BYTES] {
+        let mut b = [0u8; BLOCK_BYTES];
+        b[0..8].copy_from_slice(&REBUILD_MAGIC);
+        b[8..24].copy_from_slice(&self.set_uuid);
+        b[24..40].copy_from_slice(&self.member_uuid);
+        put_u32(&mut b, 40, self.next_segment);
+        put_u32(&mut b, 44, self.segment_count);
+        let crc = crc32c::crc32c(&b[..BLOCK_BYTES - 4]);
+        put_u32(&mut b, BLOCK_BYTES - 4, crc);
+        b
+    }
+
+    /// The record in `b`, None when `b` holds none (zeros, torn, other bytes).
+    pub fn decode(b: &[u8]) -> Option<RebuildRecord> {
+        if b.len() < BLOCK_BYTES
+            || b[0..8] != REBUILD_MAGIC
+            || crc32c::crc32c(&b[..BLOCK_BYTES - 4]) != get_u32(b, BLOCK_BYTES - 4)
+        {
+            return None;
+        }
+        let r = RebuildRecord {
+            set_uuid: b[8..24].try_into().expect("16 bytes"),
+            member_uuid: b[24..40].try_into().expect("16 bytes"),
+            next_segment: get_u32(b, 40),
+            segment_count: get_u32(b, 44),
+        };
+        (r.next_segment <= r.segment_count).then_some(r)
+    }
+}
+
 pub fn hex(u: &[u8; 16]) -> String {
     u.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rebuild_records_round_trip_and_refuse_damage() {
+        use super::RebuildRecord;
+        let r = RebuildRecord {
+            set_uuid: [7; 16],
+            member_uuid: [9; 16],
+            next_segment: 5,
+            segment_count: 40,
+        };
+        let b = r.encode();
+        assert_eq!(RebuildRecord::decode(&b), Some(r));
+        for i in [0, 10, 41, 4000] {
+            let mut d = b;
+            d[i] ^= 1;
+            assert_eq!(RebuildRecord::decode(&d), None, "byte {i}");
+        }
+        assert_eq!(RebuildRecord::decode(&[0u8; 4096]), None);
+    }
     use super::*;
     use crate::format::superblock::{LogStart, SbV2, Superblock};
 

@@ -803,6 +803,30 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_stripe_healed_total",
+        "counter",
+        "Blocks that failed their CRC while every stripe set member answered, found right from the rest of their row and rewritten on their member.",
+        |x| one(x.st.stripe_healed),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_stripe_rebuild_segments_done",
+        "gauge",
+        "Segments of the stripe set member being rebuilt that are done (copied, or only marked when free); 0 when none is.",
+        |x| one(x.st.stripe_rebuild_done),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_stripe_rebuild_segments_total",
+        "gauge",
+        "Segments a member rebuild walks (the set's segment count); 0 when no member is being rebuilt.",
+        |x| one(x.st.stripe_rebuild_total),
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_log_fallbacks_total",
         "counter",
         "1 once every log device failed and FLUSH fell back to sealing into the main log.",

@@ -80,9 +80,7 @@ impl SetMedia {
             // the absent member, which misses these writes, is stale from
             // now on and assembly refuses it (it would serve old data).
             let mut ident = member.ident;
-            if set.down_count() > 0 {
-                ident.generation = set.generation() + 1;
-            }
+            ident.generation = set.write_generation();
             for (i, b) in mine.chunks_mut(BLOCK_BYTES).enumerate() {
                 if b.len() == BLOCK_BYTES && self.superblock_at(flat + i as u64 * BS) {
                     meta::to_member(b, &ident);

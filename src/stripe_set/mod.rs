@@ -21,9 +21,11 @@
 //! was cut short by a power failure before the next flush: that window is
 //! the write hole docs/stripes.md §4 describes, not closed here.
 
+mod heal;
 pub mod media;
 pub mod meta;
 pub mod open;
+pub mod rebuild;
 mod rows;
 pub mod scratch;
 pub mod store;
@@ -101,6 +103,16 @@ pub struct SetStatus {
     /// Partial rows a flush found no free scratch lane for: their running
     /// parity went in place (the write hole stays open for them).
     pub unprotected_flushes: u64,
+    /// Blocks that failed their CRC while every member answered, found
+    /// right from the rest of their row and rewritten (`heal`).
+    pub healed: u64,
+    /// Such blocks for which no candidate verified (answered EIO).
+    pub heal_failed: u64,
+    /// Rows whose parity disagreed with their data in a parity scrub.
+    pub parity_mismatches: u64,
+    /// A member being rebuilt: (slot, segments done, segments in the set,
+    /// segments copied, segments only marked because they were free).
+    pub rebuild: Option<rebuild::Progress>,
 }
 
 impl SetStatus {
@@ -139,6 +151,11 @@ struct Counters {
     reconstructed: AtomicU64,
     rows_loaded: AtomicU64,
     unprotected: AtomicU64,
+    healed: AtomicU64,
+    heal_failed: AtomicU64,
+    parity_mismatches: AtomicU64,
+    rebuild_copied: AtomicU64,
+    rebuild_skipped: AtomicU64,
 }
 
 pub struct StripeSet {
@@ -154,6 +171,15 @@ pub struct StripeSet {
     formatting: AtomicBool,
     /// Sequence of the next scratch tag.
     seq: AtomicU64,
+    /// The slot being rebuilt + 1 (0: none). Its member takes every write
+    /// but is read only below `rebuilt_rows` (`rebuild`).
+    rebuilding: std::sync::atomic::AtomicU32,
+    /// Rows (from the set's first) whose pieces on the member being rebuilt
+    /// are written and flushed.
+    rebuilt_rows: AtomicU64,
+    /// The membership generation superblocks are written with (raised once
+    /// when the set first writes degraded, and kept).
+    gen: AtomicU64,
 }
 
 impl std::fmt::Debug for StripeSet {
@@ -190,7 +216,11 @@ impl StripeSet {
             counters: Counters::default(),
             formatting: AtomicBool::new(false),
             seq: AtomicU64::new(1),
+            rebuilding: Default::default(),
+            rebuilt_rows: AtomicU64::new(0),
+            gen: AtomicU64::new(0),
         };
+        set.gen.store(set.generation(), Ordering::Relaxed);
         if set.down_count() > layout.parity as usize {
             return Err(err(
                 io::ErrorKind::NotFound,
@@ -261,6 +291,8 @@ impl StripeSet {
                         "missing"
                     } else if m.failed.load(Ordering::Acquire) {
                         "failed"
+                    } else if self.rebuilding_slot() == Some(i as u32) {
+                        "rebuilding"
                     } else {
                         return None;
                     };
@@ -272,6 +304,10 @@ impl StripeSet {
             reconstructed: c.reconstructed.load(Ordering::Relaxed),
             rows_loaded: c.rows_loaded.load(Ordering::Relaxed),
             unprotected_flushes: c.unprotected.load(Ordering::Relaxed),
+            rebuild: self.progress(),
+            healed: c.healed.load(Ordering::Relaxed),
+            heal_failed: c.heal_failed.load(Ordering::Relaxed),
+            parity_mismatches: c.parity_mismatches.load(Ordering::Relaxed),
         }
     }
 
@@ -285,11 +321,27 @@ impl StripeSet {
             .unwrap_or(0)
     }
 
+    /// Members missing, failed, or being rebuilt (not all of whose pieces
+    /// may be read).
     fn down_count(&self) -> usize {
         self.members
             .iter()
-            .filter(|m| m.media.is_none() || m.failed.load(Ordering::Acquire))
+            .enumerate()
+            .filter(|(i, m)| {
+                m.media.is_none()
+                    || m.failed.load(Ordering::Acquire)
+                    || self.rebuilding_slot() == Some(*i as u32)
+            })
             .count()
+    }
+
+    /// The generation superblocks are written with now: the assembled one,
+    /// one more from the first write of a set with a member down on.
+    pub fn write_generation(&self) -> u64 {
+        if self.down_count() > 0 {
+            self.gen.fetch_max(self.generation() + 1, Ordering::AcqRel);
+        }
+        self.gen.load(Ordering::Acquire)
     }
 
     /// The member's media, None when it is missing or failed.
@@ -343,6 +395,12 @@ impl StripeSet {
         let Some(media) = self.up(m) else {
             return Err(err(io::ErrorKind::NotFound, format!("member {m} is down")));
         };
+        if !self.readable(m, off, buf.len()) {
+            return Err(err(
+                io::ErrorKind::NotFound,
+                format!("member {m} is being rebuilt and does not hold these bytes yet"),
+            ));
+        }
         self.counters.member_reads.fetch_add(1, Ordering::Relaxed);
         match media.read_at(buf, off) {
             Ok(()) => Ok(()),

@@ -283,6 +283,7 @@ pub fn open(devices: Vec<(String, Arc<dyn Media>)>) -> io::Result<Arc<StripeSet>
         })
         .collect();
     let set = StripeSet::new(layout, shape, members)?;
+    set.find_rebuild()?;
     set.load_scratch()?;
     if set.status().degraded() {
         tracing::warn!("{}: {}", set.describe(), set.status().describe());

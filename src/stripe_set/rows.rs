@@ -70,6 +70,14 @@ impl RowState {
             .collect()
     }
 
+    /// Data block `i` as written, None when it was not (or only padded).
+    pub fn block(&self, i: usize) -> Option<&[u8]> {
+        match self.blocks.get(i) {
+            Some(Some(Blk::Data(b))) => Some(b),
+            _ => None,
+        }
+    }
+
     /// No data block written yet.
     pub fn is_empty(&self) -> bool {
         self.written == 0

@@ -11,7 +11,7 @@
 use super::StripeSet;
 use crate::format::BLOCK_BYTES;
 use crate::media::UringReads;
-use crate::store::{Piece, SegmentStore};
+use crate::store::{Piece, Repair, SegmentStore};
 use std::io;
 use std::sync::Arc;
 
@@ -109,6 +109,24 @@ impl SegmentStore for StripeStore {
             });
             pos += take;
         }
+    }
+    fn damaged(&self, p: u64, check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>) -> Repair {
+        let Some(off) = p.checked_mul(BS) else {
+            return Repair::Undecidable;
+        };
+        self.set.heal_block(off, check).unwrap_or_else(|e| {
+            tracing::error!("stripe store: healing block {p}: {e}");
+            Repair::Undecidable
+        })
+    }
+    fn scrub_redundancy(
+        &self,
+        seg: u32,
+        fill: u32,
+        check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>,
+        repair: bool,
+    ) -> io::Result<Vec<String>> {
+        self.set.scrub_parity(seg, fill, check, repair)
     }
     fn uring_reads(&self, _entries: u32) -> Option<io::Result<UringReads>> {
         // A ring over several members is not built: reads go in batches.

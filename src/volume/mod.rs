@@ -1169,6 +1169,11 @@ impl Volume {
             let st = set.status();
             s.stripe_members_down = st.down.len() as u64;
             s.stripe_reconstructed = st.reconstructed;
+            s.stripe_healed = st.healed;
+            if let Some(p) = st.rebuild {
+                s.stripe_rebuild_done = p.next_segment as u64;
+                s.stripe_rebuild_total = p.segment_count as u64;
+            }
         }
         s
     }
@@ -1571,6 +1576,9 @@ impl Shared {
             log_fallbacks: 0,
             stripe_members_down: 0,
             stripe_reconstructed: 0,
+            stripe_healed: 0,
+            stripe_rebuild_done: 0,
+            stripe_rebuild_total: 0,
             failed: false,
             failure: None,
             lifetime: Default::default(),

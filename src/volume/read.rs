@@ -26,7 +26,6 @@ use crate::map::{Loc, Virt};
 use crate::media::{AlignedBuf, UringReads, URING_WAKE};
 use crate::segments::SegState;
 use crate::stats::Counters;
-use crate::store::Repair;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -76,9 +75,11 @@ impl Shared {
         for _ in 0..3 {
             let mut again = Vec::new();
             for (k, lba, p) in failed {
-                if self.core.lock().map.get(lba) == Loc::Data(p) {
+                let here = self.core.lock().map.get(lba) == Loc::Data(p);
+                if here && !self.heal(Some(lba), p, nested) {
                     res[k] = Err(self.bad_block(lba, p, nested));
                 } else {
+                    // overwritten during the read, or healed by the store
                     again.push(k);
                 }
             }
@@ -268,9 +269,6 @@ impl Shared {
                 );
             }
         });
-        // the store's damage hook (a store with redundancy repairs there; a
-        // flat store has nothing to repair from, so the read answers EIO)
-        let Repair::None = self.store.damaged(p as u64, 1);
         tracing::warn!(
             "read of logical block {lba}: data fails its checksum (segment {seg} block {off}, {chunk}); answering EIO"
         );

@@ -3,7 +3,11 @@
 //! segment (up to its fill) with one media read, verifies every chunk header and
 //! every data block's CRC, and reports (warn log + counters `scrub_*`) each
 //! damaged block the map still points at, and each chunk header that does not
-//! verify. It changes nothing on the media and nothing in the engine.
+//! verify. It changes nothing in the engine; on a flat store nothing on the
+//! media either. On a store with redundancy (a stripe set) a damaged live block
+//! is handed to the store's heal (`Shared::heal`), which may rewrite it, and
+//! the store checks its redundancy (a stripe set: every full row's parity
+//! against its data, rewritten unless read-only: `Shared::scrub_redundancy`).
 //!
 //! Threads and state: the queue of marked segments (`Scrub::marked`) is written
 //! by request threads (a failed read) and drained by whoever scrubs; the cursor
@@ -25,7 +29,6 @@ use crate::map::Loc;
 use crate::media::AlignedBuf;
 use crate::segments::SegState;
 use crate::stats::Counters;
-use crate::store::Repair;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -160,15 +163,20 @@ impl Shared {
                         "segment {seg} block {}: logical block {lba} (chunk seq {seq}, data block {di}) fails its checksum",
                         p - base
                     ));
-                    live_bad.push(p);
+                    live_bad.push((lba, p, out.damage.len() - 1));
                 }
             }
         }
         // the store's damage hook, outside the engine lock (a store with
         // redundancy repairs there; a flat store has nothing to repair from)
-        for p in live_bad {
-            let Repair::None = self.store.damaged(p as u64, 1);
+        for (lba, p, line) in live_bad {
+            if self.heal(Some(lba), p, true) {
+                out.damage[line].push_str("; healed from the stripe set's parity (rewritten)");
+            }
         }
+        // a store with redundancy checks it too (a stripe set: every full
+        // row's parity against its data; rewritten unless read-only)
+        out.damage.extend(self.scrub_redundancy(seg, fill, &uuid));
         for d in &out.damage {
             tracing::warn!("scrub: {d}");
         }

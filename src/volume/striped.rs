@@ -100,8 +100,245 @@ impl Volume {
         Volume::open(Arc::new(SetMedia::new(set)), &o)
     }
 
+    /// Put `new` into slot `slot` of the set `devices` make (the member it
+    /// replaces left out of them) and mount the volume on the set with it
+    /// being rebuilt (`rebuild_member` does the work). When `new` already is
+    /// that slot's member, part rebuilt (a run cut short), the rebuild
+    /// resumes from its record instead: nothing is attached again.
+    pub fn replace_member(
+        devices: Vec<(String, Arc<dyn Media>)>,
+        slot: u32,
+        new: (String, Arc<dyn Media>),
+        opts: &OpenOptions,
+    ) -> Result<Volume> {
+        let mut all = devices.clone();
+        all.push(new.clone());
+        if let Ok(set) = open::open(all.clone()) {
+            let held = set.members()[slot as usize]
+                .media
+                .as_ref()
+                .is_some_and(|m| Arc::ptr_eq(m, &new.1));
+            if held && set.rebuilding_slot() == Some(slot) {
+                return Volume::open_set(set, opts);
+            }
+            if held {
+                return Err(Error::InvalidArgument(format!(
+                    "{} already is member {slot} of the set, whole: nothing to rebuild",
+                    new.0
+                )));
+            }
+        }
+        let set = open::open(devices).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        set.attach(slot, &new.0, &new.1)?;
+        drop(set);
+        let set = open::open(all).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        if set.rebuilding_slot() != Some(slot) {
+            return Err(Error::Corrupt(format!(
+                "{} was attached as member {slot} but the set does not see it being rebuilt",
+                new.0
+            )));
+        }
+        Volume::open_set(set, opts)
+    }
+
+    /// Rebuild the set's member being rebuilt, from its record's cursor to
+    /// the end: segments the engine holds free are only marked, the others
+    /// copied row by row (`StripeSet::rebuild_segment`) under a share of
+    /// the reuse lock (a segment is not reused while it is copied), each
+    /// marked done only after its pieces are flushed. `rate`: bytes of
+    /// member pieces per second at most (None: as fast as it goes).
+    /// `progress` sees every step. Not while the volume takes writes yet:
+    /// a write racing a copied row could be overwritten on the new member
+    /// (mount with `background: false` and serve nothing meanwhile).
+    pub fn rebuild_member(
+        &self,
+        rate: Option<u64>,
+        progress: &mut dyn FnMut(&crate::stripe_set::rebuild::Progress),
+    ) -> Result<crate::stripe_set::rebuild::Progress> {
+        let Some(set) = self.stripe.clone() else {
+            return Err(Error::InvalidArgument("not a stripe set".into()));
+        };
+        let Some(p) = set.status().rebuild else {
+            return Err(Error::InvalidArgument(
+                "no member of the stripe set is being rebuilt".into(),
+            ));
+        };
+        let count = p.segment_count;
+        let piece = set.layout.rows_per_segment * set.layout.unit;
+        let t0 = std::time::Instant::now();
+        let mut bytes = 0u64;
+        // the cursor moves every MARK_EVERY live segments (and at the end):
+        // one member flush and record write for the batch, not one each
+        const MARK_EVERY: u32 = 16;
+        let (mut copied, mut skipped) = (0u32, 0u32);
+        for seg in p.next_segment..count {
+            let live = {
+                let _r = self.sh.reuse.read();
+                let live = !matches!(
+                    self.sh.core.lock().segs.segs[seg as usize].state,
+                    crate::segments::SegState::Free
+                );
+                // MUTANT: rebuild-marks-before-data s|let copy = live;|let copy = live; set.mark_rebuilt(seg + 1, 0, 0)?;|
+                let copy = live;
+                if copy {
+                    set.rebuild_segment(seg)?;
+                }
+                live
+            };
+            if live {
+                copied += 1;
+            } else {
+                skipped += 1;
+            }
+            if seg + 1 == count || copied >= MARK_EVERY {
+                set.mark_rebuilt(seg + 1, copied, skipped)?;
+                (copied, skipped) = (0, 0);
+                if let Some(p) = set.status().rebuild {
+                    progress(&p);
+                }
+            }
+            if live {
+                bytes += piece;
+                if let Some(rate) = rate {
+                    let due = std::time::Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
+                    if let Some(wait) = due.checked_sub(t0.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                }
+            }
+        }
+        let done = set.status().rebuild.unwrap_or(p);
+        set.finish_rebuild()?;
+        Ok(done)
+    }
+
+    /// Check the parity of every full row of every closed segment against
+    /// its data (`sluice check --device`); on a read-write mount the rows
+    /// that disagree get their parity rewritten (`--repair`). One line per
+    /// row that disagrees (none on a volume that is not a stripe set).
+    pub fn scrub_parity_all(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for seg in 0..self.sh.geo.segment_count {
+            let _r = self.sh.reuse.read();
+            let (fill, uuid) = {
+                let c = self.sh.core.lock();
+                let s = &c.segs.segs[seg as usize];
+                match s.state {
+                    crate::segments::SegState::Closed | crate::segments::SegState::Damaged => {
+                        (s.fill, c.uuid)
+                    }
+                    _ => continue,
+                }
+            };
+            out.extend(self.sh.scrub_redundancy(seg, fill, &uuid));
+        }
+        out
+    }
+
     /// The stripe set under this volume, if any.
     pub fn stripe_set(&self) -> Option<&Arc<StripeSet>> {
         self.stripe.as_ref()
+    }
+}
+
+impl super::Shared {
+    /// Physical block `p`, which logical block `lba` maps to, failed its
+    /// CRC: ask the store to heal it (a stripe set finds its right bytes
+    /// from the rest of the row and rewrites them; docs/stripes.md §5).
+    /// True when the store says a read again returns verified bytes. The
+    /// check it is given knows every block of `p`'s segment from the
+    /// segment's chunk headers (read again here, on this error path): a
+    /// data block by its CRC, a header by its own check. Never on a
+    /// read-only mount (it writes). `nested`: the caller holds a share of
+    /// the reuse lock.
+    pub(crate) fn heal(&self, lba: Option<u64>, p: u32, nested: bool) -> bool {
+        if self.opts.read_only || self.store.members() < 2 {
+            return false;
+        }
+        // the segment stays this incarnation while its blocks are judged
+        // and rewritten
+        let _r = if nested {
+            self.reuse.read_recursive()
+        } else {
+            self.reuse.read()
+        };
+        let sb = self.geo.segment_blocks;
+        let seg = p / sb;
+        let (fill, uuid) = {
+            let c = self.core.lock();
+            if lba.is_some_and(|lba| c.map.get(lba) != crate::map::Loc::Data(p)) {
+                // overwritten meanwhile: not damage, read again
+                return true;
+            }
+            (c.segs.segs[seg as usize].fill, c.uuid)
+        };
+        let Some((known, _)) = self.blocks_known(seg, fill, &uuid) else {
+            return false;
+        };
+        let mut check = |q: u64, b: &[u8]| judge(&known, seg, sb, &uuid, q, b);
+        matches!(
+            self.store.damaged(p as u64, &mut check),
+            crate::store::Repair::Healed { .. }
+        )
+    }
+
+    /// Each block of `seg` below `fill` its chunk headers describe (read
+    /// again here): Some(crc) for a data block, None for a header block;
+    /// and the block where the walk of verified headers ended. None when
+    /// the segment cannot be read.
+    fn blocks_known(&self, seg: u32, fill: u32, uuid: &[u8; 16]) -> Option<(Known, u32)> {
+        let mut known = Known::default();
+        let end = crate::crc_index::walk(&*self.store, uuid, seg, fill, |at, h| {
+            known.insert(at.pos, None);
+            for (i, &crc) in h.block_crcs.iter().enumerate() {
+                known.insert(at.pos + 1 + i as u32, Some(crc));
+            }
+        })
+        .ok()?;
+        Some((known, end))
+    }
+
+    /// The store's redundancy check of closed segment `seg` (a stripe set:
+    /// every full row's parity against its data), rewriting what is wrong
+    /// unless the mount is read-only; the caller holds a share of the reuse
+    /// lock. One line per disagreement.
+    pub(crate) fn scrub_redundancy(&self, seg: u32, fill: u32, uuid: &[u8; 16]) -> Vec<String> {
+        if self.store.members() < 2 {
+            return Vec::new();
+        }
+        let Some((known, end)) = self.blocks_known(seg, fill, uuid) else {
+            return vec![format!(
+                "segment {seg}: its chunk headers cannot be read; parity not checked"
+            )];
+        };
+        let sb = self.geo.segment_blocks;
+        let mut check = |q: u64, b: &[u8]| judge(&known, seg, sb, uuid, q, b);
+        // only rows below the last header that verifies: past a damaged
+        // header nothing can judge the data, and parity rewritten from it
+        // would lose what could heal it
+        self.store
+            .scrub_redundancy(seg, end.min(fill), &mut check, !self.opts.read_only)
+            .unwrap_or_else(|e| vec![format!("segment {seg}: parity check failed: {e}")])
+    }
+}
+
+/// Blocks of a segment its chunk headers describe: Some(crc) for a data
+/// block, None for a header block.
+type Known = std::collections::HashMap<u32, Option<u32>>;
+
+/// Judge physical block `q` holding `b` by what `seg`'s chunk headers say
+/// (`blocks_known`): a data block by its CRC, a header by its own check,
+/// anything else (another segment, padding, past the last chunk) unknown.
+fn judge(known: &Known, seg: u32, sb: u32, uuid: &[u8; 16], q: u64, b: &[u8]) -> Option<bool> {
+    let k = u32::try_from(q.checked_sub(seg as u64 * sb as u64)?).ok()?;
+    if k >= sb {
+        return None;
+    }
+    match known.get(&k)? {
+        Some(crc) => Some(crate::format::chunk::block_crc(b) == *crc),
+        None => Some(
+            crate::format::chunk::ChunkHeader::decode(b)
+                .is_ok_and(|h| &h.uuid == uuid && h.segment == seg),
+        ),
     }
 }

@@ -1,0 +1,423 @@
+//! Rebuilding a member onto a replacement (issue 20 item 5, docs/stripes.md
+//! §6). `attach` puts a blank device into a missing slot: a rebuild record
+//! (`format::stripe::RebuildRecord`, blocks 2 and 3 of the member's own tail area, alternating)
+//! first, then the mirrored metadata with the slot's identity. Assembly
+//! (`open`) finds the record and marks the slot *rebuilding*: the member
+//! takes every write, but is read only below `rebuilt_rows`; everything
+//! else on it is served degraded (rebuilt from the rest of the row). The
+//! volume (`Volume::rebuild_member`) walks the segments from the record's
+//! cursor, has the live ones rebuilt here (`rebuild_segment`) and only marks
+//! the free ones, and persists the cursor (`mark_rebuilt`) after each.
+//!
+//! Invariant: the record's cursor never passes a segment whose pieces on the
+//! new member are not written *and flushed*: `rebuild_segment` flushes the
+//! member before it returns, `mark_rebuilt` writes the record after that and
+//! flushes it before raising `rebuilt_rows`. So after a power cut the
+//! record names only durable pieces, and a resumed rebuild starts where it
+//! stops. The record is written before any metadata on attach, so a member
+//! that carries the set's identity but was never rebuilt is never taken as
+//! whole; it is voided only after the last segment.
+
+use super::{StripeSet, BS};
+use crate::format::stripe::{RebuildRecord, StripeIdentity, REBUILD_RECORD_BLOCK};
+use crate::format::superblock::TAIL_AREA_BYTES;
+use crate::format::BLOCK_BYTES;
+use crate::media::{AlignedBuf, Media};
+use crate::parity;
+use crate::stripe::Role;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// How far a rebuild is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Progress {
+    pub slot: u32,
+    /// Segments below this one are rebuilt (or were free).
+    pub next_segment: u32,
+    pub segment_count: u32,
+    /// Segments of this mount's walk that were live and copied.
+    pub copied: u64,
+    /// Segments of this mount's walk that were free and only marked.
+    pub skipped: u64,
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl StripeSet {
+    /// The slot being rebuilt.
+    pub fn rebuilding_slot(&self) -> Option<u32> {
+        self.rebuilding.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    pub(super) fn progress(&self) -> Option<Progress> {
+        let slot = self.rebuilding_slot()?;
+        let rps = self.layout.rows_per_segment;
+        Some(Progress {
+            slot,
+            next_segment: (self.rebuilt_rows.load(Ordering::Acquire) / rps) as u32,
+            segment_count: self.shape.segment_count,
+            copied: self.counters.rebuild_copied.load(Ordering::Relaxed),
+            skipped: self.counters.rebuild_skipped.load(Ordering::Relaxed),
+        })
+    }
+
+    /// May `len` bytes at member offset `off` of member `m` be read? Not on
+    /// the member being rebuilt, outside the rows already rebuilt.
+    pub(super) fn readable(&self, m: u32, off: u64, len: usize) -> bool {
+        // MUTANT: rebuilding-member-read-early s|!= m + 1 {|!= u32::MAX {|
+        if self.rebuilding.load(Ordering::Acquire) != m + 1 {
+            return true;
+        }
+        let start = self.layout.member_offset;
+        let end = start + self.rebuilt_rows.load(Ordering::Acquire) * self.layout.unit;
+        off >= start && off.saturating_add(len as u64) <= end
+    }
+
+    /// Member offset of rebuild record place `i` (0 or 1).
+    fn record_offset(&self, i: u64) -> u64 {
+        self.member_tail_offset() + (REBUILD_RECORD_BLOCK + i) * BS
+    }
+
+    /// The valid rebuild record of `media` for member `member_uuid` with
+    /// the highest cursor (either place: the other may be torn).
+    fn read_record(&self, media: &dyn Media, member_uuid: &[u8; 16]) -> Option<RebuildRecord> {
+        let set_uuid = self.members[0].ident.set_uuid;
+        let mut buf = AlignedBuf::new(BLOCK_BYTES);
+        let mut best: Option<RebuildRecord> = None;
+        for i in 0..2 {
+            if media.read_at(&mut buf, self.record_offset(i)).is_err() {
+                continue;
+            }
+            let Some(r) = RebuildRecord::decode(&buf) else {
+                continue;
+            };
+            if r.set_uuid == set_uuid
+                && &r.member_uuid == member_uuid
+                && r.segment_count == self.shape.segment_count
+                && best.is_none_or(|b| r.next_segment > b.next_segment)
+            {
+                best = Some(r);
+            }
+        }
+        best
+    }
+
+    /// At assembly: a present member carrying a rebuild record of this set
+    /// and of itself is being rebuilt from the record's cursor on.
+    pub(super) fn find_rebuild(&self) -> io::Result<()> {
+        for (i, m) in self.members.iter().enumerate() {
+            let Some(media) = &m.media else { continue };
+            let Some(r) = self.read_record(&**media, &m.ident.member_uuid) else {
+                continue;
+            };
+            if self.rebuilding_slot().is_some() {
+                return Err(invalid(format!(
+                    "stripe set: members {} and {i} are both being rebuilt; rebuild one at a time",
+                    self.rebuilding_slot().expect("some")
+                )));
+            }
+            self.rebuilt_rows.store(
+                r.next_segment as u64 * self.layout.rows_per_segment,
+                Ordering::Release,
+            );
+            self.rebuilding.store(i as u32 + 1, Ordering::Release);
+            tracing::warn!(
+                "stripe set: member {i} ({}) is being rebuilt: {} of {} segments done",
+                m.name,
+                r.next_segment,
+                r.segment_count
+            );
+        }
+        Ok(())
+    }
+
+    /// Make `media` the member of missing slot `slot` of this (degraded,
+    /// just assembled) set, to be rebuilt: its rebuild record (cursor 0)
+    /// and void scratch tags first, flushed; then the mirrored metadata
+    /// (head and tail area) copied from a member present, each superblock
+    /// copy carrying the new member's identity; flushed. Reassemble the set
+    /// with the new member to rebuild it. Nothing is written to the others.
+    pub fn attach(&self, slot: u32, name: &str, media: &Arc<dyn Media>) -> io::Result<()> {
+        let l = self.layout;
+        if slot >= l.members {
+            return Err(invalid(format!(
+                "stripe set: no slot {slot} in {} members",
+                l.members
+            )));
+        }
+        if l.parity == 0 {
+            return Err(invalid(
+                "stripe set: a RAID-0 set has nothing to rebuild a member from".into(),
+            ));
+        }
+        if self.members[slot as usize].media.is_some() {
+            return Err(invalid(format!(
+                "stripe set: slot {slot} is held by {}; leave the member to replace out of the devices given",
+                self.members[slot as usize].name
+            )));
+        }
+        if media.len() < self.member_bytes() {
+            return Err(invalid(format!(
+                "{name} holds {} bytes, a member of this set needs {}",
+                media.len(),
+                self.member_bytes()
+            )));
+        }
+        let src = (0..l.members)
+            .find(|&m| self.up(m).is_some())
+            .ok_or_else(|| invalid("stripe set: no member present to copy from".into()))?;
+        let mut ident: StripeIdentity = self.members[slot as usize].ident;
+        ident.member_index = slot as u16;
+        ident.member_uuid = rand::random();
+        ident.generation = self.generation();
+        // 1. the record (the member is not whole) and void scratch places
+        let rec = RebuildRecord {
+            set_uuid: ident.set_uuid,
+            member_uuid: ident.member_uuid,
+            next_segment: 0,
+            segment_count: self.shape.segment_count,
+        };
+        let mut b = AlignedBuf::new(BLOCK_BYTES);
+        b.copy_from_slice(&rec.encode());
+        media.write_at(&b, self.record_offset(0))?;
+        let zero = AlignedBuf::new(BLOCK_BYTES);
+        media.write_at(&zero, self.record_offset(1))?;
+        for lane in 0..super::scratch::LANES {
+            for place in 0..2 {
+                let at = super::scratch::place_offset(self.scratch_base(), l.unit, lane, place);
+                media.write_at(&zero, at)?;
+            }
+        }
+        media.flush()?;
+        // 2. the metadata, with the new identity in its superblock copies
+        let tail = self.member_tail_offset();
+        let mut ranges: Vec<(u64, u64)> = vec![(0, l.member_offset)];
+        ranges.push((tail, tail + REBUILD_RECORD_BLOCK * BS));
+        ranges.push((
+            tail + (REBUILD_RECORD_BLOCK + 2) * BS,
+            tail + TAIL_AREA_BYTES,
+        ));
+        let sb_at = [0, BS, tail, tail + BS];
+        for (start, end) in ranges {
+            let mut at = start;
+            while at < end {
+                let n = (end - at).min(1 << 20) as usize;
+                let mut buf = AlignedBuf::new(n);
+                self.mread(src, &mut buf, at)?;
+                for (i, blk) in buf.chunks_mut(BLOCK_BYTES).enumerate() {
+                    if sb_at.contains(&(at + (i * BLOCK_BYTES) as u64))
+                        && super::meta::is_superblock(blk)
+                    {
+                        super::meta::from_member(blk);
+                        super::meta::to_member(blk, &ident);
+                    }
+                }
+                media.write_at(&buf, at)?;
+                at += n as u64;
+            }
+        }
+        media.flush()?;
+        tracing::warn!(
+            "stripe set: {name} attached as member {slot} (uuid {}), to be rebuilt",
+            crate::format::stripe::hex(&ident.member_uuid)
+        );
+        Ok(())
+    }
+
+    /// Write the rebuilt member's pieces of every row of `seg` (data units
+    /// rebuilt from the rest of their row, as a degraded read would; parity
+    /// units recomputed from the row's data). Not flushed: `mark_rebuilt`
+    /// flushes before it writes the record.
+    pub fn rebuild_segment(&self, seg: u32) -> io::Result<()> {
+        let slot = self
+            .rebuilding_slot()
+            .ok_or_else(|| invalid("stripe set: no member is being rebuilt".into()))?;
+        let l = self.layout;
+        let u = l.unit as usize;
+        let row_bytes = l.write_unit();
+        let rps = l.rows_per_segment;
+        let (first, end) = (seg as u64 * rps, (seg as u64 + 1) * rps);
+        let busy = {
+            let t = self.rows.lock();
+            (first..end).any(|r| t.get(r).is_some() || t.mount_tags.contains_key(&r))
+        };
+        if !busy {
+            return self.rebuild_segment_bulk(slot, first, end);
+        }
+        // rows in memory or named by a scratch tag: row by row, as a
+        // degraded read rebuilds them
+        for row in first..end {
+            let mut piece = AlignedBuf::new(u);
+            match l.role(row, slot) {
+                Role::Data(d) => self.reconstruct(row, d, 0, &mut piece)?,
+                which => {
+                    let mut data = AlignedBuf::new(row_bytes as usize);
+                    self.read_area(row * row_bytes, &mut data)?;
+                    let units: Vec<&[u8]> = data.chunks(u).collect();
+                    let mut par: Vec<AlignedBuf> =
+                        (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
+                    let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
+                    parity::encode(&units, &mut refs).map_err(io::Error::other)?;
+                    let k = if which == Role::P { 0 } else { 1 };
+                    piece.copy_from_slice(&par[k]);
+                }
+            }
+            self.mwrite(slot, &piece, l.row_offset(row).expect("row inside the set"))?;
+        }
+        self.still_up(slot)
+    }
+
+    /// `rebuild_segment` of rows `first..end` when no row has state in
+    /// memory or a scratch tag: the segment's span (contiguous on every
+    /// member) read from every other member in one read each, each row's
+    /// piece rebuilt from the rest of the row (parity::reconstruct: the
+    /// same for a data, P or Q piece), written in one write.
+    fn rebuild_segment_bulk(&self, slot: u32, first: u64, end: u64) -> io::Result<()> {
+        let l = self.layout;
+        let u = l.unit as usize;
+        let n = l.members as usize;
+        let dn = l.data_members() as usize;
+        let span = ((end - first) * l.unit) as usize;
+        let base = l.row_offset(first).expect("row inside the set");
+        let mut spans: Vec<Option<AlignedBuf>> = (0..n as u32)
+            .map(|m| {
+                if m == slot {
+                    return None;
+                }
+                let mut b = AlignedBuf::new(span);
+                self.mread(m, &mut b, base).ok().map(|_| b)
+            })
+            .collect();
+        let mut out = AlignedBuf::new(span);
+        for (k, row) in (first..end).enumerate() {
+            let mut shards: Vec<Vec<u8>> = Vec::with_capacity(n);
+            let mut lost = Vec::new();
+            let mut mine = 0;
+            for i in 0..n {
+                let m = self.shard_member(row, i as u32) as usize;
+                match &spans[m] {
+                    Some(b) => shards.push(b[k * u..(k + 1) * u].to_vec()),
+                    None => {
+                        if m == slot as usize {
+                            mine = i;
+                        }
+                        lost.push(i);
+                        shards.push(vec![0u8; u]);
+                    }
+                }
+            }
+            if lost.len() > l.parity as usize {
+                return Err(io::Error::other(format!(
+                    "stripe set: row {row} cannot be rebuilt: {} of its members are down, parity {}",
+                    lost.len(),
+                    l.parity
+                )));
+            }
+            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
+            parity::reconstruct(&mut refs, dn, &lost).map_err(io::Error::other)?;
+            out[k * u..(k + 1) * u].copy_from_slice(&shards[mine]);
+        }
+        spans.clear();
+        self.mwrite(slot, &out, base)?;
+        self.still_up(slot)
+    }
+
+    /// Err when the member being rebuilt failed (a write to it that failed
+    /// took it out of use: `mwrite` then skips it without an error).
+    fn still_up(&self, slot: u32) -> io::Result<()> {
+        match self.up(slot) {
+            Some(_) => Ok(()),
+            None => Err(io::Error::other(format!(
+                "stripe set: member {slot} being rebuilt failed"
+            ))),
+        }
+    }
+
+    /// Flush the member being rebuilt; Err when it failed.
+    fn flush_rebuilt(&self, slot: u32) -> io::Result<()> {
+        let media = self.up(slot).ok_or_else(|| {
+            io::Error::other(format!("stripe set: member {slot} being rebuilt failed"))
+        })?;
+        // MUTANT: rebuild-data-unflushed s|media.flush()|Ok::<(), io::Error>(())|
+        if let Err(e) = media.flush() {
+            self.fail(slot, e)?;
+        }
+        if self.up(slot).is_none() {
+            return Err(io::Error::other(format!(
+                "stripe set: member {slot} being rebuilt failed"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Segments below `next` are rebuilt: flush the member (their pieces
+    /// durable), persist that in the record, flush, and read them from the
+    /// member from now on. `copied` and `skipped`: how many of them since
+    /// the last mark were copied, and were free (counted for progress).
+    pub fn mark_rebuilt(&self, next: u32, copied: u32, skipped: u32) -> io::Result<()> {
+        let slot = self
+            .rebuilding_slot()
+            .ok_or_else(|| invalid("stripe set: no member is being rebuilt".into()))?;
+        // the pieces first: the record may only name durable ones
+        self.flush_rebuilt(slot)?;
+        let rec = RebuildRecord {
+            set_uuid: self.members[0].ident.set_uuid,
+            member_uuid: self.members[slot as usize].ident.member_uuid,
+            next_segment: next,
+            segment_count: self.shape.segment_count,
+        };
+        let mut b = AlignedBuf::new(BLOCK_BYTES);
+        b.copy_from_slice(&rec.encode());
+        // MUTANT: rebuild-record-one-place s|next as u64 % 2|0|
+        self.write_record(slot, &b, next as u64 % 2)?;
+        self.rebuilt_rows.store(
+            next as u64 * self.layout.rows_per_segment,
+            Ordering::Release,
+        );
+        self.counters
+            .rebuild_copied
+            .fetch_add(copied as u64, Ordering::Relaxed);
+        self.counters
+            .rebuild_skipped
+            .fetch_add(skipped as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Every segment is rebuilt: void the record; the member is whole.
+    pub fn finish_rebuild(&self) -> io::Result<()> {
+        let Some(slot) = self.rebuilding_slot() else {
+            return Ok(());
+        };
+        if self.rebuilt_rows.load(Ordering::Acquire)
+            < self.shape.segment_count as u64 * self.layout.rows_per_segment
+        {
+            return Err(invalid(format!(
+                "stripe set: member {slot} is not rebuilt to the end"
+            )));
+        }
+        // (a torn void of one place leaves the other, valid: a later mount
+        // resumes from it and copies again, nothing worse)
+        self.write_record(slot, &AlignedBuf::new(BLOCK_BYTES), 0)?;
+        self.write_record(slot, &AlignedBuf::new(BLOCK_BYTES), 1)?;
+        self.rebuilding.store(0, Ordering::Release);
+        tracing::warn!(
+            "stripe set: member {slot} ({}) is rebuilt",
+            self.members[slot as usize].name
+        );
+        Ok(())
+    }
+
+    fn write_record(&self, slot: u32, b: &[u8], place: u64) -> io::Result<()> {
+        let media = self
+            .up(slot)
+            .ok_or_else(|| {
+                io::Error::other(format!("stripe set: member {slot} being rebuilt failed"))
+            })?
+            .clone();
+        media.write_at(b, self.record_offset(place))?;
+        media.flush()
+    }
+}
