@@ -236,6 +236,11 @@ impl Packer {
         self.buf.len() / BLOCK_BYTES
     }
 
+    /// Packed block `j` as it is now (the last one may still take fragments).
+    pub fn block(&self, j: usize) -> &[u8] {
+        &self.buf[j * BLOCK_BYTES..(j + 1) * BLOCK_BYTES]
+    }
+
     /// Whether no fragment has been pushed.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()

@@ -23,6 +23,7 @@ mod core;
 mod housekeeper;
 mod intent;
 mod logdev;
+mod packer;
 mod read;
 mod scrub;
 mod striped;
@@ -711,6 +712,7 @@ impl Volume {
         let mut core = Core::new(geo, uuid, m.map, m.segs, next_seq);
         core.policy = policy;
         core.clock = opts.clock;
+        core.compressed = core.map.is_wide();
         core.gc_classes = policy.gc_classes();
         core.hot_lifetime = policy.hot_lifetime(geo.logical_blocks);
         if policy.decay_hints() {
@@ -1345,6 +1347,7 @@ impl Shared {
                 (need, level, c.headroom_blocks(reserve), log_bytes)
             };
             since_checkpoint = log_bytes;
+            self.pack_staged(&mut out)?;
             self.commit.submit(out)?;
             self.hk.pace(i - start, level, headroom);
             if need_space {
@@ -1402,6 +1405,8 @@ impl Shared {
         };
         // Write the sealed chunk here rather than through the queue: the caller
         // waits for it anyway, and a hand-off to a writer thread costs two wakeups.
+        // (A compressed volume's chunk is packed and placed here first.)
+        self.pack_staged(&mut out)?;
         self.commit.write_sealed(out)?;
         if let Some(r) = &rec {
             self.commit.write_record(r)?;
@@ -1509,7 +1514,29 @@ impl Shared {
         if self.opts.read_only {
             return Ok(());
         }
+        self.pack_staged(&mut out)?;
         self.commit.submit(out)
+    }
+
+    /// Compressed volumes: pack every staged chunk nobody packs yet, off the
+    /// engine lock, and place what is ready at the head of the queue (in seq
+    /// order) into `out`, for the commit stage. The thread that sealed a
+    /// chunk calls this right after, so every staged chunk is taken; a chunk
+    /// packed while an earlier one is still being packed elsewhere is placed
+    /// by that other thread. Uncompressed volumes: one branch, nothing else.
+    pub(in crate::volume) fn pack_staged(&self, out: &mut Vec<crate::log::Sealed>) -> Result<()> {
+        if self.geo.map_value_bytes != crate::map::VALUE_BYTES_COMPRESSED {
+            return Ok(());
+        }
+        loop {
+            let Some(job) = self.core.lock().take_pack_job() else {
+                return Ok(());
+            };
+            let packed = packer::pack_here(&job);
+            let mut c = self.core.lock();
+            c.finish_pack(job, packed);
+            c.place_ready(out).map_err(|NeedSpace| Error::NoSpace)?;
+        }
     }
 
     fn stats(&self) -> Stats {
@@ -1569,6 +1596,25 @@ impl Shared {
             failure: None,
             lifetime: Default::default(),
             lifetime_write_amplification: 0.0,
+            compress: {
+                let t = c.packed_tally;
+                let bs = BLOCK_BYTES as u64;
+                crate::stats::CompressStats {
+                    host_bytes: t.blocks * bs,
+                    stored_bytes: t.stored_blocks * bs,
+                    ratio: if t.blocks == 0 {
+                        1.0
+                    } else {
+                        t.stored_blocks as f64 / t.blocks as f64
+                    },
+                    fragments: t.fragments,
+                    skipped_share: if t.blocks == 0 {
+                        0.0
+                    } else {
+                        t.skipped as f64 / t.blocks as f64
+                    },
+                }
+            },
         };
         drop(c);
         let mut s = self.counters.snapshot(base);
