@@ -282,6 +282,10 @@ pub struct CompressStats {
     pub fragments: u64,
     /// Share of the host blocks the entropy sample skipped (LZ4 never ran).
     pub skipped_share: f64,
+    /// Those blocks.
+    pub skipped_blocks: u64,
+    /// Live map entries that are fragments now (from the segment table).
+    pub live_fragments: u64,
 }
 
 impl Counters {

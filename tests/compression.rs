@@ -335,6 +335,22 @@ fn a_damaged_packed_block_is_eio_for_its_fragments_only() {
         }
     }
     assert!(vol.stats().crc_errors >= hit.len() as u64);
+    drop(vol);
+    // `check` names every fragment of the damaged block
+    let report = sluice::check::check(&*media);
+    assert!(!report.is_clean());
+    let named: Vec<u64> = report
+        .found
+        .iter()
+        .filter(|f| f.kind == "bad_fragment")
+        .filter_map(|f| f.lba)
+        .collect();
+    for l in &hit {
+        assert!(
+            named.contains(l),
+            "check does not name block {l}: {named:?}"
+        );
+    }
 }
 
 /// A fragment's raw CRC is checked after LZ4 (block CRCs off: only the
@@ -378,6 +394,17 @@ fn a_fragment_whose_raw_crc_fails_is_eio_even_without_block_crcs() {
         vol.read(other * BS as u64, &mut buf).unwrap();
         assert!(buf == data[other as usize * BS..(other as usize + 1) * BS]);
     }
+    drop(vol);
+    // (the block CRC of its packed block fails too: check names it)
+    let report = sluice::check::check(&*media);
+    assert!(
+        report
+            .found
+            .iter()
+            .any(|f| f.kind == "bad_fragment" && f.lba == Some(lba)),
+        "{:?}",
+        report.damage
+    );
 }
 
 /// GC moves every live fragment as it is and drops the dead ones: write

@@ -360,6 +360,7 @@ pub fn unpack(
         }
         Err(e) => return Err(invalid("packed.fragment", e.to_string())),
     }
+    // MUTANT: fragment-raw-crc-unchecked s|crc32c::crc32c(raw) != crc|false|
     if crc32c::crc32c(raw) != crc {
         return Err(FormatError::Checksum);
     }

@@ -1613,6 +1613,8 @@ impl Shared {
                     } else {
                         t.skipped as f64 / t.blocks as f64
                     },
+                    skipped_blocks: t.skipped,
+                    live_fragments: c.segs.segs.iter().map(|s| s.frag_live as u64).sum(),
                 }
             },
         };
@@ -1802,6 +1804,77 @@ pub(crate) fn parse_victim(
 mod tests {
     use super::*;
     use crate::media::MemMedia;
+
+    /// Placement re-points only what the map still stages: a block written
+    /// again while its chunk was being packed (by another thread: here the
+    /// test plays it) keeps the newer write, before and after a remount.
+    #[test]
+    fn placement_leaves_a_record_overwritten_while_its_chunk_was_packed() {
+        let blocks = 256u64;
+        let geo = Geometry::for_logical_with(blocks, 32, 0.10, 0, 5);
+        let create = CreateOptions {
+            logical_bytes: Some(blocks * BS),
+            overprovision: 0.10,
+            segment_bytes: 32 * BS,
+            compression: crate::compress::Compression::Lz4,
+            ..Default::default()
+        };
+        let open = OpenOptions {
+            background: false,
+            ..Default::default()
+        };
+        let media = Arc::new(MemMedia::new(geo.media_bytes()));
+        let vol = Volume::create(media.clone(), &create, &open).unwrap();
+        let bs = BS as usize;
+        // block 5 incompressible (raw), blocks 6-8 compressible (fragments,
+        // one packed block: the chunk saves two blocks)
+        let mut old = vec![0u8; 4 * bs];
+        let mut x = 0x1234_5678u32;
+        for b in &mut old[..bs] {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *b = x as u8;
+        }
+        old[bs..].fill(b'a');
+        let mut new = old.clone();
+        new[0] ^= 1;
+        new[bs..].fill(b'b');
+        vol.write(5 * BS, &old, false).unwrap();
+        // another thread seals the user chunk and packs it off the lock...
+        let job = {
+            let mut c = vol.sh.core.lock();
+            let mut out = Vec::new();
+            c.seal(Stream::User, 0, &mut out);
+            assert!(out.is_empty(), "a staged chunk is not handed out at seal");
+            c.take_pack_job().expect("the staged chunk")
+        };
+        // ...while both blocks are written again (into the next chunk)
+        vol.write(5 * BS, &new, false).unwrap();
+        let packed = packer::pack_here(&job);
+        assert_eq!(packed.tally.fragments, 3);
+        let mut out = Vec::new();
+        {
+            let mut c = vol.sh.core.lock();
+            c.finish_pack(job, packed);
+            c.place_ready(&mut out).unwrap();
+        }
+        assert_eq!(out.len(), 1);
+        vol.sh.commit.write_sealed(out).unwrap();
+        let mut buf = vec![0u8; 4 * bs];
+        vol.read(5 * BS, &mut buf).unwrap();
+        assert!(
+            buf == new,
+            "the placed chunk re-pointed an overwritten block"
+        );
+        vol.flush().unwrap();
+        vol.read(5 * BS, &mut buf).unwrap();
+        assert!(buf == new, "after flush");
+        drop(vol); // crash: replay applies both chunks in seq order
+        let vol = Volume::open(media, &open).unwrap();
+        vol.read(5 * BS, &mut buf).unwrap();
+        assert!(buf == new, "after a remount");
+    }
 
     /// A driven housekeeper step is the whole round: with writes pausing
     /// short of the reserve (no inline cleaning) it cleans (ahead to the mark)
