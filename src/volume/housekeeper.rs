@@ -564,9 +564,11 @@ impl Shared {
             c.seal_for_barrier(d, &mut out);
             (c.next_seq, c.segs.pending.clone(), c.kill_lsn)
         };
+        // (compressed volumes: chunks other threads sealed may be placed
+        // here too; whatever is placed must reach the commit stage)
         self.pack_staged(&mut out)?;
         if segs.is_empty() {
-            return Ok(());
+            return self.commit.submit_housekeeping(out);
         }
         // 1. every chunk so far durable; 2. the superblock records it
         self.commit.submit_housekeeping(out)?;
