@@ -128,6 +128,9 @@ pub struct Core {
     next_staged_id: u32,
     /// Sums of every packing since mount (stats).
     pub packed_tally: super::packer::Tally,
+    /// Segments taken (Open, empty) for staged chunks that will not fit the
+    /// user segment: placement takes them in order (`open_staged`).
+    pub user_spare: VecDeque<u32>,
 }
 
 pub use crate::map::{kind_of, virt_of};
@@ -168,6 +171,7 @@ impl Core {
             staged: VecDeque::new(),
             next_staged_id: 0,
             packed_tally: Default::default(),
+            user_spare: VecDeque::new(),
         }
     }
 
@@ -490,18 +494,38 @@ impl Core {
     /// is sealed, by the thread that sealed it).
     fn open_staged(&mut self, reserve: u32) -> Result<(), NeedSpace> {
         let seg_blocks = self.seg_blocks();
-        // The chunks staged before it are placed first; each takes at most
-        // its raw size. The new chunk is capped to the room they leave in the
-        // user segment, or else it needs a fresh segment, allowed only beyond
-        // the reserve (as for an uncompressed chunk).
-        let promised: u32 = self.staged.iter().map(|s| 1 + s.crcs.len() as u32).sum();
-        let room = self.open_seg[0].map_or(0, |s| seg_blocks - self.segs.segs[s as usize].fill);
-        let cap_room = if room >= promised + 2 {
-            room - promised - 1
+        // The chunks staged before it are placed first, in seq order, each
+        // where it fits (the user segment, else the next one): plan them
+        // with their raw sizes (a packed chunk is never larger, and this
+        // next-fit plan never needs more segments for smaller chunks). The
+        // new chunk is capped to the room the plan leaves; when none is left
+        // it takes its segment now, beyond the reserve as an uncompressed
+        // chunk would (`user_spare`), so placement never waits for GC.
+        let mut room = self.open_seg[0].map_or(0, |s| seg_blocks - self.segs.segs[s as usize].fill);
+        let mut spares_used = 0usize;
+        for st in &self.staged {
+            let b = 1 + st.crcs.len() as u32;
+            if b > room {
+                spares_used += 1;
+                room = seg_blocks;
+            }
+            room -= b;
+        }
+        assert!(
+            spares_used <= self.user_spare.len(),
+            "staged chunks promised more segments than were taken"
+        );
+        let cap_room = if room >= 2 {
+            room - 1
+        } else if self.user_spare.len() > spares_used {
+            seg_blocks - 1
         } else {
             if self.segs.free.len() <= reserve as usize {
                 return Err(NeedSpace);
             }
+            let s = self.segs.take_free(Stream::User).ok_or(NeedSpace)?;
+            self.segs.segs[s as usize].gen = 0;
+            self.user_spare.push_back(s);
             seg_blocks - 1
         };
         let image = self.pool.get();
@@ -581,7 +605,7 @@ impl Core {
             let blocks = 1 + p.data_blocks();
             let fits = self.open_seg[0]
                 .is_some_and(|s| self.seg_blocks() - self.segs.segs[s as usize].fill >= blocks);
-            if !fits && self.segs.free.is_empty() {
+            if !fits && self.user_spare.is_empty() && self.segs.free.is_empty() {
                 // (kept staged: nothing is lost, the volume reports no space)
                 return Err(NeedSpace);
             }
@@ -604,11 +628,17 @@ impl Core {
                     self.close_segment(s);
                     self.open_seg[0] = None;
                 }
-                let s = self
-                    .segs
-                    .take_free(Stream::User)
-                    .expect("place_ready checked for a free segment");
-                self.segs.segs[s as usize].gen = 0;
+                let s = match self.user_spare.pop_front() {
+                    Some(s) => s,
+                    None => {
+                        let s = self
+                            .segs
+                            .take_free(Stream::User)
+                            .expect("place_ready checked for a free segment");
+                        self.segs.segs[s as usize].gen = 0;
+                        s
+                    }
+                };
                 self.open_seg[0] = Some(s);
                 s
             }
