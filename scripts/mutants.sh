@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutations the test suite must kill (issues 9, 17 and 21). A test name `lib`
+# Mutations the test suite must kill (issues 9, 17, 19 and 21). A test name `lib`
 # runs the crate's unit tests (cargo test --lib). Each mutation is applied to a copy
 # of the working tree in a temporary directory (the real tree is never edited),
 # the tests that guard that property run, and a table mutation -> killed /
@@ -451,6 +451,18 @@ apply_fragment_place_off_by_one() {
 apply_packed_chain_unchecked() {
   marker packed-chain-unchecked
 }
+apply_fragment_raw_crc_unchecked() {
+  marker fragment-raw-crc-unchecked
+}
+apply_gc_moves_dead_fragment() {
+  marker gc-moves-dead-fragment
+}
+apply_gc_drops_live_fragment() {
+  replace src/volume/core.rs "if self.map.get(lba) == at {" "if self.map.get(lba) == at && false {"
+}
+apply_place_unconditional() {
+  marker place-unconditional
+}
 apply_crc_load_off_by_one() {
   marker crc-load-off-by-one
 }
@@ -554,6 +566,10 @@ run map-five-byte-stride compression lib
 run fragment-place-off-by-one lib
 run packed-chain-unchecked lib
 run crc-load-off-by-one verified_reads
+run fragment-raw-crc-unchecked compression lib
+run gc-moves-dead-fragment compression
+run gc-drops-live-fragment compression
+run place-unconditional lib
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -3,7 +3,10 @@
 //! checkpoint slots, a read-only mount (which replays and verifies every chunk
 //! newer than the checkpoint), then every chunk of every segment that holds live
 //! data, and finally that each mapped data block is described by a verified chunk
-//! entry for that logical block with a matching block CRC.
+//! entry for that logical block with a matching block CRC, and each mapped LZ4
+//! fragment (compressed volumes) by a Packed entry for it whose packed
+//! block(s) match their CRCs and which unpacks to its raw CRC (a bad one is
+//! named by logical block).
 //!
 //! The report carries each finding twice: as fields a script can test
 //! (`superblock_copies`, `checkpoint_slots`, `mount_result`, `found`) and as the
@@ -409,6 +412,10 @@ pub fn check_store(
     // phys block -> (lba, crc ok) for every data block of every verified chunk.
     let mut described: std::collections::HashMap<u32, (u64, bool)> =
         std::collections::HashMap::new();
+    // (packed block, slot) -> (lba, unpacks to its raw CRC) for every fragment
+    let mut fragments: std::collections::HashMap<(u32, u8), (u64, bool)> =
+        std::collections::HashMap::new();
+    let mut raw = vec![0u8; BLOCK_BYTES];
     let nseg = geo.segment_count as u64;
     for seg in 0..geo.segment_count {
         step("segments", seg as u64, nseg);
@@ -482,7 +489,34 @@ pub fn check_store(
         for f in &walk.chunks {
             let h = &f.header;
             let at = f.pos as usize * BLOCK_BYTES;
-            for r in codec::records(h, seg as u64 * sbk as u64 + f.pos as u64) {
+            let chunk_phys = seg as u64 * sbk as u64 + f.pos as u64;
+            for r in codec::records(h, chunk_phys) {
+                if let Place::Fragment { k } = r.place {
+                    let Some(fp) = f.fragments.get(k as usize) else {
+                        continue;
+                    };
+                    // (fp.phys is relative to the chunk's header block)
+                    let off = at + fp.phys as usize * BLOCK_BYTES;
+                    let n = 1 + fp.spans as usize;
+                    let crcs_ok = (0..n).all(|j| {
+                        let d = fp.phys as usize - 1 + j;
+                        let b = &img[off + j * BLOCK_BYTES..off + (j + 1) * BLOCK_BYTES];
+                        h.block_crcs.get(d) == Some(&chunk::block_crc(b))
+                    });
+                    let next = fp
+                        .spans
+                        .then(|| &img[off + BLOCK_BYTES..off + 2 * BLOCK_BYTES]);
+                    let ok = crcs_ok
+                        && crate::format::packed::unpack(
+                            &img[off..off + BLOCK_BYTES],
+                            next,
+                            fp.slot,
+                            &mut raw,
+                        )
+                        .is_ok();
+                    fragments.insert(((chunk_phys + fp.phys) as u32, fp.slot), (r.lba, ok));
+                    continue;
+                }
                 let Place::Block { phys, data, crc } = r.place else {
                     continue;
                 };
@@ -494,11 +528,29 @@ pub fn check_store(
     }
     let mut bad_blocks = 0u64;
     let mut first_bad = Vec::new();
+    let mut bad_fragments = Vec::new();
     step("segments", nseg, nseg);
     let nmap = m.map.len();
     for (lba, loc) in m.map.iter().enumerate() {
         if lba % (1 << 20) == 0 {
             step("map", lba as u64, nmap);
+        }
+        if let Loc::Fragment { phys, slot, .. } = loc {
+            match fragments.get(&(phys, slot)) {
+                Some(&(l, true)) if l == lba as u64 => r.data_blocks_verified += 1,
+                Some(&(l, _)) if l != lba as u64 => r.add(
+                    Found {
+                        kind: "map_mismatch",
+                        lba: Some(lba as u64),
+                        phys: Some(phys),
+                        seq: None,
+                        cause: Some(format!("fragment recorded as logical block {l}")),
+                        ..Found::default()
+                    },
+                    format!("logical block {lba} maps to the fragment in slot {slot} of packed block {phys}, which a chunk records as logical block {l}"),
+                ),
+                _ => bad_fragments.push((lba as u64, phys, slot)),
+            }
         }
         if let Loc::Data(p) = loc {
             match described.get(&p) {
@@ -524,6 +576,19 @@ pub fn check_store(
         }
     }
     step("map", nmap, nmap);
+    for &(lba, phys, slot) in &bad_fragments {
+        r.add(
+            Found {
+                kind: "bad_fragment",
+                lba: Some(lba),
+                phys: Some(phys),
+                ..Found::default()
+            },
+            format!(
+                "logical block {lba}: its LZ4 fragment (slot {slot} of packed block {phys}) fails its checksum or lies in an unverifiable chunk"
+            ),
+        );
+    }
     if bad_blocks > 0 {
         let f = Found {
             kind: "bad_blocks",

@@ -172,7 +172,7 @@ pub trait Policy: Send + Sync {
 
 fn greedy_score(s: &SegInfo) -> f64 {
     // lower is better: negate so that larger is better throughout
-    -(s.data_live as f64) - (s.live - s.data_live) as f64 * 1e-6
+    -(s.live_blocks() as f64) - (s.live - s.data_live - s.frag_live) as f64 * 1e-6
 }
 
 fn cb_score(s: &SegInfo, now_seq: u64, u: f64) -> f64 {
@@ -324,10 +324,13 @@ pub fn pick_victim(
         if s.state != SegState::Closed || s.last_seq >= written_through || s.live == 0 {
             continue;
         }
-        if cleaning_gain(s.data_live, s.live, seg_blocks) < min_gain_blocks.max(1) as i64 {
+        // fragments weigh their estimated bytes (compressed volumes)
+        let lb = s.live_blocks();
+        let virt = s.live - s.data_live - s.frag_live;
+        if cleaning_gain(lb, lb + virt, seg_blocks) < min_gain_blocks.max(1) as i64 {
             continue;
         }
-        let u = s.data_live as f64 / seg_blocks as f64;
+        let u = lb as f64 / seg_blocks as f64;
         let score = p.score(s, segs, now_seq, u);
         if best.is_none_or(|(b, _)| score > b) {
             best = Some((score, i as u32));

@@ -1,7 +1,11 @@
 //! Log: the open chunk of one stream (user or GC) being filled in arrival order,
 //! and the sealed chunk image handed to the media. A chunk reserves its place in
 //! its segment when it opens, so every appended block has a final physical address
-//! at once and the map can point to it immediately.
+//! at once and the map can point to it immediately; except the user chunk of a
+//! compressed volume, which is *staged* (`staged`: no place until it is packed,
+//! docs/compression.md). A GC chunk of a compressed volume takes fragments as
+//! they are into its own packed blocks after its raw ones (once a fragment is
+//! in, no raw block follows, so every place stays final at append).
 //!
 //! Invariant: the image of a sealed chunk is exactly header block + data blocks,
 //! its header describes every data block in order, and its CRCs are final.
@@ -93,6 +97,12 @@ pub struct OpenChunk {
     /// intent log record: a FLUSH logs only those after them.
     pub logged: u32,
     pub logged_data: u32,
+    /// A compressed volume's user chunk: its staged id (no place yet;
+    /// `segment` and `start` mean nothing).
+    pub staged: Option<u32>,
+    /// A GC chunk's packed blocks (fragments moved as they are), after the
+    /// raw blocks.
+    pub packer: Option<crate::format::packed::Packer>,
 }
 
 /// The block records of an open chunk not yet in the intent log.
@@ -143,7 +153,14 @@ impl OpenChunk {
             chain: None,
             logged: 0,
             logged_data: 0,
+            staged: None,
+            packer: None,
         }
+    }
+
+    /// Packed blocks so far (GC chunks of compressed volumes).
+    pub fn packed_blocks(&self) -> u32 {
+        self.packer.as_ref().map_or(0, |p| p.blocks() as u32)
     }
 
     /// Count one more user block record (its LSN is `lsn.end()` before the call).
@@ -225,7 +242,11 @@ impl OpenChunk {
 
     /// Can one more block of this kind be appended?
     pub fn has_room(&self, lba: u64, kind: Kind, src: u32) -> bool {
-        if kind == Kind::Data && self.data_blocks() >= self.cap_data {
+        // no raw block after a packed one; a fragment may open two blocks
+        if kind == Kind::Data && (self.data_blocks() >= self.cap_data || self.packer.is_some()) {
+            return false;
+        }
+        if kind == Kind::Packed && self.data_blocks() + self.packed_blocks() + 2 > self.cap_data {
             return false;
         }
         self.entries.len() < MAX_ENTRIES
@@ -267,18 +288,63 @@ impl OpenChunk {
     }
 
     pub fn push_virtual(&mut self, lba: u64, kind: Kind, src: u32) {
-        debug_assert!(kind != Kind::Data && self.has_room(lba, kind, src));
+        debug_assert!(kind != Kind::Data && kind != Kind::Packed && self.has_room(lba, kind, src));
         self.push_entry(lba, kind, src);
+    }
+
+    /// Append a fragment as it is (GC of a compressed volume) with the CRC32C
+    /// of its 4 KiB; returns its packed block's offset within the segment and
+    /// its place there.
+    pub fn push_fragment(
+        &mut self,
+        lba: u64,
+        fragment: &[u8],
+        raw_crc: u32,
+        src: u32,
+    ) -> (u32, crate::format::packed::Place) {
+        assert!(
+            self.staged.is_none() && self.has_room(lba, Kind::Packed, src),
+            "chunk overflow"
+        );
+        let raw = self.data_blocks();
+        let place = self
+            .packer
+            .get_or_insert_with(crate::format::packed::Packer::new)
+            .push(fragment, raw_crc);
+        self.push_entry(lba, Kind::Packed, src);
+        (self.start + 1 + raw + place.block, place)
     }
 
     /// The buffered content of the block at `seg_off` (block offset in the segment), if it is here.
     pub fn block_at(&self, seg_off: u32) -> Option<&[u8]> {
+        if self.staged.is_some() {
+            return None;
+        }
         let i = seg_off.checked_sub(self.start + 1)? as usize;
-        (i < self.crcs.len()).then(|| &self.image[(1 + i) * BLOCK_BYTES..(2 + i) * BLOCK_BYTES])
+        if i < self.crcs.len() {
+            return Some(&self.image[(1 + i) * BLOCK_BYTES..(2 + i) * BLOCK_BYTES]);
+        }
+        let p = self.packer.as_ref()?;
+        let j = i - self.crcs.len();
+        (j < p.blocks()).then(|| p.block(j))
     }
 
     /// Encode the header, compute the chunk CRC and hand back the image.
     pub fn seal(mut self, seq: u64, durable_seq: u64, uuid: [u8; 16], timestamp_ns: u64) -> Sealed {
+        assert!(
+            self.staged.is_none(),
+            "a staged chunk is placed, not sealed in place"
+        );
+        if let Some(p) = self.packer.take() {
+            // the packed blocks follow the raw ones
+            let raw = self.data_blocks() as usize;
+            let packed = p.finish();
+            let at = (1 + raw) * BLOCK_BYTES;
+            self.image[at..at + packed.len()].copy_from_slice(&packed);
+            for b in packed.chunks_exact(BLOCK_BYTES) {
+                self.crcs.push(chunk::block_crc(b));
+            }
+        }
         let data_blocks = self.data_blocks();
         let header = ChunkHeader {
             uuid,

@@ -7,9 +7,12 @@
 //! value and a high byte, kept as a second array (empty on an uncompressed
 //! volume, whose map stays 4 bytes per block and whose lookups never touch it).
 //! A high byte of 0 means the low 4 bytes are a v1 value; the others are the
-//! fragment and staged encodings of docs/compression.md, which this build does
-//! not make yet: it keeps every high byte 0 and refuses a checkpoint with
-//! another value.
+//! fragment and staged encodings of docs/compression.md: `0x80 | spans << 4 |
+//! slot` a fragment (low bytes: the packed block where it starts), `0x40` a
+//! data block of a staged chunk (low bytes: chunk id << 8 | data index),
+//! `0x50 | kind` a virtual record of a staged chunk (low bytes: chunk id).
+//! Staged values live in RAM only: a checkpoint never holds one (encoding one
+//! is an assertion, decoding one an error).
 //!
 //! Invariant: a physical data block is referenced by at most one logical block,
 //! and every value decodes to a place inside the volume's geometry.
@@ -38,7 +41,28 @@ pub enum Loc {
     Unmapped,
     Data(u32),
     Virtual(Virt, u32),
+    /// Compressed volumes: an LZ4 fragment starting in packed block `phys`,
+    /// slot `slot`, continuing in `phys + 1` when `spans`.
+    Fragment {
+        phys: u32,
+        slot: u8,
+        spans: bool,
+    },
+    /// Compressed volumes, RAM only: data block `idx` of staged chunk `id`
+    /// (a user chunk not yet packed and placed).
+    Staged {
+        id: u32,
+        idx: u8,
+    },
+    /// Compressed volumes, RAM only: a virtual record of staged chunk `id`.
+    StagedVirt(Virt, u32),
 }
+
+/// Staged chunk ids are 24 bits (a staged value's low bytes: id << 8 | idx).
+pub const STAGED_IDS: u32 = 1 << 24;
+const HI_FRAGMENT: u8 = 0x80;
+const HI_STAGED: u8 = 0x40;
+const HI_STAGED_VIRT: u8 = 0x50;
 
 impl Loc {
     #[inline]
@@ -52,6 +76,9 @@ impl Loc {
             Loc::Virtual(k, seg) => {
                 assert!(seg < MAX_SEGMENTS);
                 VIRTUAL_BIT | (k as u32) << 29 | seg
+            }
+            Loc::Fragment { .. } | Loc::Staged { .. } | Loc::StagedVirt(..) => {
+                panic!("a compressed-volume value in a 4-byte map")
             }
         }
     }
@@ -70,12 +97,64 @@ impl Loc {
             Loc::Virtual(k, v & MAX_SEGMENTS)
         }
     }
-    /// Segment that must stay alive for this value (data block or virtual record).
+    /// The 5-byte value (low 4 bytes, high byte) of a compressed volume's map.
+    #[inline]
+    pub fn encode5(self) -> (u32, u8) {
+        match self {
+            Loc::Fragment { phys, slot, spans } => {
+                assert!(
+                    (phys as u64) < MAX_PHYS_BLOCKS
+                        && (slot as usize) < crate::format::packed::MAX_SLOTS
+                );
+                (phys, HI_FRAGMENT | (spans as u8) << 4 | slot)
+            }
+            Loc::Staged { id, idx } => {
+                assert!(id < STAGED_IDS);
+                (id << 8 | idx as u32, HI_STAGED)
+            }
+            Loc::StagedVirt(k, id) => (id, HI_STAGED_VIRT | k as u8),
+            v1 => (v1.encode(), 0),
+        }
+    }
+    /// Decode a 5-byte value (None: a high byte no build makes).
+    #[inline]
+    pub fn decode5(lo: u32, hi: u8) -> Option<Loc> {
+        Some(match hi {
+            0 => Loc::decode(lo),
+            h if h & HI_FRAGMENT != 0 => {
+                if h & 0x60 != 0 || (h & 0x0f) as usize >= crate::format::packed::MAX_SLOTS {
+                    return None;
+                }
+                Loc::Fragment {
+                    phys: lo,
+                    slot: h & 0x0f,
+                    spans: h & 0x10 != 0,
+                }
+            }
+            HI_STAGED => Loc::Staged {
+                id: lo >> 8,
+                idx: lo as u8,
+            },
+            h if h & 0xf0 == HI_STAGED_VIRT => Loc::StagedVirt(
+                match h & 0x0f {
+                    0 => Virt::Trim,
+                    1 => Virt::Zero,
+                    2 => Virt::Ones,
+                    _ => return None,
+                },
+                lo,
+            ),
+            _ => return None,
+        })
+    }
+    /// Segment that must stay alive for this value (data block, fragment or
+    /// virtual record; a staged value has no segment yet).
     #[inline]
     pub fn segment(self, segment_blocks: u32) -> Option<u32> {
         match self {
-            Loc::Unmapped => None,
+            Loc::Unmapped | Loc::Staged { .. } | Loc::StagedVirt(..) => None,
             Loc::Data(p) => Some(p / segment_blocks),
+            Loc::Fragment { phys, .. } => Some(phys / segment_blocks),
             Loc::Virtual(_, s) => Some(s),
         }
     }
@@ -128,16 +207,33 @@ impl Map {
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
+    /// Whether values are 5 bytes (a compressed volume).
+    #[inline]
+    pub fn is_wide(&self) -> bool {
+        !self.hi.is_empty()
+    }
     #[inline]
     pub fn get(&self, lba: u64) -> Loc {
-        Loc::decode(self.slots[lba as usize])
+        let lo = self.slots[lba as usize];
+        if self.hi.is_empty() {
+            Loc::decode(lo)
+        } else {
+            Loc::decode5(lo, self.hi[lba as usize]).expect("map holds only values it encoded")
+        }
     }
     #[inline]
     pub fn set(&mut self, lba: u64, loc: Loc) -> Loc {
-        Loc::decode(std::mem::replace(
-            &mut self.slots[lba as usize],
-            loc.encode(),
-        ))
+        if self.hi.is_empty() {
+            return Loc::decode(std::mem::replace(
+                &mut self.slots[lba as usize],
+                loc.encode(),
+            ));
+        }
+        let old = self.get(lba);
+        let (lo, hi) = loc.encode5();
+        self.slots[lba as usize] = lo;
+        self.hi[lba as usize] = hi;
+        old
     }
     /// Bytes of RAM the table uses.
     pub fn memory_bytes(&self) -> u64 {
@@ -156,6 +252,12 @@ impl Map {
             }
         } else {
             for (i, (v, h)) in self.slots.iter().zip(&self.hi).enumerate() {
+                // staged values are never durable: a checkpoint is made with
+                // every staged chunk placed
+                assert!(
+                    *h & 0xc0 != HI_STAGED,
+                    "a staged map value in a checkpoint: block {i}: {h:#x} {v:#x}"
+                );
                 // MUTANT: map-five-byte-stride s|out[i * 5..i * 5 + 4]|out[i * 4..i * 4 + 4]|
                 out[i * 5..i * 5 + 4].copy_from_slice(&v.to_le_bytes());
                 out[i * 5 + 4] = *h;
@@ -207,24 +309,32 @@ impl Map {
         }
         let data_blocks = segment_count as u64 * segment_blocks as u64;
         let mut slots = Vec::with_capacity(n);
+        let mut hi = Vec::with_capacity(if w == 5 { n } else { 0 });
         for i in 0..n {
             let v = u32::from_le_bytes(bytes[i * w..i * w + 4].try_into().unwrap());
-            if w == 5 && bytes[i * w + 4] != 0 {
-                // fragment and staged values (docs/compression.md) are not
-                // made by this build; refusing them is safer than misreading
-                return Err(crate::format::invalid(
-                    "map",
-                    format!(
-                        "logical block {i} holds a compressed-data value ({:#x}), \
-                         which this build does not read",
-                        bytes[i * w + 4]
-                    ),
-                ));
-            }
-            let ok = match Loc::decode(v) {
+            let h = if w == 5 { bytes[i * w + 4] } else { 0 };
+            let loc = match Loc::decode5(v, h) {
+                // staged values are RAM only; unknown high bytes are refused
+                // rather than misread
+                Some(Loc::Staged { .. } | Loc::StagedVirt(..)) | None => {
+                    return Err(crate::format::invalid(
+                        "map",
+                        format!(
+                            "logical block {i} holds a value no checkpoint holds ({h:#x}:{v:#x})"
+                        ),
+                    ));
+                }
+                Some(l) => l,
+            };
+            let ok = match loc {
                 Loc::Unmapped => true,
                 Loc::Data(p) => (p as u64) < data_blocks,
+                Loc::Fragment { phys, spans, .. } => {
+                    (phys as u64 + spans as u64) < data_blocks
+                        && (!spans || (phys + 1) % segment_blocks != 0)
+                }
                 Loc::Virtual(_, s) => s < segment_count && (v >> 29) & 3 != 3,
+                Loc::Staged { .. } | Loc::StagedVirt(..) => false,
             };
             if !ok {
                 return Err(crate::format::invalid(
@@ -233,8 +343,10 @@ impl Map {
                 ));
             }
             slots.push(v);
+            if w == 5 {
+                hi.push(h);
+            }
         }
-        let hi = if w == 5 { vec![0; n] } else { Vec::new() };
         Ok(Map {
             slots,
             hi,
@@ -242,7 +354,7 @@ impl Map {
         })
     }
     pub fn iter(&self) -> impl Iterator<Item = Loc> + '_ {
-        self.slots.iter().map(|&v| Loc::decode(v))
+        (0..self.len()).map(|i| self.get(i))
     }
 }
 
@@ -281,10 +393,32 @@ mod tests {
         ] {
             assert_eq!(Loc::decode(loc.encode()), loc);
         }
+        for loc in [
+            Loc::Data(5),
+            Loc::Fragment {
+                phys: 9,
+                slot: 0,
+                spans: false,
+            },
+            Loc::Fragment {
+                phys: (1 << 31) - 2,
+                slot: 14,
+                spans: true,
+            },
+            Loc::Staged {
+                id: STAGED_IDS - 1,
+                idx: 254,
+            },
+            Loc::StagedVirt(Virt::Ones, 77),
+            Loc::StagedVirt(Virt::Trim, 0),
+        ] {
+            let (lo, hi) = loc.encode5();
+            assert_eq!(Loc::decode5(lo, hi), Some(loc));
+        }
     }
 
     #[test]
-    fn five_byte_maps_roundtrip_and_refuse_values_this_build_does_not_make() {
+    fn five_byte_maps_roundtrip_and_refuse_values_no_checkpoint_holds() {
         let (n, segs, sb) = (100u64, 8u32, 16u32);
         for w in [VALUE_BYTES, VALUE_BYTES_COMPRESSED] {
             let mut m = Map::with_value_bytes(n, w);
@@ -305,12 +439,30 @@ mod tests {
             if w == 5 {
                 // the layout: v1 value little-endian, then the high byte
                 assert_eq!(bytes[3 * 5..3 * 5 + 5], [17, 0, 0, 0, 0]);
-                let mut bad = bytes.clone();
-                bad[7 * 5 + 4] = 0x80;
-                let Err(e) = Map::decode_with(&bad, n, segs, sb, w) else {
-                    panic!("a fragment value decoded");
+                // a fragment value roundtrips; staged and unknown ones are refused
+                let mut f = Map::with_value_bytes(n, w);
+                let frag = Loc::Fragment {
+                    phys: 20,
+                    slot: 14,
+                    spans: true,
                 };
-                assert!(e.to_string().contains("logical block 7"), "{e}");
+                f.set(7, frag);
+                let mut fb = vec![0u8; f.encoded_bytes()];
+                f.encode_into(&mut fb);
+                assert_eq!(fb[7 * 5..7 * 5 + 5], [20, 0, 0, 0, 0x9e]);
+                assert_eq!(Map::decode_with(&fb, n, segs, sb, w).unwrap().get(7), frag);
+                for h in [0x40u8, 0x50, 0x53, 0x20, 0x8f, 0xa0] {
+                    let mut bad = bytes.clone();
+                    bad[7 * 5 + 4] = h;
+                    let Err(e) = Map::decode_with(&bad, n, segs, sb, w) else {
+                        panic!("high byte {h:#x} decoded");
+                    };
+                    assert!(e.to_string().contains("logical block 7"), "{e}");
+                }
+                // a spanning fragment whose next block is in another segment
+                let mut bad = fb.clone();
+                bad[7 * 5..7 * 5 + 4].copy_from_slice(&(sb - 1).to_le_bytes());
+                assert!(Map::decode_with(&bad, n, segs, sb, w).is_err());
                 // read as 4-byte values the same bytes are another map
                 assert!(Map::decode_with(&bytes, n, segs, sb, 4)
                     .map_or(true, |m4| !m4.iter().eq(m.iter())));

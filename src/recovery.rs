@@ -797,6 +797,9 @@ pub struct Found {
     pub segment: u32,
     pub pos: u32,
     pub header: ChunkHeader,
+    /// Its fragments (Packed entries, compressed volumes), placed by its
+    /// packed tables; `phys` relative to the chunk's header block.
+    pub fragments: Vec<codec::FragmentPlace>,
 }
 
 /// What a walk could not accept at some position.
@@ -946,12 +949,17 @@ pub fn walk_image(
                 } else {
                     let whole = &img[i as usize * BLOCK_BYTES..(i + total) as usize * BLOCK_BYTES];
                     prev = Some(h.seq);
-                    match chunk::verify(whole, uuid) {
-                        Ok(_) => w.chunks.push(Found {
+                    // a chunk with Packed entries: its packed tables must chain
+                    // and hold the fragments its entries name
+                    let placed = chunk::verify(whole, uuid)
+                        .and_then(|_| codec::fragments(&h, 0, &whole[BLOCK_BYTES..]));
+                    match placed {
+                        Ok(fragments) => w.chunks.push(Found {
                             seq: h.seq,
                             segment: seg,
                             pos: first + i,
                             header: h,
+                            fragments,
                         }),
                         Err(e) => {
                             // Header trusted: step over it by its length; a later
@@ -1044,14 +1052,25 @@ pub fn apply(map: &mut Map, geo: &Geometry, f: &Found, rules: &mut RecoveryRules
             let loc = match r.place {
                 Place::Block { phys, .. } => Loc::Data(phys as u32),
                 Place::Virtual(k) => Loc::Virtual(virt_of(k).expect("virtual kind"), f.segment),
-                // no build writes Packed entries yet (docs/compression.md):
-                // refuse rather than map a fragment this build cannot read
-                Place::Fragment { .. } => {
-                    return Err(Error::Corrupt(format!(
-                        "chunk seq {} (segment {} block {}) holds compressed (Packed) entries, \
-                         which this build does not read",
-                        f.seq, f.segment, f.pos
-                    )))
+                // a Packed run points the map at its fragments (the walk
+                // placed them through the chunk's packed tables)
+                Place::Fragment { k } => {
+                    let fp = f
+                        .fragments
+                        .get(k as usize)
+                        .filter(|_| map.is_wide())
+                        .ok_or_else(|| {
+                            Error::Corrupt(format!(
+                            "chunk seq {} (segment {} block {}) holds compressed (Packed) entries \
+                             on a volume without compression",
+                            f.seq, f.segment, f.pos
+                        ))
+                        })?;
+                    Loc::Fragment {
+                        phys: (chunk_phys + fp.phys) as u32,
+                        slot: fp.slot,
+                        spans: fp.spans,
+                    }
                 }
             };
             map.set(r.lba, loc);
@@ -1535,6 +1554,16 @@ pub fn rebuild_segments(
                 Error::Corrupt(format!("map points into segment {s}, beyond the volume"))
             })?;
             info.live += 1;
+            if let Loc::Fragment { phys, spans, .. } = loc {
+                info.frag_live += 1;
+                if (phys + spans as u32) % geo.segment_blocks >= info.fill.max(1) {
+                    return Err(Error::Corrupt(format!(
+                        "map points at a fragment in block {} of segment {s}, past its fill {}",
+                        phys % geo.segment_blocks,
+                        info.fill
+                    )));
+                }
+            }
             if let Loc::Data(p) = loc {
                 info.data_live += 1;
                 if p % geo.segment_blocks >= info.fill.max(1) {

@@ -39,6 +39,14 @@ pub struct SegInfo {
     pub live: u32,
     /// Of `live`, how many are data blocks.
     pub data_live: u32,
+    /// Of `live`, how many are LZ4 fragments (compressed volumes).
+    pub frag_live: u32,
+    /// Mean length in bytes of the fragments placed here (the map does not
+    /// know a fragment's length, so live bytes are estimated from it;
+    /// `FRAG_MEAN_UNKNOWN` after a mount).
+    pub frag_mean: u16,
+    /// Fragments placed here this life (the mean's weight).
+    pub frag_placed: u32,
     pub fill: u32,
     pub last_seq: u64,
     /// GC generation of the data written here (0 = host writes, k = relocated k
@@ -58,12 +66,37 @@ pub struct SegInfo {
     pub prior: f32,
 }
 
+/// Assumed mean fragment length when nothing was placed this mount.
+pub const FRAG_MEAN_UNKNOWN: u16 = 2048;
+
 impl SegInfo {
+    /// Live bytes in blocks: raw data blocks plus the estimated space of the
+    /// live fragments (their count times the segment's mean fragment length,
+    /// rounded up). What GC's policy weighs instead of `data_live`.
+    #[inline]
+    pub fn live_blocks(&self) -> u32 {
+        self.data_live + (self.frag_live as u64 * self.frag_mean as u64).div_ceil(4096) as u32
+    }
+
+    /// A fragment of `len` bytes was placed here: update the mean.
+    pub fn note_fragment(&mut self, len: u16) {
+        if self.frag_placed == 0 {
+            self.frag_mean = len;
+        } else {
+            let m = self.frag_mean as i64;
+            self.frag_mean = (m + (len as i64 - m) / (self.frag_placed as i64 + 1)) as u16;
+        }
+        self.frag_placed += 1;
+    }
+
     /// A free, empty segment with no history.
     pub const EMPTY: SegInfo = SegInfo {
         state: SegState::Free,
         live: 0,
         data_live: 0,
+        frag_live: 0,
+        frag_mean: FRAG_MEAN_UNKNOWN,
+        frag_placed: 0,
         fill: 0,
         last_seq: 0,
         gen: 0,

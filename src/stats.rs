@@ -269,6 +269,29 @@ pub struct Stats {
     pub lifetime: Lifetime,
     /// lifetime media bytes / lifetime host bytes written.
     pub lifetime_write_amplification: f64,
+    /// Compressed volumes (since mount): what the packer did with the host
+    /// data blocks of the user chunks it placed.
+    pub compress: CompressStats,
+}
+
+/// The packer's counts (compressed volumes, since mount; all 0 otherwise).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct CompressStats {
+    /// Host data bytes packed (4 KiB per data block).
+    pub host_bytes: u64,
+    /// Bytes those blocks take in their chunks' data areas (raw blocks and
+    /// packed blocks, 4 KiB each).
+    pub stored_bytes: u64,
+    /// stored / host (1.0 when nothing was packed).
+    pub ratio: f64,
+    /// Blocks stored as LZ4 fragments.
+    pub fragments: u64,
+    /// Share of the host blocks the entropy sample skipped (LZ4 never ran).
+    pub skipped_share: f64,
+    /// Those blocks.
+    pub skipped_blocks: u64,
+    /// Live map entries that are fragments now (from the segment table).
+    pub live_fragments: u64,
 }
 
 impl Counters {

@@ -1,7 +1,10 @@
 //! Compressed volumes (issue 19, docs/compression.md): what a volume created
-//! with `Compression::Lz4` keeps. Step 1: the `COMPRESSION` feature bit and
-//! 5-byte map values, in RAM and in checkpoints, through clean closes,
-//! crashes, GC and checkpoints; uncompressed volumes keep 4-byte values.
+//! with `Compression::Lz4` keeps: the `COMPRESSION` feature bit and 5-byte
+//! map values, in RAM and in checkpoints; data of every compressibility
+//! (fragments, raw blocks, virtual blocks) read back through overwrites,
+//! trims, flushes, clean closes, crashes (replay of Packed entries), GC
+//! (fragments moved as they are) and checkpoints; a damaged packed block is
+//! EIO for its fragments only. Uncompressed volumes keep 4-byte values.
 
 mod common;
 
@@ -68,7 +71,7 @@ fn workload(vol: &Volume, reference: &mut [Vec<u8>], n: u64, seed: u64) {
                 }
             }
             _ => {
-                let data = payload(len as usize * BS, seed * 1_000_000 + i, Fill::Random);
+                let data = mixed(len as usize, seed * 1_000_000 + i);
                 vol.write(at * BS as u64, &data, false).unwrap();
                 for (k, b) in (at..at + len).enumerate() {
                     reference[b as usize] = data[k * BS..(k + 1) * BS].to_vec();
@@ -79,6 +82,26 @@ fn workload(vol: &Volume, reference: &mut [Vec<u8>], n: u64, seed: u64) {
             vol.flush().unwrap();
         }
     }
+}
+
+/// `blocks` blocks of mixed compressibility, by block: half random and half
+/// zero (fio's buffer_compress_percentage=50), text-like (compresses to a few
+/// hundred bytes), or random (incompressible: skipped by the sample).
+fn mixed(blocks: usize, seed: u64) -> Vec<u8> {
+    let mut out = payload(blocks * BS, seed, Fill::Random);
+    for (k, b) in out.chunks_mut(BS).enumerate() {
+        match (seed as usize + k) % 3 {
+            0 => b[BS / 2..].fill(0),
+            1 => {
+                let word = format!("block {seed} {k} of mixed data; ");
+                for (i, x) in b.iter_mut().enumerate() {
+                    *x = word.as_bytes()[i % word.len()];
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 fn assert_reads(vol: &Volume, reference: &[Vec<u8>], what: &str) {
@@ -137,6 +160,10 @@ fn a_compressed_volume_reopens_with_all_its_data() {
         workload(&vol, &mut reference, 1500, 1);
         let s = vol.stats();
         assert!(s.gc_runs > 0 && s.checkpoints > 0, "GC and checkpoints ran");
+        let z = s.compress;
+        assert!(z.fragments > 0, "{z:?}");
+        assert!(z.ratio < 0.75 && z.stored_bytes < z.host_bytes, "{z:?}");
+        assert!(z.skipped_share > 0.2 && z.skipped_share < 0.5, "{z:?}");
         assert_reads(&vol, &reference, "before close");
         vol.close().unwrap();
         drop(vol);
@@ -149,11 +176,26 @@ fn a_compressed_volume_reopens_with_all_its_data() {
 
         // crash after a flush: checkpoint + replay of later chunks
         workload(&vol, &mut reference, 700, 2);
+        // a checkpoint, then 80 blocks in requests of 4: about 180 KiB of
+        // chunks after packing, under the 256 KiB interval, so no checkpoint
+        // follows and the two or more full chunks (31 blocks) sealed after it
+        // are replayed
+        vol.checkpoint().unwrap();
+        let tail = mixed(80, 77);
+        for (k, b) in tail.chunks(4 * BS).enumerate() {
+            vol.write((k * 4 * BS) as u64, b, false).unwrap();
+        }
+        for (k, b) in tail.chunks(BS).enumerate() {
+            reference[k] = b.to_vec();
+        }
         vol.flush().unwrap();
         drop(vol);
         let vol = open(m(), &opts);
         assert!(!vol.mount_report().clean);
-        assert!(vol.mount_report().chunks_replayed > 0, "chunks replayed");
+        assert!(
+            vol.mount_report().chunks_replayed > 0,
+            "{log:?}: chunks replayed"
+        );
         assert_reads(&vol, &reference, "after a crash");
         vol.close().unwrap();
         drop(vol);
@@ -162,17 +204,18 @@ fn a_compressed_volume_reopens_with_all_its_data() {
     }
 }
 
-/// A chunk with Packed entries (which no build writes yet) is outside
-/// input to this build: replay refuses the mount by name, it never maps a
-/// fragment it cannot read nor panics.
+/// A Packed entry whose packed blocks do not hold its fragments (a Data
+/// entry of random blocks relabelled, header CRC made right) is outside
+/// input: its chunk is damage, never data. The mount refuses it or leaves
+/// it out; the blocks never read as its bytes.
 #[test]
-fn a_packed_entry_is_refused_by_name_until_the_engine_reads_fragments() {
+fn a_packed_entry_without_packed_tables_is_damage_never_data() {
     use sluice::format::chunk::{self, ChunkHeader, Kind, ENTRY_BYTES, HEADER_BYTES};
     let (c, bytes) = create_opts(256, 0.2, Compression::Lz4, None);
     let (media, m) = mem(bytes);
     let vol = Volume::create(m(), &c, &det_open(1 << 40)).unwrap();
-    vol.write(0, &payload(4 * BS, 7, Fill::Random), false)
-        .unwrap();
+    let data = payload(4 * BS, 7, Fill::Random);
+    vol.write(0, &data, false).unwrap();
     vol.flush().unwrap();
     let uuid = vol.superblock().uuid;
     let g = vol.geometry();
@@ -189,8 +232,6 @@ fn a_packed_entry_is_refused_by_name_until_the_engine_reads_fragments() {
     let h = ChunkHeader::decode(&img[at..at + BS]).unwrap();
     let i = h.entries.iter().position(|e| e.kind == Kind::Data).unwrap();
     assert_eq!(h.entries.len(), 1, "one entry of 4 blocks: {:?}", h.entries);
-    // the Data entry becomes a Packed one: its 4 blocks are then packed
-    // blocks (1 <= 4 <= 4 fragments), the header decodes and verifies
     let mut header = img[at..at + BS].to_vec();
     let kind_at = HEADER_BYTES + i * ENTRY_BYTES + 7;
     header[kind_at] = (header[kind_at] & 0x80) | Kind::Packed as u8;
@@ -198,8 +239,292 @@ fn a_packed_entry_is_refused_by_name_until_the_engine_reads_fragments() {
     let d = ChunkHeader::decode(&header).unwrap();
     assert_eq!((d.raw_blocks(), d.packed_blocks()), (0, 4));
     media.poke(at as u64, &header);
-    let e = Volume::open(m(), &det_open(1 << 40))
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("compressed (Packed) entries"), "{e}");
+    if let Ok(vol) = Volume::open(m(), &det_open(1 << 40)) {
+        let mut buf = vec![0u8; 4 * BS];
+        if vol.read(0, &mut buf).is_ok() {
+            assert!(buf.iter().all(|&b| b == 0), "a damaged chunk read as data");
+        }
+    }
+}
+
+/// The packed blocks of the first chunk on the media with Packed entries:
+/// (byte offset of the chunk's header, its header, each fragment's
+/// logical block and place).
+fn packed_chunk(
+    img: &[u8],
+    g: &Geometry,
+    uuid: [u8; 16],
+) -> (
+    usize,
+    sluice::format::chunk::ChunkHeader,
+    Vec<(u64, sluice::format::codec::FragmentPlace)>,
+) {
+    use sluice::format::chunk::{ChunkHeader, Kind};
+    use sluice::format::codec;
+    let seg_bytes = g.segment_bytes() as usize;
+    for s in 0..g.segment_count as usize {
+        let mut o = g.data_offset as usize + s * seg_bytes;
+        let end = o + seg_bytes;
+        while o + BS <= end {
+            let Ok(h) = ChunkHeader::decode(&img[o..o + BS]) else {
+                break;
+            };
+            if h.uuid != uuid {
+                break;
+            }
+            let total = h.total_blocks() as usize * BS;
+            if h.entries.iter().any(|e| e.kind == Kind::Packed) {
+                let frags = codec::fragments(&h, 0, &img[o + BS..o + total]).unwrap();
+                let lbas: Vec<u64> = codec::records(&h, 0)
+                    .filter(|r| matches!(r.place, codec::Place::Fragment { .. }))
+                    .map(|r| r.lba)
+                    .collect();
+                return (o, h.clone(), lbas.into_iter().zip(frags).collect());
+            }
+            o += total;
+        }
+    }
+    panic!("no chunk with Packed entries on the media");
+}
+
+/// A flipped byte in one packed block: every fragment that starts in it or
+/// spans into it answers EIO, every other block still reads right (the
+/// packed block before and after it included), after a remount too.
+#[test]
+fn a_damaged_packed_block_is_eio_for_its_fragments_only() {
+    let blocks = 256u64;
+    let (c, bytes) = create_opts(blocks, 0.2, Compression::Lz4, None);
+    let (media, m) = mem(bytes);
+    let opts = det_open(1 << 40);
+    let vol = Volume::create(m(), &c, &opts).unwrap();
+    // 24 blocks, 2 of 3 compressible: fragments over several packed blocks
+    let data = mixed(24, 3);
+    vol.write(0, &data, false).unwrap();
+    vol.close().unwrap();
+    let uuid = vol.superblock().uuid;
+    let g = vol.geometry();
+    drop(vol);
+    let img = media.image();
+    let (at, h, frags) = packed_chunk(&img, &g, uuid);
+    let packed = h.packed_blocks() as u64;
+    assert!(packed >= 3, "{packed} packed blocks");
+    assert!(frags.len() >= 12, "{} fragments", frags.len());
+    // damage the second packed block's payload
+    let raw = h.raw_blocks() as u64;
+    let bad = 1 + raw + 1; // relative to the chunk header
+    let off = at as u64 + bad * BS as u64 + 3000;
+    let mut b = [0u8; 1];
+    b.copy_from_slice(&img[off as usize..off as usize + 1]);
+    b[0] ^= 0x40;
+    media.poke(off, &b);
+    let hit: Vec<u64> = frags
+        .iter()
+        .filter(|(_, f)| f.phys == bad || (f.spans && f.phys + 1 == bad))
+        .map(|&(lba, _)| lba)
+        .collect();
+    assert!(!hit.is_empty() && hit.len() < frags.len());
+    let vol = open(m(), &opts);
+    let mut buf = vec![0u8; BS];
+    for lba in 0..24u64 {
+        let r = vol.read(lba * BS as u64, &mut buf);
+        if hit.contains(&lba) {
+            let e = r.expect_err("a fragment of the damaged block read as data");
+            assert!(e.to_string().contains("checksum"), "{e}");
+        } else {
+            r.unwrap();
+            assert!(
+                buf == data[lba as usize * BS..(lba as usize + 1) * BS],
+                "block {lba}"
+            );
+        }
+    }
+    assert!(vol.stats().crc_errors >= hit.len() as u64);
+    drop(vol);
+    // `check` names every fragment of the damaged block
+    let report = sluice::check::check(&*media);
+    assert!(!report.is_clean());
+    let named: Vec<u64> = report
+        .found
+        .iter()
+        .filter(|f| f.kind == "bad_fragment")
+        .filter_map(|f| f.lba)
+        .collect();
+    for l in &hit {
+        assert!(
+            named.contains(l),
+            "check does not name block {l}: {named:?}"
+        );
+    }
+}
+
+/// A fragment's raw CRC is checked after LZ4 (block CRCs off: only the
+/// fragment's own CRC stands between a changed byte and the caller).
+#[test]
+fn a_fragment_whose_raw_crc_fails_is_eio_even_without_block_crcs() {
+    let blocks = 256u64;
+    let (c, bytes) = create_opts(blocks, 0.2, Compression::Lz4, None);
+    let (media, m) = mem(bytes);
+    let opts = det_open(1 << 40);
+    let vol = Volume::create(m(), &c, &opts).unwrap();
+    let data = mixed(24, 5);
+    vol.write(0, &data, false).unwrap();
+    vol.close().unwrap();
+    let uuid = vol.superblock().uuid;
+    let g = vol.geometry();
+    drop(vol);
+    let img = media.image();
+    let (at, _, frags) = packed_chunk(&img, &g, uuid);
+    // a literal byte of one fragment changed: LZ4 still decodes 4 KiB
+    let (lba, f) = frags
+        .iter()
+        .find(|(_, f)| !f.spans && f.len > 600)
+        .copied()
+        .expect("a long fragment");
+    let blk = at + f.phys as usize * BS;
+    let slot_at = blk + 8 + f.slot as usize * 8;
+    let start = u16::from_le_bytes([img[slot_at], img[slot_at + 1]]) as usize;
+    // a byte near the fragment's end (inside its literals of random bytes)
+    let off = (blk + start + f.len as usize - 20) as u64;
+    let mut b = [img[off as usize]];
+    b[0] ^= 0x01;
+    media.poke(off, &b);
+    let mut o = opts.clone();
+    o.verify_reads = false;
+    let vol = open(m(), &o);
+    let mut buf = vec![0u8; BS];
+    let r = vol.read(lba * BS as u64, &mut buf);
+    assert!(r.is_err(), "a fragment whose raw CRC fails read as data");
+    for other in (0..24u64).filter(|&x| frags.iter().all(|(l, _)| *l != x)) {
+        vol.read(other * BS as u64, &mut buf).unwrap();
+        assert!(buf == data[other as usize * BS..(other as usize + 1) * BS]);
+    }
+    drop(vol);
+    // (the block CRC of its packed block fails too: check names it)
+    let report = sluice::check::check(&*media);
+    assert!(
+        report
+            .found
+            .iter()
+            .any(|f| f.kind == "bad_fragment" && f.lba == Some(lba)),
+        "{:?}",
+        report.damage
+    );
+}
+
+/// GC moves every live fragment as it is and drops the dead ones: write
+/// compressible blocks, trim every other one, clean until the old segments
+/// are free; the live half reads back (a dead fragment copied would bring
+/// back a trimmed block), the trimmed half reads zero, and GC left no
+/// segment damaged (a live fragment dropped leaves its segment with live
+/// entries: damaged).
+#[test]
+fn gc_moves_live_fragments_as_they_are_and_drops_dead_ones() {
+    let blocks = 512u64;
+    let (c, bytes) = create_opts(blocks, 0.3, Compression::Lz4, None);
+    let (_media, m) = mem(bytes);
+    let opts = det_open(1 << 40);
+    let vol = Volume::create(m(), &c, &opts).unwrap();
+    let n = 300u64;
+    let data = mixed(n as usize, 11);
+    vol.write(0, &data, false).unwrap();
+    vol.flush().unwrap();
+    let before = vol.stats();
+    assert!(before.compress.fragments > 150, "{:?}", before.compress);
+    for lba in (0..n).step_by(2) {
+        vol.trim(lba * BS as u64, BS as u64, false).unwrap();
+    }
+    vol.flush().unwrap();
+    let free0 = vol.stats().segments_free;
+    vol.gc_until_free(free0 + 4).unwrap();
+    let s = vol.stats();
+    assert!(s.gc_runs > 0, "GC ran");
+    assert!(s.gc_blocks_moved > 0, "GC moved live blocks");
+    assert_eq!(s.segments_damaged, 0, "a live entry was left behind");
+    let check = |vol: &Volume, what: &str| {
+        let mut buf = vec![0u8; BS];
+        for lba in 0..n {
+            vol.read(lba * BS as u64, &mut buf).unwrap();
+            if lba % 2 == 0 {
+                assert!(buf.iter().all(|&b| b == 0), "{what}: trimmed {lba}");
+            } else {
+                assert!(
+                    buf == data[lba as usize * BS..(lba as usize + 1) * BS],
+                    "{what}: {lba}"
+                );
+            }
+        }
+    };
+    check(&vol, "after GC");
+    // moved fragments replay (GC chunks with Packed entries) and checkpoint
+    vol.flush().unwrap();
+    drop(vol);
+    let vol = open(m(), &opts);
+    check(&vol, "after a crash");
+    vol.close().unwrap();
+    drop(vol);
+    let vol = open(m(), &opts);
+    check(&vol, "after a clean close");
+}
+
+/// The threads that ship (background mode: writer threads, the
+/// housekeeper, several request threads sealing and packing at once) on a
+/// compressed volume kept under GC pressure: no request fails, no segment
+/// is left damaged, and every block reads back what its thread last wrote,
+/// before and after a clean close.
+#[test]
+fn threads_that_ship_compress_under_gc_pressure() {
+    let blocks = 2048u64;
+    let (c, bytes) = create_opts(blocks, 0.15, Compression::Lz4, None);
+    let (_media, m) = mem(bytes);
+    let opts = sluice::OpenOptions {
+        background: true,
+        checkpoint_interval_bytes: Some(2 << 20),
+        ..Default::default()
+    };
+    let vol = Arc::new(Volume::create(m(), &c, &opts).unwrap());
+    let threads = 3u64;
+    let per = blocks / threads;
+    let finals: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let vol = vol.clone();
+                s.spawn(move || {
+                    use rand::{Rng, SeedableRng};
+                    let mut r = rand::rngs::SmallRng::seed_from_u64(t + 100);
+                    let mut mine = vec![vec![0u8; BS]; per as usize];
+                    for i in 0..6000u64 {
+                        let b = r.gen_range(0..per);
+                        let data = mixed(1, t * 1_000_000 + i);
+                        vol.write((t * per + b) * BS as u64, &data, r.gen_ratio(1, 50))
+                            .unwrap();
+                        mine[b as usize] = data;
+                        if i % 500 == 499 {
+                            vol.flush().unwrap();
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let s = vol.stats();
+    assert!(s.gc_runs > 0, "GC ran");
+    assert_eq!(s.segments_damaged, 0);
+    assert!(s.compress.fragments > 0);
+    let check = |vol: &Volume, what: &str| {
+        let mut buf = vec![0u8; BS];
+        for (t, mine) in finals.iter().enumerate() {
+            for (b, want) in mine.iter().enumerate() {
+                let lba = t as u64 * per + b as u64;
+                vol.read(lba * BS as u64, &mut buf).unwrap();
+                assert!(buf == *want, "{what}: block {lba}");
+            }
+        }
+    };
+    check(&vol, "while mounted");
+    vol.close().unwrap();
+    drop(vol);
+    let vol = Volume::open(m(), &opts).unwrap();
+    check(&vol, "after a clean close");
 }

@@ -76,6 +76,17 @@ fn workload(seed: u64, n: usize, sh: Shape) -> Vec<(Op, bool)> {
         };
         (random_op(&mut rng, blocks), rng.gen_bool(0.03))
     }));
+    if sh.compress {
+        // compressible data, so the packer makes fragments (no extra draw:
+        // the same operations otherwise)
+        for (op, _) in &mut ops {
+            if let Op::Write { fill, .. } = op {
+                if *fill == Fill::Random {
+                    *fill = Fill::Mixed;
+                }
+            }
+        }
+    }
     ops
 }
 

@@ -323,7 +323,10 @@ fn plan(seed: u64, sh: Shape) -> Vec<Planned> {
     for _ in 0..n {
         let client = rng.gen_range(0..clients);
         let act = match rng.gen_range(0..100) {
-            0..=71 => Act::Io(random_io(&mut rng, 0, sh.blocks), rng.gen_bool(fua_p)),
+            0..=71 => Act::Io(
+                for_shape(random_io(&mut rng, 0, sh.blocks), sh),
+                rng.gen_bool(fua_p),
+            ),
             72..=79 => Act::Io(Op::Flush, false),
             80..=97 => Act::Step,
             _ => Act::Close,
@@ -528,6 +531,28 @@ struct Ran {
     started: usize,
     /// Ops acknowledged: 0..acked (the run stops at the first failure).
     acked: usize,
+    /// LZ4 fragments the packer placed (compressed volumes).
+    fragments: u64,
+}
+
+/// A compressed shape's writes carry compressible data (so fragments exist):
+/// random writes become `Fill::Mixed` (no draw from the plan's generator,
+/// so the plans of other shapes are unchanged).
+fn for_shape(op: Op, sh: Shape) -> Op {
+    match op {
+        Op::Write {
+            offset,
+            len,
+            seed,
+            fill: Fill::Random,
+        } if sh.compress => Op::Write {
+            offset,
+            len,
+            seed,
+            fill: Fill::Mixed,
+        },
+        op => op,
+    }
 }
 
 fn do_act(
@@ -562,19 +587,28 @@ fn fresh(sh: Shape, gc: sluice::GcPolicy) -> (Arc<SimMedia>, Volume) {
 /// Run `p` on `media`; stop at the first failed op.
 fn run_plan(media: &Arc<SimMedia>, vol: Volume, sh: Shape, p: &[Planned]) -> Ran {
     let mut vol = Some(vol);
+    let mut fragments = 0;
     for (i, x) in p.iter().enumerate() {
         media.mark(2 * i as u64);
+        if let (Act::Close, Some(v)) = (&x.act, &vol) {
+            fragments += v.stats().compress.fragments;
+        }
         if do_act(&mut vol, media, sh, &x.act).is_err() {
             return Ran {
                 started: i + 1,
                 acked: i,
+                fragments,
             };
         }
         media.mark(2 * i as u64 + 1);
     }
+    if let Some(v) = &vol {
+        fragments += v.stats().compress.fragments;
+    }
     Ran {
         started: p.len(),
         acked: p.len(),
+        fragments,
     }
 }
 
@@ -648,6 +682,8 @@ struct Tally {
     damage: BTreeMap<&'static str, u64>,
     /// Crash points of seeds with a compressed volume (`Shape::compress`).
     compressed: u64,
+    /// LZ4 fragments placed in the record runs of compressed seeds.
+    fragments: u64,
     /// Live EIO runs whose failed write was an intent log record in the
     /// volume's own ring: the engine fell back to seal-on-FLUSH and served on.
     ring_fallbacks: u64,
@@ -660,6 +696,7 @@ impl Tally {
         }
         self.points += o.points;
         self.compressed += o.compressed;
+        self.fragments += o.fragments;
         self.mount_cuts += o.mount_cuts;
         self.live += o.live;
         self.degraded_mounts += o.degraded_mounts;
@@ -1336,6 +1373,7 @@ fn run_seed(
     let base = media.current_image();
     media.record();
     let ran = run_plan(&media, vol, sh, &p);
+    t.fragments = ran.fragments;
     if ran.acked != p.len() {
         return Err(format!(
             "seed {seed}: op {} failed without any fault injected",
@@ -1584,7 +1622,10 @@ fn threaded_run(seed: u64) -> Result<Tally, String> {
                         let (op, fua) = if rng.gen_ratio(1, 10) {
                             (Op::Flush, false)
                         } else {
-                            (random_io(&mut rng, lo, hi), rng.gen_ratio(1, 12))
+                            (
+                                for_shape(random_io(&mut rng, lo, hi), sh),
+                                rng.gen_ratio(1, 12),
+                            )
                         };
                         let b = ticket.fetch_add(1, Ordering::SeqCst);
                         let res = common::issue(&vol, &op, fua);
@@ -1803,10 +1844,17 @@ fn dst_seeded_sweep() {
         discards > 0,
         "the sweep must reach discard of freed segments (SimMedia zeroes them)"
     );
-    println!("dst: {} crash points on compressed volumes", t.compressed);
+    println!(
+        "dst: {} crash points on compressed volumes, {} fragments placed in their record runs",
+        t.compressed, t.fragments
+    );
     assert!(
         done < 6 || t.compressed > 0,
         "seeds 3-5 create compressed volumes: the sweep must cut them"
+    );
+    assert!(
+        done < 6 || t.fragments > 0,
+        "compressed seeds must write compressible data: the packer placed no fragment"
     );
     assert!(
         t.ring_fallbacks > 0,

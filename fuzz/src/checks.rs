@@ -388,7 +388,11 @@ pub fn check_map_decode(data: &[u8]) {
         match loc {
             Loc::Unmapped => {}
             Loc::Data(p) => assert!((p as u64) < data_blocks),
+            Loc::Fragment { phys, spans, .. } => {
+                assert!(w == 5 && (phys as u64 + spans as u64) < data_blocks)
+            }
             Loc::Virtual(_, s) => assert!(s < sc),
+            Loc::Staged { .. } | Loc::StagedVirt(..) => panic!("a staged value decoded"),
         }
     }
     let mut enc = vec![0u8; map.encoded_bytes()];
@@ -680,7 +684,11 @@ pub fn check_mount(data: &[u8]) {
                 Loc::Data(p) => {
                     assert!((p as u64) < g.segment_count as u64 * g.segment_blocks as u64)
                 }
+                Loc::Fragment { phys, spans, .. } => assert!(
+                    (phys as u64 + spans as u64) < g.segment_count as u64 * g.segment_blocks as u64
+                ),
                 Loc::Virtual(_, s) => assert!(s < g.segment_count),
+                Loc::Staged { .. } | Loc::StagedVirt(..) => panic!("a staged value mounted"),
             }
         }
         assert_eq!(m.segs.count(), g.segment_count);

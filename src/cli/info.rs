@@ -350,8 +350,10 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
             _ => println!("intent log    none (FLUSH seals the open chunk)"),
         }
         if sb.compressed() {
+            let z = vol.stats().compress;
             println!(
-                "compression   lz4 (map values of 5 bytes; no data compressed by this build yet)"
+                "compression   lz4 (map values of 5 bytes): {} of the live blocks are LZ4 fragments",
+                z.live_fragments
             );
         }
         println!(
@@ -446,6 +448,17 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
                     human(g("sluice_host_bytes_total{op=\"write\"}") as u64),
                     g("sluice_connections")
                 );
+                let zh = g("sluice_compress_host_bytes_total");
+                if zh > 0.0 {
+                    let zs = g("sluice_compress_stored_bytes_total");
+                    println!(
+                        "live          compression: {} host bytes stored in {} (ratio {:.3}), {:.1}% skipped as incompressible",
+                        human(zh as u64),
+                        human(zs as u64),
+                        zs / zh,
+                        100.0 * g("sluice_compress_skipped_blocks_total") * 4096.0 / zh
+                    );
+                }
                 // MUTANT: info-fallback-hidden s|> 0.0|> f64::MAX|
                 if g("sluice_log_fallbacks_total") > 0.0 {
                     println!(

@@ -142,6 +142,11 @@ struct Row {
     /// Segments of a member rebuild done, of how many (0: none running).
     stripe_rebuild_done: f64,
     stripe_rebuild_total: f64,
+    /// Compressed volumes: host and stored bytes and skipped blocks over the
+    /// interval (0 host bytes: no line).
+    compress_host_mb_s: f64,
+    compress_stored_mb_s: f64,
+    compress_skipped_share: f64,
     /// Segments in an object store (`serve --store`): 0 stores, no line.
     objects: ObjRow,
 }
@@ -263,6 +268,16 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         log_flushes_per_s: r("sluice_log_device_flushes_total"),
         log_degraded: g(b, "sluice_log_devices_degraded"),
         log_fallbacks: g(b, "sluice_log_fallbacks_total"),
+        compress_host_mb_s: r("sluice_compress_host_bytes_total") / 1e6,
+        compress_stored_mb_s: r("sluice_compress_stored_bytes_total") / 1e6,
+        compress_skipped_share: {
+            let host = d("sluice_compress_host_bytes_total") / 4096.0;
+            if host > 0.0 {
+                d("sluice_compress_skipped_blocks_total") / host
+            } else {
+                0.0
+            }
+        },
         objects: obj_row(a, b, dt),
         flush_log_p50_s: flush_quantile(a, b, "log", 0.5),
         flush_log_p99_s: flush_quantile(a, b, "log", 0.99),
@@ -333,6 +348,21 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
         r.log_flushes_per_s,
         log_state(r),
         obj_line(&r.objects),
+    ) + &compress_line(r)
+}
+
+/// `top`'s line for a compressed volume: host and stored bytes packed over
+/// the interval, their ratio, the share the entropy sample skipped.
+fn compress_line(r: &Row) -> String {
+    if r.compress_host_mb_s <= 0.0 {
+        return String::new();
+    }
+    format!(
+        "compress host {:.1} MB/s stored {:.1} MB/s (ratio {:.2}), {:.0}% skipped as incompressible\n",
+        r.compress_host_mb_s,
+        r.compress_stored_mb_s,
+        r.compress_stored_mb_s / r.compress_host_mb_s,
+        r.compress_skipped_share * 100.0
     )
 }
 

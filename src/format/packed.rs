@@ -236,6 +236,11 @@ impl Packer {
         self.buf.len() / BLOCK_BYTES
     }
 
+    /// Packed block `j` as it is now (the last one may still take fragments).
+    pub fn block(&self, j: usize) -> &[u8] {
+        &self.buf[j * BLOCK_BYTES..(j + 1) * BLOCK_BYTES]
+    }
+
     /// Whether no fragment has been pushed.
     pub fn is_empty(&self) -> bool {
         self.buf.is_empty()
@@ -355,6 +360,7 @@ pub fn unpack(
         }
         Err(e) => return Err(invalid("packed.fragment", e.to_string())),
     }
+    // MUTANT: fragment-raw-crc-unchecked s|crc32c::crc32c(raw) != crc|false|
     if crc32c::crc32c(raw) != crc {
         return Err(FormatError::Checksum);
     }

@@ -555,6 +555,39 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
         "Bytes of live (mapped) data.",
         |x| one(x.st.live_data_blocks * 4096),
     );
+    // compressed volumes (issue 19): what the packer did since mount
+    per_volume(
+        &mut t,
+        v,
+        "sluice_compress_host_bytes_total",
+        "counter",
+        "Host data bytes the packer placed (compressed volumes; 0 otherwise).",
+        |x| one(x.st.compress.host_bytes),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_compress_stored_bytes_total",
+        "counter",
+        "Bytes those host blocks take in their chunks (raw and packed blocks).",
+        |x| one(x.st.compress.stored_bytes),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_compress_fragments_total",
+        "counter",
+        "Host blocks stored as LZ4 fragments.",
+        |x| one(x.st.compress.fragments),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_compress_skipped_blocks_total",
+        "counter",
+        "Host blocks the entropy sample stored raw without trying LZ4.",
+        |x| one(x.st.compress.skipped_blocks),
+    );
     per_volume(
         &mut t,
         v,

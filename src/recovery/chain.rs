@@ -182,6 +182,7 @@ mod tests {
                     prev_seq: prev,
                 }),
             },
+            fragments: Vec::new(),
         }
     }
 

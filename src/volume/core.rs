@@ -47,6 +47,8 @@ pub enum What<'a> {
     Data(&'a [u8], u32),
     /// A data block GC moves, with the CRC32C it was verified against.
     Moved(&'a [u8], u32),
+    /// A fragment GC moves as it is, with the CRC32C of its 4 KiB.
+    MovedFragment(&'a [u8], u32),
     Virtual(Virt),
 }
 
@@ -124,6 +126,17 @@ pub struct Core {
     /// sealed since the mount).
     pub chain_on: bool,
     pub chain_last: [u64; SLOTS],
+    /// A compressed volume (format v2 `COMPRESSION`): the user chunk is
+    /// staged, packed off the lock and placed in seq order.
+    pub compressed: bool,
+    /// Sealed user chunks not yet placed, in seq order (docs/compression.md).
+    pub staged: VecDeque<super::packer::StagedChunk>,
+    next_staged_id: u32,
+    /// Sums of every packing since mount (stats).
+    pub packed_tally: super::packer::Tally,
+    /// Segments taken (Open, empty) for staged chunks that will not fit the
+    /// user segment: placement takes them in order (`open_staged`).
+    pub user_spare: VecDeque<u32>,
 }
 
 pub use crate::map::{kind_of, virt_of};
@@ -162,6 +175,11 @@ impl Core {
             ring: None,
             chain_on: false,
             chain_last: [0; SLOTS],
+            compressed: false,
+            staged: VecDeque::new(),
+            next_staged_id: 0,
+            packed_tally: Default::default(),
+            user_spare: VecDeque::new(),
         }
     }
 
@@ -283,6 +301,32 @@ impl Core {
         if let (Stream::User, Some(l)) = (ch.stream, ch.lsn) {
             self.user_seals.push_back((seq, l.end()));
         }
+        // MUTANT: chain-not-written s|if self.chain_on {|if false {|
+        if self.chain_on {
+            ch.chain = Some(Chain {
+                class: slot as u8,
+                prev_seq: self.chain_last[slot],
+            });
+            self.chain_last[slot] = seq;
+        }
+        if let Some(id) = ch.staged {
+            // a compressed volume's user chunk: sequenced now, packed off the
+            // lock, placed in seq order (`place_ready`)
+            self.staged.push_back(super::packer::StagedChunk {
+                id,
+                seq,
+                durable_seq,
+                timestamp_ns: self.clock.unix_ns(),
+                entries: std::mem::take(&mut ch.entries),
+                crcs: std::mem::take(&mut ch.crcs),
+                lsn: ch.lsn,
+                chain: ch.chain,
+                raw: Arc::new(ch.image),
+                taken: false,
+                packed: None,
+            });
+            return;
+        }
         if let (Stream::Gc, Some(l)) = (ch.stream, ch.lsn.as_mut()) {
             // A GC chunk's first_lsn (count 0) is the user stream's sealed
             // LSN end: every user block record below it is in a chunk with a
@@ -291,14 +335,6 @@ impl Core {
             // GC) are not a gap that ends intent log replay (seed 72).
             // MUTANT: gc-lsn-watermark s|self.sealed_lsn_end()|0|
             l.first = self.sealed_lsn_end();
-        }
-        // MUTANT: chain-not-written s|if self.chain_on {|if false {|
-        if self.chain_on {
-            ch.chain = Some(Chain {
-                class: slot as u8,
-                prev_seq: self.chain_last[slot],
-            });
-            self.chain_last[slot] = seq;
         }
         let sealed = ch.seal(seq, durable_seq, self.uuid, self.clock.unix_ns());
         let seg_blocks = self.seg_blocks();
@@ -420,13 +456,19 @@ impl Core {
         }
     }
 
-    fn open_chunk(&mut self, slot: usize, reserve: u32) -> Result<(), NeedSpace> {
+    /// `room`: blocks the chunk needs at least (header included): 2, or 3
+    /// for a fragment (which may open two packed blocks).
+    fn open_chunk(&mut self, slot: usize, reserve: u32, room: u32) -> Result<(), NeedSpace> {
         let stream = if slot < GC0 { Stream::User } else { Stream::Gc };
         let seg_blocks = self.seg_blocks();
+        if stream == Stream::User && self.compressed {
+            return self.open_staged(reserve);
+        }
         let seg = match self.open_seg[slot] {
-            Some(s) if seg_blocks - self.segs.segs[s as usize].fill >= 2 => s,
+            Some(s) if seg_blocks - self.segs.segs[s as usize].fill >= room => s,
             other => {
                 if let Some(s) = other {
+                    // (a segment with a block or two left is closed as full)
                     self.close_segment(s);
                     self.open_seg[slot] = None;
                 }
@@ -462,6 +504,289 @@ impl Core {
         Ok(())
     }
 
+    /// Open a staged user chunk (compressed volumes). It takes no place yet,
+    /// but it is allowed only where an uncompressed one would be: room in the
+    /// user segment, or a free segment beyond the reserve; placement may then
+    /// dip into the reserve, as GC does (a chunk is placed moments after it
+    /// is sealed, by the thread that sealed it).
+    fn open_staged(&mut self, reserve: u32) -> Result<(), NeedSpace> {
+        let seg_blocks = self.seg_blocks();
+        // The chunks staged before it are placed first, in seq order, each
+        // where it fits (the user segment, else the next one): plan them
+        // with their raw sizes (a packed chunk is never larger, and this
+        // next-fit plan never needs more segments for smaller chunks). The
+        // new chunk is capped to the room the plan leaves; when none is left
+        // it takes its segment now, beyond the reserve as an uncompressed
+        // chunk would (`user_spare`), so placement never waits for GC.
+        let mut room = self.open_seg[0].map_or(0, |s| seg_blocks - self.segs.segs[s as usize].fill);
+        let mut spares_used = 0usize;
+        for st in &self.staged {
+            let b = 1 + st.crcs.len() as u32;
+            if b > room {
+                spares_used += 1;
+                room = seg_blocks;
+            }
+            room -= b;
+        }
+        assert!(
+            spares_used <= self.user_spare.len(),
+            "staged chunks promised more segments than were taken"
+        );
+        let cap_room = if room >= 2 {
+            room - 1
+        } else if self.user_spare.len() > spares_used {
+            seg_blocks - 1
+        } else {
+            if self.segs.free.len() <= reserve as usize {
+                return Err(NeedSpace);
+            }
+            let s = self.segs.take_free(Stream::User).ok_or(NeedSpace)?;
+            self.segs.segs[s as usize].gen = 0;
+            self.user_spare.push_back(s);
+            seg_blocks - 1
+        };
+        let image = self.pool.get();
+        let bufs = (image.len() / BLOCK_BYTES) as u32;
+        let cap = MAX_DATA_BLOCKS.min(cap_room).min(bufs - 1);
+        let mut ch = OpenChunk::new(Stream::User, u32::MAX, 0, cap, image);
+        let id = self.next_staged_id;
+        self.next_staged_id = (id + 1) % crate::map::STAGED_IDS;
+        assert!(
+            self.staged.iter().all(|s| s.id != id),
+            "staged chunk ids wrapped onto a chunk still staged"
+        );
+        ch.staged = Some(id);
+        if self.lsn_on {
+            ch.lsn = Some(LsnRange {
+                first: self.next_lsn,
+                count: 0,
+            });
+        }
+        self.open[0] = Some(ch);
+        Ok(())
+    }
+
+    /// A staged chunk nobody packs yet, marked taken (the caller packs it off
+    /// the lock and hands it to `finish_pack`).
+    pub fn take_pack_job(&mut self) -> Option<super::packer::PackJob> {
+        let pool = self.pool.clone();
+        let s = self
+            .staged
+            .iter_mut()
+            .find(|s| !s.taken && s.packed.is_none())?;
+        s.taken = true;
+        Some(super::packer::PackJob {
+            id: s.id,
+            entries: s.entries.clone(),
+            crcs: s.crcs.clone(),
+            raw: s.raw.clone(),
+            pool,
+        })
+    }
+
+    /// Some staged chunk is being packed by a thread (a checkpoint waits).
+    pub fn staged_busy(&self) -> bool {
+        self.staged.iter().any(|s| s.taken && s.packed.is_none())
+    }
+
+    /// The packer's result for staged chunk `id` (its job is dropped first:
+    /// the raw image then has one holder, the queue entry).
+    pub fn finish_pack(&mut self, job: super::packer::PackJob, packed: super::packer::PackedChunk) {
+        let id = job.id;
+        drop(job);
+        let s = self
+            .staged
+            .iter_mut()
+            .find(|s| s.id == id)
+            .expect("a packed chunk is staged");
+        assert!(s.taken && s.packed.is_none(), "packed twice");
+        s.packed = Some(packed);
+    }
+
+    /// Pack, on this thread and under the lock, every staged chunk nobody
+    /// packs (checkpoints: their map image may hold no staged value).
+    pub fn pack_inline(&mut self) {
+        while let Some(job) = self.take_pack_job() {
+            let p = super::packer::pack_here(&job);
+            self.finish_pack(job, p);
+        }
+    }
+
+    /// Place the packed chunks at the head of the staged queue, in seq order:
+    /// take the user segment's room, finish the header, re-point every record
+    /// the map still stages to it (a record overwritten meanwhile is left
+    /// alone), and hand the chunk to `out` like a sealed one. Err: no segment
+    /// at all (the reserve is exhausted; the volume must stop).
+    pub fn place_ready(&mut self, out: &mut Vec<Sealed>) -> Result<(), NeedSpace> {
+        while let Some(p) = self.staged.front().and_then(|s| s.packed.as_ref()) {
+            let blocks = 1 + p.data_blocks();
+            let fits = self.open_seg[0]
+                .is_some_and(|s| self.seg_blocks() - self.segs.segs[s as usize].fill >= blocks);
+            if !fits && self.user_spare.is_empty() && self.segs.free.is_empty() {
+                // (kept staged: nothing is lost, the volume reports no space)
+                return Err(NeedSpace);
+            }
+            let st = self.staged.pop_front().expect("front");
+            self.place(st, out);
+        }
+        Ok(())
+    }
+
+    fn place(&mut self, st: super::packer::StagedChunk, out: &mut Vec<Sealed>) {
+        use super::packer::Rec;
+        let p = st.packed.expect("placed after packing");
+        let seg_blocks = self.seg_blocks();
+        let data_blocks = p.data_blocks();
+        let blocks = 1 + data_blocks;
+        let seg = match self.open_seg[0] {
+            Some(s) if seg_blocks - self.segs.segs[s as usize].fill >= blocks => s,
+            other => {
+                if let Some(s) = other {
+                    self.close_segment(s);
+                    self.open_seg[0] = None;
+                }
+                let s = match self.user_spare.pop_front() {
+                    Some(s) => s,
+                    None => {
+                        let s = self
+                            .segs
+                            .take_free(Stream::User)
+                            .expect("place_ready checked for a free segment");
+                        self.segs.segs[s as usize].gen = 0;
+                        s
+                    }
+                };
+                self.open_seg[0] = Some(s);
+                s
+            }
+        };
+        let start = self.segs.segs[seg as usize].fill;
+        assert!(
+            start + blocks <= seg_blocks,
+            "a placed chunk fits its segment"
+        );
+        let mut image = match p.image {
+            Some(img) => img,
+            None => Arc::try_unwrap(st.raw)
+                .unwrap_or_else(|_| panic!("a staged image has one holder when placed")),
+        };
+        let header = crate::format::chunk::ChunkHeader {
+            uuid: self.uuid,
+            seq: st.seq,
+            segment: seg,
+            stream: Stream::User,
+            timestamp_ns: st.timestamp_ns,
+            durable_seq: st.durable_seq,
+            data_blocks,
+            entries: p.entries,
+            block_crcs: p.crcs,
+            lsn: st.lsn,
+            chain: st.chain,
+        };
+        header.encode_into(&mut image[..BLOCK_BYTES]);
+        crate::format::chunk::seal_crc(&mut image[..BLOCK_BYTES]);
+        debug_assert!(crate::format::chunk::verify(
+            &image[..blocks as usize * BLOCK_BYTES],
+            &self.uuid
+        )
+        .is_ok());
+        let first = seg * seg_blocks + start + 1;
+        let id = st.id;
+        let mut t = p.tally;
+        for r in &p.records {
+            match *r {
+                Rec::Raw { lba, old, new } => {
+                    // MUTANT: place-unconditional s|self.map.get(lba) == (Loc::Staged { id, idx: old })|true|
+                    if self.map.get(lba) == (Loc::Staged { id, idx: old }) {
+                        self.remap(lba, Loc::Data(first + new));
+                    }
+                }
+                Rec::Frag {
+                    lba,
+                    old,
+                    place,
+                    len,
+                } => {
+                    self.segs.segs[seg as usize].note_fragment(len);
+                    if self.map.get(lba) == (Loc::Staged { id, idx: old }) {
+                        let phys = first + p.raw_blocks + place.block;
+                        self.remap(
+                            lba,
+                            Loc::Fragment {
+                                phys,
+                                slot: place.slot,
+                                spans: place.spans,
+                            },
+                        );
+                    }
+                }
+                Rec::Virt { lba, count, v } => {
+                    for x in lba..lba + count as u64 {
+                        if self.map.get(x) == Loc::StagedVirt(v, id) {
+                            self.remap(x, Loc::Virtual(v, seg));
+                        }
+                    }
+                }
+            }
+        }
+        t.stored_blocks = data_blocks as u64;
+        let pt = &mut self.packed_tally;
+        pt.blocks += t.blocks;
+        pt.fragments += t.fragments;
+        pt.skipped += t.skipped;
+        pt.stored_blocks += t.stored_blocks;
+        let info = &mut self.segs.segs[seg as usize];
+        assert!(start >= info.fill && st.seq >= info.last_seq, "seal order");
+        info.fill = start + blocks;
+        info.last_seq = st.seq;
+        let full = seg_blocks - info.fill < 2;
+        self.bytes_since_checkpoint += blocks as u64 * BLOCK_BYTES as u64;
+        let phys = seg as u64 * seg_blocks as u64 + start as u64;
+        assert!(
+            self.inflight
+                .range(..phys + blocks as u64)
+                .next_back()
+                .is_none_or(|(&k, f)| k + f.blocks as u64 <= phys),
+            "in-flight chunk images overlap"
+        );
+        let image = Arc::new(image);
+        self.inflight.insert(
+            phys,
+            InFlight {
+                seq: st.seq,
+                blocks,
+                image: image.clone(),
+            },
+        );
+        if full {
+            self.close_segment(seg);
+            self.open_seg[0] = None;
+        }
+        out.push(Sealed {
+            seq: st.seq,
+            stream: Stream::User,
+            segment: seg,
+            start,
+            blocks,
+            image,
+        });
+    }
+
+    /// The bytes of data block `idx` of staged chunk `id` (open or sealed and
+    /// not yet placed).
+    pub fn staged_block(&self, id: u32, idx: u8) -> &[u8] {
+        let i = idx as usize;
+        if let Some(ch) = self.open[0].as_ref().filter(|c| c.staged == Some(id)) {
+            return ch.data_block(idx as u32);
+        }
+        let s = self
+            .staged
+            .iter()
+            .find(|s| s.id == id)
+            .expect("a staged map value names a staged chunk");
+        &s.raw[(1 + i) * BLOCK_BYTES..(2 + i) * BLOCK_BYTES]
+    }
+
     /// A slot other than `mine` whose open chunk holds `loc`, if any (a user
     /// record superseding it must be sequenced after that chunk).
     fn held_by_other_open(&self, loc: Loc, mine: usize) -> Option<usize> {
@@ -474,12 +799,12 @@ impl Core {
                 return false;
             }
             match loc {
-                Loc::Data(p) => {
+                Loc::Data(p) | Loc::Fragment { phys: p, .. } => {
                     p as u64 / sb == gc.segment as u64
                         && gc.block_at((p as u64 % sb) as u32).is_some()
                 }
                 Loc::Virtual(_, s) => s == gc.segment,
-                Loc::Unmapped => false,
+                Loc::Unmapped | Loc::Staged { .. } | Loc::StagedVirt(..) => false,
             }
         })
     }
@@ -514,18 +839,22 @@ impl Core {
         // Trim and zero records free space: they may dip into the GC reserve
         // (all but its last segment) so a full volume can always be trimmed.
         let reserve_for = match what {
-            What::Data(..) | What::Moved(..) => reserve,
+            What::Data(..) | What::Moved(..) | What::MovedFragment(..) => reserve,
             What::Virtual(_) => reserve.min(1),
         };
         let kind = match what {
             What::Data(..) | What::Moved(..) => Kind::Data,
+            What::MovedFragment(..) => Kind::Packed,
             What::Virtual(v) => kind_of(v),
         };
         loop {
             match &self.open[slot] {
                 Some(ch) if ch.has_room(lba, kind, src) => break,
                 Some(_) => self.seal_slot(slot, durable_seq, out),
-                None => self.open_chunk(slot, reserve_for)?,
+                None => {
+                    let room = if kind == Kind::Packed { 3 } else { 2 };
+                    self.open_chunk(slot, reserve_for, room)?
+                }
             }
         }
         let seg_blocks = self.seg_blocks();
@@ -533,13 +862,33 @@ impl Core {
         let new = match what {
             What::Data(b, crc) | What::Moved(b, crc) => {
                 let off = ch.push_data_crc(lba, b, crc, src);
-                Loc::Data(ch.segment * seg_blocks + off)
+                match ch.staged {
+                    None => Loc::Data(ch.segment * seg_blocks + off),
+                    Some(id) => Loc::Staged {
+                        id,
+                        idx: (off - 1) as u8,
+                    },
+                }
+            }
+            What::MovedFragment(f, raw_crc) => {
+                let (off, place) = ch.push_fragment(lba, f, raw_crc, src);
+                let seg = ch.segment;
+                self.segs.segs[seg as usize].note_fragment(f.len() as u16);
+                Loc::Fragment {
+                    phys: seg * seg_blocks + off,
+                    slot: place.slot,
+                    spans: place.spans,
+                }
             }
             What::Virtual(v) => {
                 ch.push_virtual(lba, kind, src);
-                Loc::Virtual(v, ch.segment)
+                match ch.staged {
+                    None => Loc::Virtual(v, ch.segment),
+                    Some(id) => Loc::StagedVirt(v, id),
+                }
             }
         };
+        let ch = self.open[slot].as_mut().expect("open chunk");
         if stream == Stream::User && self.lsn_on {
             // one LSN per user block record, in arrival order
             ch.count_lsn();
@@ -572,10 +921,18 @@ impl Core {
         let old = self.map.set(lba, new);
         let sb = self.seg_blocks();
         if let Some(s) = old.segment(sb) {
+            if matches!(old, Loc::Fragment { .. }) {
+                let f = &mut self.segs.segs[s as usize].frag_live;
+                assert!(*f > 0, "segment {s} fragment count underflows");
+                *f -= 1;
+            }
             self.segs.drop_live(s, matches!(old, Loc::Data(_)));
         }
         if let Some(s) = new.segment(sb) {
             self.segs.add_live(s, matches!(new, Loc::Data(_)));
+            if matches!(new, Loc::Fragment { .. }) {
+                self.segs.segs[s as usize].frag_live += 1;
+            }
         }
     }
 
@@ -612,6 +969,16 @@ impl Core {
             self.open.iter().all(|c| c.is_none()),
             "checkpoint with an open chunk"
         );
+        if self.compressed {
+            // the map image may hold no staged value: pack what is left here
+            // (the caller made sure no other thread is packing one)
+            assert!(!self.staged_busy(), "checkpoint while a chunk is packed");
+            self.pack_inline();
+            // (no segment at all: the caller finds the volume out of space
+            // by the staged chunk left over)
+            let _ = self.place_ready(out);
+            assert!(self.staged.is_empty(), "checkpoint with a staged chunk");
+        }
         // 4 bytes per block, 5 on a compressed volume (the geometry's slot
         // was sized for the same width)
         debug_assert_eq!(self.map.value_bytes(), self.geo.map_value_bytes);
@@ -652,6 +1019,20 @@ impl Core {
         self.gc_slot = GC0 + class;
         self.gc_src_life = life;
         for (pos, h) in chunks.map_err(RelocateError::Damaged)? {
+            // the chunk's fragments, placed by its packed tables (verified
+            // blocks: the victim's chunks were checked before the lock)
+            let frags = if h.entries.iter().any(|e| e.kind == Kind::Packed) {
+                let data = img
+                    .get((pos + 1) * BLOCK_BYTES..(pos + 1 + h.data_blocks as usize) * BLOCK_BYTES)
+                    .ok_or_else(|| {
+                        RelocateError::Damaged(format!("chunk seq {} runs past its segment", h.seq))
+                    })?;
+                codec::fragments(&h, base as u64 + pos as u64, data).map_err(|e| {
+                    RelocateError::Damaged(format!("chunk seq {}: packed blocks: {e}", h.seq))
+                })?
+            } else {
+                Vec::new()
+            };
             for placed in codec::entries(&h, base as u64 + pos as u64) {
                 let e = placed.entry;
                 if e.lba + e.count as u64 > self.map.len() {
@@ -680,13 +1061,46 @@ impl Core {
                                 data_moved += 1;
                             }
                         }
-                        Place::Fragment { .. } => {
-                            // not written by this build (docs/compression.md)
-                            return Err(RelocateError::Damaged(format!(
-                                "chunk seq {} holds compressed (Packed) entries, \
-                                 which this build does not move",
-                                h.seq
-                            )));
+                        Place::Fragment { k } => {
+                            let f = frags[k as usize];
+                            let at = Loc::Fragment {
+                                phys: f.phys as u32,
+                                slot: f.slot,
+                                spans: f.spans,
+                            };
+                            // MUTANT: gc-moves-dead-fragment s|self.map.get(lba) == at|true|
+                            if self.map.get(lba) == at {
+                                // its bytes as they are (no recompression)
+                                let off = (f.phys - base as u64) as usize * BLOCK_BYTES;
+                                let next = f
+                                    .spans
+                                    .then(|| &img[off + BLOCK_BYTES..off + 2 * BLOCK_BYTES]);
+                                let mut joined = Vec::new();
+                                let (bytes, raw_crc) = crate::format::packed::fragment(
+                                    &img[off..off + BLOCK_BYTES],
+                                    next,
+                                    f.slot,
+                                    &mut joined,
+                                )
+                                .map_err(|e| {
+                                    RelocateError::Damaged(format!(
+                                        "chunk seq {}: fragment of block {lba}: {e}",
+                                        h.seq
+                                    ))
+                                })?;
+                                let bytes = bytes.to_vec();
+                                self.append(
+                                    Stream::Gc,
+                                    lba,
+                                    What::MovedFragment(&bytes, raw_crc),
+                                    victim,
+                                    reserve,
+                                    durable,
+                                    out,
+                                )
+                                .map_err(|_| RelocateError::NoSpace)?;
+                                data_moved += 1;
+                            }
                         }
                         Place::Virtual(k2) => {
                             let v = virt_of(k2).expect("virtual kind");

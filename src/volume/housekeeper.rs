@@ -490,11 +490,19 @@ impl Shared {
         let geo = self.geo;
         let mut img = AlignedBuf::new(geo.checkpoint_slot_bytes as usize);
         let mut out = Vec::new();
-        let (next_seq, uuid, lsn) = {
+        let (next_seq, uuid, lsn) = loop {
+            // (compressed volumes: the image is made with nothing staged, so
+            // chunks other threads are packing right now are waited for)
+            self.pack_staged(&mut out)?;
             let mut c = self.core.lock();
+            if c.staged_busy() {
+                drop(c);
+                std::thread::yield_now();
+                continue;
+            }
             let d = self.commit.durable_seq();
             let n = c.checkpoint_image(d, &mut img[BLOCK_BYTES..], &mut out);
-            (n, c.uuid, c.next_lsn)
+            break (n, c.uuid, c.next_lsn);
         };
         self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(next_seq)?;
@@ -556,8 +564,11 @@ impl Shared {
             c.seal_for_barrier(d, &mut out);
             (c.next_seq, c.segs.pending.clone(), c.kill_lsn)
         };
+        // (compressed volumes: chunks other threads sealed may be placed
+        // here too; whatever is placed must reach the commit stage)
+        self.pack_staged(&mut out)?;
         if segs.is_empty() {
-            return Ok(());
+            return self.commit.submit_housekeeping(out);
         }
         // 1. every chunk so far durable; 2. the superblock records it
         self.commit.submit_housekeeping(out)?;

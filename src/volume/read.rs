@@ -34,6 +34,18 @@ use std::sync::Arc;
 /// first block in the request, blocks).
 type Run = (u64, usize, usize);
 
+/// A fragment to read from the media (compressed volumes): its block's index
+/// in the request and its map value (`Loc::Fragment`).
+type FragRead = (usize, Loc);
+
+/// The physical block a failed value names (for the damage report).
+fn phys_of(loc: Loc) -> u32 {
+    match loc {
+        Loc::Data(p) | Loc::Fragment { phys: p, .. } => p,
+        _ => unreachable!("only media blocks fail verification"),
+    }
+}
+
 const BS: u64 = BLOCK_BYTES as u64;
 
 impl Shared {
@@ -69,15 +81,18 @@ impl Shared {
         &self,
         reqs: &mut [(u64, &mut [u8])],
         res: &mut [Result<()>],
-        mut failed: Vec<(usize, u64, u32)>,
+        mut failed: Vec<(usize, u64, Loc)>,
         nested: bool,
     ) -> Result<()> {
         for _ in 0..3 {
             let mut again = Vec::new();
             for (k, lba, p) in failed {
-                let here = self.core.lock().map.get(lba) == Loc::Data(p);
-                if here && !self.heal(Some(lba), p, nested) {
-                    res[k] = Err(self.bad_block(lba, p, nested));
+                let here = self.core.lock().map.get(lba) == p;
+                // a stripe set heals raw blocks (fragments are not on stripe sets)
+                let healed =
+                    here && matches!(p, Loc::Data(_)) && self.heal(Some(lba), phys_of(p), nested);
+                if here && !healed {
+                    res[k] = Err(self.bad_block(lba, phys_of(p), nested));
                 } else {
                     // overwritten during the read, or healed by the store
                     again.push(k);
@@ -100,7 +115,7 @@ impl Shared {
             }
         }
         for (k, lba, p) in failed {
-            res[k] = Err(self.bad_block(lba, p, nested));
+            res[k] = Err(self.bad_block(lba, phys_of(p), nested));
         }
         // the caller's buffer must not hold bytes that failed verification
         for ((_, out), r) in reqs.iter_mut().zip(res.iter()) {
@@ -115,15 +130,48 @@ impl Shared {
     /// virtual blocks are copied into `out` now; the blocks to read from the
     /// media come back as runs. Segments whose CRCs must be loaded first (written
     /// before this mount) are added to `load` as (segment, fill).
-    fn plan(&self, c: &Core, first: u64, out: &mut [u8], load: &mut Vec<(u32, u32)>) -> Vec<Run> {
+    fn plan(
+        &self,
+        c: &Core,
+        first: u64,
+        out: &mut [u8],
+        load: &mut Vec<(u32, u32)>,
+        frags: &mut Vec<FragRead>,
+    ) -> Vec<Run> {
         let verify = self.opts.verify_reads;
         let sb = self.geo.segment_blocks;
         let mut mine: Vec<Run> = Vec::new();
         for i in 0..out.len() / BLOCK_BYTES {
             let dst = &mut out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-            match c.map.get(first + i as u64) {
+            let loc = c.map.get(first + i as u64);
+            match loc {
                 Loc::Unmapped | Loc::Virtual(Virt::Trim | Virt::Zero, _) => dst.fill(0),
                 Loc::Virtual(Virt::Ones, _) => dst.fill(0xff),
+                Loc::StagedVirt(Virt::Ones, _) => dst.fill(0xff),
+                Loc::StagedVirt(..) => dst.fill(0),
+                Loc::Staged { id, idx } => dst.copy_from_slice(c.staged_block(id, idx)),
+                Loc::Fragment { phys, slot, spans } => {
+                    // in memory (an open GC chunk or an image in flight): both
+                    // blocks are in the same chunk image
+                    let here = c.buffered(phys).map(|b| (b, c.buffered(phys + 1)));
+                    match here {
+                        Some((b, next)) if !spans || next.is_some() => {
+                            let next = if spans { next } else { None };
+                            crate::format::packed::unpack(b, next, slot, dst)
+                                .expect("a fragment in memory unpacks");
+                        }
+                        _ => {
+                            let seg = phys / sb;
+                            if verify
+                                && !self.crc_index.is_loaded(seg)
+                                && !load.iter().any(|&(s, _)| s == seg)
+                            {
+                                load.push((seg, c.segs.segs[seg as usize].fill));
+                            }
+                            frags.push((i, loc));
+                        }
+                    }
+                }
                 Loc::Data(p) => match c.buffered(p) {
                     Some(b) => dst.copy_from_slice(b),
                     None => {
@@ -178,7 +226,7 @@ impl Shared {
         reqs: &mut [(u64, &mut [u8])],
         res: &mut [Result<()>],
         nested: bool,
-    ) -> Result<Vec<(usize, u64, u32)>> {
+    ) -> Result<Vec<(usize, u64, Loc)>> {
         let verify = self.opts.verify_reads;
         let _r = if nested {
             self.reuse.read_recursive()
@@ -186,11 +234,17 @@ impl Shared {
             self.reuse.read()
         };
         let mut runs: Vec<Vec<Run>> = Vec::with_capacity(reqs.len());
+        let mut frags: Vec<Vec<FragRead>> = Vec::new();
         let mut load: Vec<(u32, u32)> = Vec::new();
         {
             let c = self.core.lock();
-            for (first, out) in reqs.iter_mut() {
-                runs.push(self.plan(&c, *first, out, &mut load));
+            let mut f = Vec::new();
+            for (k, (first, out)) in reqs.iter_mut().enumerate() {
+                runs.push(self.plan(&c, *first, out, &mut load, &mut f));
+                if !f.is_empty() {
+                    frags.resize_with(k + 1, Vec::new);
+                    frags[k] = std::mem::take(&mut f);
+                }
             }
         }
         self.load_crcs(&load)?;
@@ -217,11 +271,75 @@ impl Shared {
             *r = Ok(());
             if verify {
                 if let Some((lba, p)) = self.verify_runs(reqs[k].0, &reqs[k].1[..], &runs[k]) {
-                    failed.push((k, lba, p));
+                    failed.push((k, lba, Loc::Data(p)));
+                    continue;
+                }
+            }
+            if let Some(f) = frags.get(k).filter(|f| !f.is_empty()) {
+                let (first, out) = &mut reqs[k];
+                if let Some((lba, loc)) = self.read_fragments(*first, out, f)? {
+                    failed.push((k, lba, loc));
                 }
             }
         }
         Ok(failed)
+    }
+
+    /// Read the packed blocks of `frags` (one media read of 4 KiB, 8 KiB when
+    /// a fragment spans), check each block against the CRC index, and unpack
+    /// each fragment into its place in `out`, which checks the fragment's raw
+    /// CRC. The first fragment that fails either check, as (logical block,
+    /// value); its bytes are never handed out (the caller zeroes failed requests).
+    fn read_fragments(
+        &self,
+        first: u64,
+        out: &mut [u8],
+        frags: &[FragRead],
+    ) -> Result<Option<(u64, Loc)>> {
+        let verify = self.opts.verify_reads;
+        let blocks = |loc: Loc| match loc {
+            Loc::Fragment { phys, spans, .. } => (phys, 1 + spans as usize),
+            _ => unreachable!("fragment reads are of fragments"),
+        };
+        let total: usize = frags.iter().map(|&(_, l)| blocks(l).1).sum();
+        let mut buf = AlignedBuf::new(total * BLOCK_BYTES);
+        {
+            let mut io: Vec<(&mut [u8], u64)> = Vec::with_capacity(frags.len());
+            let mut rest: &mut [u8] = &mut buf;
+            for &(_, loc) in frags {
+                let (p, n) = blocks(loc);
+                let (mine, tail) = std::mem::take(&mut rest).split_at_mut(n * BLOCK_BYTES);
+                io.push((mine, p as u64));
+                rest = tail;
+            }
+            self.store.read_batch(&mut io)?;
+        }
+        let mut at = 0;
+        for &(i, loc) in frags {
+            let (p, n) = blocks(loc);
+            let Loc::Fragment { slot, .. } = loc else {
+                unreachable!()
+            };
+            let got = &buf[at * BLOCK_BYTES..(at + n) * BLOCK_BYTES];
+            at += n;
+            let lba = first + i as u64;
+            if verify {
+                let ok = (0..n).all(|j| {
+                    let b = &got[j * BLOCK_BYTES..(j + 1) * BLOCK_BYTES];
+                    matches!(self.crc_index.expected(p + j as u32), Expect::Crc(want) if block_crc(b) == want)
+                });
+                if !ok {
+                    return Ok(Some((lba, loc)));
+                }
+            }
+            let (block, next) = got.split_at(BLOCK_BYTES);
+            let next = (n == 2).then_some(next);
+            let dst = &mut out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
+            if crate::format::packed::unpack(block, next, slot, dst).is_err() {
+                return Ok(Some((lba, loc)));
+            }
+        }
+        Ok(None)
     }
 
     /// Check every media block of one request against the CRC index; the first
@@ -436,7 +554,21 @@ impl<T: Send> ReadRing<T> {
         };
         std::mem::forget(share);
         let mut load = Vec::new();
-        let runs = sh.plan(&sh.core.lock(), first, &mut rb.buf, &mut load);
+        let mut frags = Vec::new();
+        let runs = sh.plan(&sh.core.lock(), first, &mut rb.buf, &mut load, &mut frags);
+        if !frags.is_empty() {
+            // fragments (compressed volumes) are read and unpacked by the
+            // synchronous path
+            // SAFETY: the share forgotten above, released once.
+            unsafe { sh.reuse.force_unlock_read() };
+            self.unreserve(blocks);
+            self.submit();
+            let r = vol
+                .read_batch(&[(offset, len)])
+                .pop()
+                .expect("one range, one result");
+            return Some((ctx, r));
+        }
         let loaded = sh.load_crcs(&load);
         if runs.is_empty() || loaded.is_err() {
             // SAFETY: the share forgotten above, released once.
@@ -618,7 +750,7 @@ impl<T: Send> ReadRing<T> {
             // share (so every take of the reuse lock there is recursive).
             let mut reqs = [(first, &mut buf.buf[..])];
             let mut r = [Ok(())];
-            sh.settle(&mut reqs, &mut r, vec![(0, lba, p)], true)?;
+            sh.settle(&mut reqs, &mut r, vec![(0, lba, Loc::Data(p))], true)?;
             let [r] = r;
             r
         })();

@@ -59,11 +59,15 @@ pub enum Op {
     Flush,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fill {
     Random,
     Zeros,
     Ones,
+    /// Compressible (for compressed volumes): by 4 KiB block of the
+    /// request, random then zero halves (fio's buffer_compress_percentage=50),
+    /// text-like, or random.
+    Mixed,
 }
 
 pub fn payload(len: usize, seed: u64, fill: Fill) -> Vec<u8> {
@@ -73,6 +77,25 @@ pub fn payload(len: usize, seed: u64, fill: Fill) -> Vec<u8> {
         Fill::Random => {
             let mut r = SmallRng::seed_from_u64(seed);
             (0..len).map(|_| r.gen()).collect()
+        }
+        Fill::Mixed => {
+            let mut out = payload(len, seed, Fill::Random);
+            for (k, b) in out.chunks_mut(4096).enumerate() {
+                match (seed as usize + k) % 3 {
+                    0 => {
+                        let h = b.len() / 2;
+                        b[h..].fill(0)
+                    }
+                    1 => {
+                        let word = format!("block {seed} {k}; ");
+                        for (i, x) in b.iter_mut().enumerate() {
+                            *x = word.as_bytes()[i % word.len()];
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            out
         }
     }
 }
