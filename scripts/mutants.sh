@@ -451,6 +451,9 @@ apply_fragment_place_off_by_one() {
 apply_packed_chain_unchecked() {
   marker packed-chain-unchecked
 }
+apply_objckpt_reserved_unchecked() {
+  marker objckpt-reserved-unchecked
+}
 apply_fragment_raw_crc_unchecked() {
   marker fragment-raw-crc-unchecked
 }
@@ -556,6 +559,7 @@ run object-deleted-before-table lib objects_crash
 run evicted-header-kept objects_crash
 run object-deleted-before-ckpt-object lib objects_crash
 run roll-forward-past-gap lib
+run objckpt-reserved-unchecked format_fuzz_smoke
 run rados-create-not-exclusive objects_rados
 run damaged-head-never-falls-back superblock_ends
 run rados-short-read-unchecked objects_rados

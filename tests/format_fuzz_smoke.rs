@@ -177,6 +177,10 @@ fn fuzz_stripe_identity() {
     fuzz_target("stripe_identity", 20_000);
 }
 #[test]
+fn fuzz_obj_checkpoint() {
+    fuzz_target("obj_checkpoint", 20_000);
+}
+#[test]
 fn fuzz_intent_record() {
     fuzz_target("intent_record", 20_000);
 }

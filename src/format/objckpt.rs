@@ -158,6 +158,7 @@ impl ObjCheckpoint {
                 epoch: get_u64(r, 8),
                 crc: get_u32(r, 16),
             };
+            // MUTANT: objckpt-reserved-unchecked s|get_u32(r, 20) != 0 {|get_u32(r, 20) == u32::MAX {|
             if s.seq == 0 || s.epoch == 0 || get_u32(r, 20) != 0 {
                 return Err(invalid("objckpt.slot", format!("slot {i}")));
             }
