@@ -239,11 +239,11 @@ impl StoreArgs {
         )
         .with_context(|| format!("attaching to {}", self.store.as_deref().unwrap_or_default()))?;
         say!(
-            "sluice: {}: epoch {}, {} segment object(s), {} orphan(s) to delete, {} segment(s) to upload",
+            "sluice: {}: epoch {}, {} segment object(s), {} orphan(s) to delete once two later checkpoint objects are stored, {} segment(s) to upload",
             self.store.as_deref().unwrap_or_default(),
             rep.epoch,
             rep.objects,
-            rep.orphans_deleted,
+            rep.orphans_deferred,
             rep.uploads_queued
         );
         for n in &rep.notes {

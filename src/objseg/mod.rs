@@ -207,7 +207,9 @@ fn io_err(e: impl std::fmt::Display) -> io::Error {
 pub struct AttachReport {
     pub epoch: u64,
     pub objects: usize,
-    pub orphans_deleted: usize,
+    /// Segment objects no slot names, queued for deletion once two later
+    /// checkpoint objects are stored (never deleted at attach).
+    pub orphans_deferred: usize,
     pub uploads_queued: usize,
     pub notes: Vec<String>,
 }
@@ -410,7 +412,7 @@ impl ObjSegStore {
                         bytes: o.len,
                         after: ckpt_next,
                     });
-                    rep.orphans_deleted += 1;
+                    rep.orphans_deferred += 1;
                 } else {
                     rep.notes.push(format!(
                         "{} is of epoch {epoch}, which this cache never held: kept",
