@@ -56,8 +56,9 @@ pub struct Args {
     #[arg(long = "log-device", value_name = "PATH")]
     pub log_devices: Vec<PathBuf>,
     /// Compression: lz4 or off (format v2 `COMPRESSION`, docs/compression.md).
-    /// lz4 gives the map 5 bytes per block instead of 4 (1.25 GiB of RAM per
-    /// TiB exported); this build does not compress data yet.
+    /// lz4 packs compressible blocks as LZ4 fragments (incompressible ones
+    /// are skipped after an entropy sample) and gives the map 5 bytes per
+    /// block instead of 4 (1.25 GiB of RAM per TiB exported).
     #[arg(long, value_name = "ALGO", default_value = "off")]
     pub compress: sluice::compress::Compression,
     #[command(flatten)]
