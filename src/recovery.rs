@@ -1719,7 +1719,7 @@ pub fn mount_store(
     salvage: bool,
     missing_ok: bool,
 ) -> Result<Mounted> {
-    mount_inner_store(media, store, logs, report, salvage, missing_ok)
+    mount::run(media, store, logs, report, salvage, missing_ok)
 }
 
 fn mount_inner(
@@ -1729,18 +1729,7 @@ fn mount_inner(
     salvage: bool,
     missing_ok: bool,
 ) -> Result<Mounted> {
-    mount_inner_store(media, None, logs, report, salvage, missing_ok)
-}
-
-fn mount_inner_store(
-    media: &dyn Media,
-    store: Option<&dyn SegmentStore>,
-    logs: &[&dyn Media],
-    report: &mut MountReport,
-    salvage: bool,
-    missing_ok: bool,
-) -> Result<Mounted> {
-    mount::run(media, store, logs, report, salvage, missing_ok)
+    mount::run(media, None, logs, report, salvage, missing_ok)
 }
 
 #[cfg(test)]
