@@ -41,7 +41,16 @@ fn block(v: u8) -> Vec<u8> {
 
 #[test]
 fn flush_logs_a_record_and_a_crash_keeps_the_flushed_writes() {
-    let (c, len) = create(Some(256 << 10));
+    for v2_records in [false, true] {
+        flush_logs_a_record_and_a_crash_keeps(v2_records);
+    }
+}
+
+/// `v2_records`: a volume made before `LOG_INDIRECT` (records carry their
+/// data); else version 3 records (data written once, in place).
+fn flush_logs_a_record_and_a_crash_keeps(v2_records: bool) {
+    let (mut c, len) = create(Some(256 << 10));
+    c.log_v2_records = v2_records;
     let media = Arc::new(SimMedia::new(len));
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
     assert_eq!(vol.superblock().version(), 2);
@@ -61,7 +70,19 @@ fn flush_logs_a_record_and_a_crash_keeps_the_flushed_writes() {
         "two records, no chunk sealed by the flushes"
     );
     assert_eq!(s.chunks_sealed, 0);
-    assert!(s.media_log_bytes >= 4 * BS as u64 + 2 * BS as u64);
+    let sb = vol.superblock();
+    assert_eq!(sb.log_indirect(), !v2_records);
+    if v2_records {
+        // a header block and a copy of each data block per record
+        assert_eq!(s.media_log_bytes, 4 * BS as u64 + 2 * BS as u64);
+    } else {
+        // one sector per record; the 4 data blocks once, at their places
+        assert_eq!(s.media_log_bytes, 2 * 512);
+    }
+    assert_eq!(
+        s.media_user_data_bytes,
+        if v2_records { 0 } else { 4 * BS as u64 }
+    );
     drop(vol);
     for loss in [Loss::DropAll, Loss::Subset, Loss::KeepAll] {
         let img = media.crash_image(loss, 7);
@@ -116,7 +137,8 @@ fn many_flushes_wrap_the_ring_and_persist_new_starts() {
 
 #[test]
 fn large_flushes_seal_as_before_and_v1_stays_v1() {
-    let (c, len) = create(Some(256 << 10));
+    let (mut c, len) = create(Some(256 << 10));
+    c.log_v2_records = true;
     let media = Arc::new(SimMedia::new(len));
     let vol = Volume::create(media as Arc<dyn Media>, &c, &det()).unwrap();
     let big: Vec<u8> = (0..16 * BS).map(|i| (i % 251) as u8 + 1).collect();
@@ -124,6 +146,29 @@ fn large_flushes_seal_as_before_and_v1_stays_v1() {
     vol.flush().unwrap();
     assert_eq!(vol.stats().log_records, 0, "16 blocks > 8: sealed");
     assert_eq!(vol.stats().chunks_sealed, 1);
+    // version 3: the data goes to its place once either way, so it is logged
+    // (the chunk stays open) and the seal later writes the header alone
+    c.log_v2_records = false;
+    let media = Arc::new(SimMedia::new(len));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+    vol.write(0, &big, false).unwrap();
+    vol.flush().unwrap();
+    let s = vol.stats();
+    assert_eq!((s.log_records, s.chunks_sealed), (1, 0));
+    assert_eq!(s.media_user_data_bytes, 16 * BS as u64);
+    vol.close().unwrap();
+    let s2 = vol.stats();
+    assert_eq!(s2.chunks_sealed, 1);
+    assert_eq!(
+        s2.media_user_data_bytes,
+        16 * BS as u64,
+        "the seal wrote no data block a second time"
+    );
+    drop(vol);
+    let v = Volume::open(media as Arc<dyn Media>, &det()).unwrap();
+    let mut back = vec![0u8; 16 * BS];
+    v.read(0, &mut back).unwrap();
+    assert!(back == big, "the sealed chunk reads back from its places");
     let (c1, len1) = create(None);
     let m1 = Arc::new(SimMedia::new(len1));
     let v1 = Volume::create(m1 as Arc<dyn Media>, &c1, &det()).unwrap();
