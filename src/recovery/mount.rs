@@ -477,6 +477,7 @@ fn step_replay_intent_log(c: &mut MountCtx) -> Result<()> {
     // one found empty would be free: hold it.
     let segs = c.segs.as_mut().expect("rebuild_segments ran");
     for &(seg, _) in &r.placed {
+        // MUTANT: placed-segment-not-held s|== SegState::Free {|== SegState::Damaged {|
         if segs.segs[seg as usize].state == SegState::Free {
             segs.hold(seg);
             c.wipe.retain(|&w| w != seg);

@@ -1525,6 +1525,7 @@ impl Shared {
                 "re-homed blocks keep their LSNs"
             );
             let d = self.durable_seq();
+            // MUTANT: rehome-copies-nothing s|in &log.blocks {|in &log.blocks[..0] {|
             for &(lba, kind, data) in &log.blocks {
                 let what = match data {
                     Some(i) => {
