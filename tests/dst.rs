@@ -53,6 +53,9 @@ struct Shape {
     /// Created with compression (format v2 `COMPRESSION`: 5-byte map
     /// values in RAM and checkpoints).
     compress: bool,
+    /// The in-volume ring takes version 2 records (a volume made before
+    /// `LOG_INDIRECT`); else version 3 (data written in place).
+    log_v2: bool,
 }
 
 const SHAPE: Shape = Shape {
@@ -63,6 +66,7 @@ const SHAPE: Shape = Shape {
     intent_log: 0,
     log_devices: 0,
     compress: false,
+    log_v2: false,
 };
 
 /// Even seeds create their volume with an intent log: the smallest ring (64
@@ -76,6 +80,10 @@ const SHAPE: Shape = Shape {
 ///
 /// Seeds whose `seed / 3` is odd (3-5, 9-11, 15-17, ...: every GC policy,
 /// with and without each kind of log) create a compressed volume (issue 19).
+///
+/// The other in-volume rings (0 mod 4) take version 3 records (data written
+/// once, in place: `LOG_INDIRECT`), except seeds 12 mod 16, whose volume
+/// keeps version 2 records as volumes made before it do.
 fn shape_for(seed: u64) -> Shape {
     Shape {
         intent_log: if seed.is_multiple_of(2) { 64 << 10 } else { 0 },
@@ -85,6 +93,7 @@ fn shape_for(seed: u64) -> Shape {
             _ => 0,
         },
         compress: (seed / 3) % 2 == 1,
+        log_v2: seed % 16 == 12,
         ..SHAPE
     }
 }
@@ -213,6 +222,7 @@ fn create_opts(sh: Shape, gc: sluice::GcPolicy) -> CreateOptions {
         } else {
             sluice::compress::Compression::Off
         },
+        log_v2_records: sh.log_v2,
     }
 }
 

@@ -482,11 +482,15 @@ fn v3_record_and_its_data_torn_apart_and_a_cut_during_re_homing() {
     assert_eq!((read(&v, 5), read(&v, 6)), (block(55), block(66)));
     drop(v);
     let mount_ev = m.take_events();
-    // the first superblock write after the records' re-homing moves the start;
-    // before it is durable no write may touch the named places
+    // until a superblock with a new log start is durable (written, then a
+    // flush), no write of the mount may touch the places the records name
+    let old_start = sluice::format::superblock::Superblock::decode(&both[..BS])
+        .unwrap()
+        .v2
+        .unwrap()
+        .log_start;
     let named = data.0..data.0 + data.1.len() as u64;
-    let sb_end = 2 * BS as u64;
-    let mut start_moved = false;
+    let (mut start_written, mut start_moved) = (false, false);
     let mut ops = 0;
     for e in &mount_ev {
         match e {
@@ -495,16 +499,20 @@ fn v3_record_and_its_data_torn_apart_and_a_cut_during_re_homing() {
                 if !start_moved {
                     assert!(
                         end <= named.start || *offset >= named.end,
-                        "the mount wrote {offset}+{} over a place a record names",
+                        "the mount wrote {offset}+{} over a place a record names before the new start was durable",
                         data.len()
                     );
                 }
-                if *offset < sb_end {
-                    start_moved = true;
+                if *offset < 2 * BS as u64 && data.len() == BS {
+                    let sb = sluice::format::superblock::Superblock::decode(data).unwrap();
+                    start_written |= sb.v2.unwrap().log_start != old_start;
                 }
                 ops += 1;
             }
-            sluice::media::SimEvent::Flush => ops += 1,
+            sluice::media::SimEvent::Flush => {
+                start_moved |= start_written;
+                ops += 1
+            }
             _ => {}
         }
     }
