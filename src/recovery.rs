@@ -573,7 +573,7 @@ pub fn replay_intent_log(
             rules.log_end_at_unverified_record += 1;
             break;
         };
-        if h.place.is_some() && h.lsn_end() > out.next_lsn {
+        if let Some(p) = h.place.filter(|_| h.lsn_end() > out.next_lsn) {
             // version 3: its data at its places must verify, else the record
             // is the end of the log (data and record are made durable by one
             // flush: a record whose data is torn was never acknowledged). A
@@ -588,8 +588,8 @@ pub fn replay_intent_log(
                     // as a version 2 record's image: header block, then its data
                     img = vec![0u8; BLOCK_BYTES];
                     img.extend_from_slice(&d);
-                    let p = h.place.expect("version 3");
-                    out.placed.push((p.segment, p.first_block() as u32 + h.data_blocks()));
+                    out.placed
+                        .push((p.segment, p.first_block() as u32 + h.data_blocks()));
                 }
                 None => {
                     rules.log_end_at_unverified_placed_data += 1;

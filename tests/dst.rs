@@ -994,11 +994,7 @@ fn ring_chain(
 /// Byte ranges of the data blocks the version 3 records of `ring_chain`
 /// name at their places in the segment area: like the records, the only
 /// copy of acknowledged writes until their chunk is sealed.
-fn placed_data(
-    img: &[u8],
-    records: &[(u64, u64)],
-    geo: &Geometry,
-) -> Vec<(u64, u64)> {
+fn placed_data(img: &[u8], records: &[(u64, u64)], geo: &Geometry) -> Vec<(u64, u64)> {
     use sluice::format::intent;
     let mut out = Vec::new();
     for &(s, e) in records {

@@ -414,7 +414,11 @@ fn v3_record_and_its_data_torn_apart_and_a_cut_during_re_homing() {
         false => (&writes[0], &writes[1]),
     };
     assert!(ring.contains(&rec.0) && !ring.contains(&data.0));
-    assert_eq!((data.1.len(), rec.1.len()), (2 * BS, 512), "two blocks, one sector");
+    assert_eq!(
+        (data.1.len(), rec.1.len()),
+        (2 * BS, 512),
+        "two blocks, one sector"
+    );
     let apply = |img: &mut Vec<u8>, w: &(u64, Vec<u8>), skip_sector: Option<usize>| {
         for (k, s) in w.1.chunks(512).enumerate() {
             if Some(k) != skip_sector {
@@ -451,7 +455,11 @@ fn v3_record_and_its_data_torn_apart_and_a_cut_during_re_homing() {
             "data sector {sector} torn"
         );
         first_kept(&v);
-        assert_eq!(read(&v, 5), vec![0u8; BS], "the unacknowledged FLUSH is not replayed");
+        assert_eq!(
+            read(&v, 5),
+            vec![0u8; BS],
+            "the unacknowledged FLUSH is not replayed"
+        );
         assert_eq!(read(&v, 6), vec![0u8; BS]);
     }
     // the data durable, the record not (or not whole)
@@ -478,7 +486,10 @@ fn v3_record_and_its_data_torn_apart_and_a_cut_during_re_homing() {
     let v = Volume::open(m.clone() as Arc<dyn Media>, &det()).unwrap();
     let r = v.mount_report().rules;
     assert_eq!(r.log_record_replayed, 2);
-    assert_eq!(r.log_placed_segment_held, 1, "the reservation's segment was empty");
+    assert_eq!(
+        r.log_placed_segment_held, 1,
+        "the reservation's segment was empty"
+    );
     assert_eq!((read(&v, 5), read(&v, 6)), (block(55), block(66)));
     drop(v);
     let mount_ev = m.take_events();

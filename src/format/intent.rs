@@ -327,9 +327,7 @@ impl RecordHeader {
                 main_lsn,
                 first_lsn,
                 entries,
-                block_crcs: (0..data_blocks)
-                    .map(|i| get_u32(b, crcs + 4 * i))
-                    .collect(),
+                block_crcs: (0..data_blocks).map(|i| get_u32(b, crcs + 4 * i)).collect(),
                 place: Some(place),
                 sectors: sectors as u16,
             },

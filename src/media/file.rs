@@ -150,7 +150,11 @@ impl FileMedia {
         let block_device = meta.file_type().is_block_device();
         let device_discard = block_device && device_advertises_discard(meta.rdev());
         let len = file.seek(SeekFrom::End(0))?;
-        let direct_unit = if direct { probe_direct_unit(&file, len) } else { 512 };
+        let direct_unit = if direct {
+            probe_direct_unit(&file, len)
+        } else {
+            512
+        };
         Ok(FileMedia {
             file,
             path: path.to_path_buf(),

@@ -239,7 +239,8 @@ impl Core {
             }
             // version 3 writes the data once whichever way: log whenever
             // the record fits (`Ring::plan`), keeping the chunk open
-            if data <= super::intent::LOG_MAX_DATA_BLOCKS || (ring.indirect && ch.staged.is_none()) {
+            if data <= super::intent::LOG_MAX_DATA_BLOCKS || (ring.indirect && ch.staged.is_none())
+            {
                 if let Some(r) = ring.plan(ch, uuid) {
                     return Some(r);
                 }
