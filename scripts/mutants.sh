@@ -250,6 +250,18 @@ apply_record_crc_unchecked() {
 apply_flush_before_record() {
   marker flush-before-record
 }
+apply_placed_crc_unchecked() {
+  marker placed-crc-unchecked
+}
+apply_record_without_data() {
+  marker record-without-data
+}
+apply_rehome_copies_nothing() {
+  marker rehome-copies-nothing
+}
+apply_placed_segment_not_held() {
+  marker placed-segment-not-held
+}
 apply_heal_skips_crc() {
   marker heal-skips-crc
 }
@@ -506,6 +518,10 @@ run log-replay-skipped intent_log dst
 run record-crc-unchecked dst
 run flush-before-record dst
 run ring-freed-early intent_log dst
+run placed-crc-unchecked intent_log
+run record-without-data intent_log
+run rehome-copies-nothing intent_log
+run placed-segment-not-held intent_log
 run heal-skips-crc parity
 run raid6-wrong-coefficient parity
 run heal-guesses-parity parity

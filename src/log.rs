@@ -9,6 +9,10 @@
 //!
 //! Invariant: the image of a sealed chunk is exactly header block + data blocks,
 //! its header describes every data block in order, and its CRCs are final.
+//! With a version 3 intent log (`LOG_INDIRECT`) some data blocks are written
+//! at their places before the seal (`Placed`): a bit is set only after that
+//! write completed, so the seal writes every block whose bit is clear (a block
+//! written twice holds the same bytes both times).
 //!
 //! Chunk images come from a `ChunkPool` and go back to it when the last holder
 //! (the engine's in-flight list or the commit stage's writer) lets go, so a
@@ -20,8 +24,40 @@ use crate::format::chunk::{
 use crate::format::intent::RecordEntry;
 use crate::format::BLOCK_BYTES;
 use crate::media::AlignedBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+/// Which data blocks of an open chunk are already on the media at their
+/// places (written by a FLUSH's version 3 record, `Commit::write_record`).
+#[derive(Default)]
+pub struct Placed([AtomicU64; (chunk::MAX_CHUNK_BLOCKS as usize).div_ceil(64)]);
+
+impl Placed {
+    /// Data blocks `from..to` were written at their places (the write completed).
+    pub fn set(&self, from: u32, to: u32) {
+        for i in from..to {
+            self.0[i as usize / 64].fetch_or(1 << (i % 64), Ordering::Release);
+        }
+    }
+    pub fn get(&self, i: u32) -> bool {
+        self.0[i as usize / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0
+    }
+    /// Runs `[from, to)` of data indexes below `n` not yet placed.
+    pub fn unplaced(&self, n: u32) -> Vec<(u32, u32)> {
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        for i in 0..n {
+            if self.get(i) {
+                continue;
+            }
+            match out.last_mut() {
+                Some(r) if r.1 == i => r.1 = i + 1,
+                _ => out.push((i, i + 1)),
+            }
+        }
+        out
+    }
+}
 
 /// Idle chunk image buffers of one volume (each `buf_len` bytes). A leaf lock,
 /// held only to push or pop.
@@ -103,6 +139,8 @@ pub struct OpenChunk {
     /// A GC chunk's packed blocks (fragments moved as they are), after the
     /// raw blocks.
     pub packer: Option<crate::format::packed::Packer>,
+    /// Data blocks a version 3 record placed (None: no record did).
+    pub placed: Option<Arc<Placed>>,
 }
 
 /// The block records of an open chunk not yet in the intent log.
@@ -121,6 +159,9 @@ pub struct Sealed {
     pub start: u32,
     pub blocks: u32,
     pub image: Arc<AlignedBuf>,
+    /// Data blocks already at their places (version 3 records): the write
+    /// skips them.
+    pub placed: Option<Arc<Placed>>,
 }
 
 impl Sealed {
@@ -155,6 +196,7 @@ impl OpenChunk {
             logged_data: 0,
             staged: None,
             packer: None,
+            placed: None,
         }
     }
 
@@ -371,6 +413,7 @@ impl OpenChunk {
             start: self.start,
             blocks,
             image: Arc::new(self.image),
+            placed: self.placed,
         }
     }
 }

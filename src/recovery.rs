@@ -141,6 +141,12 @@ rules! {
     /// A record carries LSNs above what the main log and the records before it
     /// hold (a chunk before it was lost in the crash): replay ends before it.
     log_record_after_lsn_gap_ends_replay,
+    /// A version 3 record verified and followed, but a data block it names
+    /// does not match its CRC at its place (torn, never written): replay ends.
+    log_end_at_unverified_placed_data,
+    /// Version 3 records named places in a segment the mount found empty: it
+    /// is held (not reused) until the mount has re-homed their blocks.
+    log_placed_segment_held,
 }
 
 pub struct Mounted {
@@ -396,6 +402,7 @@ fn replay_log_devices(
             sb,
             main_lsn,
             salvage,
+            None,
             &mut rules,
         )?;
         // the longer chain wins (records, then LSNs); a tie keeps the first
@@ -449,6 +456,10 @@ pub struct LogReplay {
     pub records: u64,
     /// Salvage: logical block ranges of records after an LSN gap (EIO).
     pub unvouched: Vec<(u64, u64)>,
+    /// Version 3 records replayed: (segment, end of the blocks they named):
+    /// no chunk may be written there until the start has passed them (the
+    /// mount holds these segments, `hold_placed`).
+    pub placed: Vec<(u32, u32)>,
 }
 
 impl LogReplay {
@@ -458,7 +469,9 @@ impl LogReplay {
 }
 
 /// Read the record expected at ring offset `at` (seq `seq`, chained to
-/// `chain`): header, then the whole record if its header says it fits.
+/// `chain`): header, then the whole record if its header says it fits. The
+/// reads are block-aligned (a version 3 record may start on any 512-byte
+/// boundary; O_DIRECT media may take only 4 KiB-aligned reads).
 fn read_record(
     media: &dyn Media,
     ring: (u64, u64),
@@ -469,24 +482,52 @@ fn read_record(
 ) -> Result<Option<(crate::format::intent::RecordHeader, u32, Vec<u8>)>> {
     use crate::format::intent;
     let bs = BLOCK_BYTES as u64;
-    if at + bs > ring.1 {
+    let sector = intent::SECTOR_BYTES as u64;
+    if !at.is_multiple_of(sector) || at + sector > ring.1 {
         return Ok(None);
     }
-    let mut hdr = AlignedBuf::new(BLOCK_BYTES);
-    media.read_at(&mut hdr[..], ring.0 + at)?;
-    let Ok((h, _)) = intent::RecordHeader::decode(&hdr) else {
+    // the block holding `at` and, when the record may run into it, the next
+    let base = at / bs * bs;
+    let win = (2 * bs).min(ring.1 - base);
+    let mut hdr = AlignedBuf::new(win as usize);
+    media.read_at(&mut hdr[..], ring.0 + base)?;
+    let rel = (at - base) as usize;
+    let Ok((h, _)) = intent::RecordHeader::decode(&hdr[rel..]) else {
         return Ok(None);
     };
-    let len = h.total_blocks() as u64 * bs;
+    let len = h.ring_bytes() as u64;
     if h.seq != seq || at + len > ring.1 {
         return Ok(None);
     }
-    let mut img = AlignedBuf::new(len as usize);
-    media.read_at(&mut img[..], ring.0 + at)?;
+    let img = if h.place.is_some() {
+        hdr[rel..rel + len as usize].to_vec()
+    } else {
+        let mut img = AlignedBuf::new(len as usize);
+        media.read_at(&mut img[..], ring.0 + at)?;
+        img.to_vec()
+    };
     Ok(match intent::verify(&img, uuid, seq, chain) {
-        Ok((h, crc)) => Some((h, crc, img.to_vec())),
+        Ok((h, crc)) => Some((h, crc, img)),
         Err(_) => None,
     })
+}
+
+/// A version 3 record's data blocks, read from their places in the main log
+/// (`geo` of `media`); None when the place is outside the segment area.
+fn read_placed(
+    media: &dyn Media,
+    geo: &Geometry,
+    h: &crate::format::intent::RecordHeader,
+) -> Result<Option<Vec<u8>>> {
+    let p = h.place.expect("a version 3 record");
+    let n = h.block_crcs.len() as u64;
+    if p.segment >= geo.segment_count || p.first_block() + n > geo.segment_blocks as u64 {
+        return Ok(None);
+    }
+    let mut buf = AlignedBuf::new(n as usize * BLOCK_BYTES);
+    let phys = p.segment as u64 * geo.segment_blocks as u64 + p.first_block();
+    media.read_at(&mut buf[..], geo.phys_offset(phys))?;
+    Ok(Some(buf.to_vec()))
 }
 
 /// Mount step `replay_intent_log` (format v2 with INTENT_LOG), after the main
@@ -505,19 +546,20 @@ pub fn replay_intent_log(
     sb: &Superblock,
     main_lsn: u64,
     salvage: bool,
+    places: Option<(&dyn Media, &Geometry)>,
     rules: &mut RecoveryRules,
 ) -> Result<LogReplay> {
     let v = sb.v2.expect("a v2 superblock");
-    let bs = BLOCK_BYTES as u64;
+    let sector = crate::format::intent::SECTOR_BYTES as u64;
     let mut out = LogReplay {
         next_lsn: main_lsn,
         ..LogReplay::default()
     };
     let (mut at, mut seq, mut chain) = (v.log_start.offset, v.log_start.seq, v.log_start.chain);
     let mut after_gap = false;
-    // every record takes at least one block, and a place holds one record:
+    // every record takes at least one sector, and a place holds one record:
     // the walk cannot go round the ring more than once
-    for _ in 0..=ring.1 / bs {
+    for _ in 0..=ring.1 / sector {
         let mut found = read_record(media, ring, at, &sb.uuid, seq, chain)?;
         let mut pos = at;
         if found.is_none() && at != 0 {
@@ -527,10 +569,34 @@ pub fn replay_intent_log(
                 rules.log_record_found_after_wrap += 1;
             }
         }
-        let Some((h, crc, img)) = found else {
+        let Some((h, crc, mut img)) = found else {
             rules.log_end_at_unverified_record += 1;
             break;
         };
+        if let Some(p) = h.place.filter(|_| h.lsn_end() > out.next_lsn) {
+            // version 3: its data at its places must verify, else the record
+            // is the end of the log (data and record are made durable by one
+            // flush: a record whose data is torn was never acknowledged). A
+            // record wholly in the main log is not checked: its places may
+            // have been reused since its chunk was sealed and durable.
+            let data = match places {
+                Some((m, geo)) => read_placed(m, geo, &h)?,
+                None => None,
+            };
+            match data.filter(|d| crate::format::intent::verify_placed(&h, d).is_ok()) {
+                Some(d) => {
+                    // as a version 2 record's image: header block, then its data
+                    img = vec![0u8; BLOCK_BYTES];
+                    img.extend_from_slice(&d);
+                    out.placed
+                        .push((p.segment, p.first_block() as u32 + h.data_blocks()));
+                }
+                None => {
+                    rules.log_end_at_unverified_placed_data += 1;
+                    break;
+                }
+            }
+        }
         if h.first_lsn > out.next_lsn && !after_gap {
             rules.log_record_after_lsn_gap_ends_replay += 1;
             if !salvage {
@@ -544,7 +610,7 @@ pub fn replay_intent_log(
             for e in &h.entries {
                 out.unvouched.push((e.lba, e.lba + e.count as u64));
             }
-            at = (pos + h.total_blocks() as u64 * bs) % ring.1;
+            at = (pos + h.ring_bytes() as u64) % ring.1;
             seq += 1;
             chain = crc;
             continue;
@@ -579,7 +645,7 @@ pub fn replay_intent_log(
         }
         rules.log_record_replayed += 1;
         out.records += 1;
-        at = (pos + h.total_blocks() as u64 * bs) % ring.1;
+        at = (pos + h.ring_bytes() as u64) % ring.1;
         seq += 1;
         chain = crc;
     }

@@ -239,6 +239,26 @@ impl SegmentTable {
         Some(seg)
     }
 
+    /// Mount: a free segment holds the data blocks of version 3 intent log
+    /// records being re-homed (docs/intent-log.md §3): taken out of the free
+    /// stack, Closed and full, so no chunk is written there; `close` once
+    /// the mount's new log start has passed those records frees it (through
+    /// the reuse barrier, as any segment that empties).
+    pub fn hold(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        assert!(
+            s.state == SegState::Free && s.live == 0,
+            "segment {seg} held while in use"
+        );
+        *s = SegInfo {
+            state: SegState::Closed,
+            fill: self.segment_blocks,
+            ..SegInfo::EMPTY
+        };
+        self.free.retain(|&f| f != seg);
+        self.free_low = self.free_low.min(self.free.len());
+    }
+
     /// A stream is done appending to `seg`.
     pub fn close(&mut self, seg: u32) {
         let s = &mut self.segs[seg as usize];

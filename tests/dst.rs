@@ -53,6 +53,9 @@ struct Shape {
     /// Created with compression (format v2 `COMPRESSION`: 5-byte map
     /// values in RAM and checkpoints).
     compress: bool,
+    /// The in-volume ring takes version 2 records (a volume made before
+    /// `LOG_INDIRECT`); else version 3 (data written in place).
+    log_v2: bool,
 }
 
 const SHAPE: Shape = Shape {
@@ -63,6 +66,7 @@ const SHAPE: Shape = Shape {
     intent_log: 0,
     log_devices: 0,
     compress: false,
+    log_v2: false,
 };
 
 /// Even seeds create their volume with an intent log: the smallest ring (64
@@ -76,6 +80,10 @@ const SHAPE: Shape = Shape {
 ///
 /// Seeds whose `seed / 3` is odd (3-5, 9-11, 15-17, ...: every GC policy,
 /// with and without each kind of log) create a compressed volume (issue 19).
+///
+/// The other in-volume rings (0 mod 4) take version 3 records (data written
+/// once, in place: `LOG_INDIRECT`), except seeds 12 mod 16, whose volume
+/// keeps version 2 records as volumes made before it do.
 fn shape_for(seed: u64) -> Shape {
     Shape {
         intent_log: if seed.is_multiple_of(2) { 64 << 10 } else { 0 },
@@ -85,6 +93,7 @@ fn shape_for(seed: u64) -> Shape {
             _ => 0,
         },
         compress: (seed / 3) % 2 == 1,
+        log_v2: seed % 16 == 12,
         ..SHAPE
     }
 }
@@ -213,6 +222,7 @@ fn create_opts(sh: Shape, gc: sluice::GcPolicy) -> CreateOptions {
         } else {
             sluice::compress::Compression::Off
         },
+        log_v2_records: sh.log_v2,
     }
 }
 
@@ -954,13 +964,16 @@ fn ring_chain(
         let s = (ring_at + a) as usize;
         &img[s..s + len as usize]
     };
-    for _ in 0..ring_bytes / BS as u64 {
+    // version 3 records (LOG_INDIRECT) sit on 512-byte boundaries
+    let sector = intent::SECTOR_BYTES as u64;
+    for _ in 0..ring_bytes / sector {
         let try_at = |a: u64| -> Option<(u64, u64, u32)> {
-            if a + BS as u64 > ring_bytes {
+            if a + sector > ring_bytes {
                 return None;
             }
-            let (h, _) = intent::RecordHeader::decode(ring(a, BS as u64)).ok()?;
-            let len = h.total_blocks() as u64 * BS as u64;
+            let (h, _) =
+                intent::RecordHeader::decode(ring(a, (BS as u64).min(ring_bytes - a))).ok()?;
+            let len = h.ring_bytes() as u64;
             if a + len > ring_bytes {
                 return None;
             }
@@ -976,6 +989,25 @@ fn ring_chain(
         chain = crc;
     }
     (out, (ring_at + at, ring_at + at + BS as u64))
+}
+
+/// Byte ranges of the data blocks the version 3 records of `ring_chain`
+/// name at their places in the segment area: like the records, the only
+/// copy of acknowledged writes until their chunk is sealed.
+fn placed_data(img: &[u8], records: &[(u64, u64)], geo: &Geometry) -> Vec<(u64, u64)> {
+    use sluice::format::intent;
+    let mut out = Vec::new();
+    for &(s, e) in records {
+        let Ok((h, _)) = intent::RecordHeader::decode(&img[s as usize..e as usize]) else {
+            continue;
+        };
+        if let Some(p) = h.place {
+            let phys = p.segment as u64 * geo.segment_blocks as u64 + p.first_block();
+            let at = geo.phys_offset(phys);
+            out.push((at, at + h.data_blocks() as u64 * BS as u64));
+        }
+    }
+    out
 }
 
 /// Byte ranges of the intent log records a mount would replay (the chain from
@@ -1061,7 +1093,9 @@ fn check_damaged(
     let tail = match area {
         Area::Log => {
             let mut t = unprotected_tail(&img, &geo);
-            t.extend(replayed_records(&img, geo.log_offset, geo.log_bytes));
+            let records = replayed_records(&img, geo.log_offset, geo.log_bytes);
+            t.extend(placed_data(&img, &records, &geo));
+            t.extend(records);
             t
         }
         Area::Meta => Vec::new(),

@@ -41,7 +41,16 @@ fn block(v: u8) -> Vec<u8> {
 
 #[test]
 fn flush_logs_a_record_and_a_crash_keeps_the_flushed_writes() {
-    let (c, len) = create(Some(256 << 10));
+    for v2_records in [false, true] {
+        flush_logs_a_record_and_a_crash_keeps(v2_records);
+    }
+}
+
+/// `v2_records`: a volume made before `LOG_INDIRECT` (records carry their
+/// data); else version 3 records (data written once, in place).
+fn flush_logs_a_record_and_a_crash_keeps(v2_records: bool) {
+    let (mut c, len) = create(Some(256 << 10));
+    c.log_v2_records = v2_records;
     let media = Arc::new(SimMedia::new(len));
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
     assert_eq!(vol.superblock().version(), 2);
@@ -61,7 +70,19 @@ fn flush_logs_a_record_and_a_crash_keeps_the_flushed_writes() {
         "two records, no chunk sealed by the flushes"
     );
     assert_eq!(s.chunks_sealed, 0);
-    assert!(s.media_log_bytes >= 4 * BS as u64 + 2 * BS as u64);
+    let sb = vol.superblock();
+    assert_eq!(sb.log_indirect(), !v2_records);
+    if v2_records {
+        // a header block and a copy of each data block per record
+        assert_eq!(s.media_log_bytes, 4 * BS as u64 + 2 * BS as u64);
+    } else {
+        // one sector per record; the 4 data blocks once, at their places
+        assert_eq!(s.media_log_bytes, 2 * 512);
+    }
+    assert_eq!(
+        s.media_user_data_bytes,
+        if v2_records { 0 } else { 4 * BS as u64 }
+    );
     drop(vol);
     for loss in [Loss::DropAll, Loss::Subset, Loss::KeepAll] {
         let img = media.crash_image(loss, 7);
@@ -116,7 +137,8 @@ fn many_flushes_wrap_the_ring_and_persist_new_starts() {
 
 #[test]
 fn large_flushes_seal_as_before_and_v1_stays_v1() {
-    let (c, len) = create(Some(256 << 10));
+    let (mut c, len) = create(Some(256 << 10));
+    c.log_v2_records = true;
     let media = Arc::new(SimMedia::new(len));
     let vol = Volume::create(media as Arc<dyn Media>, &c, &det()).unwrap();
     let big: Vec<u8> = (0..16 * BS).map(|i| (i % 251) as u8 + 1).collect();
@@ -124,6 +146,29 @@ fn large_flushes_seal_as_before_and_v1_stays_v1() {
     vol.flush().unwrap();
     assert_eq!(vol.stats().log_records, 0, "16 blocks > 8: sealed");
     assert_eq!(vol.stats().chunks_sealed, 1);
+    // version 3: the data goes to its place once either way, so it is logged
+    // (the chunk stays open) and the seal later writes the header alone
+    c.log_v2_records = false;
+    let media = Arc::new(SimMedia::new(len));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+    vol.write(0, &big, false).unwrap();
+    vol.flush().unwrap();
+    let s = vol.stats();
+    assert_eq!((s.log_records, s.chunks_sealed), (1, 0));
+    assert_eq!(s.media_user_data_bytes, 16 * BS as u64);
+    vol.close().unwrap();
+    let s2 = vol.stats();
+    assert_eq!(s2.chunks_sealed, 1);
+    assert_eq!(
+        s2.media_user_data_bytes,
+        16 * BS as u64,
+        "the seal wrote no data block a second time"
+    );
+    drop(vol);
+    let v = Volume::open(media as Arc<dyn Media>, &det()).unwrap();
+    let mut back = vec![0u8; 16 * BS];
+    v.read(0, &mut back).unwrap();
+    assert!(back == big, "the sealed chunk reads back from its places");
     let (c1, len1) = create(None);
     let m1 = Arc::new(SimMedia::new(len1));
     let v1 = Volume::create(m1 as Arc<dyn Media>, &c1, &det()).unwrap();
@@ -319,5 +364,211 @@ fn info_says_fallback_once_the_ring_failed_while_serving() {
             fail,
             "ring failed: {fail}\n{out}"
         );
+    }
+}
+
+/// Version 3 records (`LOG_INDIRECT`, docs/intent-log.md §3): a FLUSH writes
+/// its data blocks at their places in the open chunk's reservation and a
+/// record naming them, then one media flush. A power cut before that flush
+/// completes may keep either write, torn at any 512-byte sector:
+/// - the record durable and its data torn: replay refuses the record (the
+///   end of the log, `log_end_at_unverified_placed_data`): the FLUSH was
+///   never acknowledged, the writes before it are all there;
+/// - the data durable and the record torn: nothing to replay past the
+///   record before (`log_end_at_unverified_record`);
+/// - both: replayed. Then a power cut at every media operation of the
+///   mount that re-homes it (the re-homed chunk, checkpoint, new start):
+///   the next mount replays the records again from the same places, or not
+///   at all once the start moved; the flushed writes read back either way,
+///   and no write of the mount lands on a place a replayable record names
+///   before the new start is durable (the segment is held).
+#[test]
+fn v3_record_and_its_data_torn_apart_and_a_cut_during_re_homing() {
+    let (c, len) = create(Some(256 << 10));
+    let media = Arc::new(SimMedia::new(len));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+    assert!(vol.superblock().log_indirect());
+    let g = vol.geometry();
+    let ring = g.log_offset..g.log_offset + g.log_bytes;
+    for i in 0..3u64 {
+        vol.write(i * BS as u64, &block(10 + i as u8), false)
+            .unwrap();
+    }
+    vol.flush().unwrap();
+    let base = media.current_image();
+    media.record();
+    vol.write(5 * BS as u64, &block(55), false).unwrap();
+    vol.write(6 * BS as u64, &block(66), false).unwrap();
+    vol.flush().unwrap();
+    let ev = media.take_events();
+    let writes: Vec<(u64, Vec<u8>)> = ev
+        .iter()
+        .filter_map(|e| match e {
+            sluice::media::SimEvent::Write { offset, data } => Some((*offset, data.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(writes.len(), 2, "one data write and one record: {ev:?}");
+    let (data, rec) = match ring.contains(&writes[0].0) {
+        true => (&writes[1], &writes[0]),
+        false => (&writes[0], &writes[1]),
+    };
+    assert!(ring.contains(&rec.0) && !ring.contains(&data.0));
+    assert_eq!(
+        (data.1.len(), rec.1.len()),
+        (2 * BS, 512),
+        "two blocks, one sector"
+    );
+    let apply = |img: &mut Vec<u8>, w: &(u64, Vec<u8>), skip_sector: Option<usize>| {
+        for (k, s) in w.1.chunks(512).enumerate() {
+            if Some(k) != skip_sector {
+                let o = w.0 as usize + k * 512;
+                img[o..o + 512].copy_from_slice(s);
+            }
+        }
+    };
+    let mount = |img: Vec<u8>| {
+        let m = Arc::new(SimMedia::from_image(img));
+        let v = Volume::open(m.clone() as Arc<dyn Media>, &det()).unwrap();
+        (m, v)
+    };
+    let read = |v: &Volume, b: u64| {
+        let mut buf = vec![0u8; BS];
+        v.read(b * BS as u64, &mut buf).unwrap();
+        buf
+    };
+    let first_kept = |v: &Volume| {
+        for i in 0..3u64 {
+            assert_eq!(read(v, i), block(10 + i as u8), "block {i}");
+        }
+    };
+    // the record durable, one sector of its data not
+    for sector in [0usize, 7, 8, 15] {
+        let mut img = base.clone();
+        apply(&mut img, rec, None);
+        apply(&mut img, data, Some(sector));
+        let (_, v) = mount(img);
+        let r = v.mount_report().rules;
+        assert_eq!(
+            (r.log_record_replayed, r.log_end_at_unverified_placed_data),
+            (1, 1),
+            "data sector {sector} torn"
+        );
+        first_kept(&v);
+        assert_eq!(
+            read(&v, 5),
+            vec![0u8; BS],
+            "the unacknowledged FLUSH is not replayed"
+        );
+        assert_eq!(read(&v, 6), vec![0u8; BS]);
+    }
+    // the data durable, the record not (or not whole)
+    for skip in [None, Some(0)] {
+        let mut img = base.clone();
+        apply(&mut img, data, None);
+        if skip.is_some() {
+            apply(&mut img, rec, skip);
+        }
+        let (_, v) = mount(img);
+        let r = v.mount_report().rules;
+        assert_eq!(r.log_record_replayed, 1);
+        assert_eq!(r.log_end_at_unverified_placed_data, 0);
+        assert!(r.log_end_at_unverified_record >= 1);
+        first_kept(&v);
+        assert_eq!(read(&v, 5), vec![0u8; BS]);
+    }
+    // both durable: replayed, its segment held while its blocks are re-homed
+    let mut both = base.clone();
+    apply(&mut both, rec, None);
+    apply(&mut both, data, None);
+    let m = Arc::new(SimMedia::from_image(both.clone()));
+    m.record();
+    let v = Volume::open(m.clone() as Arc<dyn Media>, &det()).unwrap();
+    let r = v.mount_report().rules;
+    assert_eq!(r.log_record_replayed, 2);
+    assert_eq!(
+        r.log_placed_segment_held, 1,
+        "the reservation's segment was empty"
+    );
+    assert_eq!((read(&v, 5), read(&v, 6)), (block(55), block(66)));
+    drop(v);
+    let mount_ev = m.take_events();
+    // until a superblock with a new log start is durable (written, then a
+    // flush), no write of the mount may touch the places the records name
+    let old_start = sluice::format::superblock::Superblock::decode(&both[..BS])
+        .unwrap()
+        .v2
+        .unwrap()
+        .log_start;
+    let named = data.0..data.0 + data.1.len() as u64;
+    let (mut start_written, mut start_moved) = (false, false);
+    let mut ops = 0;
+    for e in &mount_ev {
+        match e {
+            sluice::media::SimEvent::Write { offset, data } => {
+                let end = offset + data.len() as u64;
+                if !start_moved {
+                    assert!(
+                        end <= named.start || *offset >= named.end,
+                        "the mount wrote {offset}+{} over a place a record names before the new start was durable",
+                        data.len()
+                    );
+                }
+                if *offset < 2 * BS as u64 && data.len() == BS {
+                    let sb = sluice::format::superblock::Superblock::decode(data).unwrap();
+                    start_written |= sb.v2.unwrap().log_start != old_start;
+                }
+                ops += 1;
+            }
+            sluice::media::SimEvent::Flush => {
+                start_moved |= start_written;
+                ops += 1
+            }
+            _ => {}
+        }
+    }
+    assert!(start_moved && ops > 3, "{mount_ev:?}");
+    // a power cut at every media operation of that mount (each prefix, its
+    // unflushed writes kept or dropped): the flushed writes survive and a
+    // later mount replays again or finds them in the main log
+    for n in 0..=ops {
+        for keep_unflushed in [false, true] {
+            let mut img = both.clone();
+            let mut pending: Vec<&(u64, Vec<u8>)> = Vec::new();
+            let mut owned = Vec::new();
+            for e in mount_ev.iter().take(n) {
+                match e {
+                    sluice::media::SimEvent::Write { offset, data } => {
+                        owned.push((*offset, data.clone()))
+                    }
+                    sluice::media::SimEvent::Flush => {
+                        for w in owned.drain(..) {
+                            let o = w.0 as usize;
+                            img[o..o + w.1.len()].copy_from_slice(&w.1);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if keep_unflushed {
+                pending.extend(owned.iter());
+                for w in pending {
+                    let o = w.0 as usize;
+                    img[o..o + w.1.len()].copy_from_slice(&w.1);
+                }
+            }
+            let (m2, v2) = mount(img);
+            first_kept(&v2);
+            assert_eq!(
+                (read(&v2, 5), read(&v2, 6)),
+                (block(55), block(66)),
+                "cut at mount op {n} (unflushed kept: {keep_unflushed})"
+            );
+            // and once more, with nothing of that mount's own writes lost
+            drop(v2);
+            let (_, v3) = mount(m2.crash_image(Loss::DropAll, 1));
+            first_kept(&v3);
+            assert_eq!(read(&v3, 5), block(55), "op {n}: second mount");
+        }
     }
 }

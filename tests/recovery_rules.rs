@@ -196,6 +196,9 @@ fn chained_volume_with_a_full_segment() -> (Vec<u8>, usize, Vec<u8>) {
         segment_bytes: 32 * BS as u64,
         uuid: Some([5; 16]),
         intent_log: Some(256 << 10),
+        // version 2 records: a FLUSH of more than 8 blocks seals its chunk
+        // (version 3 records log any number, leaving the chunk open)
+        log_v2_records: true,
         ..Default::default()
     };
     let len = Geometry::for_logical_log(blocks, 32, 0.1, 256 << 10).media_bytes();

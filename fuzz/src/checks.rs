@@ -161,7 +161,16 @@ pub fn check_intent_record(data: &[u8]) {
     let (ctl, rest) = split_control(data);
     let mut img = rest.to_vec();
     let reseal = |img: &mut Vec<u8>| {
-        if img.len() >= BLOCK_BYTES {
+        // version 3: the CRC covers the record's sectors
+        let v3_len = (img.len() >= 512 && img[8..10] == 3u16.to_le_bytes())
+            .then(|| (u32_at(img, 76) & 0xffff) as usize * 512)
+            .filter(|&l| (512..=BLOCK_BYTES).contains(&l) && l <= img.len());
+        if let Some(len) = v3_len {
+            let mut c = crc32c::crc32c(&img[..44]);
+            c = crc32c::crc32c_append(c, &[0u8; 4]);
+            c = crc32c::crc32c_append(c, &img[48..len]);
+            img[44..48].copy_from_slice(&c.to_le_bytes());
+        } else if img.len() >= BLOCK_BYTES {
             let mut c = crc32c::crc32c(&img[..44]);
             c = crc32c::crc32c_append(c, &[0u8; 4]);
             c = crc32c::crc32c_append(c, &img[48..BLOCK_BYTES]);
@@ -196,9 +205,15 @@ pub fn check_intent_record(data: &[u8]) {
     let Ok((h, crc)) = RecordHeader::decode(&img) else {
         return;
     };
-    assert!(intent::fits(h.entries.len(), h.block_crcs.len()));
+    match h.place {
+        None => assert!(intent::fits(h.entries.len(), h.block_crcs.len())),
+        Some(_) => assert!(
+            intent::v3_bytes(h.entries.len(), h.block_crcs.len()) <= h.ring_bytes()
+                && h.ring_bytes() <= BLOCK_BYTES
+        ),
+    }
     assert!(h.main_lsn <= h.first_lsn);
-    let mut enc = vec![0u8; BLOCK_BYTES];
+    let mut enc = vec![0u8; h.ring_bytes().min(BLOCK_BYTES)];
     // (bytes the decoder ignores, past the block CRCs, are covered by the
     // CRC but not kept: the CRC need not round-trip, the header must)
     let _ = (crc, h.encode_into(&mut enc));
@@ -209,7 +224,7 @@ pub fn check_intent_record(data: &[u8]) {
     );
     if let Ok((v, _)) = intent::verify(&img, &uuid, seq, chain) {
         assert_eq!(v, h);
-        assert!(img.len() >= h.total_blocks() as usize * BLOCK_BYTES);
+        assert!(img.len() >= h.ring_bytes());
         assert_eq!((v.uuid, v.seq, v.prev_crc), (uuid, seq, chain));
     }
 }
@@ -803,11 +818,26 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             first_lsn: 104,
             entries,
             block_crcs: data.chunks(BLOCK_BYTES).map(crc32c::crc32c).collect(),
+            place: None,
+            sectors: 0,
         };
         let mut img = vec![0u8; BLOCK_BYTES];
         h.encode_into(&mut img);
         img.extend_from_slice(&data);
         out.push(("intent_record", name.to_string(), with(2, &img)));
+        // version 3: the same entries, no data, one sector naming its place
+        let v3 = RecordHeader {
+            place: Some(sluice::format::intent::Place {
+                segment: 3,
+                chunk_start: 17,
+                first_index: 2,
+            }),
+            sectors: 1,
+            ..h
+        };
+        let mut img = vec![0u8; 512];
+        v3.encode_into(&mut img);
+        out.push(("intent_record", format!("{name}-v3"), with(2, &img)));
     }
 
     // Chunks: every kind, relocations, a full-size header, a header-only chunk.

@@ -43,9 +43,11 @@ pub struct Args {
     #[arg(long)]
     pub preallocate: bool,
     /// Keep a 16 MiB intent log ring in the volume (format v2): a FLUSH or FUA
-    /// after a few small writes logs just those blocks and one media flush,
-    /// instead of sealing a partial chunk (docs/format-v2.md §4). Volumes made
-    /// with it need a build that knows format v2.
+    /// writes the blocks not yet logged once, at their places in the main log,
+    /// plus a record of a few hundred bytes naming them, and one media flush,
+    /// instead of sealing a partial chunk (docs/intent-log.md; on a compressed
+    /// volume the record carries the blocks). Volumes made with it need a
+    /// build that knows format v2 (and LOG_INDIRECT).
     #[arg(long)]
     pub intent_log: bool,
     /// Keep the intent log on a separate, faster device instead (an NVMe or

@@ -75,8 +75,17 @@ pub mod incompat {
     /// `chunk::Chain`, covered by the header CRC, so a build without it
     /// would take every chained header for a damaged one); requires `LSN`.
     pub const CHAIN: u64 = 1 << 6;
+    /// The in-volume ring's records are version 3 (docs/intent-log.md §2,
+    /// format-v2.md §4.4): sector-sized, no data blocks, naming where the data
+    /// blocks were written inside the open chunk's reservation (ZFS's
+    /// `WR_INDIRECT`); the log start may sit on any 512-byte boundary. An
+    /// older build would read such a record as damaged and lose the writes it
+    /// covers: incompat. Requires `INTENT_LOG`, and excludes `LOG_DEVICE`
+    /// (a log device keeps copying data) and `COMPRESSION` (a compressed
+    /// chunk's place is not known until it is packed).
+    pub const LOG_INDIRECT: u64 = 1 << 7;
     /// The bits this build mounts.
-    pub const KNOWN: u64 = INTENT_LOG | LSN | LOG_DEVICE | COMPRESSION | CHAIN;
+    pub const KNOWN: u64 = INTENT_LOG | LSN | LOG_DEVICE | COMPRESSION | CHAIN | LOG_INDIRECT;
     /// Name of one bit, for refusals.
     pub fn name(bit: u32) -> String {
         match bit {
@@ -87,6 +96,7 @@ pub mod incompat {
             4 => "OBJECT_STORE".into(),
             5 => "LSN".into(),
             6 => "CHAIN".into(),
+            7 => "LOG_INDIRECT".into(),
             b => format!("bit {b}"),
         }
     }
@@ -157,6 +167,12 @@ impl Superblock {
         self.v2
             .filter(|v| v.has(incompat::LOG_DEVICE))
             .map(|v| (v.log_uuid, v.log_bytes))
+    }
+
+    /// The in-volume ring takes version 3 records (`LOG_INDIRECT`): data
+    /// written in place, records naming it.
+    pub fn log_indirect(&self) -> bool {
+        self.v2.is_some_and(|v| v.has(incompat::LOG_INDIRECT))
     }
 
     /// The volume has an intent log, in the volume or on a device.
@@ -384,6 +400,16 @@ impl Superblock {
             // the chain lives in version 2 chunk headers, which LSN makes
             return Err(invalid("features_incompat", "CHAIN needs LSN"));
         }
+        if v.has(incompat::LOG_INDIRECT)
+            && (!v.has(incompat::INTENT_LOG)
+                || v.has(incompat::LOG_DEVICE)
+                || v.has(incompat::COMPRESSION))
+        {
+            return Err(invalid(
+                "features_incompat",
+                "LOG_INDIRECT needs INTENT_LOG in the volume, without LOG_DEVICE or COMPRESSION",
+            ));
+        }
         if !v.has(incompat::INTENT_LOG) {
             return if v.log_offset == 0
                 && v.log_bytes == 0
@@ -439,7 +465,13 @@ impl Superblock {
                 ),
             ));
         }
-        if v.log_start.offset >= v.log_bytes || !v.log_start.offset.is_multiple_of(bs) {
+        // version 3 records are packed at 512-byte granularity
+        let unit = if v.has(incompat::LOG_INDIRECT) {
+            crate::format::intent::SECTOR_BYTES as u64
+        } else {
+            bs
+        };
+        if v.log_start.offset >= v.log_bytes || !v.log_start.offset.is_multiple_of(unit) {
             return Err(invalid("log_start", v.log_start.offset.to_string()));
         }
         Ok(())

@@ -25,6 +25,8 @@ pub struct FileMedia {
     file: File,
     path: PathBuf,
     len: u64,
+    /// `Media::direct_unit`: 512, or 4096 when a 512-byte O_DIRECT read is refused.
+    direct_unit: u64,
     direct: bool,
     block_device: bool,
     /// (dev, inode) of a file this FileMedia created itself (`create_new`).
@@ -148,10 +150,16 @@ impl FileMedia {
         let block_device = meta.file_type().is_block_device();
         let device_discard = block_device && device_advertises_discard(meta.rdev());
         let len = file.seek(SeekFrom::End(0))?;
+        let direct_unit = if direct {
+            probe_direct_unit(&file, len)
+        } else {
+            512
+        };
         Ok(FileMedia {
             file,
             path: path.to_path_buf(),
             len,
+            direct_unit,
             direct,
             block_device,
             created,
@@ -280,9 +288,26 @@ pub fn lock_holder(dev: u64, ino: u64) -> Option<(u32, String)> {
     Some((pid, cmd))
 }
 
+/// The smallest O_DIRECT IO `file` takes: a 512-byte read at byte 512 (a
+/// read: nothing is written) is refused with EINVAL on a 4Kn device.
+fn probe_direct_unit(file: &File, len: u64) -> u64 {
+    use std::os::unix::fs::FileExt;
+    if len < 1024 {
+        return 512;
+    }
+    let mut buf = super::AlignedBuf::new(4096);
+    match file.read_exact_at(&mut buf[..512], 512) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => 4096,
+        _ => 512,
+    }
+}
+
 impl Media for FileMedia {
     fn len(&self) -> u64 {
         self.len
+    }
+    fn direct_unit(&self) -> u64 {
+        self.direct_unit
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         check_range(self.len, offset, buf.len())?;

@@ -57,6 +57,13 @@ pub trait Media: Send + Sync {
     }
     /// Write all of `buf` at `offset` (same alignment rules as `read_at`).
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Smallest write (and its alignment) the media takes: 512 bytes unless
+    /// it is an O_DIRECT file on a device whose logical sectors are larger
+    /// (a 4Kn device: 4096). Version 3 intent log records are this size or
+    /// a multiple (docs/intent-log.md §2).
+    fn direct_unit(&self) -> u64 {
+        512
+    }
     /// Make every completed write durable.
     fn flush(&self) -> io::Result<()>;
     /// Human-readable description (path, O_DIRECT or not).
@@ -104,6 +111,9 @@ macro_rules! forward_media {
             }
             fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
                 (**self).write_at(buf, offset)
+            }
+            fn direct_unit(&self) -> u64 {
+                (**self).direct_unit()
             }
             fn flush(&self) -> io::Result<()> {
                 (**self).flush()

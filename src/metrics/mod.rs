@@ -182,6 +182,9 @@ impl<M: Media> Media for MeteredMedia<M> {
         }
         self.inner.write_at(buf, offset)
     }
+    fn direct_unit(&self) -> u64 {
+        self.inner.direct_unit()
+    }
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }

@@ -432,6 +432,9 @@ fn step_rebuild_segments(c: &mut MountCtx) -> Result<()> {
 /// device(s).
 fn step_replay_intent_log(c: &mut MountCtx) -> Result<()> {
     let sb = c.sb.as_ref().expect("read_superblocks ran");
+    let geo = c.geo();
+    // version 3 records name places in the volume's own segments
+    let places = c.store.is_none().then_some((c.media, &geo));
     let r = match c.log_ring {
         Some(ring) => replay_intent_log(
             c.media,
@@ -439,6 +442,7 @@ fn step_replay_intent_log(c: &mut MountCtx) -> Result<()> {
             sb,
             c.main_lsn,
             c.salvage,
+            places,
             &mut c.report.rules,
         )?,
         None => {
@@ -464,6 +468,21 @@ fn step_replay_intent_log(c: &mut MountCtx) -> Result<()> {
             }
         }
         c.unvouched = merged;
+    }
+    // The places version 3 records named stay unwritten until the mount has
+    // re-homed their blocks and moved the log start past them (`finish_log`
+    // releases them): a chunk of this life written there, then a power cut
+    // before the start moved, would leave records naming overwritten data.
+    // A segment still holding live chunks is Closed (nothing appends to it);
+    // one found empty would be free: hold it.
+    let segs = c.segs.as_mut().expect("rebuild_segments ran");
+    for &(seg, _) in &r.placed {
+        // MUTANT: placed-segment-not-held s|== SegState::Free {|== SegState::Damaged {|
+        if segs.segs[seg as usize].state == SegState::Free {
+            segs.hold(seg);
+            c.wipe.retain(|&w| w != seg);
+            c.report.rules.log_placed_segment_held += 1;
+        }
     }
     if r.records > 0 {
         c.report.notes.push(format!(

@@ -521,16 +521,18 @@ impl Commit {
             assert!(s.blocks >= 1 && s.start + s.blocks <= self.geo.segment_blocks);
             // reads of its blocks go to the media only after this write
             self.crc_index.record_chunk(s.segment, s.start, s.bytes());
-            if let Err(e) = self.store.write(s.segment, s.start, s.bytes()) {
-                return Err(self.fail(
-                    format_args!(
-                        "writing chunk {} at segment {} block {}",
-                        s.seq, s.segment, s.start
-                    ),
-                    &e,
-                ));
-            }
-            let data = (s.blocks as u64 - 1) * BS;
+            let data = match self.write_chunk(&s) {
+                Ok(d) => d,
+                Err(e) => {
+                    return Err(self.fail(
+                        format_args!(
+                            "writing chunk {} at segment {} block {}",
+                            s.seq, s.segment, s.start
+                        ),
+                        &e,
+                    ))
+                }
+            };
             Counters::add(&self.counters.media_chunk_header_bytes, BS);
             Counters::add(
                 if s.stream == Stream::Gc {
@@ -559,6 +561,35 @@ impl Commit {
         Ok(())
     }
 
+    /// Write a sealed chunk's image; returns the data bytes written. Data
+    /// blocks a version 3 record already wrote at their places (`placed`)
+    /// are skipped: for a chunk filled by FLUSHed writes, the header alone.
+    fn write_chunk(&self, s: &Sealed) -> std::io::Result<u64> {
+        let Some(placed) = &s.placed else {
+            self.store.write(s.segment, s.start, s.bytes())?;
+            return Ok((s.blocks as u64 - 1) * BS);
+        };
+        let b = BLOCK_BYTES;
+        let runs = placed.unplaced(s.blocks - 1);
+        let mut data = 0;
+        match runs.first() {
+            // the header and the first unplaced run in one write when they touch
+            Some(&(0, to)) => {
+                self.store
+                    .write(s.segment, s.start, &s.bytes()[..(1 + to as usize) * b])?;
+                data += to as u64 * BS;
+            }
+            _ => self.store.write(s.segment, s.start, &s.bytes()[..b])?,
+        }
+        for &(from, to) in runs.iter().filter(|r| r.0 > 0) {
+            let (f, t) = (1 + from as usize, 1 + to as usize);
+            self.store
+                .write(s.segment, s.start + f as u32, &s.bytes()[f * b..t * b])?;
+            data += (to - from) as u64 * BS;
+        }
+        Ok(data)
+    }
+
     /// The intent log's records start at `seq` (mount).
     pub fn start_log(&self, seq: u64) {
         let mut p = self.progress.lock();
@@ -579,6 +610,34 @@ impl Commit {
         if self.log_lost() {
             // planned before the log was lost: never written (its waiter seals)
             return Ok(());
+        }
+        if let Some(d) = &r.data {
+            // version 3: the data at its places first (one write: contiguous),
+            // the record after; one media flush covers both (a record whose
+            // data does not verify ends replay: it was never acknowledged)
+            // MUTANT: record-without-data s|self.store.write(d.segment, d.block, &d.buf)|Ok::<(), std::io::Error>(())|
+            match self.store.write(d.segment, d.block, &d.buf) {
+                Ok(()) => {
+                    d.placed.set(d.from, d.to);
+                    Counters::add(&self.counters.media_user_data_bytes, d.buf.len() as u64);
+                }
+                Err(e) => {
+                    self.fall_back(
+                        format_args!(
+                            "intent log data of record {} in {} at segment {} block {}",
+                            r.seq,
+                            self.media.describe(),
+                            d.segment,
+                            d.block
+                        ),
+                        "once the media takes writes there",
+                        &e,
+                    );
+                    // the record is not written: its waiter seals the chunk,
+                    // whose seal writes every block not placed
+                    return Ok(());
+                }
+            }
         }
         if self.log_devs.is_empty() {
             // MUTANT: ring-error-acked s|self.media.write_at(&r.image, r.at) {|self.media.write_at(&r.image, r.at).or(Ok::<(), std::io::Error>(())) {|

@@ -221,7 +221,8 @@ impl Core {
     }
 
     /// FLUSH or FUA with an intent log: if the open user chunk's unlogged
-    /// block records are few (`LOG_MAX_DATA_BLOCKS`) and fit the ring, build
+    /// block records are few (`LOG_MAX_DATA_BLOCKS`; any number a version 3
+    /// record holds, whose data is written once either way) and fit the ring, build
     /// their record and leave the chunk open (Ok(Some)); if they are too many
     /// or the ring is full, seal the chunk into `out` (Ok(None)); with nothing
     /// unlogged, do neither. Without a ring: seal.
@@ -236,7 +237,10 @@ impl Core {
             if records == 0 {
                 return None;
             }
-            if data <= super::intent::LOG_MAX_DATA_BLOCKS {
+            // version 3 writes the data once whichever way: log whenever
+            // the record fits (`Ring::plan`), keeping the chunk open
+            if data <= super::intent::LOG_MAX_DATA_BLOCKS || (ring.indirect && ch.staged.is_none())
+            {
                 if let Some(r) = ring.plan(ch, uuid) {
                     return Some(r);
                 }
@@ -769,6 +773,7 @@ impl Core {
             start,
             blocks,
             image,
+            placed: None,
         });
     }
 

@@ -2,20 +2,28 @@
 //! the next record goes, which records are live, and what start mount would
 //! replay from. Records are built here from the open user chunk's unlogged
 //! block records; the commit stage writes them (`Commit::write_record`).
+//! With `LOG_INDIRECT` (docs/intent-log.md §2) a record is version 3: the
+//! unlogged data blocks are written once, at their final places in the open
+//! chunk's reservation, and the record (a few 512-byte sectors in the ring)
+//! names them; the chunk's seal then writes only what no record placed.
 //!
 //! Invariants kept here (asserted in release):
 //! - a record's ring space is reused only after a persisted start has passed
 //!   it, and a start passes a record only once every LSN it carries is in a
 //!   durable main-log chunk (`durable_lsn`);
 //! - records never overlap: `used` (bytes from the persisted start to `head`,
-//!   the waste at a wrap included) never exceeds the ring.
+//!   the waste at a wrap included) never exceeds the ring;
+//! - a version 3 record names only data blocks of the open chunk it was built
+//!   from, inside that chunk's reservation, which nothing else writes before
+//!   the chunk's seal.
 
-use crate::format::intent::RecordHeader;
+use crate::format::intent::{Place, RecordHeader, SECTOR_BYTES};
 use crate::format::superblock::LogStart;
 use crate::format::BLOCK_BYTES;
-use crate::log::OpenChunk;
+use crate::log::{OpenChunk, Placed};
 use crate::media::AlignedBuf;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 const BS: u64 = BLOCK_BYTES as u64;
 
@@ -26,6 +34,8 @@ const BS: u64 = BLOCK_BYTES as u64;
 /// chunk's extra header block, and ZFS's `zil_slog_bulk` lesson (bulk
 /// synchronous data belongs in the main pool, not the log) says the same for
 /// large writes: they stream to the main log and never wait behind the ring.
+/// Version 3 records (`LOG_INDIRECT`) have no such limit: their data is
+/// written once, at its place in the main log, whether logged or sealed.
 pub const LOG_MAX_DATA_BLOCKS: u32 = 8;
 
 /// One record since the persisted start.
@@ -44,6 +54,20 @@ pub struct PlannedRecord {
     /// Media byte offset.
     pub at: u64,
     pub image: AlignedBuf,
+    /// Version 3: the data blocks the record names, written before it.
+    pub data: Option<PlacedData>,
+}
+
+/// A version 3 record's data blocks: data indexes `from..to` of the open
+/// chunk, written at block `block` of `segment` (contiguous).
+pub struct PlacedData {
+    pub segment: u32,
+    pub block: u32,
+    pub buf: AlignedBuf,
+    pub from: u32,
+    pub to: u32,
+    /// The open chunk's map of placed blocks: set once the write completed.
+    pub placed: Arc<Placed>,
 }
 
 pub struct Ring {
@@ -70,6 +94,11 @@ pub struct Ring {
     /// start: until then no start may be persisted (not even by the mount's
     /// own checkpoint, which runs before the re-homed blocks are durable).
     pub claimed: bool,
+    /// Records are version 3 (`LOG_INDIRECT`).
+    pub indirect: bool,
+    /// Granularity of record places in the ring: a block for version 2; for
+    /// version 3 a sector, or the media's direct-write unit when larger.
+    pub unit: u64,
 }
 
 impl Ring {
@@ -89,14 +118,27 @@ impl Ring {
             persisting: false,
             records: 0,
             claimed: false,
+            indirect: false,
+            unit: BS,
         }
+    }
+
+    /// Version 3 records of `unit` bytes' granularity (512 or the media's
+    /// direct-write unit, at most a block).
+    pub fn indirect(mut self, unit: u64) -> Ring {
+        assert!(
+            unit >= SECTOR_BYTES as u64 && unit <= BS && BS.is_multiple_of(unit),
+            "record unit {unit}"
+        );
+        self.indirect = true;
+        self.unit = unit;
+        self
     }
 
     /// Ring offset for a record of `blocks`, and the bytes skipped to get
     /// there (a record never wraps: it goes to offset 0 when it does not fit
     /// before the end; replay looks there when the next place does not follow).
-    fn place(&self, blocks: u32) -> Option<(u64, u64)> {
-        let len = blocks as u64 * BS;
+    fn place(&self, len: u64) -> Option<(u64, u64)> {
         let free = self.bytes - self.used;
         if self.head + len <= self.bytes {
             (len <= free).then_some((self.head, 0))
@@ -108,15 +150,25 @@ impl Ring {
 
     /// Build the record of `ch`'s unlogged block records if it fits in the
     /// ring; marks them logged. `main_lsn`: where `ch` starts (every LSN
-    /// below it is in a sealed chunk).
+    /// below it is in a sealed chunk). Version 3 (`indirect`, a chunk with a
+    /// place): the record names the blocks, `data` carries them to their places.
     pub fn plan(&mut self, ch: &mut OpenChunk, uuid: [u8; 16]) -> Option<PlannedRecord> {
         let un = ch.unlogged();
         let ndata = un.data.len();
-        if !crate::format::intent::fits(un.entries.len(), ndata) {
-            return None;
-        }
-        let blocks = 1 + ndata as u32;
-        let (at, waste) = self.place(blocks)?;
+        let v3 = self.indirect && ch.staged.is_none();
+        let len = if v3 {
+            let need = crate::format::intent::v3_bytes(un.entries.len(), ndata) as u64;
+            if need > BS {
+                return None;
+            }
+            need.div_ceil(self.unit) * self.unit
+        } else {
+            if !crate::format::intent::fits(un.entries.len(), ndata) {
+                return None;
+            }
+            (1 + ndata as u64) * BS
+        };
+        let (at, waste) = self.place(len)?;
         let h = RecordHeader {
             uuid,
             seq: self.next_seq,
@@ -125,22 +177,49 @@ impl Ring {
             first_lsn: un.first_lsn,
             block_crcs: un.data.clone().map(|i| ch.crcs[i as usize]).collect(),
             entries: un.entries,
+            place: v3.then_some(Place {
+                segment: ch.segment,
+                chunk_start: ch.start,
+                first_index: un.data.start,
+            }),
+            sectors: if v3 {
+                (len / SECTOR_BYTES as u64) as u16
+            } else {
+                0
+            },
         };
-        let mut image = AlignedBuf::new(blocks as usize * BLOCK_BYTES);
-        for (k, i) in un.data.enumerate() {
-            let off = (1 + k) * BLOCK_BYTES;
-            image[off..off + BLOCK_BYTES].copy_from_slice(ch.data_block(i));
-        }
-        let crc = h.encode_into(&mut image[..BLOCK_BYTES]);
+        let mut image = AlignedBuf::new(len as usize);
+        let (crc, data) = if v3 {
+            let crc = h.encode_into(&mut image[..]);
+            let placed = ch.placed.get_or_insert_with(Default::default).clone();
+            let mut buf = AlignedBuf::new(ndata * BLOCK_BYTES);
+            let from = (1 + un.data.start as usize) * BLOCK_BYTES;
+            buf.copy_from_slice(&ch.image[from..from + ndata * BLOCK_BYTES]);
+            let data = (ndata > 0).then(|| PlacedData {
+                segment: ch.segment,
+                block: ch.start + 1 + un.data.start,
+                buf,
+                from: un.data.start,
+                to: un.data.end,
+                placed,
+            });
+            (crc, data)
+        } else {
+            for (k, i) in un.data.clone().enumerate() {
+                let off = (1 + k) * BLOCK_BYTES;
+                image[off..off + BLOCK_BYTES].copy_from_slice(ch.data_block(i));
+            }
+            (h.encode_into(&mut image[..BLOCK_BYTES]), None)
+        };
         self.recs.push_back(RecInfo {
             offset: at,
             seq: h.seq,
             prev_crc: h.prev_crc,
             lsn_end: h.lsn_end(),
         });
-        self.used += waste + blocks as u64 * BS;
+        self.used += waste + len;
         assert!(self.used <= self.bytes, "intent log records overlap");
-        self.head = (at + blocks as u64 * BS) % self.bytes;
+        self.head = (at + len) % self.bytes;
         self.chain = crc;
         self.next_seq += 1;
         self.records += 1;
@@ -149,6 +228,7 @@ impl Ring {
             seq: h.seq,
             at: self.offset + at,
             image,
+            data,
         })
     }
 

@@ -156,7 +156,9 @@ pub fn add_log_device(
     let mut next = sb.clone();
     {
         let nv = next.v2.as_mut().expect("v2");
+        // a log device keeps version 2 records (data copied: it is the fast medium)
         nv.features_incompat |= incompat::INTENT_LOG | incompat::LOG_DEVICE;
+        nv.features_incompat &= !incompat::LOG_INDIRECT;
         nv.log_uuid = rand::random();
         nv.log_offset = 0;
         nv.log_bytes = ring;
@@ -337,7 +339,7 @@ fn remove_ring(media: Arc<dyn Media>) -> Result<Vec<String>> {
     let mut next = sb.clone();
     {
         let v = next.v2.as_mut().expect("a ring is a v2 feature");
-        v.features_incompat &= !incompat::INTENT_LOG;
+        v.features_incompat &= !(incompat::INTENT_LOG | incompat::LOG_INDIRECT);
         v.log_uuid = [0; 16];
         v.log_offset = 0;
         v.log_bytes = 0;

@@ -130,6 +130,10 @@ pub struct CreateOptions {
     /// feature bit and gives the map 5-byte values. Off: a volume exactly as
     /// before.
     pub compression: crate::compress::Compression,
+    /// The in-volume ring takes version 2 records (data copied into the
+    /// ring, no `LOG_INDIRECT`), as volumes made before version 3: for tests
+    /// that such volumes keep working. Off: version 3 records.
+    pub log_v2_records: bool,
 }
 
 /// The ring `sluice create --intent-log` makes: 16 MiB. The ring holds the
@@ -152,6 +156,7 @@ impl Default for CreateOptions {
             intent_log: None,
             log_devices: Vec::new(),
             compression: crate::compress::Compression::Off,
+            log_v2_records: false,
         }
     }
 }
@@ -567,6 +572,9 @@ impl Volume {
                 };
                 if compressed {
                     v2.features_incompat |= incompat::COMPRESSION;
+                } else if geo.log_bytes > 0 && device_ring.is_none() && !opts.log_v2_records {
+                    // the in-volume ring takes version 3 records (data in place)
+                    v2.features_incompat |= incompat::LOG_INDIRECT;
                 }
                 v2
             }),
@@ -736,7 +744,13 @@ impl Volume {
                 .is_some_and(|v| v.has(crate::format::superblock::incompat::CHAIN));
         let log_start = m.log.as_ref().map(|l| l.start);
         if let (Some(start), Some((at, bytes))) = (log_start, m.log_ring) {
-            core.ring = Some(intent::Ring::new(at, bytes, start));
+            let mut ring = intent::Ring::new(at, bytes, start);
+            // version 3 records place data through the flat store only (a
+            // stripe set or an object store writes whole rows or segments)
+            if m.sb.log_indirect() && opts.store.is_none() && opts.stripe_set.is_none() {
+                ring = ring.indirect(media.direct_unit().clamp(512, BS));
+            }
+            core.ring = Some(ring);
         }
         // lifetime counters: the checkpoint's, or (none recorded) counting
         // starts at create when no checkpoint was ever written, else now
@@ -1483,8 +1497,17 @@ impl Shared {
         // unconditionally: the fresh chain seed must reach the media even
         // when no record was replayed (same seq as before)
         commit::persist_start(&self.commit, start)?;
-        if let Some(r) = self.core.lock().ring.as_mut() {
+        let mut c = self.core.lock();
+        if let Some(r) = c.ring.as_mut() {
             r.claimed = true;
+        }
+        // the start has passed the version 3 records: the segments held for
+        // their places (`recovery::mount`, empty) go the way of any empty one
+        for &(seg, _) in &log.placed {
+            let s = c.segs.segs[seg as usize];
+            if s.state == SegState::Closed && s.live == 0 {
+                c.segs.close(seg);
+            }
         }
         Ok(())
     }
@@ -1502,6 +1525,7 @@ impl Shared {
                 "re-homed blocks keep their LSNs"
             );
             let d = self.durable_seq();
+            // MUTANT: rehome-copies-nothing s|in &log.blocks {|in &log.blocks[..0] {|
             for &(lba, kind, data) in &log.blocks {
                 let what = match data {
                     Some(i) => {
