@@ -306,6 +306,9 @@ apply_rebuild_record_one_place() {
 apply_rebuild_data_unflushed() {
   marker rebuild-data-unflushed
 }
+apply_rebuild_bulk_piece_misplaced() {
+  marker rebuild-bulk-piece-misplaced
+}
 apply_stale_member_accepted() {
   marker stale-member-accepted
 }
@@ -521,6 +524,7 @@ run heal-ignores-crc stripe_repair
 run heal-rewrite-skipped stripe_repair
 run rebuild-marks-before-data stripe_repair
 run rebuild-data-unflushed stripe_repair
+run rebuild-bulk-piece-misplaced stripe_repair
 run rebuild-record-one-place stripe_repair
 run rebuilding-member-read-early stripe_repair
 run parity-scrub-blind stripe_repair
