@@ -516,7 +516,7 @@ run parity-not-rotated stripe
 run member-wrong-slot-accepted lib
 run partial-row-parity-skipped lib stripe_set
 run full-row-parity-skipped lib
-run scratch-before-data-durable lib
+run scratch-before-data-durable lib dst
 run degraded-read-uses-failed-member lib
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
