@@ -318,6 +318,9 @@ apply_rebuild_record_one_place() {
 apply_rebuild_data_unflushed() {
   marker rebuild-data-unflushed
 }
+apply_rebuild_bulk_piece_misplaced() {
+  marker rebuild-bulk-piece-misplaced
+}
 apply_stale_member_accepted() {
   marker stale-member-accepted
 }
@@ -529,7 +532,7 @@ run parity-not-rotated stripe
 run member-wrong-slot-accepted lib
 run partial-row-parity-skipped lib stripe_set
 run full-row-parity-skipped lib
-run scratch-before-data-durable lib
+run scratch-before-data-durable lib dst
 run degraded-read-uses-failed-member lib
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
@@ -537,6 +540,7 @@ run heal-ignores-crc stripe_repair
 run heal-rewrite-skipped stripe_repair
 run rebuild-marks-before-data stripe_repair
 run rebuild-data-unflushed stripe_repair
+run rebuild-bulk-piece-misplaced stripe_repair
 run rebuild-record-one-place stripe_repair
 run rebuilding-member-read-early stripe_repair
 run parity-scrub-blind stripe_repair

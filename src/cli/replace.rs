@@ -124,7 +124,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     })?;
     vol.close()?;
     println!(
-        "member {slot} rebuilt onto {} in {:.1}s: {} segments copied, {} free segments only marked",
+        "member {slot} rebuilt onto {} in {:.3}s: {} segments copied, {} free segments only marked",
         a.new.display(),
         t0.elapsed().as_secs_f64(),
         p.copied,

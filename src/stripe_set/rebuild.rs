@@ -29,6 +29,44 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// Bytes of one member a rebuild batch reads at most (`rebuild_segments`):
+/// 8 MiB, 8 segments of a 4+1 set at the default unit; the buffers of a
+/// batch then hold `members + 1` times that.
+pub const REBUILD_BATCH_BYTES: u64 = 8 << 20;
+
+/// Buffers a rebuild reuses from batch to batch: a span per member, the
+/// new member's span, and one unit per parity unit for other pieces
+/// lost. (Fresh buffers for every segment spent more time on page faults
+/// and zeroing than the copy itself: the first profile, docs/stripes.md §0.)
+pub struct RebuildBufs {
+    spans: Vec<AlignedBuf>,
+    out: AlignedBuf,
+    spare: Vec<AlignedBuf>,
+}
+
+impl Default for RebuildBufs {
+    fn default() -> RebuildBufs {
+        RebuildBufs {
+            spans: Vec::new(),
+            out: AlignedBuf::new(0),
+            spare: Vec::new(),
+        }
+    }
+}
+
+impl RebuildBufs {
+    /// Make room for `n` members' spans of `span` bytes and `p` spare units.
+    fn fit(&mut self, n: usize, p: usize, span: usize, unit: usize) {
+        if self.spans.len() != n || self.out.len() < span {
+            self.spans = (0..n).map(|_| AlignedBuf::new(span)).collect();
+            self.out = AlignedBuf::new(span);
+        }
+        if self.spare.len() != p || self.spare.first().is_some_and(|b| b.len() < unit) {
+            self.spare = (0..p).map(|_| AlignedBuf::new(unit)).collect();
+        }
+    }
+}
+
 /// How far a rebuild is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Progress {
@@ -240,12 +278,8 @@ impl StripeSet {
         let row_bytes = l.write_unit();
         let rps = l.rows_per_segment;
         let (first, end) = (seg as u64 * rps, (seg as u64 + 1) * rps);
-        let busy = {
-            let t = self.rows.lock();
-            (first..end).any(|r| t.get(r).is_some() || t.mount_tags.contains_key(&r))
-        };
-        if !busy {
-            return self.rebuild_segment_bulk(slot, first, end);
+        if !self.rows_busy(first, end) {
+            return self.rebuild_rows_bulk(slot, first, end, &mut RebuildBufs::default());
         }
         // rows in memory or named by a scratch tag: row by row, as a
         // degraded read rebuilds them
@@ -270,58 +304,116 @@ impl StripeSet {
         self.still_up(slot)
     }
 
+    /// Rebuild segments `first..end` (docs/stripes.md §6): when no row of
+    /// them has state in memory or a scratch tag, in one batch
+    /// (`rebuild_rows_bulk`, the buffers in `bufs` reused from batch to
+    /// batch); otherwise segment by segment (`rebuild_segment`). Not
+    /// flushed: `mark_rebuilt` flushes before it writes the record.
+    pub fn rebuild_segments(&self, first: u32, end: u32, bufs: &mut RebuildBufs) -> io::Result<()> {
+        let slot = self
+            .rebuilding_slot()
+            .ok_or_else(|| invalid("stripe set: no member is being rebuilt".into()))?;
+        let rps = self.layout.rows_per_segment;
+        let (r0, r1) = (first as u64 * rps, end as u64 * rps);
+        if self.rows_busy(r0, r1) {
+            for seg in first..end {
+                self.rebuild_segment(seg)?;
+            }
+            return Ok(());
+        }
+        self.rebuild_rows_bulk(slot, r0, r1, bufs)
+    }
+
+    /// How many consecutive segments one `rebuild_segments` batch takes:
+    /// a member's span of them up to `REBUILD_BATCH_BYTES`, at least one.
+    pub fn rebuild_batch_segments(&self) -> u32 {
+        let per = self.layout.rows_per_segment * self.layout.unit;
+        (REBUILD_BATCH_BYTES / per.max(1)).clamp(1, u32::MAX as u64) as u32
+    }
+
+    /// Does any row of `first..end` have state in memory or a scratch tag?
+    fn rows_busy(&self, first: u64, end: u64) -> bool {
+        let t = self.rows.lock();
+        (first..end).any(|r| t.get(r).is_some() || t.mount_tags.contains_key(&r))
+    }
+
     /// `rebuild_segment` of rows `first..end` when no row has state in
-    /// memory or a scratch tag: the segment's span (contiguous on every
-    /// member) read from every other member in one read each, each row's
-    /// piece rebuilt from the rest of the row (parity::reconstruct: the
-    /// same for a data, P or Q piece), written in one write.
-    fn rebuild_segment_bulk(&self, slot: u32, first: u64, end: u64) -> io::Result<()> {
+    /// memory or a scratch tag: the rows' span (contiguous on every
+    /// member) read from every other member at once (one thread each, so
+    /// members on separate devices are read in parallel), each row's piece
+    /// rebuilt from the rest of the row in place in the buffers
+    /// (parity::reconstruct: the same for a data, P or Q piece), the span
+    /// written in one write.
+    fn rebuild_rows_bulk(
+        &self,
+        slot: u32,
+        first: u64,
+        end: u64,
+        bufs: &mut RebuildBufs,
+    ) -> io::Result<()> {
         let l = self.layout;
         let u = l.unit as usize;
         let n = l.members as usize;
         let dn = l.data_members() as usize;
         let span = ((end - first) * l.unit) as usize;
         let base = l.row_offset(first).expect("row inside the set");
-        let mut spans: Vec<Option<AlignedBuf>> = (0..n as u32)
-            .map(|m| {
-                if m == slot {
-                    return None;
-                }
-                let mut b = AlignedBuf::new(span);
-                self.mread(m, &mut b, base).ok().map(|_| b)
-            })
-            .collect();
-        let mut out = AlignedBuf::new(span);
+        bufs.fit(n, l.parity as usize, span, u);
+        let RebuildBufs { spans, out, spare } = bufs;
+        let ok: Vec<bool> = std::thread::scope(|s| {
+            let reads: Vec<_> = spans
+                .iter_mut()
+                .enumerate()
+                .map(|(m, b)| {
+                    let m = m as u32;
+                    (m != slot && self.up(m).is_some())
+                        .then(|| s.spawn(move || self.mread(m, &mut b[..span], base).is_ok()))
+                })
+                .collect();
+            reads
+                .into_iter()
+                .map(|h| {
+                    h.is_some_and(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                })
+                .collect()
+        });
+        let lost_members = ok.iter().filter(|&&o| !o).count();
+        if lost_members > l.parity as usize {
+            return Err(io::Error::other(format!(
+                "stripe set: rows {first}..{end} cannot be rebuilt: {lost_members} of their members are down, parity {}",
+                l.parity
+            )));
+        }
+        let mut lost = Vec::with_capacity(n);
         for (k, row) in (first..end).enumerate() {
-            let mut shards: Vec<Vec<u8>> = Vec::with_capacity(n);
-            let mut lost = Vec::new();
-            let mut mine = 0;
+            let at = k * u..(k + 1) * u;
+            let mut by_member: Vec<Option<&mut [u8]>> = spans
+                .iter_mut()
+                .zip(&ok)
+                .map(|(b, &ok)| ok.then(|| &mut b[at.clone()]))
+                .collect();
+            let mut mine = Some(&mut out[at.clone()]);
+            let mut spare = spare.iter_mut();
+            lost.clear();
+            let mut shards: Vec<&mut [u8]> = Vec::with_capacity(n);
             for i in 0..n {
                 let m = self.shard_member(row, i as u32) as usize;
-                match &spans[m] {
-                    Some(b) => shards.push(b[k * u..(k + 1) * u].to_vec()),
+                match by_member[m].take() {
+                    Some(piece) => shards.push(piece),
                     None => {
-                        if m == slot as usize {
-                            mine = i;
-                        }
                         lost.push(i);
-                        shards.push(vec![0u8; u]);
+                        // MUTANT: rebuild-bulk-piece-misplaced s|if m == slot as usize {|if mine.is_some() {|
+                        let to = if m == slot as usize {
+                            mine.take().expect("one piece of the row on the new member")
+                        } else {
+                            &mut spare.next().expect("a spare per parity unit")[..u]
+                        };
+                        shards.push(to);
                     }
                 }
             }
-            if lost.len() > l.parity as usize {
-                return Err(io::Error::other(format!(
-                    "stripe set: row {row} cannot be rebuilt: {} of its members are down, parity {}",
-                    lost.len(),
-                    l.parity
-                )));
-            }
-            let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
-            parity::reconstruct(&mut refs, dn, &lost).map_err(io::Error::other)?;
-            out[k * u..(k + 1) * u].copy_from_slice(&shards[mine]);
+            parity::reconstruct(&mut shards, dn, &lost).map_err(io::Error::other)?;
         }
-        spans.clear();
-        self.mwrite(slot, &out, base)?;
+        self.mwrite(slot, &out[..span], base)?;
         self.still_up(slot)
     }
 

@@ -164,41 +164,63 @@ impl Volume {
             ));
         };
         let count = p.segment_count;
-        let piece = set.layout.rows_per_segment * set.layout.unit;
+        let seg_piece = set.layout.rows_per_segment * set.layout.unit;
+        let batch = set.rebuild_batch_segments();
+        let mut bufs = crate::stripe_set::rebuild::RebuildBufs::default();
         let t0 = std::time::Instant::now();
         let mut bytes = 0u64;
         // the cursor moves every MARK_EVERY live segments (and at the end):
         // one member flush and record write for the batch, not one each
         const MARK_EVERY: u32 = 16;
         let (mut copied, mut skipped) = (0u32, 0u32);
-        for seg in p.next_segment..count {
-            let live = {
+        let mut seg = p.next_segment;
+        while seg < count {
+            // a run of segments alike (live: at most `batch` of them), under
+            // a share of the reuse lock: none of them is reused meanwhile
+            let (live, end) = {
                 let _r = self.sh.reuse.read();
-                let live = !matches!(
-                    self.sh.core.lock().segs.segs[seg as usize].state,
-                    crate::segments::SegState::Free
-                );
-                // MUTANT: rebuild-marks-before-data s|let copy = live;|let copy = live; set.mark_rebuilt(seg + 1, 0, 0)?;|
-                let copy = live;
-                if copy {
-                    set.rebuild_segment(seg)?;
+                let (live, end) = {
+                    let c = self.sh.core.lock();
+                    let is_live = |s: u32| {
+                        !matches!(
+                            c.segs.segs[s as usize].state,
+                            crate::segments::SegState::Free
+                        )
+                    };
+                    let live = is_live(seg);
+                    let limit = if live {
+                        batch.min(MARK_EVERY - copied)
+                    } else {
+                        count
+                    };
+                    let mut end = seg + 1;
+                    while end < count && end - seg < limit && is_live(end) == live {
+                        end += 1;
+                    }
+                    (live, end)
+                };
+                // MUTANT: rebuild-marks-before-data s|if live {|if live { set.mark_rebuilt(end, 0, 0)?;|
+                if live {
+                    set.rebuild_segments(seg, end, &mut bufs)?;
                 }
-                live
+                (live, end)
             };
+            let done = end - seg;
             if live {
-                copied += 1;
+                copied += done;
             } else {
-                skipped += 1;
+                skipped += done;
             }
-            if seg + 1 == count || copied >= MARK_EVERY {
-                set.mark_rebuilt(seg + 1, copied, skipped)?;
+            seg = end;
+            if seg == count || copied >= MARK_EVERY {
+                set.mark_rebuilt(seg, copied, skipped)?;
                 (copied, skipped) = (0, 0);
                 if let Some(p) = set.status().rebuild {
                     progress(&p);
                 }
             }
             if live {
-                bytes += piece;
+                bytes += seg_piece * done as u64;
                 if let Some(rate) = rate {
                     let due = std::time::Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
                     if let Some(wait) = due.checked_sub(t0.elapsed()) {
