@@ -478,6 +478,9 @@ apply_staged_plan_ignores_close() {
 apply_gc_fragments_in_record_order() {
   marker gc-fragments-in-record-order
 }
+apply_tune_off_ignored() {
+  marker tune-off-ignored
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -586,6 +589,7 @@ run place-unconditional lib
 run prune-past-unwritten-chunk lib
 run staged-plan-ignores-close lib
 run gc-fragments-in-record-order compression
+run tune-off-ignored compression
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

@@ -582,3 +582,157 @@ fn gc_of_mixed_victims_writes_few_chunk_headers() {
         }
     }
 }
+
+/// `set_compression` (`sluice tune --compress`) switches new writes of a
+/// compressed volume off and on again: every mount honours the superblock's
+/// setting, no new fragment is placed while it is off, the fragments
+/// written before stay readable (the 5-byte map and the COMPRESSION bit
+/// stay), and every block reads back through switches, clean closes,
+/// crashes and GC. A volume created without compression cannot be switched
+/// on (its checkpoint slots hold 4-byte values); switching it off is a no-op.
+#[test]
+fn compression_switches_off_and_on_for_new_writes() {
+    use sluice::volume::set_compression;
+    let blocks = 256u64;
+    let (c, bytes) = create_opts(blocks, 0.2, Compression::Lz4, None);
+    let (media, m) = mem(bytes);
+    let opts = det_open(256 << 10);
+    let vol = Volume::create(m(), &c, &opts).unwrap();
+    assert!(vol.superblock().compresses_new_writes());
+    let mut reference = vec![vec![0u8; BS]; blocks as usize];
+    workload(&vol, &mut reference, 600, 21);
+    let on = vol.stats().compress;
+    assert!(on.fragments > 0, "{on:?}");
+    vol.close().unwrap();
+    drop(vol);
+
+    // off: the bit stays, the setting is recorded, no fragment is placed
+    let sb = set_compression(&*m(), Compression::Off).unwrap();
+    assert!(sb.compressed() && !sb.compresses_new_writes());
+    assert_eq!(
+        sb.v2.unwrap().features_incompat & incompat::COMPRESSION,
+        incompat::COMPRESSION
+    );
+    // (the same setting again writes nothing)
+    assert_eq!(
+        set_compression(&*m(), Compression::Off).unwrap().generation,
+        sb.generation
+    );
+    for round in 0..2 {
+        let vol = open(m(), &opts);
+        assert!(!vol.superblock().compresses_new_writes(), "round {round}");
+        assert_eq!(vol.stats().map_bytes_per_block, 5.0);
+        if round == 0 {
+            assert!(
+                vol.stats().compress.live_fragments > 0,
+                "old fragments live on"
+            );
+        }
+        assert_reads(&vol, &reference, "after switching off");
+        workload(&vol, &mut reference, 600, 22 + round);
+        let z = vol.stats().compress;
+        assert_eq!(
+            z.fragments, 0,
+            "a fragment placed with compression off: {z:?}"
+        );
+        assert!(
+            vol.stats().gc_runs > 0,
+            "GC moved the old fragments meanwhile"
+        );
+        assert_reads(&vol, &reference, "written with compression off");
+        if round == 0 {
+            vol.close().unwrap();
+        } else {
+            vol.flush().unwrap(); // and crash
+        }
+    }
+
+    // on again
+    let sb = set_compression(&*m(), Compression::Lz4).unwrap();
+    assert!(sb.compresses_new_writes());
+    let vol = open(m(), &opts);
+    assert!(vol.superblock().compresses_new_writes());
+    assert_reads(&vol, &reference, "after switching on");
+    workload(&vol, &mut reference, 600, 30);
+    assert!(
+        vol.stats().compress.fragments > 0,
+        "switched on: fragments again"
+    );
+    vol.flush().unwrap();
+    drop(vol); // crash
+    let vol = open(m(), &opts);
+    assert_reads(&vol, &reference, "after a crash with compression on again");
+    vol.close().unwrap();
+    drop(vol);
+    let report = sluice::check::check(&*media);
+    assert!(report.is_clean(), "check: {report:?}");
+
+    // an uncompressed volume: on is refused by name, off changes nothing
+    let (c, bytes) = create_opts(blocks, 0.2, Compression::Off, None);
+    let (_, m) = mem(bytes);
+    let vol = Volume::create(m(), &c, &opts).unwrap();
+    vol.close().unwrap();
+    drop(vol);
+    let e = set_compression(&*m(), Compression::Lz4)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("created without compression"), "{e}");
+    let sb = set_compression(&*m(), Compression::Off).unwrap();
+    assert_eq!(sb.version(), 1, "an uncompressed volume stays v1");
+}
+
+/// `sluice tune VOL --compress off|lz4` on a file volume: `info` shows the
+/// setting (text and JSON), a served volume is refused by its lock.
+#[test]
+fn sluice_tune_switches_compression_and_info_shows_it() {
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let dir = std::env::temp_dir().join(format!("sluice-tune-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let vol = dir.join("vol.img");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(bin).args(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let p = vol.to_str().unwrap();
+    let (code, out) = run(&["create", p, "--size", "64M", "--compress", "lz4"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (_, out) = run(&["info", p]);
+    assert!(out.contains("lz4 for new writes"), "{out}");
+    let (code, out) = run(&["tune", p, "--compress", "off"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("compression off for new writes"), "{out}");
+    let (_, out) = run(&["info", p]);
+    assert!(out.contains("off for new writes"), "{out}");
+    let (_, out) = run(&["info", p, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["compression"], "off");
+    let (code, out) = run(&["tune", p, "--compress", "lz4"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (_, out) = run(&["info", p, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["compression"], "lz4");
+    // a volume in use: its lock refuses the tune
+    let f = std::fs::OpenOptions::new().read(true).open(&vol).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    let (code, out) = run(&["tune", p, "--compress", "off"]);
+    assert_ne!(code, Some(0), "tuned a locked volume: {out}");
+    drop(f);
+    // an uncompressed volume cannot be switched on
+    let plain = dir.join("plain.img");
+    let q = plain.to_str().unwrap();
+    let (code, out) = run(&["create", q, "--size", "64M"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = run(&["tune", q, "--compress", "lz4"]);
+    assert_ne!(code, Some(0));
+    assert!(out.contains("created without compression"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -27,10 +27,12 @@ mod packer;
 mod read;
 mod scrub;
 mod striped;
+mod tune;
 
 pub use self::logdev::{add_log_device, remove_log_device};
 pub use self::read::{ReadRing, RING_SLOTS};
 pub use self::scrub::ScrubOutcome;
+pub use self::tune::set_compression;
 
 pub use self::core::GC_CLASSES;
 
@@ -710,10 +712,16 @@ impl Volume {
         let needs_checkpoint = m.needs_checkpoint;
         let mut report = m.report.clone();
         let uuid = m.sb.uuid;
+        let compress_new = m.sb.compresses_new_writes();
         let mut core = Core::new(geo, uuid, m.map, m.segs, next_seq);
         core.policy = policy;
         core.clock = opts.clock;
-        core.compressed = core.map.is_wide();
+        // A compressed volume keeps its 5-byte map (and reads, moves and
+        // checks its fragments) whatever its setting; with compression
+        // switched off (`compat::COMPRESS_OFF`, `sluice tune`) its user
+        // chunks are placed at open, as an uncompressed volume's are.
+        // MUTANT: tune-off-ignored s|core.map.is_wide() && compress_new|core.map.is_wide()|
+        core.compressed = core.map.is_wide() && compress_new;
         core.gc_classes = policy.gc_classes();
         core.hot_lifetime = policy.hot_lifetime(geo.logical_blocks);
         if policy.decay_hints() {
