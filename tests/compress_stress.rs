@@ -372,8 +372,11 @@ fn run_threaded(seed: u64, ops: u64, log: Option<u64>) -> u64 {
                 })
             })
             .collect();
-        let out = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        // (stop the reader before a writer's panic goes on: the scope would
+        // wait for it forever)
+        let joined: Vec<_> = hs.into_iter().map(|h| h.join()).collect();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let out = joined.into_iter().map(|r| r.unwrap()).collect();
         assert!(reader.join().unwrap() > 0);
         out
     });
