@@ -484,6 +484,18 @@ apply_place_unconditional() {
 apply_crc_load_off_by_one() {
   marker crc-load-off-by-one
 }
+apply_prune_past_unwritten_chunk() {
+  marker prune-past-unwritten-chunk
+}
+apply_staged_plan_ignores_close() {
+  marker staged-plan-ignores-close
+}
+apply_gc_fragments_in_record_order() {
+  marker gc-fragments-in-record-order
+}
+apply_tune_off_ignored() {
+  marker tune-off-ignored
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -594,6 +606,10 @@ run fragment-raw-crc-unchecked compression lib
 run gc-moves-dead-fragment compression
 run gc-drops-live-fragment compression
 run place-unconditional lib
+run prune-past-unwritten-chunk lib
+run staged-plan-ignores-close lib
+run gc-fragments-in-record-order compression
+run tune-off-ignored compression
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"

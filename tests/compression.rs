@@ -528,3 +528,290 @@ fn threads_that_ship_compress_under_gc_pressure() {
     let vol = Volume::open(m(), &opts).unwrap();
     check(&vol, "after a clean close");
 }
+
+/// GC output of victims whose records alternate raw blocks and fragments
+/// (mixed data: fragment, fragment, raw, ...) takes about the victims' live
+/// blocks, not a chunk header every few blocks: a GC chunk takes no raw block
+/// after a fragment, so relocation moves a victim's raw blocks first and its
+/// fragments after (moved in record order, a header came every 2-3 blocks,
+/// GC wrote more than it freed and a busy small volume answered ENOSPC).
+#[test]
+fn gc_of_mixed_victims_writes_few_chunk_headers() {
+    let blocks = 512u64;
+    let (c, bytes) = create_opts(blocks, 0.3, Compression::Lz4, None);
+    let (_media, m) = mem(bytes);
+    let opts = det_open(1 << 40);
+    let vol = Volume::create(m(), &c, &opts).unwrap();
+    let n = 300u64;
+    let data = mixed(n as usize, 12);
+    for (k, b) in data.chunks(8 * BS).enumerate() {
+        vol.write((k * 8 * BS) as u64, b, false).unwrap();
+    }
+    vol.flush().unwrap();
+    // every fourth block dead: each victim is three quarters live
+    for lba in (0..n).step_by(4) {
+        vol.trim(lba * BS as u64, BS as u64, false).unwrap();
+    }
+    vol.flush().unwrap();
+    let before = vol.stats();
+    let free0 = before.segments_free;
+    vol.gc_until_free(free0 + 3).unwrap();
+    let after = vol.stats();
+    assert_eq!(after.segments_damaged, 0);
+    let moved = after.gc_blocks_moved - before.gc_blocks_moved;
+    assert!(moved > 100, "GC moved {moved} live blocks");
+    let data_bytes = after.media_gc_data_bytes - before.media_gc_data_bytes;
+    let headers = (after.media_chunk_header_bytes - before.media_chunk_header_bytes) / BS as u64;
+    let data_blocks = data_bytes / BS as u64;
+    // (the GC chunks are most of what is written here: a few barrier and
+    // user chunks of trims add a header each)
+    assert!(
+        headers * 8 <= data_blocks,
+        "{headers} chunk headers for {data_blocks} data blocks of GC output ({moved} records moved)"
+    );
+    let mut buf = vec![0u8; BS];
+    for lba in 0..n {
+        vol.read(lba * BS as u64, &mut buf).unwrap();
+        if lba % 4 == 0 {
+            assert!(buf.iter().all(|&b| b == 0), "trimmed {lba}");
+        } else {
+            assert!(
+                buf == data[lba as usize * BS..(lba as usize + 1) * BS],
+                "block {lba}"
+            );
+        }
+    }
+}
+
+/// `set_compression` (`sluice tune --compress`) switches new writes of a
+/// compressed volume off and on again: every mount honours the superblock's
+/// setting, no new fragment is placed while it is off, the fragments
+/// written before stay readable (the 5-byte map and the COMPRESSION bit
+/// stay), and every block reads back through switches, clean closes,
+/// crashes and GC. A volume created without compression cannot be switched
+/// on (its checkpoint slots hold 4-byte values); switching it off is a no-op.
+#[test]
+fn compression_switches_off_and_on_for_new_writes() {
+    use sluice::volume::set_compression;
+    let blocks = 256u64;
+    let (c, bytes) = create_opts(blocks, 0.2, Compression::Lz4, None);
+    let (media, m) = mem(bytes);
+    let opts = det_open(256 << 10);
+    let vol = Volume::create(m(), &c, &opts).unwrap();
+    assert!(vol.superblock().compresses_new_writes());
+    let mut reference = vec![vec![0u8; BS]; blocks as usize];
+    workload(&vol, &mut reference, 600, 21);
+    let on = vol.stats().compress;
+    assert!(on.fragments > 0, "{on:?}");
+    vol.close().unwrap();
+    drop(vol);
+
+    // off: the bit stays, the setting is recorded, no fragment is placed
+    let sb = set_compression(&*m(), Compression::Off).unwrap();
+    assert!(sb.compressed() && !sb.compresses_new_writes());
+    assert_eq!(
+        sb.v2.unwrap().features_incompat & incompat::COMPRESSION,
+        incompat::COMPRESSION
+    );
+    // (the same setting again writes nothing)
+    assert_eq!(
+        set_compression(&*m(), Compression::Off).unwrap().generation,
+        sb.generation
+    );
+    for round in 0..2 {
+        let vol = open(m(), &opts);
+        assert!(!vol.superblock().compresses_new_writes(), "round {round}");
+        assert_eq!(vol.stats().map_bytes_per_block, 5.0);
+        if round == 0 {
+            assert!(
+                vol.stats().compress.live_fragments > 0,
+                "old fragments live on"
+            );
+        }
+        assert_reads(&vol, &reference, "after switching off");
+        workload(&vol, &mut reference, 600, 22 + round);
+        let z = vol.stats().compress;
+        assert_eq!(
+            z.fragments, 0,
+            "a fragment placed with compression off: {z:?}"
+        );
+        assert!(
+            vol.stats().gc_runs > 0,
+            "GC moved the old fragments meanwhile"
+        );
+        assert_reads(&vol, &reference, "written with compression off");
+        if round == 0 {
+            vol.close().unwrap();
+        } else {
+            vol.flush().unwrap(); // and crash
+        }
+    }
+
+    // on again
+    let sb = set_compression(&*m(), Compression::Lz4).unwrap();
+    assert!(sb.compresses_new_writes());
+    let vol = open(m(), &opts);
+    assert!(vol.superblock().compresses_new_writes());
+    assert_reads(&vol, &reference, "after switching on");
+    workload(&vol, &mut reference, 600, 30);
+    assert!(
+        vol.stats().compress.fragments > 0,
+        "switched on: fragments again"
+    );
+    vol.flush().unwrap();
+    drop(vol); // crash
+    let vol = open(m(), &opts);
+    assert_reads(&vol, &reference, "after a crash with compression on again");
+    vol.close().unwrap();
+    drop(vol);
+    let report = sluice::check::check(&*media);
+    assert!(report.is_clean(), "check: {report:?}");
+
+    // an uncompressed volume: on is refused by name, off changes nothing
+    let (c, bytes) = create_opts(blocks, 0.2, Compression::Off, None);
+    let (_, m) = mem(bytes);
+    let vol = Volume::create(m(), &c, &opts).unwrap();
+    vol.close().unwrap();
+    drop(vol);
+    let e = set_compression(&*m(), Compression::Lz4)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("created without compression"), "{e}");
+    let sb = set_compression(&*m(), Compression::Off).unwrap();
+    assert_eq!(sb.version(), 1, "an uncompressed volume stays v1");
+}
+
+/// `sluice tune VOL --compress off|lz4` on a file volume: `info` shows the
+/// setting (text and JSON), a served volume is refused by its lock.
+#[test]
+fn sluice_tune_switches_compression_and_info_shows_it() {
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let dir = std::env::temp_dir().join(format!("sluice-tune-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let vol = dir.join("vol.img");
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(bin).args(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    let p = vol.to_str().unwrap();
+    let (code, out) = run(&["create", p, "--size", "64M", "--compress", "lz4"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (_, out) = run(&["info", p]);
+    assert!(out.contains("lz4 for new writes"), "{out}");
+    let (code, out) = run(&["tune", p, "--compress", "off"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("compression off for new writes"), "{out}");
+    let (_, out) = run(&["info", p]);
+    assert!(out.contains("off for new writes"), "{out}");
+    let (_, out) = run(&["info", p, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["compression"], "off");
+    let (code, out) = run(&["tune", p, "--compress", "lz4"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (_, out) = run(&["info", p, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["compression"], "lz4");
+    // a volume in use: its lock refuses the tune
+    let f = std::fs::OpenOptions::new().read(true).open(&vol).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    let (code, out) = run(&["tune", p, "--compress", "off"]);
+    assert_ne!(code, Some(0), "tuned a locked volume: {out}");
+    drop(f);
+    // an uncompressed volume cannot be switched on
+    let plain = dir.join("plain.img");
+    let q = plain.to_str().unwrap();
+    let (code, out) = run(&["create", q, "--size", "64M"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = run(&["tune", q, "--compress", "lz4"]);
+    assert_ne!(code, Some(0));
+    assert!(out.contains("created without compression"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A compressed volume with its intent log on a log device (`create
+/// --compress lz4 --log-device`): FLUSHes are records on the device, a
+/// crash replays them (re-homed into staged chunks, packed, placed), every
+/// block reads back and fragments were placed. A stripe set refuses
+/// `--compress` by name (`sluice create --device ... --compress lz4`).
+#[test]
+fn compression_works_with_a_log_device_and_a_stripe_set_refuses_it() {
+    use sluice::media::SimMedia;
+    use sluice::LogDevice;
+    let blocks = 256u64;
+    let geo = Geometry::for_logical_with(blocks, 32, 0.2, 0, 5);
+    let main = Arc::new(MemMedia::new(geo.media_bytes()));
+    let log = Arc::new(SimMedia::new(
+        sluice::format::logdev::LOGDEV_RING_OFFSET + (256 << 10),
+    ));
+    let c = CreateOptions {
+        logical_bytes: Some(blocks * BS as u64),
+        overprovision: 0.2,
+        segment_bytes: 128 << 10,
+        compression: Compression::Lz4,
+        intent_log: Some(256 << 10),
+        log_devices: vec![LogDevice(log.clone() as Arc<dyn Media>)],
+        ..Default::default()
+    };
+    let mut opts = det_open(1 << 20);
+    opts.log_devices = vec![LogDevice(log.clone() as Arc<dyn Media>)];
+    let vol = Volume::create(main.clone() as Arc<dyn Media>, &c, &opts).unwrap();
+    let sb = vol.superblock();
+    assert!(sb.compressed() && sb.log_device().is_some());
+    let mut reference = vec![vec![0u8; BS]; blocks as usize];
+    workload(&vol, &mut reference, 800, 41);
+    assert!(vol.stats().compress.fragments > 0);
+    // a few blocks after the last flush of the workload, flushed: records
+    let tail = mixed(6, 43);
+    vol.write(0, &tail, false).unwrap();
+    vol.flush().unwrap();
+    for (k, b) in tail.chunks(BS).enumerate() {
+        reference[k] = b.to_vec();
+    }
+    drop(vol); // crash
+    let vol = Volume::open(main.clone() as Arc<dyn Media>, &opts).unwrap();
+    assert!(!vol.mount_report().clean);
+    assert_reads(&vol, &reference, "after a crash with a log device");
+    vol.close().unwrap();
+    drop(vol);
+    let report = sluice::check::check_logs(&*main, &[&*log as &dyn Media], &mut |_| {});
+    assert!(report.is_clean(), "check: {report:?}");
+
+    // the CLI: a stripe set refuses --compress by name
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let dir = std::env::temp_dir().join(format!("sluice-zstripe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut args = vec!["create".to_string()];
+    for i in 0..3 {
+        args.push("--device".into());
+        args.push(dir.join(format!("m{i}.img")).to_str().unwrap().into());
+    }
+    args.extend(["--size", "64M", "--compress", "lz4"].map(String::from));
+    let o = std::process::Command::new(bin)
+        .args(&args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a stripe set took --compress");
+    assert!(err.contains("--compress with --device"), "{err}");
+    for i in 0..3 {
+        assert!(
+            !dir.join(format!("m{i}.img")).exists()
+                || std::fs::metadata(dir.join(format!("m{i}.img")))
+                    .unwrap()
+                    .len()
+                    == 0,
+            "a refused create left a member behind"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -312,6 +312,11 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
             "host_bytes_used": host_used,
             "overprovision_percent": sb.overprovision_bp as i32 as f64 / 100.0,
             "gc_policy": vol.gc_policy().name(),
+            // null: created without compression; "lz4"/"off": what new
+            // writes get (`sluice tune --compress`)
+            "compression": sb.compressed().then(|| {
+                if sb.compresses_new_writes() { "lz4" } else { "off" }
+            }),
             "generation": sb.generation,
             "clean": sb.is_clean(),
             "in_use": busy.is_some(),
@@ -352,7 +357,12 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
         if sb.compressed() {
             let z = vol.stats().compress;
             println!(
-                "compression   lz4 (map values of 5 bytes): {} of the live blocks are LZ4 fragments",
+                "compression   {} (map values of 5 bytes): {} of the live blocks are LZ4 fragments",
+                if sb.compresses_new_writes() {
+                    "lz4 for new writes"
+                } else {
+                    "off for new writes (sluice tune --compress lz4 switches it on)"
+                },
                 z.live_fragments
             );
         }

@@ -21,6 +21,7 @@ mod serve;
 mod sim;
 mod stripe;
 mod top;
+mod tune;
 
 use clap::{Parser, Subcommand};
 
@@ -67,6 +68,11 @@ pub enum Cmd {
         after_help = "Examples:\n  sluice log-device replace vol.img /dev/nvme0n1p3\n  sluice log-device replace vol.img new.log --mirror 1 --log-device a.log\n  sluice log-device add vol.img /dev/nvme0n1p3\n  sluice log-device add vol.img b.log --log-device a.log\n  sluice log-device remove vol.img b.log --log-device a.log\n  sluice log-device remove vol.img a.log"
     )]
     LogDevice(create::LogDeviceArgs),
+    /// Change a setting of a volume that is not served: whether a compressed volume compresses new writes.
+    #[command(
+        after_help = "Examples:\n  sluice tune vol.img --compress off\n  sluice tune vol.img --compress lz4\n\nThe volume keeps its format (5-byte map values, fragments written before stay readable); every later mount honours the setting. A volume created without --compress lz4 cannot be switched on."
+    )]
+    Tune(tune::Args),
     /// Replace a stripe set member (lost or failing) with a new file or device and rebuild it, copying only live segments; resumes a rebuild cut short.
     #[command(
         after_help = "Examples:\n  sluice replace --device a.img --device b.img --device d.img --device e.img --device f.img --old 2 --new c2.img\n  sluice replace --device /dev/sdb --device /dev/sdc --device /dev/sdd --device /dev/sde --old /dev/sdd --new /dev/sdg --rate 200M"
@@ -122,6 +128,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Check(a) => info::run_check(a),
         Cmd::Repair(a) => info::run_repair(a),
         Cmd::LogDevice(a) => create::run_log_device(a),
+        Cmd::Tune(a) => tune::run(a),
         Cmd::Replace(a) => replace::run(a),
         Cmd::Bench(a) => bench::run(*a),
         Cmd::Replay(a) => replay::run(a),

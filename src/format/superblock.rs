@@ -55,6 +55,16 @@ pub struct Superblock {
     pub v2: Option<SbV2>,
 }
 
+/// Feature bits of `features_compat` (docs/format-v2.md §2): a build that
+/// does not know one mounts and writes the volume as if it were clear.
+pub mod compat {
+    /// A compressed volume's new user writes are stored raw (`sluice tune
+    /// VOL --compress off`). Only meaningful with `incompat::COMPRESSION`,
+    /// which stays set: fragments written before may still be live. A build
+    /// that ignores the bit compresses new writes, which is harmless.
+    pub const COMPRESS_OFF: u64 = 1 << 0;
+}
+
 /// Feature bits of `features_incompat` (docs/format-v2.md §2).
 pub mod incompat {
     /// An intent log ring in the volume (§4); requires `LSN`.
@@ -183,6 +193,14 @@ impl Superblock {
     /// The volume was created with compression (`COMPRESSION`).
     pub fn compressed(&self) -> bool {
         self.v2.is_some_and(|v| v.has(incompat::COMPRESSION))
+    }
+
+    /// New user writes are compressed: a compressed volume whose setting
+    /// (`compat::COMPRESS_OFF`) was not switched off.
+    pub fn compresses_new_writes(&self) -> bool {
+        self.v2.is_some_and(|v| {
+            v.has(incompat::COMPRESSION) && v.features_compat & compat::COMPRESS_OFF == 0
+        })
     }
 
     /// Bytes of one map value in a checkpoint body (and in RAM): 5 on a

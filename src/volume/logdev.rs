@@ -42,7 +42,10 @@ const BS: u64 = BLOCK_BYTES as u64;
 
 /// Write `sb` as the next two generations (both superblock indexes, each
 /// flushed), so a mount that falls back to the other copy finds the same.
-fn write_both_indexes(media: &dyn Media, sb: &Superblock) -> Result<Superblock> {
+pub(in crate::volume) fn write_both_indexes(
+    media: &dyn Media,
+    sb: &Superblock,
+) -> Result<Superblock> {
     let mut next = sb.clone();
     for _ in 0..2 {
         next.generation += 1;

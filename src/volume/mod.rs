@@ -27,10 +27,12 @@ mod packer;
 mod read;
 mod scrub;
 mod striped;
+mod tune;
 
 pub use self::logdev::{add_log_device, remove_log_device};
 pub use self::read::{ReadRing, RING_SLOTS};
 pub use self::scrub::ScrubOutcome;
+pub use self::tune::set_compression;
 
 pub use self::core::GC_CLASSES;
 
@@ -718,10 +720,16 @@ impl Volume {
         let needs_checkpoint = m.needs_checkpoint;
         let mut report = m.report.clone();
         let uuid = m.sb.uuid;
+        let compress_new = m.sb.compresses_new_writes();
         let mut core = Core::new(geo, uuid, m.map, m.segs, next_seq);
         core.policy = policy;
         core.clock = opts.clock;
-        core.compressed = core.map.is_wide();
+        // A compressed volume keeps its 5-byte map (and reads, moves and
+        // checks its fragments) whatever its setting; with compression
+        // switched off (`compat::COMPRESS_OFF`, `sluice tune`) its user
+        // chunks are placed at open, as an uncompressed volume's are.
+        // MUTANT: tune-off-ignored s|core.map.is_wide() && compress_new|core.map.is_wide()|
+        core.compressed = core.map.is_wide() && compress_new;
         core.gc_classes = policy.gc_classes();
         core.hot_lifetime = policy.hot_lifetime(geo.logical_blocks);
         if policy.decay_hints() {
@@ -1912,6 +1920,157 @@ mod tests {
         let vol = Volume::open(media, &open).unwrap();
         vol.read(5 * BS, &mut buf).unwrap();
         assert!(buf == new, "after a remount");
+    }
+
+    /// `open_staged` plans the staged chunks as `place` places them: a
+    /// segment left with one block is closed as full, so a chunk of one
+    /// trim after another does not fit there. Planned into that last block,
+    /// the next chunk was capped to a whole spare segment that the trim
+    /// chunk then shared, and placement took a segment nobody had promised.
+    #[test]
+    fn staged_chunks_take_only_the_segments_their_plan_promised() {
+        let blocks = 256u64;
+        let geo = Geometry::for_logical_with(blocks, 32, 0.25, 0, 5);
+        let create = CreateOptions {
+            logical_bytes: Some(blocks * BS),
+            overprovision: 0.25,
+            segment_bytes: 32 * BS,
+            compression: crate::compress::Compression::Lz4,
+            ..Default::default()
+        };
+        let open = OpenOptions {
+            background: false,
+            ..Default::default()
+        };
+        let media = Arc::new(MemMedia::new(geo.media_bytes()));
+        let vol = Volume::create(media, &create, &open).unwrap();
+        let bs = BS as usize;
+        let mut x = 0x9e37_79b9u32;
+        let mut random = |n: usize| {
+            (0..n * bs)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect::<Vec<u8>>()
+        };
+        // the user segment: a header and 29 raw blocks, 2 blocks left
+        let first = random(29);
+        vol.write(0, &first, false).unwrap();
+        vol.flush().unwrap();
+        let reserve = vol.sh.hk.reserve;
+        let w = random(31);
+        let mut out = Vec::new();
+        {
+            let mut c = vol.sh.core.lock();
+            let s = c.open_seg[0].expect("a user segment");
+            assert_eq!(c.segs.segs[s as usize].fill, 30);
+            // two chunks of one trim each, staged and not yet packed
+            for lba in [100u64, 101] {
+                c.append(
+                    Stream::User,
+                    lba,
+                    What::Virtual(Virt::Trim),
+                    NO_SRC,
+                    reserve,
+                    0,
+                    &mut out,
+                )
+                .unwrap();
+                c.seal(Stream::User, 0, &mut out);
+            }
+            // then 31 raw blocks, as many chunks as the plan allows
+            for (k, b) in w.chunks(bs).enumerate() {
+                let crc = crate::format::chunk::block_crc(b);
+                c.append(
+                    Stream::User,
+                    40 + k as u64,
+                    What::Data(b, crc),
+                    NO_SRC,
+                    reserve,
+                    0,
+                    &mut out,
+                )
+                .unwrap();
+            }
+            c.seal(Stream::User, 0, &mut out);
+            c.pack_inline();
+            c.place_ready(&mut out).unwrap();
+            assert!(c.staged.is_empty());
+            assert_eq!(c.unplanned_takes, 0, "placement took an unpromised segment");
+        }
+        vol.sh.commit.write_sealed(out).unwrap();
+        let mut buf = vec![0u8; 31 * bs];
+        vol.read(40 * BS, &mut buf).unwrap();
+        assert!(buf == w);
+        let mut buf = vec![0u8; 29 * bs];
+        vol.read(0, &mut buf).unwrap();
+        assert!(buf == first);
+    }
+
+    /// A chunk written before the chunk at block 0 of its segment (two
+    /// writer threads finish out of order) keeps its image in memory until
+    /// that first chunk is written: the CRC index learns the segment's new
+    /// incarnation from the first chunk, so a read sent to the media before
+    /// then found no header at block 0 and answered EIO for a good block.
+    #[test]
+    fn a_chunk_written_before_its_segments_first_is_read_from_memory() {
+        let blocks = 256u64;
+        let geo = Geometry::for_logical(blocks, 32, 0.10);
+        let create = CreateOptions {
+            logical_bytes: Some(blocks * BS),
+            overprovision: 0.10,
+            segment_bytes: 32 * BS,
+            ..Default::default()
+        };
+        let open = OpenOptions {
+            background: false,
+            ..Default::default()
+        };
+        let media = Arc::new(MemMedia::new(geo.media_bytes()));
+        let vol = Volume::create(media, &create, &open).unwrap();
+        let bs = BS as usize;
+        let block = |i: u64| vec![i as u8 + 1; bs];
+        // twelve chunks of one block each, sealed and held back
+        let mut sealed = Vec::new();
+        for i in 0..12u64 {
+            vol.write(i * BS, &block(i), false).unwrap();
+            let mut c = vol.sh.core.lock();
+            c.seal(Stream::User, 0, &mut sealed);
+        }
+        assert_eq!(sealed.len(), 12);
+        assert_eq!(sealed[0].start, 0, "the first chunk opens its segment");
+        assert!(sealed.iter().all(|s| s.segment == sealed[0].segment));
+        // every chunk but the segment's first reaches the media
+        let first = sealed.remove(0);
+        vol.sh.commit.write_sealed(sealed).unwrap();
+        {
+            let mut c = vol.sh.core.lock();
+            let p = vol.sh.commit.progress.lock();
+            c.prune_inflight(&p);
+        }
+        let mut buf = vec![0u8; bs];
+        for i in 0..12u64 {
+            vol.read(i * BS, &mut buf)
+                .unwrap_or_else(|e| panic!("block {i} before the first chunk is written: {e}"));
+            assert!(buf == block(i), "block {i}");
+        }
+        vol.sh.commit.write_sealed(vec![first]).unwrap();
+        {
+            let mut c = vol.sh.core.lock();
+            let p = vol.sh.commit.progress.lock();
+            c.prune_inflight(&p);
+            assert!(
+                c.inflight.is_empty(),
+                "every image goes once all are written"
+            );
+        }
+        for i in 0..12u64 {
+            vol.read(i * BS, &mut buf).unwrap();
+            assert!(buf == block(i), "block {i} from the media");
+        }
     }
 
     /// A driven housekeeper step is the whole round: with writes pausing
