@@ -245,6 +245,7 @@ impl Inner {
                 bytes: 0,
             });
         }
+        // MUTANT: log-deleted-before-ckpt s|ck.stored.front()|ck.stored.back()|
         if let (Some(log), Some(oldest)) = (&self.log, ck.stored.front()) {
             // the FLUSH log below the older kept checkpoint object's start
             if let Some(from) = oldest.log_start {

@@ -255,7 +255,6 @@ impl ObjLog {
         }
         let mut out = std::mem::take(&mut *self.older.lock());
         let mut p = self.put.lock();
-        // MUTANT: log-deleted-before-ckpt s|end <= log_start)|end <= log_start.saturating_add(1 << 20))|
         while p.done.front().is_some_and(|&(_, end)| end <= log_start) {
             let (i, _) = p.done.pop_front().expect("checked");
             out.push(

@@ -410,7 +410,7 @@ fn write(
         "the rebuilt superblock reads back"
     );
     let log = match p.ckpt.log_start {
-        // MUTANT: log-replay-skipped s|Some(from) =>|Some(from) if from == u64::MAX =>|
+        // MUTANT: log-replay-skipped s|Some(replay_log(p, &media, &sb, from, objects)?)|{ let _ = (from, replay_log); None }|
         Some(from) => Some(replay_log(p, &media, &sb, from, objects)?),
         None => None,
     };

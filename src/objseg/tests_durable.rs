@@ -169,10 +169,20 @@ fn every_acknowledged_flush_survives_the_loss_of_the_host_with_gc_running() {
         left * 4 < put,
         "{left} log objects left of {put} put: the log is not trimmed"
     );
-    for (acked, copy) in copies.into_iter().step_by(3) {
+    for (n, (acked, copy)) in copies.into_iter().enumerate().skip(1).step_by(3) {
+        if n % 2 == 0 {
+            // the newest checkpoint object damaged: host B falls back to
+            // the one before it, whose log is kept too
+            let cks = copy.list(ObjKind::Checkpoint.dir()).unwrap();
+            assert_eq!(cks.len(), 2, "{cks:?}");
+            let mut b = copy.get(&cks[1].name).unwrap();
+            b[100] ^= 1;
+            copy.poke(&cks[1].name, b);
+        }
         let dir = tempfile::tempdir().unwrap();
         let (r, _s, vol) = host_b(Arc::new(copy), dir.path());
         let l = r.log.clone().expect("a store-durable checkpoint object");
+        assert_eq!(r.notes.len(), (n + 1) % 2, "{r:?}");
         let k = assert_prefix(&vol, &a.history, a.blocks);
         assert_eq!(
             k as usize, acked,
