@@ -855,7 +855,10 @@ fn store_durable_kill_9_under_load_and_a_lost_cache_keeps_every_flushed_write() 
     let st = std::fs::read_to_string(&state).unwrap();
     let (flushed, started) = (last_round(&st, "flushed "), last_round(&st, "start "));
     let logs = c.list("log/").unwrap().len();
-    assert!(flushed >= 120 && logs >= 1, "too little progress: {logs} log objects, {st}");
+    assert!(
+        flushed >= 120 && logs >= 1,
+        "too little progress: {logs} log objects, {st}"
+    );
     let host_b = w.dir.path().join("host-b");
     let (server, uri) = serve_on(&w, &host_b, &sock, &["--takeover"], false);
     let out = nbd_common::run(

@@ -22,8 +22,9 @@ use std::sync::{Arc, Mutex, Weak};
 static ATTACHED: Mutex<Vec<(String, Weak<ObjSegStore>)>> = Mutex::new(Vec::new());
 
 /// `serve`, after closing its volumes: wait for each store's queued uploads
-/// (30 s at most) and release its lease, saying what is left.
-pub fn finish_attached() -> anyhow::Result<()> {
+/// (30 s at most) and release its lease, saying what is left and how many
+/// bytes went to the store per byte the host wrote (`host_written`).
+pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
     let stores: Vec<_> = ATTACHED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -31,7 +32,18 @@ pub fn finish_attached() -> anyhow::Result<()> {
         .collect();
     for (name, w) in stores {
         let Some(s) = w.upgrade() else { continue };
-        match s.finish().with_context(|| format!("closing {name}"))? {
+        let left = s.finish().with_context(|| format!("closing {name}"))?;
+        let (seg, log, ck) = s.bytes_put();
+        let mib = |b: u64| b as f64 / 1048576.0;
+        say!(
+            "sluice: {name}: put {:.1} MiB: {:.1} MiB of segment objects, {:.1} MiB of FLUSH log objects, {:.1} MiB of checkpoint objects; store bytes per host byte {:.2}",
+            mib(seg + log + ck),
+            mib(seg),
+            mib(log),
+            mib(ck),
+            (seg + log + ck) as f64 / host_written.max(1) as f64
+        );
+        match left {
             0 => say!("sluice: {name}: every segment uploaded; epoch {} released", s.epoch()),
             n => say!(
                 "sluice: {name}: {n} segment upload(s) still pending (kept in the cache, uploaded at the next serve); epoch {} released",

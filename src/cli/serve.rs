@@ -837,10 +837,12 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         _ => Ok(()),
     };
     let mut closed = Ok(());
+    let mut host_written = 0;
     for (e, spec) in exports.iter().zip(&specs) {
         let path = &spec.path;
         let r = e.vol.flush().and_then(|_| {
             let st = e.vol.stats();
+            host_written += st.host_write_bytes;
             say!(
                 "sluice: {}: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), {}",
                 path.display(),
@@ -862,7 +864,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         }
     }
     if closed.is_ok() {
-        closed = super::objects::finish_attached();
+        closed = super::objects::finish_attached(host_written);
     }
     leftovers.remove();
     served.context("serving")?;

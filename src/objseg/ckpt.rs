@@ -218,7 +218,8 @@ impl Inner {
             epoch: self.lease.epoch,
         }
         .encode();
-        if let Err(e) = self.objects.put_new(&name, &obj.encode()) {
+        let bytes = obj.encode();
+        if let Err(e) = self.objects.put_new(&name, &bytes) {
             tracing::warn!(
                 "{}: checkpoint object {name} (log below {}): {e}; trying again later",
                 self.objects.describe(),
@@ -229,6 +230,9 @@ impl Inner {
         self.stats
             .checkpoints_stored
             .fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .checkpoint_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         ck.last_next_seq = Some(a.checkpoint_next_seq);
         ck.uploads_at_last = uploads;
         ck.stored.push_back(StoredCkpt {

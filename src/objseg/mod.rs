@@ -114,6 +114,8 @@ pub struct ObjStats {
     pub local_reads: AtomicU64,
     /// Checkpoint objects stored (`ckpt.rs`).
     pub checkpoints_stored: AtomicU64,
+    /// Their bytes.
+    pub checkpoint_bytes: AtomicU64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -519,6 +521,20 @@ impl ObjSegStore {
     /// in the store-durable mode the FLUSH log over it (`durable.rs`).
     pub fn media(&self) -> Arc<dyn Media> {
         self.inner.media.clone()
+    }
+
+    /// Bytes put into the store so far: segment objects, FLUSH log objects
+    /// and checkpoint objects.
+    pub fn bytes_put(&self) -> (u64, u64, u64) {
+        let st = &self.inner.stats;
+        (
+            st.uploaded_bytes.load(Ordering::Relaxed),
+            self.inner
+                .log
+                .as_ref()
+                .map_or(0, |l| l.stats.bytes_put.load(Ordering::Relaxed)),
+            st.checkpoint_bytes.load(Ordering::Relaxed),
+        )
     }
 
     /// The store-durable mode's FLUSH log, if the volume is in that mode.
