@@ -33,7 +33,9 @@
 #           is answered once its log object is stored: docs/objects.md §5.0.2);
 #         S3_ENDPOINT=URL (with AWS_* set, S3_BUCKET default sluice): the two
 #           above use that S3 server (e.g. radosgw of scripts/ceph-cluster.sh
-#           --rgw) instead of starting SeaweedFS;
+#           --rgw) instead of starting SeaweedFS; RADOS_CONF=CEPH.CONF: they
+#           use rados://$RADOS_POOL (default sluice) through librados instead
+#           (SLUICE must be a `--features rados` build);
 #         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate;
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
@@ -102,7 +104,9 @@ esac
 
 case " $SERVERS " in
 *" sluice-s3 "*|*" sluice-s3-durable "*)
-  if [ -n "${S3_ENDPOINT:-}" ]; then
+  if [ -n "${RADOS_CONF:-}" ]; then
+    :
+  elif [ -n "${S3_ENDPOINT:-}" ]; then
     : "${AWS_ACCESS_KEY_ID:?S3_ENDPOINT needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY}"
   else
     S3_PORT=${S3_PORT:-27300}
@@ -171,8 +175,10 @@ start_server() {
         # a fresh prefix and cache per start; the zero-filled file is unused
         rm -f "$img"
         rm -rf "$DIR/s3cache"
-        local store=(--store "s3://$S3_BUCKET/bench-$$-$RANDOM" --endpoint "$S3_ENDPOINT"
+        local store=(--store "s3://$S3_BUCKET/bench-$$-$RANDOM" --endpoint "${S3_ENDPOINT:-}"
             --cache-dir "$DIR/s3cache") mode=()
+        [ -n "${RADOS_CONF:-}" ] && store=(--store "rados://${RADOS_POOL:-sluice}/bench-$$-$RANDOM"
+            --ceph-conf "$RADOS_CONF" --cache-dir "$DIR/s3cache")
         [ "$srv" = sluice-s3-durable ] && mode=(--flush-to store)
         "$SLUICE" create "${store[@]}" "${mode[@]}" --size "$(( SIZE_MB * 85 / 100 ))M" >/dev/null
         "$SLUICE" serve "${store[@]}" --socket "$SOCK" >/dev/null 2>"$DIR/sluice.log" &

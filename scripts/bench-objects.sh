@@ -42,20 +42,29 @@ backend_ticks() {
   echo $t
 }
 rows=()
+# BACKENDS="s3 rados": rados runs the two object servers on rados://sluice
+# through librados (SLUICE_RADOS: a `cargo build --release --features rados`
+# binary); each backend's sluice-s3* rows are named by it
+for be in ${BACKENDS:-s3}; do
 for srv in sluice sluice-s3 sluice-s3-durable; do
+  [ "$be" = rados ] && [ "$srv" = sluice ] && continue
   for c in randwrite fsync-qd1; do
-    out=$dir/nbd-$srv-$c
+    out=$dir/nbd-$be-$srv-$c
+    env=(S3_ENDPOINT=$AWS_ENDPOINT_URL)
+    [ "$be" = rados ] && env=(RADOS_CONF=$dir/ceph.conf SLUICE=${SLUICE_RADOS:?SLUICE_RADOS: a --features rados build})
     rm -rf "$out"
     mkdir -p "$out"
     t0=$(backend_ticks)
-    S3_ENDPOINT=$AWS_ENDPOINT_URL SERVERS=$srv RUNTIME=$secs SIZE_MB=${SIZE_MB:-1024} \
+    env "${env[@]}" SERVERS=$srv RUNTIME=$secs SIZE_MB=${SIZE_MB:-1024} \
       DIR=$out "$root/scripts/bench-nbd.sh" "$c" 2>"$out/stderr" >"$out/stdout" ||
       { cat "$out/stderr" >&2; exit 1; }
     t1=$(backend_ticks)
     json=$out/fio-rw.json
     [ "$c" = fsync-qd1 ] && json=$out/fio-fs1.json
     line=$(grep "round 1 $c $srv" "$out/stderr" || true)
-    row=$(python3 - "$json" $((t1 - t0)) "$tck" "$srv" "$c" "$line" <<'EOF'
+    name=$srv
+    [ "$srv" != sluice ] && name="$srv ($be)"
+    row=$(python3 - "$json" $((t1 - t0)) "$tck" "$name" "$c" "$line" <<'EOF'
 import json, re, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
 ticks, tck, srv, case, line = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
@@ -73,6 +82,7 @@ EOF
     echo "$row"
     rows+=("$row")
   done
+done
 done
 echo
 echo "| run | IOPS | us per op (1/IOPS) | mean write lat us | p99 write lat us | OSD+rgw CPU s | per GiB | store B / host B |"
