@@ -568,7 +568,7 @@ run object-deleted-before-table lib objects_crash
 run evicted-header-kept objects_crash
 run object-deleted-before-ckpt-object lib objects_crash
 run roll-forward-past-gap lib
-run flush-acked-before-log-put lib
+run flush-acked-before-log-put lib objects_crash
 run log-replay-skipped lib
 run log-deleted-before-ckpt lib
 run objckpt-reserved-unchecked format_fuzz_smoke
