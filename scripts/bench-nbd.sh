@@ -29,6 +29,13 @@
 #           started under $DIR on S3_PORT=27300 and stopped at exit; metadata and
 #           staging in a cache dir under $DIR, --cache-segments 64): same export size
 #           as "sluice" (SIZE_MB less 15%), uploads in the background (issue 21);
+#         "sluice-s3-durable" = the same, created with --flush-to store (a FLUSH
+#           is answered once its log object is stored: docs/objects.md §5.0.2);
+#         S3_ENDPOINT=URL (with AWS_* set, S3_BUCKET default sluice): the two
+#           above use that S3 server (e.g. radosgw of scripts/ceph-cluster.sh
+#           --rgw) instead of starting SeaweedFS; RADOS_CONF=CEPH.CONF: they
+#           use rados://$RADOS_POOL (default sluice) through librados instead
+#           (SLUICE must be a `--features rados` build);
 #         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate;
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
@@ -96,14 +103,22 @@ case " $SERVERS " in
 esac
 
 case " $SERVERS " in
-*" sluice-s3 "*)
+*" sluice-s3 "*|*" sluice-s3-durable "*)
+  if [ -n "${RADOS_CONF:-}" ]; then
+    :
+  elif [ -n "${S3_ENDPOINT:-}" ]; then
+    : "${AWS_ACCESS_KEY_ID:?S3_ENDPOINT needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY}"
+  else
     S3_PORT=${S3_PORT:-27300}
     S3_DIR=$(mktemp -d "$DIR/s3.XXXXXX")
     "$(dirname "$0")/s3-server.sh" start "$S3_DIR" "$S3_PORT" >/dev/null ||
         { echo "bench-nbd: cannot start SeaweedFS for sluice-s3 (scripts/install-deps)" >&2; exit 2; }
     # weed mini accepts any key
-    export AWS_ACCESS_KEY_ID=sluice-bench AWS_SECRET_ACCESS_KEY=sluice-bench AWS_REGION=us-east-1 ;;
+    export AWS_ACCESS_KEY_ID=sluice-bench AWS_SECRET_ACCESS_KEY=sluice-bench AWS_REGION=us-east-1
+    S3_ENDPOINT=http://127.0.0.1:$S3_PORT
+  fi ;;
 esac
+S3_BUCKET=${S3_BUCKET:-sluice}
 
 wait_socket() {
     for _ in $(seq 1 100); do [ -S "$SOCK" ] && return 0; sleep 0.1; done
@@ -156,13 +171,16 @@ start_server() {
         # no media at all: what fio + libnbd + a fast server reach on this machine
         nbdkit --foreground -U "$SOCK" memory "size=${SIZE_MB}M" &
         SERVER_PID=$! ;;
-    sluice-s3)
+    sluice-s3|sluice-s3-durable)
         # a fresh prefix and cache per start; the zero-filled file is unused
         rm -f "$img"
         rm -rf "$DIR/s3cache"
-        local store=(--store "s3://sluice/bench-$$-$RANDOM" --endpoint "http://127.0.0.1:$S3_PORT"
-            --cache-dir "$DIR/s3cache")
-        "$SLUICE" create "${store[@]}" --size "$(( SIZE_MB * 85 / 100 ))M" >/dev/null
+        local store=(--store "s3://$S3_BUCKET/bench-$$-$RANDOM" --endpoint "${S3_ENDPOINT:-}"
+            --cache-dir "$DIR/s3cache") mode=()
+        [ -n "${RADOS_CONF:-}" ] && store=(--store "rados://${RADOS_POOL:-sluice}/bench-$$-$RANDOM"
+            --ceph-conf "$RADOS_CONF" --cache-dir "$DIR/s3cache")
+        [ "$srv" = sluice-s3-durable ] && mode=(--flush-to store)
+        "$SLUICE" create "${store[@]}" "${mode[@]}" --size "$(( SIZE_MB * 85 / 100 ))M" >/dev/null
         "$SLUICE" serve "${store[@]}" --socket "$SOCK" >/dev/null 2>"$DIR/sluice.log" &
         SERVER_PID=$! ;;
     raw)
@@ -252,6 +270,9 @@ for round in $(seq 1 "$ROUNDS"); do
         extra=""
         case $s in sluice*)
             extra=" ($(grep -o 'flushes ([^)]*), WA [0-9.]*' "$DIR/sluice.log" || true))"
+            # a volume in a store: bytes put per host byte (segments, log, checkpoints)
+            sb=$(grep -o 'store bytes per host byte [0-9.]*[^;]*' "$DIR/sluice.log" | tail -1 || true)
+            [ -n "$sb" ] && extra="$extra ($sb)"
             # WA over the whole serve: media bytes (main log, log device, metadata) per host byte
             wa=$(grep -o 'WA [0-9.]*' "$DIR/sluice.log" | tail -1 | cut -d' ' -f2 || true)
             [ -n "$wa" ] && WAS[$c,$s]="${WAS[$c,$s]:-} $wa" ;;

@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-15}
 SANITIZER=${FUZZ_SANITIZER:-none}
 ALL=(superblock chunk_header chunk_verify checkpoint_header checkpoint_segments map_decode mount nbd_proto
-     packed intent_record logdev_superblock stripe_identity obj_checkpoint)
+     packed intent_record logdev_superblock stripe_identity obj_checkpoint obj_log)
 TARGETS=("${@:-${ALL[@]}}")
 export RUSTC_BOOTSTRAP=1
 

@@ -457,6 +457,15 @@ apply_object_deleted_before_ckpt_object() {
 apply_roll_forward_past_gap() {
   marker roll-forward-past-gap
 }
+apply_flush_acked_before_log_put() {
+  marker flush-acked-before-log-put
+}
+apply_log_replay_skipped() {
+  marker log-replay-skipped
+}
+apply_log_deleted_before_ckpt() {
+  marker log-deleted-before-ckpt
+}
 apply_map_five_byte_stride() {
   marker map-five-byte-stride
 }
@@ -591,6 +600,9 @@ run object-deleted-before-table lib objects_crash
 run evicted-header-kept objects_crash
 run object-deleted-before-ckpt-object lib objects_crash
 run roll-forward-past-gap lib
+run flush-acked-before-log-put lib objects_crash
+run log-replay-skipped lib
+run log-deleted-before-ckpt lib
 run objckpt-reserved-unchecked format_fuzz_smoke
 run rados-create-not-exclusive objects_rados
 run damaged-head-never-falls-back superblock_ends

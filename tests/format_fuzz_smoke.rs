@@ -181,6 +181,10 @@ fn fuzz_obj_checkpoint() {
     fuzz_target("obj_checkpoint", 20_000);
 }
 #[test]
+fn fuzz_obj_log() {
+    fuzz_target("obj_log", 20_000);
+}
+#[test]
 fn fuzz_intent_record() {
     fuzz_target("intent_record", 20_000);
 }

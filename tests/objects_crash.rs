@@ -14,6 +14,9 @@
 //! Then the cache directory is lost too: another host rebuilds it from the
 //! objects as they were at the cut (`objseg::recover`): it must mount and
 //! hold a prefix of the write stream (a write that failed may be in or out).
+//! The store-durable mode (`--flush-to store`) runs the same seeds with one
+//! more promise at the host loss: every write a FLUSH acknowledged is on the
+//! other host too (a FLUSH whose log PUT failed stops the volume).
 //! Durability against a real server is tests/objects_volume.rs.
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -59,7 +62,7 @@ fn open_opts(store: &Arc<objseg::ObjSegStore>) -> OpenOptions {
 
 /// One seed; returns (acknowledged flushes, objects uploaded, whether the
 /// store alone could be mounted) for the tally.
-fn run(seed: u64) -> (u64, u64, bool) {
+fn run(seed: u64, durable: bool) -> (u64, u64, bool) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let objects = Arc::new(MemObjects::new());
@@ -80,8 +83,17 @@ fn run(seed: u64) -> (u64, u64, bool) {
         takeover: false,
         opts: opts(cache),
     };
-    let (store, _) = objseg::create(m.clone() as Arc<dyn Media>, place(cache), false).unwrap();
-    let vol = Volume::open(m.clone(), &open_opts(&store)).unwrap();
+    let (store, _) =
+        objseg::create_in_mode(m.clone() as Arc<dyn Media>, place(cache), false, durable).unwrap();
+    if let Some(l) = store.flush_log() {
+        l.set_put_timeout(Duration::from_millis(1));
+    }
+    let vol = Volume::open(store.media(), &open_opts(&store)).unwrap();
+    if durable {
+        // what `serve` does before it answers a FLUSH
+        vol.checkpoint().unwrap();
+        store.checkpoint_now().unwrap();
+    }
     let n = vol.size_bytes() / BS;
     let mut history: Vec<HashSet<u64>> = vec![HashSet::new(); n as usize];
     let mut latest = vec![0u64; n as usize];
@@ -121,6 +133,15 @@ fn run(seed: u64) -> (u64, u64, bool) {
             if m.is_power_off() {
                 break;
             }
+            if durable && vol.failure().is_some() {
+                // a FLUSH log PUT failed: the volume stopped (EIO); the
+                // host vanishes with it
+                if let Some((lba, prev)) = undo {
+                    latest[lba as usize] = prev;
+                    stream.last_mut().unwrap().2 = false;
+                }
+                break;
+            }
             // with the store down, GC cannot read a victim that is only in
             // the store: the write fails (it may or may not have landed; the
             // version stays possible, the floor stays what it was)
@@ -149,7 +170,8 @@ fn run(seed: u64) -> (u64, u64, bool) {
     let m2: Arc<dyn Media> = Arc::new(img);
     let (store, _) = objseg::open(m2.clone(), place(cache))
         .unwrap_or_else(|e| panic!("seed {seed}: attach after the cut: {e}"));
-    let vol = Volume::open(m2.clone(), &open_opts(&store))
+    assert_eq!(store.flush_log().is_some(), durable, "the mode is kept");
+    let vol = Volume::open(store.media(), &open_opts(&store))
         .unwrap_or_else(|e| panic!("seed {seed}: mount after the cut: {e}"));
     let mut b = vec![0u8; BS as usize];
     for lba in 0..n {
@@ -196,14 +218,22 @@ fn run(seed: u64) -> (u64, u64, bool) {
     );
     store.close().unwrap();
     drop(store);
-    let moved = host_loss(seed, &left, &stream, n);
+    let moved = host_loss(seed, &left, &stream, n, durable.then_some(&flushed[..]));
     (acked, uploaded, moved)
 }
 
 /// The cache directory is lost as well: rebuild it from `left` elsewhere,
 /// mount, and check the volume is a prefix of `stream`. false: the store
 /// held no checkpoint object yet (then the refusal must say so).
-fn host_loss(seed: u64, left: &Arc<MemObjects>, stream: &[(u64, u64, bool)], n: u64) -> bool {
+/// `flushed` (store-durable mode): the version of each block the last
+/// acknowledged FLUSH covered; the other host must hold it or a later one.
+fn host_loss(
+    seed: u64,
+    left: &Arc<MemObjects>,
+    stream: &[(u64, u64, bool)],
+    n: u64,
+    flushed: Option<&[u64]>,
+) -> bool {
     use sluice::media::objects::ObjectStore;
     let dir = tempfile::tempdir().unwrap();
     let r = match objseg::recover::restore(&**left, dir.path(), true) {
@@ -239,6 +269,13 @@ fn host_loss(seed: u64, left: &Arc<MemObjects>, stream: &[(u64, u64, bool)], n: 
             "seed {seed}: moved host, block {lba} holds something never written"
         );
         seen[lba as usize] = v;
+        if let Some(f) = flushed {
+            assert!(
+                v >= f[lba as usize],
+                "seed {seed}: moved host, block {lba} holds version {v}, a FLUSH acknowledged version {} ({r:?})",
+                f[lba as usize]
+            );
+        }
     }
     // the cut: the newest write whose data is there
     let k = seen.iter().copied().max().unwrap_or(0);
@@ -276,7 +313,7 @@ fn power_cuts_keep_every_flushed_write_of_a_volume_on_objects() {
         .unwrap_or(32);
     let (mut acked, mut uploaded, mut moved) = (0, 0, 0);
     for seed in 0..seeds {
-        let (a, u, m) = run(seed);
+        let (a, u, m) = run(seed, false);
         acked += a;
         uploaded += u;
         moved += m as u64;
@@ -291,4 +328,28 @@ fn power_cuts_keep_every_flushed_write_of_a_volume_on_objects() {
     );
     // the histories reach the store, not only the staging file
     assert!(uploaded > seeds * 3, "{uploaded} uploads in {seeds} seeds");
+}
+
+#[test]
+fn power_cuts_and_host_loss_keep_every_flushed_write_in_the_store_durable_mode() {
+    let seeds: u64 = std::env::var("SLUICE_OBJ_CRASH_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(32);
+    let (mut acked, mut moved) = (0, 0);
+    for seed in 0..seeds {
+        let (a, _, m) = run(seed, true);
+        acked += a;
+        moved += m as u64;
+    }
+    eprintln!("store-durable: {seeds} seeds: {acked} flushes acknowledged, {moved} mounted from the store alone");
+    // the epoch's first checkpoint object is stored before any write
+    assert_eq!(
+        moved, seeds,
+        "{moved} of {seeds} seeds mounted from the store"
+    );
+    assert!(
+        acked > seeds,
+        "{acked} flushes acknowledged in {seeds} seeds"
+    );
 }

@@ -782,3 +782,106 @@ fn the_volume_moves_hosts_after_kill_9_and_a_lost_cache() {
         "host D did not name the damaged {newest}: {err} ({text_d})"
     );
 }
+
+/// The store-durable mode (`create --flush-to store`, docs/objects.md
+/// §5.4): kill -9 of `serve` under a write+FLUSH load, with no time for
+/// uploads to settle, and the host's cache directory gone: host B (an empty
+/// cache directory, `--takeover`) gets every round whose FLUSH was answered.
+#[test]
+fn store_durable_kill_9_under_load_and_a_lost_cache_keeps_every_flushed_write() {
+    let test = "volume in S3: store-durable, kill -9 and a lost cache";
+    let Some(probe) = nbd_common::nbdsh(test) else {
+        return;
+    };
+    let Some(w) = Weed::start(test) else {
+        return;
+    };
+    let nbdsh = || {
+        let mut c = Command::new(probe.get_program());
+        c.args(probe.get_args());
+        c
+    };
+    let exec = format!(
+        "exec(open({:?}).read())",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/nbd_scripts/flush_load.py"
+        )
+    );
+    let host_a = w.dir.path().join("host-a");
+    ok(w.sluice(
+        &[
+            "create",
+            "--size",
+            "64M",
+            "--segment-size",
+            "256K",
+            "--flush-to",
+            "store",
+        ],
+        "v5",
+        &host_a,
+    )
+    .output()
+    .unwrap());
+    let c = w.client("v5");
+    let sock = w.dir.path().join("nbd.sock");
+    let state = w.dir.path().join("state");
+    let (server, uri) = serve_on(&w, &host_a, &sock, &[], false);
+    let mut load = Reap(
+        nbdsh()
+            .args(["-u", &uri, "-c", &exec])
+            .env("MODE", "load")
+            .env("STATE", &state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = std::time::Instant::now();
+    while last_round(
+        &std::fs::read_to_string(&state).unwrap_or_default(),
+        "flushed ",
+    ) < 120
+        && t0.elapsed() < Duration::from_secs(180)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // host A vanishes under the load: kill -9 now, then its cache is gone
+    drop(server);
+    drop(load.0.kill());
+    drop(load.0.wait());
+    std::fs::remove_dir_all(&host_a).unwrap();
+    let st = std::fs::read_to_string(&state).unwrap();
+    let (flushed, started) = (last_round(&st, "flushed "), last_round(&st, "start "));
+    let logs = c.list("log/").unwrap().len();
+    assert!(
+        flushed >= 120 && logs >= 1,
+        "too little progress: {logs} log objects, {st}"
+    );
+    let host_b = w.dir.path().join("host-b");
+    let (server, uri) = serve_on(&w, &host_b, &sock, &["--takeover"], false);
+    let out = nbd_common::run(
+        nbdsh()
+            .args(["-u", &uri, "-c", &exec])
+            .env("MODE", "prefix")
+            .env("STARTED", started.to_string()),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains(": 0 bad"), "{text}");
+    let k: u64 = text
+        .split("prefix ")
+        .nth(1)
+        .and_then(|t| t.split('+').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        k >= flushed,
+        "host B got rounds 1..{k}; host A had answered the FLUSH after round {flushed} (started {started}): {text}"
+    );
+    eprintln!("store-durable move: {text} (host A flushed {flushed}, started {started}, {logs} log objects)");
+    // B stops cleanly; its log objects below its kept checkpoints go
+    stop(server);
+    let info = ok(w.sluice(&["info"], "v5", &host_b).output().unwrap());
+    assert!(info.contains("newest checkpoint object ckpt/"), "{info}");
+}

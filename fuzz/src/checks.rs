@@ -26,7 +26,7 @@ use sluice::recovery;
 use std::sync::{Arc, OnceLock};
 
 /// Names of the properties; each is one cargo-fuzz target of the same name.
-pub const TARGETS: [&str; 12] = [
+pub const TARGETS: [&str; 13] = [
     "intent_record",
     "logdev_superblock",
     "superblock",
@@ -39,6 +39,7 @@ pub const TARGETS: [&str; 12] = [
     "packed",
     "stripe_identity",
     "obj_checkpoint",
+    "obj_log",
 ];
 
 /// Run the property named `target` on `data`.
@@ -54,6 +55,7 @@ pub fn run(target: &str, data: &[u8]) {
         "packed" => check_packed(data),
         "stripe_identity" => check_stripe_identity(data),
         "obj_checkpoint" => check_obj_checkpoint(data),
+        "obj_log" => check_obj_log(data),
         "intent_record" => check_intent_record(data),
         "logdev_superblock" => check_logdev_superblock(data),
         _ => panic!("unknown fuzz target {target}"),
@@ -473,6 +475,24 @@ pub fn check_obj_checkpoint(data: &[u8]) {
     }
     if let Ok(c) = ObjCheckpoint::decode(&b) {
         assert_eq!(c.encode(), b, "obj checkpoint round-trip");
+    }
+}
+
+/// `obj_log`: a FLUSH log object of a store-durable volume
+/// (`format::objlog`). Input: a control byte (bit 0: recompute the trailing
+/// CRC), then the object's bytes. Properties: decode never panics, and what
+/// it accepts is exactly what `encode` makes of the value.
+pub fn check_obj_log(data: &[u8]) {
+    use sluice::format::objlog::LogObject;
+    let (ctl, rest) = split_control(data);
+    let mut b = rest.to_vec();
+    if ctl & FLAG_RESEAL != 0 && b.len() >= 4 {
+        let n = b.len() - 4;
+        let crc = crc32c::crc32c(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_le_bytes());
+    }
+    if let Ok(o) = LogObject::decode(&b) {
+        assert_eq!(o.encode(), b, "obj log round-trip");
     }
 }
 
@@ -1099,6 +1119,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             superblock: vec![5; BLOCK_BYTES],
             image: vec![9; 2 * BLOCK_BYTES],
             partials: vec![(2, vec![3; BLOCK_BYTES])],
+            log_start: None,
         };
         out.push(("obj_checkpoint", "three-slots".into(), with(0, &c.encode())));
         out.push((
@@ -1106,6 +1127,24 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             "three-slots-reseal".into(),
             with(1, &c.encode()),
         ));
+        let c = ObjCheckpoint {
+            log_start: Some(77),
+            ..c
+        };
+        out.push(("obj_checkpoint", "with-log".into(), with(1, &c.encode())));
+    }
+    {
+        use sluice::format::objlog::LogObject;
+        let o = LogObject {
+            uuid: [7; 16],
+            epoch: 2,
+            index: 5,
+            first_record: 40,
+            prev_crc: 0x1234_5678,
+            records: vec![(8192, vec![1; BLOCK_BYTES]), (0, vec![2; 512])],
+        };
+        out.push(("obj_log", "two-records".into(), with(0, &o.encode())));
+        out.push(("obj_log", "two-records-reseal".into(), with(1, &o.encode())));
     }
     out
 }

@@ -311,11 +311,16 @@ fn format(
     };
     let on = || format!("creating a volume on {}", a.path.display());
     Volume::format(&**media, &opts).with_context(on)?;
-    let store = a
+    let (store, on_media) = match a
         .objects
-        .after_format(media.clone() as Arc<dyn Media>, a.force)?;
+        .after_format(media.clone() as Arc<dyn Media>, a.force)?
+    {
+        // the store-durable mode's FLUSH log over the file, or the file
+        Some((h, m)) => (Some(h), m),
+        None => (None, media.clone() as Arc<dyn Media>),
+    };
     Volume::open(
-        media.clone() as Arc<dyn Media>,
+        on_media,
         &sluice::OpenOptions {
             log_devices: log_devices(logs),
             store,

@@ -22,8 +22,9 @@ use std::sync::{Arc, Mutex, Weak};
 static ATTACHED: Mutex<Vec<(String, Weak<ObjSegStore>)>> = Mutex::new(Vec::new());
 
 /// `serve`, after closing its volumes: wait for each store's queued uploads
-/// (30 s at most) and release its lease, saying what is left.
-pub fn finish_attached() -> anyhow::Result<()> {
+/// (30 s at most) and release its lease, saying what is left and how many
+/// bytes went to the store per byte the host wrote (`host_written`).
+pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
     let stores: Vec<_> = ATTACHED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -31,7 +32,18 @@ pub fn finish_attached() -> anyhow::Result<()> {
         .collect();
     for (name, w) in stores {
         let Some(s) = w.upgrade() else { continue };
-        match s.finish().with_context(|| format!("closing {name}"))? {
+        let left = s.finish().with_context(|| format!("closing {name}"))?;
+        let (seg, log, ck) = s.bytes_put();
+        let mib = |b: u64| b as f64 / 1048576.0;
+        say!(
+            "sluice: {name}: put {:.1} MiB: {:.1} MiB of segment objects, {:.1} MiB of FLUSH log objects, {:.1} MiB of checkpoint objects; store bytes per host byte {:.2}",
+            mib(seg + log + ck),
+            mib(seg),
+            mib(log),
+            mib(ck),
+            (seg + log + ck) as f64 / host_written.max(1) as f64
+        );
+        match left {
             0 => say!("sluice: {name}: every segment uploaded; epoch {} released", s.epoch()),
             n => say!(
                 "sluice: {name}: {n} segment upload(s) still pending (kept in the cache, uploaded at the next serve); epoch {} released",
@@ -80,6 +92,30 @@ pub struct StoreArgs {
     /// Segment uploads in flight at once.
     #[arg(long, requires = "store", default_value_t = 2)]
     pub uploads: usize,
+    /// Where a FLUSH is durable (chosen at create, recorded in the volume,
+    /// honoured by every serve): `local`, the cache directory's metadata
+    /// file (segments reach the store behind the writes: a lost host loses
+    /// what was not uploaded yet); `store`, the object store itself (each
+    /// FLUSH also puts the writes since the last one as a small write-once
+    /// `log/` object and is answered once the store acknowledged it: a lost
+    /// host loses nothing acknowledged). docs/objects.md §5.4.
+    #[arg(long, requires = "store", value_enum)]
+    pub flush_to: Option<FlushTo>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushTo {
+    Local,
+    Store,
+}
+
+/// What `attach` gives `serve`.
+pub struct Attached {
+    pub handle: StoreHandle,
+    /// The media to open the volume on (the FLUSH log over the file in the
+    /// store-durable mode).
+    pub media: Arc<dyn Media>,
+    pub store: Arc<ObjSegStore>,
 }
 
 impl StoreArgs {
@@ -169,11 +205,11 @@ impl StoreArgs {
         &self,
         media: Arc<dyn Media>,
         force: bool,
-    ) -> anyhow::Result<Option<StoreHandle>> {
+    ) -> anyhow::Result<Option<(StoreHandle, Arc<dyn Media>)>> {
         if self.store.is_none() {
             return Ok(None);
         }
-        let (s, _) = objseg::create(
+        let (s, _) = objseg::create_in_mode(
             media,
             objseg::Place {
                 objects: self.client()?,
@@ -182,6 +218,7 @@ impl StoreArgs {
                 opts: self.opts(),
             },
             force,
+            self.flush_to == Some(FlushTo::Store),
         )
         .with_context(|| {
             format!(
@@ -189,7 +226,8 @@ impl StoreArgs {
                 self.store.as_deref().unwrap_or_default()
             )
         })?;
-        Ok(Some(StoreHandle(s)))
+        let m = s.media();
+        Ok(Some((StoreHandle(s), m)))
     }
 
     /// `serve` of a volume whose cache directory holds no volume (a new
@@ -211,6 +249,14 @@ impl StoreArgs {
             r.rolled.len(),
             r.stop
         );
+        if let Some(l) = &r.log {
+            say!(
+                "sluice: {store}: store-durable: replayed {} FLUSH log record(s) from {} log object(s) ({})",
+                l.records,
+                l.objects,
+                l.stop
+            );
+        }
         Ok(())
     }
 
@@ -224,7 +270,7 @@ impl StoreArgs {
 
     /// `serve`: attach to the objects of the volume whose local metadata
     /// file `media` is open (and locked).
-    pub fn attach(&self, media: Arc<dyn Media>) -> anyhow::Result<Option<StoreHandle>> {
+    pub fn attach(&self, media: Arc<dyn Media>) -> anyhow::Result<Option<Attached>> {
         if self.store.is_none() {
             return Ok(None);
         }
@@ -249,12 +295,25 @@ impl StoreArgs {
         for n in &rep.notes {
             say!("sluice: {}: {n}", self.store.as_deref().unwrap_or_default());
         }
+        if let Some(f) = self.flush_to {
+            if (f == FlushTo::Store) != s.flush_log().is_some() {
+                bail!(
+                    "--flush-to {}: the volume was created with --flush-to {} (the mode is chosen at create)",
+                    if f == FlushTo::Store { "store" } else { "local" },
+                    if f == FlushTo::Store { "local" } else { "store" }
+                );
+            }
+        }
         sluice::metrics::objects::register(self.store.as_deref().unwrap_or_default(), &s);
         ATTACHED
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((self.store.clone().unwrap_or_default(), Arc::downgrade(&s)));
-        Ok(Some(StoreHandle(s)))
+        Ok(Some(Attached {
+            handle: StoreHandle(s.clone()),
+            media: s.media(),
+            store: s,
+        }))
     }
 
     /// `check`: the store for reading only, and what its attach found.

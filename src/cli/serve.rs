@@ -507,10 +507,14 @@ fn open_volume(
     let log_devices = open_log_devices(&a.log_devices, read_only, a.log_device_missing_ok)?;
     // --store belongs to the default export only
     let objects = a.objects.store.is_some() && a.path.as_deref() == Some(path);
-    let store = if read_only || !objects {
+    let attached = if read_only || !objects {
         None
     } else {
         a.objects.attach(media.clone())?
+    };
+    let (store, media, obj_store) = match attached {
+        Some(at) => (Some(at.handle), at.media, Some(at.store)),
+        None => (None, media, None),
     };
     if read_only && objects {
         bail!("--read-only with --store is not supported yet (`sluice check --store` reads the objects)");
@@ -548,6 +552,24 @@ fn open_volume(
                 human(want)
             );
         }
+    }
+    if let Some(st) = obj_store.filter(|s| s.flush_log().is_some()) {
+        // store-durable: this epoch's first checkpoint object, before any
+        // FLUSH is answered (the log a mount from the store replays is
+        // the one of its checkpoint object's epoch)
+        vol.checkpoint()
+            .and_then(|_| st.checkpoint_now().map_err(Into::into))
+            .with_context(|| {
+                format!(
+                    "{}: storing this epoch's first checkpoint object",
+                    a.objects.store.as_deref().unwrap_or_default()
+                )
+            })?;
+        say!(
+            "sluice: {}: store-durable: a FLUSH is answered once its log object is stored (epoch {})",
+            a.objects.store.as_deref().unwrap_or_default(),
+            st.epoch()
+        );
     }
     let r = vol.mount_report();
     for n in r.notes.iter().filter(|n| n.contains("intent log")) {
@@ -815,10 +837,12 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         _ => Ok(()),
     };
     let mut closed = Ok(());
+    let mut host_written = 0;
     for (e, spec) in exports.iter().zip(&specs) {
         let path = &spec.path;
         let r = e.vol.flush().and_then(|_| {
             let st = e.vol.stats();
+            host_written += st.host_write_bytes;
             say!(
                 "sluice: {}: served {:.1} MiB written, {:.1} MiB read, {} flushes ({} media flushes), {}",
                 path.display(),
@@ -840,7 +864,7 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         }
     }
     if closed.is_ok() {
-        closed = super::objects::finish_attached();
+        closed = super::objects::finish_attached(host_written);
     }
     leftovers.remove();
     served.context("serving")?;

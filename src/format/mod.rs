@@ -11,6 +11,7 @@ pub mod codec;
 pub mod intent;
 pub mod logdev;
 pub mod objckpt;
+pub mod objlog;
 pub mod objname;
 pub mod packed;
 pub mod stripe;

@@ -18,6 +18,9 @@
 //!   object's CRC32C u32, reserved u32 (all zeros: the slot is in no object);
 //! - then the superblock bytes, then the image bytes, then each partial:
 //!   slot u32, block count u32, that many 4 KiB blocks (the slot's first);
+//! - version 2 only (a volume in the store-durable mode,
+//!   `objseg::durable`): `log_start` u64, the first FLUSH log record NOT in
+//!   this capture (log objects of this checkpoint's epoch replay from it);
 //! - last 4 bytes: CRC32C of everything before them.
 //!
 //! Invariant: `decode` returns a value only for bytes `encode` could have
@@ -28,6 +31,8 @@ use super::{get_u32, get_u64, invalid, put_u32, put_u64, FormatError, BLOCK_BYTE
 
 pub const OBJ_CKPT_MAGIC: [u8; 8] = *b"SLUICECO";
 pub const OBJ_CKPT_VERSION: u32 = 1;
+/// With `log_start` (the store-durable mode).
+pub const OBJ_CKPT_VERSION_LOG: u32 = 2;
 const HEADER: usize = 64;
 const REC: usize = 24;
 
@@ -53,6 +58,9 @@ pub struct ObjCheckpoint {
     pub image: Vec<u8>,
     /// (slot, its first blocks): slots with data and no object.
     pub partials: Vec<(u32, Vec<u8>)>,
+    /// Store-durable mode: every FLUSH log record numbered below this (of
+    /// the checkpoint's epoch) is reflected in this capture.
+    pub log_start: Option<u64>,
 }
 
 impl ObjCheckpoint {
@@ -64,10 +72,19 @@ impl ObjCheckpoint {
         );
         let n = self.slots.len();
         let plen: usize = self.partials.iter().map(|(_, p)| 8 + p.len()).sum();
-        let len = HEADER + n * REC + self.superblock.len() + self.image.len() + plen + 4;
+        let tail = if self.log_start.is_some() { 8 } else { 0 };
+        let len = HEADER + n * REC + self.superblock.len() + self.image.len() + plen + tail + 4;
         let mut b = vec![0u8; len];
         b[0..8].copy_from_slice(&OBJ_CKPT_MAGIC);
-        put_u32(&mut b, 8, OBJ_CKPT_VERSION);
+        put_u32(
+            &mut b,
+            8,
+            if self.log_start.is_some() {
+                OBJ_CKPT_VERSION_LOG
+            } else {
+                OBJ_CKPT_VERSION
+            },
+        );
         put_u32(&mut b, 12, n as u32);
         put_u32(&mut b, 16, self.segment_blocks);
         b[24..40].copy_from_slice(&self.uuid);
@@ -102,6 +119,9 @@ impl ObjCheckpoint {
             b[o + 8..o + 8 + p.len()].copy_from_slice(p);
             o += 8 + p.len();
         }
+        if let Some(l) = self.log_start {
+            put_u64(&mut b, o, l);
+        }
         let crc = crc32c::crc32c(&b[..len - 4]);
         put_u32(&mut b, len - 4, crc);
         b
@@ -118,9 +138,10 @@ impl ObjCheckpoint {
             return Err(FormatError::BadMagic);
         }
         let v = get_u32(b, 8);
-        if v != OBJ_CKPT_VERSION {
+        if v != OBJ_CKPT_VERSION && v != OBJ_CKPT_VERSION_LOG {
             return Err(FormatError::Version(v.min(u16::MAX as u32) as u16));
         }
+        let tail = if v == OBJ_CKPT_VERSION_LOG { 8 } else { 0 };
         let n = get_u32(b, 12) as usize;
         let sb_len = get_u32(b, 48) as usize;
         let img_len = get_u64(b, 56);
@@ -131,7 +152,7 @@ impl ObjCheckpoint {
             .checked_add(n as u64 * REC as u64)
             .and_then(|x| x.checked_add(sb_len as u64))
             .and_then(|x| x.checked_add(img_len))
-            .and_then(|x| x.checked_add(4));
+            .and_then(|x| x.checked_add(4 + tail as u64));
         if need.is_none_or(|x| x > b.len() as u64) {
             return Err(invalid(
                 "objckpt.length",
@@ -168,7 +189,7 @@ impl ObjCheckpoint {
         let mut at = o + sb_len + img_len as usize;
         let mut partials = Vec::new();
         for _ in 0..get_u32(b, 52) {
-            if at + 8 > len - 4 {
+            if at + 8 > len - 4 - tail {
                 return Err(invalid("objckpt.partials", "past the end"));
             }
             let slot = get_u32(b, at);
@@ -176,7 +197,7 @@ impl ObjCheckpoint {
             let end = blocks
                 .checked_mul(BLOCK_BYTES)
                 .and_then(|x| x.checked_add(at + 8))
-                .filter(|&e| e <= len - 4)
+                .filter(|&e| e <= len - 4 - tail)
                 .ok_or_else(|| invalid("objckpt.partials", "past the end"))?;
             if slot as usize >= n || partials.iter().any(|(s, _)| *s == slot) {
                 return Err(invalid("objckpt.partials", format!("slot {slot}")));
@@ -184,9 +205,10 @@ impl ObjCheckpoint {
             partials.push((slot, b[at + 8..end].to_vec()));
             at = end;
         }
-        if at != len - 4 {
+        if at != len - 4 - tail {
             return Err(invalid("objckpt.length", "bytes after the last partial"));
         }
+        let log_start = (tail > 0).then(|| get_u64(b, at));
         Ok(ObjCheckpoint {
             uuid: b[24..40].try_into().unwrap(),
             segment_blocks: get_u32(b, 16),
@@ -195,6 +217,7 @@ impl ObjCheckpoint {
             superblock: b[o..o + sb_len].to_vec(),
             image: b[o + sb_len..o + sb_len + img_len as usize].to_vec(),
             partials,
+            log_start,
         })
     }
 }
@@ -220,18 +243,34 @@ mod tests {
             superblock: vec![5; BLOCK_BYTES],
             image: vec![9; 3 * BLOCK_BYTES],
             partials: vec![(2, vec![3; 2 * BLOCK_BYTES]), (0, vec![4; BLOCK_BYTES])],
+            log_start: None,
+        }
+    }
+
+    fn with_log() -> ObjCheckpoint {
+        ObjCheckpoint {
+            log_start: Some(0x0123_4567_89ab_cdef),
+            ..sample()
         }
     }
 
     #[test]
     fn round_trip() {
-        let c = sample();
-        assert_eq!(ObjCheckpoint::decode(&c.encode()).unwrap(), c);
+        for c in [sample(), with_log()] {
+            assert_eq!(ObjCheckpoint::decode(&c.encode()).unwrap(), c);
+        }
+        assert_eq!(get_u32(&sample().encode(), 8), OBJ_CKPT_VERSION);
+        assert_eq!(get_u32(&with_log().encode(), 8), OBJ_CKPT_VERSION_LOG);
     }
 
     #[test]
     fn every_flipped_bit_and_every_truncation_is_refused() {
-        let b = sample().encode();
+        for c in [sample(), with_log()] {
+            flips_and_cuts(c.encode());
+        }
+    }
+
+    fn flips_and_cuts(b: Vec<u8>) {
         // a flip anywhere (sampled: every 97th bit and the whole header)
         for bit in (0..b.len() * 8).filter(|i| i % 97 == 0 || *i < HEADER * 8) {
             let mut x = b.clone();

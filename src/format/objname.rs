@@ -10,6 +10,8 @@
 //!   number S, written by epoch E.
 //! - `ckpt/SSSSSSSSSSSSSSSSSSSS-EEEEEEEEEEEEEEEEEEEE`: a checkpoint covering
 //!   the log below S, written by epoch E.
+//! - `log/LLLLLLLLLLLLLLLLLLLL-EEEEEEEEEEEEEEEEEEEE`: log object number L of
+//!   epoch E (the store-durable mode's FLUSH log, `objseg::durable`).
 //!
 //! Invariant: the mapping is a bijection between `ObjName` values (epoch >= 1)
 //! and the names `parse` accepts: `parse(n.encode()) == Ok(n)` and a name
@@ -30,6 +32,7 @@ pub enum ObjName {
     Release(u64),
     Segment { seq: u64, epoch: u64 },
     Checkpoint { seq: u64, epoch: u64 },
+    Log { seq: u64, epoch: u64 },
 }
 
 /// The kinds, by their directory.
@@ -39,6 +42,7 @@ pub enum ObjKind {
     Release,
     Segment,
     Checkpoint,
+    Log,
 }
 
 impl ObjKind {
@@ -49,6 +53,7 @@ impl ObjKind {
             ObjKind::Release => "release/",
             ObjKind::Segment => "seg/",
             ObjKind::Checkpoint => "ckpt/",
+            ObjKind::Log => "log/",
         }
     }
 }
@@ -68,6 +73,7 @@ impl ObjName {
             ObjName::Release(_) => ObjKind::Release,
             ObjName::Segment { .. } => ObjKind::Segment,
             ObjName::Checkpoint { .. } => ObjKind::Checkpoint,
+            ObjName::Log { .. } => ObjKind::Log,
         }
     }
 
@@ -75,14 +81,18 @@ impl ObjName {
     pub fn epoch(&self) -> u64 {
         match *self {
             ObjName::Epoch(e) | ObjName::Release(e) => e,
-            ObjName::Segment { epoch, .. } | ObjName::Checkpoint { epoch, .. } => epoch,
+            ObjName::Segment { epoch, .. }
+            | ObjName::Checkpoint { epoch, .. }
+            | ObjName::Log { epoch, .. } => epoch,
         }
     }
 
     /// The sequence number (segments, checkpoints).
     pub fn seq(&self) -> Option<u64> {
         match *self {
-            ObjName::Segment { seq, .. } | ObjName::Checkpoint { seq, .. } => Some(seq),
+            ObjName::Segment { seq, .. }
+            | ObjName::Checkpoint { seq, .. }
+            | ObjName::Log { seq, .. } => Some(seq),
             _ => None,
         }
     }
@@ -93,7 +103,9 @@ impl ObjName {
         let d = self.kind().dir();
         match *self {
             ObjName::Epoch(e) | ObjName::Release(e) => format!("{d}{e:020}"),
-            ObjName::Segment { seq, epoch } | ObjName::Checkpoint { seq, epoch } => {
+            ObjName::Segment { seq, epoch }
+            | ObjName::Checkpoint { seq, epoch }
+            | ObjName::Log { seq, epoch } => {
                 format!("{d}{seq:020}-{epoch:020}")
             }
         }
@@ -110,23 +122,24 @@ impl ObjName {
             ObjKind::Release,
             ObjKind::Segment,
             ObjKind::Checkpoint,
+            ObjKind::Log,
         ]
         .into_iter()
         .find_map(|k| name.strip_prefix(k.dir()).map(|r| (k, r)))
-        .ok_or_else(|| err("no known directory (epoch/, release/, seg/, ckpt/)"))?;
+        .ok_or_else(|| err("no known directory (epoch/, release/, seg/, ckpt/, log/)"))?;
         let n = match kind {
             ObjKind::Epoch => ObjName::Epoch(number(rest).map_err(err)?),
             ObjKind::Release => ObjName::Release(number(rest).map_err(err)?),
-            ObjKind::Segment | ObjKind::Checkpoint => {
+            ObjKind::Segment | ObjKind::Checkpoint | ObjKind::Log => {
                 if rest.len() != 2 * DIGITS + 1 || rest.as_bytes()[DIGITS] != b'-' {
                     return Err(err("expected 20 digits, '-', 20 digits"));
                 }
                 let seq = number(&rest[..DIGITS]).map_err(err)?;
                 let epoch = number(&rest[DIGITS + 1..]).map_err(err)?;
-                if kind == ObjKind::Segment {
-                    ObjName::Segment { seq, epoch }
-                } else {
-                    ObjName::Checkpoint { seq, epoch }
+                match kind {
+                    ObjKind::Segment => ObjName::Segment { seq, epoch },
+                    ObjKind::Log => ObjName::Log { seq, epoch },
+                    _ => ObjName::Checkpoint { seq, epoch },
                 }
             }
         };
@@ -171,6 +184,7 @@ mod tests {
                 seq: 12345,
                 epoch: 3,
             },
+            ObjName::Log { seq: 0, epoch: 2 },
         ] {
             let s = n.encode();
             assert_eq!(ObjName::parse(&s), Ok(n), "{s}");

@@ -18,7 +18,10 @@
 //!   two stored ones nor the slot table names it: a mount from the newest
 //!   checkpoint object, or from the one before it, finds every object it
 //!   names, and roll-forward from either finds no hole made by a delete;
-//! - checkpoint objects older than the newest two stored are deleted.
+//! - checkpoint objects older than the newest two stored are deleted;
+//! - store-durable mode: a capture's `log_start` is taken before it reads
+//!   anything, so every FLUSH log record below it is reflected in it; log
+//!   objects are deleted only below the older kept one's (`durable.rs`).
 
 use super::{Inner, Job, ObjRef};
 use crate::format::checkpoint::{body_bytes_with, CheckpointHeader};
@@ -49,6 +52,10 @@ pub(super) struct StoredCkpt {
     pub seq: u64,
     pub name: String,
     pub refs: HashSet<(u64, u64)>,
+    /// The writer's epoch (from the name) and the FLUSH log record its
+    /// capture starts at (store-durable mode).
+    pub epoch: u64,
+    pub log_start: Option<u64>,
 }
 
 #[derive(Default)]
@@ -89,10 +96,23 @@ impl Inner {
         if !force && uploads < ck.uploads_at_last + self.opts.ckpt_every.max(1) as u64 {
             return false;
         }
-        self.capture(&mut ck, uploads)
+        self.capture(&mut ck, uploads, false)
     }
 
-    fn capture(&self, ck: &mut CkptState, uploads: u64) -> bool {
+    /// `try_checkpoint` of the local file as it is now, stored even when
+    /// the engine made no checkpoint since the last one (`checkpoint_now`).
+    pub(super) fn try_checkpoint_fresh(&self) -> bool {
+        if self.read_only || self.state.lock().failed.is_some() {
+            return false;
+        }
+        let mut ck = self.ckpt.lock();
+        let uploads = self.stats.uploaded_objects.load(Ordering::Relaxed);
+        self.capture(&mut ck, uploads, true)
+    }
+
+    fn capture(&self, ck: &mut CkptState, uploads: u64, fresh: bool) -> bool {
+        // before any read: every FLUSH log record below it is in the capture
+        let log_start = self.log.as_ref().map(|l| l.mark());
         let a = match crate::recovery::read_superblocks(&*self.media) {
             Ok(r) => r.sb,
             Err(e) => {
@@ -104,7 +124,7 @@ impl Inner {
             // none made yet: nothing to store
             return true;
         }
-        if ck.last_next_seq == Some(a.checkpoint_next_seq) {
+        if ck.last_next_seq == Some(a.checkpoint_next_seq) && !fresh {
             return true;
         }
         // The slot table as of now: the checkpoint `a` names was made before
@@ -191,13 +211,15 @@ impl Inner {
             superblock: a.encode(),
             image: img[..BLOCK_BYTES + body].to_vec(),
             partials,
+            log_start,
         };
         let name = ObjName::Checkpoint {
             seq,
             epoch: self.lease.epoch,
         }
         .encode();
-        if let Err(e) = self.objects.put_new(&name, &obj.encode()) {
+        let bytes = obj.encode();
+        if let Err(e) = self.objects.put_new(&name, &bytes) {
             tracing::warn!(
                 "{}: checkpoint object {name} (log below {}): {e}; trying again later",
                 self.objects.describe(),
@@ -208,12 +230,17 @@ impl Inner {
         self.stats
             .checkpoints_stored
             .fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .checkpoint_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         ck.last_next_seq = Some(a.checkpoint_next_seq);
         ck.uploads_at_last = uploads;
         ck.stored.push_back(StoredCkpt {
             seq,
             name,
             refs: refs_of(&obj),
+            epoch: self.lease.epoch,
+            log_start,
         });
         while ck.stored.len() > KEEP {
             let old = ck.stored.pop_front().expect("more than KEEP");
@@ -221,6 +248,18 @@ impl Inner {
                 name: old.name,
                 bytes: 0,
             });
+        }
+        // MUTANT: log-deleted-before-ckpt s|ck.stored.front()|ck.stored.back()|
+        if let (Some(log), Some(oldest)) = (&self.log, ck.stored.front()) {
+            // the FLUSH log below the older kept checkpoint object's start
+            if let Some(from) = oldest.log_start {
+                let gone = log.deletable(oldest.epoch, from);
+                let mut st = self.state.lock();
+                for name in gone {
+                    st.jobs.push_back(Job::Delete { name, bytes: 0 });
+                }
+                self.work.notify_all();
+            }
         }
         self.release_deferred(ck);
         true
@@ -307,6 +346,8 @@ pub(super) fn load_stored(
                     seq: *seq,
                     name: name.clone(),
                     refs: refs_of(&c),
+                    epoch: ObjName::parse(name).map_or(0, |n| n.epoch()),
+                    log_start: c.log_start,
                 });
                 kept += 1;
             }

@@ -35,6 +35,7 @@
 //! no segment footer; the cache is whole segments, not lines.
 
 mod ckpt;
+pub mod durable;
 pub mod recover;
 pub mod table;
 
@@ -113,6 +114,8 @@ pub struct ObjStats {
     pub local_reads: AtomicU64,
     /// Checkpoint objects stored (`ckpt.rs`).
     pub checkpoints_stored: AtomicU64,
+    /// Their bytes.
+    pub checkpoint_bytes: AtomicU64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -168,8 +171,11 @@ struct State {
 
 struct Inner {
     local: FlatStore<Arc<dyn Media>>,
-    /// The media under `local` (its flush makes a tombstone durable).
+    /// The media under `local` (its flush makes a tombstone durable); the
+    /// FLUSH log over the file in the store-durable mode.
     media: Arc<dyn Media>,
+    /// The store-durable mode's FLUSH log (`durable.rs`): `media` is it.
+    log: Option<Arc<durable::ObjLog>>,
     objects: Arc<dyn ObjectStore>,
     geo: Geometry,
     lease: Lease,
@@ -336,6 +342,14 @@ impl ObjSegStore {
         if !read_only {
             table.set_epoch(lease.epoch)?;
         }
+        // the store-durable mode: every write to the local metadata file
+        // goes through the FLUSH log, the store's tombstones included
+        let (media, log) = if table.store_durable && !read_only {
+            let l = durable::ObjLog::new(media, objects.clone(), uuid, lease.epoch)?;
+            (l.clone() as Arc<dyn Media>, Some(l))
+        } else {
+            (media, None)
+        };
         let mut rep = AttachReport {
             epoch: lease.epoch,
             ..AttachReport::default()
@@ -452,6 +466,7 @@ impl ObjSegStore {
         let inner = Arc::new(Inner {
             local,
             media,
+            log,
             objects,
             geo: *geo,
             lease,
@@ -500,6 +515,49 @@ impl ObjSegStore {
 
     pub fn epoch(&self) -> u64 {
         self.inner.lease.epoch
+    }
+
+    /// The media the volume must be opened on: the local metadata file, or
+    /// in the store-durable mode the FLUSH log over it (`durable.rs`).
+    pub fn media(&self) -> Arc<dyn Media> {
+        self.inner.media.clone()
+    }
+
+    /// Bytes put into the store so far: segment objects, FLUSH log objects
+    /// and checkpoint objects.
+    pub fn bytes_put(&self) -> (u64, u64, u64) {
+        let st = &self.inner.stats;
+        (
+            st.uploaded_bytes.load(Ordering::Relaxed),
+            self.inner
+                .log
+                .as_ref()
+                .map_or(0, |l| l.stats.bytes_put.load(Ordering::Relaxed)),
+            st.checkpoint_bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The store-durable mode's FLUSH log, if the volume is in that mode.
+    pub fn flush_log(&self) -> Option<&Arc<durable::ObjLog>> {
+        self.inner.log.as_ref()
+    }
+
+    /// Store a checkpoint object of the local metadata file as it is now,
+    /// even if the engine made no checkpoint since the last one (the
+    /// store-durable mode's first act after a mount: a checkpoint object
+    /// of this epoch, whose log the next mount from the store replays).
+    /// Tries a few times (a capture the engine overlaps is dropped).
+    pub fn checkpoint_now(&self) -> io::Result<()> {
+        for _ in 0..20 {
+            if self.inner.try_checkpoint_fresh() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(io_err(format!(
+            "{}: could not store a checkpoint object (see the warnings above)",
+            self.inner.objects.describe()
+        )))
     }
 
     /// Where slot `seg`'s current life is stored, if it is.
@@ -1176,6 +1234,25 @@ impl SegmentStore for ObjSegStore {
     }
 }
 
+/// `create` in the store-durable mode or not (`durable.rs`): recorded in
+/// the slot table, so every serve honours it.
+pub fn create_in_mode(
+    media: Arc<dyn Media>,
+    place: Place<'_>,
+    force: bool,
+    store_durable: bool,
+) -> crate::Result<(Arc<ObjSegStore>, AttachReport)> {
+    let read = crate::recovery::read_superblocks(&*media)?;
+    if store_durable && (read.sb.log_device().is_some() || read.sb.has_intent_log()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the store-durable mode with an intent log is not built (the FLUSH log in the store is the volume's log)",
+        )
+        .into());
+    }
+    create_inner(media, place, force, store_durable)
+}
+
 /// Create the slot table of a new volume in `dir` (every slot local).
 pub fn create_table(dir: &Path, uuid: [u8; 16], geo: &Geometry, epoch: u64) -> io::Result<Table> {
     Table::create(
@@ -1205,6 +1282,15 @@ pub fn create(
     place: Place<'_>,
     force: bool,
 ) -> crate::Result<(Arc<ObjSegStore>, AttachReport)> {
+    create_inner(media, place, force, false)
+}
+
+fn create_inner(
+    media: Arc<dyn Media>,
+    place: Place<'_>,
+    force: bool,
+    store_durable: bool,
+) -> crate::Result<(Arc<ObjSegStore>, AttachReport)> {
     let read = crate::recovery::read_superblocks(&*media)?;
     let geo = Geometry::from_superblock(&read.sb);
     check_empty(&*place.objects, force)?;
@@ -1214,7 +1300,10 @@ pub fn create(
         &format!("probe/write-once-{}", lease.epoch),
     )
     .map_err(io_err)?;
-    let table = create_table(place.dir, read.sb.uuid, &geo, lease.epoch)?;
+    let mut table = create_table(place.dir, read.sb.uuid, &geo, lease.epoch)?;
+    if store_durable {
+        table.set_store_durable(true)?;
+    }
     Ok(ObjSegStore::attach(
         media,
         &geo,
@@ -1278,5 +1367,7 @@ pub fn open(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_durable;
 #[cfg(test)]
 mod tests_recover;

@@ -12,7 +12,8 @@
 //! an error naming the slot, never a wrong object.
 //!
 //! Layout: a 4 KiB header (magic `SLUICEOT`, version 1, segment count and
-//! blocks, the volume's uuid, the last writer epoch that held the volume
+//! blocks, flags u32 at byte 20 (bit 0: the store-durable mode, a FLUSH is
+//! durable in the store, `durable.rs`), the volume's uuid, the last writer epoch that held the volume
 //! through this cache, CRC32C) then one record per slot: seq u64, epoch u64,
 //! the object's CRC32C u32, 8 reserved zero bytes, the record's CRC32C u32
 //! over its first 28 bytes. All zeros is "local" (seq 0 is never used).
@@ -48,7 +49,13 @@ pub struct Table {
     /// earlier life may be deleted: the listing alone cannot say).
     pub seq_floor: u64,
     pub slots: Vec<Option<ObjRef>>,
+    /// The store-durable mode (`durable.rs`): recorded at create, honoured
+    /// by every serve.
+    pub store_durable: bool,
 }
+
+/// Header flag: the store-durable mode.
+const FLAG_STORE_DURABLE: u32 = 1;
 
 fn bad(path: &Path, why: String) -> io::Error {
     io::Error::new(
@@ -57,8 +64,16 @@ fn bad(path: &Path, why: String) -> io::Error {
     )
 }
 
-fn header_bytes(uuid: &[u8; 16], count: u32, blocks: u32, epoch: u64, floor: u64) -> [u8; 64] {
+fn header_bytes(
+    uuid: &[u8; 16],
+    count: u32,
+    blocks: u32,
+    epoch: u64,
+    floor: u64,
+    flags: u32,
+) -> [u8; 64] {
     let mut h = [0u8; 64];
+    h[20..24].copy_from_slice(&flags.to_le_bytes());
     h[0..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&VERSION.to_le_bytes());
     h[12..16].copy_from_slice(&count.to_le_bytes());
@@ -123,7 +138,7 @@ impl Table {
             .create_new(true)
             .open(path)?;
         file.set_len(HEADER + count as u64 * REC as u64)?;
-        file.write_all_at(&header_bytes(&uuid, count, blocks, epoch, 1), 0)?;
+        file.write_all_at(&header_bytes(&uuid, count, blocks, epoch, 1, 0), 0)?;
         file.sync_all()?;
         if let Some(dir) = path.parent() {
             File::open(dir)?.sync_all()?;
@@ -137,6 +152,7 @@ impl Table {
             epoch,
             seq_floor: 1,
             slots: vec![None; count as usize],
+            store_durable: false,
         })
     }
 
@@ -163,6 +179,10 @@ impl Table {
         let uuid: [u8; 16] = h[24..40].try_into().unwrap();
         let epoch = u64::from_le_bytes(h[40..48].try_into().unwrap());
         let seq_floor = u64::from_le_bytes(h[48..56].try_into().unwrap());
+        let flags = u32::from_le_bytes(h[20..24].try_into().unwrap());
+        if flags & !FLAG_STORE_DURABLE != 0 {
+            return Err(bad(path, format!("unknown flags {flags:#x}")));
+        }
         let mut body = vec![0u8; count as usize * REC];
         file.read_exact_at(&mut body, HEADER)
             .map_err(|e| bad(path, format!("records unreadable ({count} slots): {e}")))?;
@@ -179,6 +199,7 @@ impl Table {
             epoch,
             seq_floor,
             slots,
+            store_durable: flags & FLAG_STORE_DURABLE != 0,
         })
     }
 
@@ -214,6 +235,12 @@ impl Table {
         self.set_header(self.epoch, floor.max(self.seq_floor))
     }
 
+    /// Durably record the store-durable mode (create, restore).
+    pub fn set_store_durable(&mut self, on: bool) -> io::Result<()> {
+        self.store_durable = on;
+        self.set_header(self.epoch, self.seq_floor)
+    }
+
     fn set_header(&mut self, epoch: u64, floor: u64) -> io::Result<()> {
         let h = header_bytes(
             &self.uuid,
@@ -221,6 +248,11 @@ impl Table {
             self.segment_blocks,
             epoch,
             floor,
+            if self.store_durable {
+                FLAG_STORE_DURABLE
+            } else {
+                0
+            },
         );
         self.file.write_all_at(&h, 0)?;
         self.file.sync_data()?;

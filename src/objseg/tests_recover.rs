@@ -13,7 +13,7 @@ use crate::{CreateOptions, OpenOptions, StoreHandle, Volume};
 const SEG: u64 = 16 * BS;
 
 /// Block `lba` as written by write number `i` (>= 1) of a history.
-fn wblock(lba: u64, i: u64) -> Vec<u8> {
+pub(super) fn wblock(lba: u64, i: u64) -> Vec<u8> {
     let mut b = vec![0u8; BLOCK_BYTES];
     b[0..8].copy_from_slice(&lba.to_le_bytes());
     b[8..16].copy_from_slice(&i.to_le_bytes());
@@ -146,7 +146,7 @@ fn host_b(
 
 /// Every block of `vol` is the last write to it below some cut k of
 /// `history` (nothing else, nothing newer); returns k.
-fn assert_prefix(vol: &Volume, history: &[u64], blocks: u64) -> u64 {
+pub(super) fn assert_prefix(vol: &Volume, history: &[u64], blocks: u64) -> u64 {
     let mut seen = vec![0u64; blocks as usize];
     let mut b = vec![0u8; BLOCK_BYTES];
     for lba in 0..blocks {

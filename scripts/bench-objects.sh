@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Issue 21's numbers, by hand (not in CI), all on one single-node Ceph
+# (scripts/ceph-cluster.sh DIR --rgw, started here if it is not running):
+#
+#   1. the RBD baseline and its file peer (scripts/bench-rbd.sh: fio rbd
+#      engine, 4 KiB random writes at QD32 and QD1, each write durable; a
+#      file O_DIRECT+O_DSYNC at the same depths);
+#   2. sluice over NBD (scripts/bench-nbd.sh, fio nbd engine, 4 KiB): a
+#      local file ("sluice"), and a volume in radosgw's S3 in both modes
+#      ("sluice-s3": FLUSH durable in the cache's metadata file;
+#      "sluice-s3-durable": FLUSH durable in the store, --flush-to store);
+#      cases randwrite (QD32, no FLUSH: fio's nbd engine sends none) and
+#      fsync-qd1 (QD1 write + FLUSH);
+#   3. the backend's CPU seconds (every OSD and radosgw, utime + stime from
+#      /proc/PID/stat) around each sluice run, per GiB of host writes, and
+#      the store bytes per host byte sluice reports at its stop.
+#
+#   scripts/bench-objects.sh DIR [SECONDS]      # default 30 s a run
+#
+# Prints each run and a summary; the tables in docs/objects.md §4 come from it.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+[ $# -ge 1 ] || { echo "usage: $0 DIR [SECONDS]" >&2; exit 2; }
+mkdir -p "$1"
+dir=$(cd "$1" && pwd)
+secs=${2:-30}
+"$root/scripts/ceph-cluster.sh" start "$dir" --rgw >/dev/null
+echo "== RBD baseline and file peer ($secs s a run)"
+"$root/scripts/bench-rbd.sh" "$dir" "$secs"
+set -a
+# shellcheck disable=SC1091
+. "$dir/s3.env"
+set +a
+tck=$(getconf CLK_TCK)
+backend_ticks() {
+  local t=0 f pid
+  for f in "$dir"/run/osd.*.pid "$dir"/run/client.rgw.a.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    t=$((t + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
+  done
+  echo $t
+}
+rows=()
+# BACKENDS="s3 rados": rados runs the two object servers on rados://sluice
+# through librados (SLUICE_RADOS: a `cargo build --release --features rados`
+# binary); each backend's sluice-s3* rows are named by it
+for be in ${BACKENDS:-s3}; do
+for srv in sluice sluice-s3 sluice-s3-durable; do
+  [ "$be" = rados ] && [ "$srv" = sluice ] && continue
+  for c in randwrite fsync-qd1; do
+    out=$dir/nbd-$be-$srv-$c
+    env=(S3_ENDPOINT=$AWS_ENDPOINT_URL)
+    [ "$be" = rados ] && env=(RADOS_CONF=$dir/ceph.conf SLUICE=${SLUICE_RADOS:?SLUICE_RADOS: a --features rados build})
+    rm -rf "$out"
+    mkdir -p "$out"
+    t0=$(backend_ticks)
+    env "${env[@]}" SERVERS=$srv RUNTIME=$secs SIZE_MB=${SIZE_MB:-1024} \
+      DIR=$out "$root/scripts/bench-nbd.sh" "$c" 2>"$out/stderr" >"$out/stdout" ||
+      { cat "$out/stderr" >&2; exit 1; }
+    t1=$(backend_ticks)
+    json=$out/fio-rw.json
+    [ "$c" = fsync-qd1 ] && json=$out/fio-fs1.json
+    line=$(grep "round 1 $c $srv" "$out/stderr" || true)
+    name=$srv
+    [ "$srv" != sluice ] && name="$srv ($be)"
+    row=$(python3 - "$json" $((t1 - t0)) "$tck" "$name" "$c" "$line" <<'EOF'
+import json, re, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
+ticks, tck, srv, case, line = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+gib = j["io_bytes"] / 2**30
+lat = j["clat_ns"]
+p99 = lat.get("percentile", {}).get("99.000000", 0) / 1000
+cpu = ticks / tck
+m = re.search(r"store bytes per host byte ([0-9.]+)", line)
+sb = m.group(1) if m else "-"
+per = f"{cpu / gib:.1f}" if srv != "sluice" and gib > 0 else "-"
+us = 1e6 / j["iops"] if j["iops"] else 0
+print(f"| {srv} {case} | {j['iops']:.0f} | {us:.0f} | {lat['mean']/1000:.0f} | {p99:.0f} | {cpu:.1f} | {per} | {sb} |")
+EOF
+)
+    echo "$row"
+    rows+=("$row")
+  done
+done
+done
+echo
+echo "| run | IOPS | us per op (1/IOPS) | mean write lat us | p99 write lat us | OSD+rgw CPU s | per GiB | store B / host B |"
+echo "|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"

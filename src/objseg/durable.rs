@@ -1,0 +1,424 @@
+//! The store-durable mode of a volume in an object store (issue 21 item 2;
+//! docs/objects.md §5.4): a FLUSH is durable in the object store itself, so
+//! that losing the whole host loses nothing acknowledged.
+//!
+//! `ObjLog` is the local metadata file's media seen through a FLUSH log: it
+//! passes every call to the file, and remembers every write (byte offset,
+//! bytes) in order, numbered per epoch from 0. Its `flush` flushes the file,
+//! then puts the writes made since the last log object as one write-once
+//! object `log/L-E` (`format::objlog`: numbered, chained by CRC32C) and
+//! returns only once that PUT returned: the engine's group commit (one media
+//! flush serves every FLUSH waiting) is the log's group commit, one PUT per
+//! media flush. Log objects are put one at a time, in number order, so the
+//! store never holds object L+1 without L (a crash leaves a prefix).
+//!
+//! Mounting from the store (`recover.rs`): the newest checkpoint object
+//! names `log_start`, the first record its capture may not reflect (taken
+//! before the capture read anything); the log objects of its epoch replay
+//! over the rebuilt file from that record on, in number order, up to the
+//! first missing or bad one (`replay`, ZFS's `zil_parse` rule). The rebuilt
+//! file then holds, at every offset written since `log_start`, what the
+//! host's file held at its last FLUSH the store acknowledged, and the
+//! engine's own recovery runs on it unchanged.
+//!
+//! Invariants:
+//! - `flush` returns Ok only after every write that returned before it was
+//!   called is in a log object the store acknowledged (or the inner flush
+//!   and a PUT failed: Err, and the volume stops);
+//! - record numbers rise by one per write, in the order the writes returned;
+//!   log object L+1 is put only after L's PUT returned;
+//! - a log object is deleted only once the older of the two kept
+//!   checkpoint objects (the one a damaged newest falls back to) is of this
+//!   epoch and its `log_start` is past the object's last record
+//!   (`deletable`): every mount from a kept checkpoint object still finds
+//!   every record it replays.
+
+use super::io_err;
+use crate::format::objlog::LogObject;
+use crate::format::objname::{ObjKind, ObjName};
+use crate::media::objects::ObjectStore;
+use crate::media::{Media, UringReads};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of unlogged writes that make a writer put them itself (the log's
+/// memory bound between FLUSHes).
+pub const PENDING_LIMIT: usize = 32 << 20;
+
+/// Counters.
+#[derive(Debug, Default)]
+pub struct LogStats {
+    pub objects_put: AtomicU64,
+    pub bytes_put: AtomicU64,
+    pub records: AtomicU64,
+    pub put_us: AtomicU64,
+    pub put_retries: AtomicU64,
+    pub objects_deleted: AtomicU64,
+}
+
+#[derive(Default)]
+struct Pending {
+    records: Vec<(u64, Vec<u8>)>,
+    bytes: usize,
+    /// The number the next write's record gets.
+    next_record: u64,
+}
+
+#[derive(Default)]
+struct Put {
+    /// The next log object's number.
+    next_index: u64,
+    /// CRC32C of the last log object put (0 before the first).
+    prev_crc: u32,
+    /// A batch whose PUT failed: (index, end record, bytes), put first.
+    batch: Option<(u64, u64, Vec<u8>)>,
+    /// Objects put by this epoch: (index, first record past it), oldest first.
+    done: VecDeque<(u64, u64)>,
+}
+
+/// The local metadata file of a store-durable volume (see the module doc).
+pub struct ObjLog {
+    inner: Arc<dyn Media>,
+    objects: Arc<dyn ObjectStore>,
+    uuid: [u8; 16],
+    epoch: u64,
+    pending: Mutex<Pending>,
+    put: Mutex<Put>,
+    /// Log objects of earlier epochs found at attach (deletable once a
+    /// kept checkpoint object of this epoch is the older of the two).
+    older: Mutex<Vec<String>>,
+    /// How long one log object's PUT is tried before the FLUSH fails (ms).
+    put_timeout_ms: AtomicU64,
+    pub stats: LogStats,
+}
+
+impl ObjLog {
+    /// The FLUSH log of epoch `epoch` over `inner`; lists `log/` once to
+    /// find the earlier epochs' objects (deleted later, `deletable`).
+    pub fn new(
+        inner: Arc<dyn Media>,
+        objects: Arc<dyn ObjectStore>,
+        uuid: [u8; 16],
+        epoch: u64,
+    ) -> io::Result<Arc<ObjLog>> {
+        let mut older = Vec::new();
+        for o in objects.list(ObjKind::Log.dir()).map_err(io_err)? {
+            match ObjName::parse(&o.name) {
+                Ok(ObjName::Log { epoch: e, .. }) if e < epoch => older.push(o.name),
+                Ok(ObjName::Log { .. }) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: {} is a log object of epoch {epoch} or later: another writer holds the volume",
+                            objects.describe(),
+                            o.name
+                        ),
+                    ))
+                }
+                _ => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{}: {} is not a log object name: something else writes under log/",
+                            objects.describe(),
+                            o.name
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(Arc::new(ObjLog {
+            inner,
+            objects,
+            uuid,
+            epoch,
+            pending: Mutex::new(Pending::default()),
+            put: Mutex::new(Put::default()),
+            older: Mutex::new(older),
+            put_timeout_ms: AtomicU64::new(60_000),
+            stats: LogStats::default(),
+        }))
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// How long a log object's PUT is tried before its FLUSH fails
+    /// (default 60 s).
+    pub fn set_put_timeout(&self, d: Duration) {
+        self.put_timeout_ms
+            .store(d.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The number the next write's record gets: every write numbered below
+    /// it returned before this call (a checkpoint capture's `log_start`).
+    pub fn mark(&self) -> u64 {
+        self.pending.lock().next_record
+    }
+
+    /// Records written and not yet in a stored log object.
+    pub fn unlogged(&self) -> usize {
+        self.pending.lock().records.len()
+    }
+
+    /// Put every write made so far (and a batch whose PUT failed before) as
+    /// log objects, in order; returns once the store acknowledged them.
+    pub fn put_pending(&self) -> io::Result<()> {
+        let mut p = self.put.lock();
+        let mut fresh = false;
+        loop {
+            if p.batch.is_none() {
+                if fresh {
+                    return Ok(());
+                }
+                fresh = true;
+                let (records, first) = {
+                    let mut q = self.pending.lock();
+                    if q.records.is_empty() {
+                        return Ok(());
+                    }
+                    let r = std::mem::take(&mut q.records);
+                    q.bytes = 0;
+                    let first = q.next_record - r.len() as u64;
+                    (r, first)
+                };
+                let n = records.len() as u64;
+                let obj = LogObject {
+                    uuid: self.uuid,
+                    epoch: self.epoch,
+                    index: p.next_index,
+                    first_record: first,
+                    prev_crc: p.prev_crc,
+                    records,
+                };
+                p.batch = Some((p.next_index, first + n, obj.encode()));
+            }
+            let (index, end, bytes) = p.batch.as_ref().expect("set above");
+            let name = ObjName::Log {
+                seq: *index,
+                epoch: self.epoch,
+            }
+            .encode();
+            let t = Instant::now();
+            let timeout = Duration::from_millis(self.put_timeout_ms.load(Ordering::Relaxed));
+            let mut wait = Duration::from_millis(20);
+            loop {
+                match self.objects.put_new(&name, bytes) {
+                    Ok(()) => break,
+                    Err(e) if t.elapsed() < timeout => {
+                        tracing::warn!(
+                            "{}: log object {name}: {e}; trying again",
+                            self.objects.describe()
+                        );
+                        self.stats.put_retries.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(wait);
+                        wait = (wait * 2).min(Duration::from_secs(2)).min(timeout);
+                    }
+                    Err(e) => {
+                        return Err(io::Error::new(
+                            io::Error::from(e).kind(),
+                            format!(
+                                "{}: log object {name} not stored after {:?}: a FLUSH cannot be made durable in the store",
+                                self.objects.describe(),
+                                timeout
+                            ),
+                        ))
+                    }
+                }
+            }
+            self.stats
+                .put_us
+                .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+            self.stats.objects_put.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bytes_put
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            let (index, end) = (*index, *end);
+            p.prev_crc = crc32c::crc32c(bytes);
+            p.next_index = index + 1;
+            p.done.push_back((index, end));
+            p.batch = None;
+        }
+    }
+
+    /// The log objects no kept checkpoint object needs once the older of
+    /// the two kept ones is of `epoch` with `log_start` (removed from this
+    /// log's memory: the caller deletes them).
+    pub fn deletable(&self, epoch: u64, log_start: u64) -> Vec<String> {
+        if epoch != self.epoch {
+            return Vec::new();
+        }
+        let mut out = std::mem::take(&mut *self.older.lock());
+        let mut p = self.put.lock();
+        while p.done.front().is_some_and(|&(_, end)| end <= log_start) {
+            let (i, _) = p.done.pop_front().expect("checked");
+            out.push(
+                ObjName::Log {
+                    seq: i,
+                    epoch: self.epoch,
+                }
+                .encode(),
+            );
+        }
+        out
+    }
+}
+
+impl Media for ObjLog {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+        self.inner.read_batch(reads)
+    }
+    fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>> {
+        self.inner.uring_reads(entries)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at(buf, offset)?;
+        let over = {
+            let mut q = self.pending.lock();
+            q.records.push((offset, buf.to_vec()));
+            q.bytes += buf.len();
+            q.next_record += 1;
+            q.bytes > PENDING_LIMIT
+        };
+        self.stats.records.fetch_add(1, Ordering::Relaxed);
+        if over {
+            self.put_pending()?;
+        }
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()?;
+        // MUTANT: flush-acked-before-log-put s|self.put_pending()|Ok::<(), io::Error>(())|
+        self.put_pending()
+    }
+    fn describe(&self) -> String {
+        format!(
+            "{} (FLUSH log in {}, epoch {})",
+            self.inner.describe(),
+            self.objects.describe(),
+            self.epoch
+        )
+    }
+    fn size_now(&self) -> io::Result<u64> {
+        self.inner.size_now()
+    }
+    fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
+        self.inner.allocate(ranges)
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        // not logged: the engine and the store punch only bytes nothing
+        // reads again before a logged write covers them (a free segment's
+        // body behind its tombstone, a stored segment's cached copy)
+        self.inner.discard(offset, len)
+    }
+}
+
+/// What `replay` applied.
+#[derive(Debug, Clone, Default)]
+pub struct Replayed {
+    pub objects: usize,
+    pub records: usize,
+    /// Why it ended.
+    pub stop: String,
+}
+
+/// Replay the log of epoch `epoch` from record `from` on: each record's
+/// bytes go to `apply(offset, bytes)`, in order, over consecutive log
+/// objects (number +1, chained CRC, records following on) up to the first
+/// missing or bad one.
+pub fn replay(
+    objects: &dyn ObjectStore,
+    uuid: &[u8; 16],
+    epoch: u64,
+    from: u64,
+    apply: &mut dyn FnMut(u64, &[u8]) -> io::Result<()>,
+) -> io::Result<Replayed> {
+    let mut idx: Vec<u64> = Vec::new();
+    for o in objects.list(ObjKind::Log.dir()).map_err(io_err)? {
+        if let Ok(ObjName::Log { seq, epoch: e }) = ObjName::parse(&o.name) {
+            if e == epoch {
+                idx.push(seq);
+            }
+        }
+    }
+    idx.sort_unstable();
+    let mut out = Replayed::default();
+    // (index, crc, next record) of the last object read
+    let mut last: Option<(u64, u32, u64)> = None;
+    for i in idx {
+        let name = ObjName::Log { seq: i, epoch }.encode();
+        if let Some((li, _, _)) = last {
+            if i != li + 1 {
+                out.stop = format!("log object {} is missing: replay ends", li + 1);
+                return Ok(out);
+            }
+        }
+        let bytes = match objects.get(&name) {
+            Ok(b) => b,
+            Err(e) => {
+                out.stop = format!("{name} is unreadable ({e}): replay ends");
+                return Ok(out);
+            }
+        };
+        let o = match LogObject::decode(&bytes) {
+            Ok(o) if o.uuid == *uuid && o.epoch == epoch && o.index == i => o,
+            Ok(_) => {
+                out.stop = format!("{name} is another volume's or another name's: replay ends");
+                return Ok(out);
+            }
+            Err(e) => {
+                out.stop = format!("{name} is damaged ({e}): replay ends");
+                return Ok(out);
+            }
+        };
+        let end = o.first_record + o.records.len() as u64;
+        match last {
+            None if end <= from => {
+                // wholly before the capture: not replayed, but the chain
+                // starts here
+                last = Some((i, crc32c::crc32c(&bytes), end));
+                continue;
+            }
+            None if o.first_record > from => {
+                out.stop = format!(
+                    "{name} starts at record {}, the checkpoint needs {from}: replay ends",
+                    o.first_record
+                );
+                return Ok(out);
+            }
+            Some((_, crc, next)) if o.prev_crc != crc || o.first_record != next => {
+                out.stop = format!("{name} does not follow the log object before it: replay ends");
+                return Ok(out);
+            }
+            _ if end <= from => {
+                last = Some((i, crc32c::crc32c(&bytes), end));
+                continue;
+            }
+            _ => {}
+        }
+        for (k, (at, d)) in o.records.iter().enumerate() {
+            if o.first_record + k as u64 >= from {
+                apply(*at, d)?;
+                out.records += 1;
+            }
+        }
+        out.objects += 1;
+        last = Some((i, crc32c::crc32c(&bytes), end));
+    }
+    out.stop = match last {
+        Some((i, _, next)) => format!("the log ends after object {i} (record {next})"),
+        None => "no log object".into(),
+    };
+    Ok(out)
+}
