@@ -1442,6 +1442,11 @@ impl Shared {
         self.pack_staged(&mut out)?;
         self.commit.write_sealed(out)?;
         if let Some(r) = &rec {
+            // a version 3 record writes its data at its places: a share of the
+            // reuse lock across that write keeps its segment from passing a
+            // reuse barrier (and taking its next life's writes) while the
+            // write is in flight (docs/intent-log.md §3)
+            let _r = r.data.is_some().then(|| self.reuse.read());
             self.commit.write_record(r)?;
         }
         if !self.commit.flush_covering_log(target, rec_target)? {
