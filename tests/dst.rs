@@ -2169,8 +2169,11 @@ const KNOWN_FINDINGS: [(&str, &[&str]); 4] = [
         &["live power cut", "then members", "(b/c) lost"],
     ),
     // Stripe sets (dst_stripe_sets): a power cut, then a member lost, and a
-    // block reads as a value no request gave it. Wrong data: the write
-    // hole is not closed in every case. Regression test:
+    // block reads as a value no request gave it. Wrong data: a row whose
+    // data is durable and whose new parity in place is not (data no FLUSH
+    // acknowledged) rebuilds from a previous life's parity to an XOR of
+    // stale chunk headers, which passes CRC32C (linear); docs/stripes.md
+    // §0 finding 1 (the tagged-row case is fixed). Regression test:
     // `dst_regression_stripe_garbage_after_a_cut_and_a_member_lost`.
     (
         "stripe-garbage-after-cut-and-member-loss",
