@@ -540,7 +540,7 @@ run partial-row-parity-skipped lib stripe_set
 run full-row-parity-skipped lib
 run scratch-before-data-durable lib dst
 run uncovered-block-from-stale-parity dst
-run completed-row-tags-kept lib
+run completed-row-tags-kept lib dst
 run degraded-read-uses-failed-member lib
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
