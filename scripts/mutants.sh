@@ -539,7 +539,7 @@ run member-wrong-slot-accepted lib
 run partial-row-parity-skipped lib stripe_set
 run full-row-parity-skipped lib
 run scratch-before-data-durable lib dst
-run uncovered-block-from-stale-parity dst
+run uncovered-block-from-stale-parity lib
 run completed-row-tags-kept lib dst
 run degraded-read-uses-failed-member lib
 run stripe-rebuild-skips-crc stripe_set
