@@ -620,7 +620,9 @@ impl StripeSet {
     /// their running parity: first a flush of every member (their data is
     /// durable before any tag names it), then the parity with its tag into
     /// the row's scratch lane (or, with no lane free, in place, counted),
-    /// then a second flush.
+    /// then a second flush. Rows completed since the last flush began have
+    /// their tags voided after the first flush (their parity in place is
+    /// durable then), before the second.
     pub fn flush(&self) -> io::Result<()> {
         let (dirty, retiring, retired) = {
             let mut t = self.rows.lock();
