@@ -287,6 +287,12 @@ apply_full_row_parity_skipped() {
 apply_scratch_before_data_durable() {
   marker scratch-before-data-durable
 }
+apply_uncovered_block_from_stale_parity() {
+  marker uncovered-block-from-stale-parity
+}
+apply_completed_row_tags_kept() {
+  marker completed-row-tags-kept
+}
 apply_degraded_read_uses_failed_member() {
   marker degraded-read-uses-failed-member
 }
@@ -554,6 +560,8 @@ run member-wrong-slot-accepted lib
 run partial-row-parity-skipped lib stripe_set
 run full-row-parity-skipped lib
 run scratch-before-data-durable lib dst
+run uncovered-block-from-stale-parity lib
+run completed-row-tags-kept lib dst
 run degraded-read-uses-failed-member lib
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe

@@ -523,8 +523,11 @@ fn a_power_cut_during_a_rebuild_resumes_and_loses_nothing() {
         let lines = vol.scrub_parity_all();
         assert!(lines.is_empty(), "{what}: {lines:?}");
     }
+    // (a row completed since the last FLUSH loses its scratch tags at that
+    // flush, so the rebuild copies most rows in batches: about 15 writes to
+    // the new member here, each cut twice)
     assert!(
-        cases >= 40 && resumed >= 30,
+        cases >= 28 && resumed >= 27,
         "only {cases} cuts landed in the rebuild, {resumed} resumed"
     );
 }

@@ -132,6 +132,10 @@ pub(super) struct RowTable {
     /// Lanes of rows completed since the last flush began: free once the
     /// flush has made the rows' own parity durable.
     pub retiring: Vec<u32>,
+    /// Rows that held a lane and were completed since the last flush
+    /// began: their scratch tags are voided by that flush, after their
+    /// parity in place is durable and before it returns.
+    pub retired_rows: Vec<u64>,
     /// Which row's tag each scratch place `(member, lane, place)` holds.
     pub place_owner: HashMap<(u32, u32, u32), u64>,
     /// Valid tags found at mount, by row: (seq, which, member, lane, place,
@@ -199,7 +203,10 @@ impl RowTable {
     pub fn complete(&mut self, row: u64) {
         self.states.remove(&row);
         self.dirty.remove(&row);
-        self.retiring.extend(self.row_lane.remove(&row));
+        if let Some(l) = self.row_lane.remove(&row) {
+            self.retiring.push(l);
+            self.retired_rows.push(row);
+        }
     }
 
     /// The lane `row` holds, or a free one for it; None: none free.
