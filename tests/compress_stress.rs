@@ -272,6 +272,23 @@ fn compressed_gc_stress_foreground_seeds() {
     assert!(gc > seeds * 10, "GC must run constantly: {gc} runs");
 }
 
+/// Known finding `rehome-without-free-segment` (tests/dst.rs KNOWN_FINDINGS):
+/// on these tiny shapes a crash can leave every segment Closed with small
+/// fills (the chunks replayed since the checkpoint spread over the user,
+/// spare and GC streams), and the mount's intent-log re-homing then finds no
+/// free segment and refuses the volume ("no free segment to re-home N
+/// block(s) of the intent log"): nothing wrong is returned, but a power cut
+/// must not stop a mount. Seed 1055 reproduces it exactly (request 1961);
+/// uncompressed seeds do too (docs/compression.md), and the DST's threaded
+/// runs hit it about once in a few hundred seeds. Fails until fixed (a mount
+/// that can clean before it re-homes, or re-homing into the reservation).
+#[test]
+#[ignore = "known finding rehome-without-free-segment: fails until fixed"]
+fn regression_a_crash_leaves_a_segment_to_re_home_the_intent_log_into() {
+    logs();
+    run_seed(1055, 5000);
+}
+
 /// The threads that ship: background writer threads and housekeeper, three
 /// request threads each on its own range (overwrites of mixed data,
 /// sub-block writes, discards, flushes) and a reader thread reading the
