@@ -156,20 +156,26 @@ impl RecordHeader {
                 .sum::<usize>(),
             self.block_crcs.len()
         );
-        block.fill(0);
-        block[0..8].copy_from_slice(&RECORD_MAGIC);
-        put_u16(block, 8, FORMAT_VERSION_2);
-        put_u16(block, 10, self.entries.len() as u16);
-        put_u32(block, 12, self.data_blocks());
-        block[16..32].copy_from_slice(&self.uuid);
-        put_u64(block, 32, self.seq);
-        put_u32(block, 40, self.prev_crc);
-        put_u64(block, 48, self.main_lsn);
-        put_u64(block, 56, self.first_lsn);
+        self.put_fixed(block, FORMAT_VERSION_2);
         self.put_entries_crcs(block, RECORD_FIXED_BYTES);
         let crc = header_crc(block);
         put_u32(block, HEADER_CRC_FIELD, crc);
         crc
+    }
+
+    /// Zero `buf` and write the fixed fields both versions share (bytes
+    /// 0..64: magic, version, counts, uuid, seq, chain, LSNs).
+    fn put_fixed(&self, buf: &mut [u8], version: u16) {
+        buf.fill(0);
+        buf[0..8].copy_from_slice(&RECORD_MAGIC);
+        put_u16(buf, 8, version);
+        put_u16(buf, 10, self.entries.len() as u16);
+        put_u32(buf, 12, self.data_blocks());
+        buf[16..32].copy_from_slice(&self.uuid);
+        put_u64(buf, 32, self.seq);
+        put_u32(buf, 40, self.prev_crc);
+        put_u64(buf, 48, self.main_lsn);
+        put_u64(buf, 56, self.first_lsn);
     }
 
     /// Encode a version 3 record into `buf` (exactly `ring_bytes()`), with
@@ -182,16 +188,7 @@ impl RecordHeader {
             v3_bytes(self.entries.len(), self.block_crcs.len()) <= len && len <= BLOCK_BYTES,
             "a version 3 record's sectors hold its content"
         );
-        buf.fill(0);
-        buf[0..8].copy_from_slice(&RECORD_MAGIC);
-        put_u16(buf, 8, RECORD_VERSION_3);
-        put_u16(buf, 10, self.entries.len() as u16);
-        put_u32(buf, 12, self.data_blocks());
-        buf[16..32].copy_from_slice(&self.uuid);
-        put_u64(buf, 32, self.seq);
-        put_u32(buf, 40, self.prev_crc);
-        put_u64(buf, 48, self.main_lsn);
-        put_u64(buf, 56, self.first_lsn);
+        self.put_fixed(buf, RECORD_VERSION_3);
         put_u32(buf, 64, place.segment);
         put_u32(buf, 68, place.chunk_start);
         put_u32(buf, 72, place.first_index);

@@ -339,10 +339,18 @@ fn remove_ring(media: Arc<dyn Media>) -> Result<Vec<String>> {
             media.describe()
         )));
     }
+    write_without_log(&*media, &sb, incompat::INTENT_LOG | incompat::LOG_INDIRECT)?;
+    notes.extend(mount_and_close(&media, Vec::new(), false)?);
+    Ok(notes)
+}
+
+/// Write both superblock copies as `sb` without its intent log: the
+/// feature bits `bits` cleared and every log field zeroed (validated first).
+fn write_without_log(media: &dyn Media, sb: &Superblock, bits: u64) -> Result<()> {
     let mut next = sb.clone();
     {
-        let v = next.v2.as_mut().expect("a ring is a v2 feature");
-        v.features_incompat &= !(incompat::INTENT_LOG | incompat::LOG_INDIRECT);
+        let v = next.v2.as_mut().expect("an intent log is a v2 feature");
+        v.features_incompat &= !bits;
         v.log_uuid = [0; 16];
         v.log_offset = 0;
         v.log_bytes = 0;
@@ -351,9 +359,7 @@ fn remove_ring(media: Arc<dyn Media>) -> Result<Vec<String>> {
     }
     Superblock::decode(&next.encode())
         .map_err(|e| Error::Corrupt(format!("the new superblock does not validate: {e}")))?;
-    write_both_indexes(&*media, &next)?;
-    notes.extend(mount_and_close(&media, Vec::new(), false)?);
-    Ok(notes)
+    write_both_indexes(media, &next).map(|_| ())
 }
 
 fn remove_last(
@@ -383,19 +389,7 @@ fn remove_last(
             media.describe()
         )));
     }
-    let mut next = sb.clone();
-    {
-        let v = next.v2.as_mut().expect("v2");
-        v.features_incompat &= !(incompat::INTENT_LOG | incompat::LOG_DEVICE);
-        v.log_uuid = [0; 16];
-        v.log_offset = 0;
-        v.log_bytes = 0;
-        v.log_start = LogStart::default();
-        v.log_stale = 0;
-    }
-    Superblock::decode(&next.encode())
-        .map_err(|e| Error::Corrupt(format!("the new superblock does not validate: {e}")))?;
-    write_both_indexes(&*media, &next)?;
+    write_without_log(&*media, &sb, incompat::INTENT_LOG | incompat::LOG_DEVICE)?;
     if let Some(g) = &gone {
         wipe_device_superblock(&*g.0)?;
     }
