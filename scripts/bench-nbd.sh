@@ -22,6 +22,8 @@
 #         "sluice-noring" = sluice with READs in pool batches, not the read ring;
 #         "sluice-base" = the build $SLUICE_BASE (A/B);
 #         "sluice-ilog" = sluice on a volume created with --intent-log;
+#         "sluice-lz4" = sluice on a volume created with --compress lz4 (issue 19;
+#           pair it with COMPRESS_PCT, and compare with "sluice" in the same run);
 #         "sluice-logdev" = sluice with its intent log on a file on a tmpfs the
 #           script mounts under $DIR and unmounts at exit (RAM standing in for
 #           a DRAM or NVRAM log device);
@@ -37,6 +39,10 @@
 #           use rados://$RADOS_POOL (default sluice) through librados instead
 #           (SLUICE must be a `--features rados` build);
 #         "raw" = no server: fio libaio O_DIRECT on the backing file, the device's own rate;
+#         COMPRESS_PCT=N: every writer's data is fio's buffer_compress_percentage=N
+#           with buffer_compress_chunk=4k (each 4 KiB block N% compressible; the
+#           prefill too), for every server; unset: fio's default random data.
+#         NUMJOBS=1: fio jobs of the randwrite and randread cases (each at iodepth 32/NUMJOBS);
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
 set -euo pipefail
@@ -46,6 +52,11 @@ SIZE_MB=${SIZE_MB:-2048}
 DIR=${DIR:-/var/tmp/sluice-bench}
 SERVERS=${SERVERS:-"sluice qemu-nbd nbdkit nbdkit-nocache raw"}
 ROUNDS=${ROUNDS:-1}
+NUMJOBS=${NUMJOBS:-1}
+QD=$(( 32 / NUMJOBS )); [ "$QD" -ge 1 ] || QD=1
+# fio's data: random by default; COMPRESS_PCT makes each 4 KiB block that compressible
+DATA=(--refill_buffers)
+[ -n "${COMPRESS_PCT:-}" ] && DATA=(--refill_buffers "--buffer_compress_percentage=$COMPRESS_PCT" --buffer_compress_chunk=4k)
 SLUICE=${SLUICE:-target/release/sluice}
 ARGS=("$@")
 [ ${#ARGS[@]} -eq 0 ] && ARGS=(randwrite randread fsync)
@@ -65,6 +76,9 @@ done
 [ -x "$SLUICE" ] || { echo "bench-nbd: build first: cargo build --release" >&2; exit 2; }
 
 mkdir -p "$DIR"
+# one run per DIR: a second would share its socket, images and fio outputs
+exec 8>"$DIR/.bench-nbd.lock"
+flock -n 8 || { echo "bench-nbd: $DIR is in use by another run (give this one its own DIR)" >&2; exit 2; }
 SOCK="$DIR/nbd.sock"
 PIDF="$DIR/server.pid"
 SERVER_PID=
@@ -134,9 +148,10 @@ fresh_file() {
 start_server() {
     local srv=$1 img="$DIR/$1.img"
     stop_server
+    rm -f "$DIR/sluice.log"
     fresh_file "$img"
     case $srv in
-    sluice|sluice-pool|sluice-noring|sluice-base|sluice-ilog|sluice-logdev)
+    sluice|sluice-pool|sluice-noring|sluice-base|sluice-ilog|sluice-logdev|sluice-lz4)
         # sluice keeps ~10% of its file for GC and metadata: same file, smaller export.
         # sluice-pool: every request through the worker pool (no inline writes).
         # sluice-noring: READs in worker-pool batches instead of the read ring.
@@ -148,6 +163,7 @@ start_server() {
         [ "$srv" = sluice-noring ] && extra=(--no-read-ring)
         [ "$srv" = sluice-base ] && bin=${SLUICE_BASE:?set SLUICE_BASE to the other build}
         [ "$srv" = sluice-ilog ] && create=(--intent-log)
+        [ "$srv" = sluice-lz4 ] && create=(--compress lz4)
         if [ "$srv" = sluice-logdev ]; then
             rm -f "$LOGDEV_MNT/log.img"
             create=(--log-device "$LOGDEV_MNT/log.img")
@@ -204,16 +220,19 @@ target() {
 
 run_fio() {  # name, extra fio args...
     local name=$1; shift
+    # (never a previous run's figures: the output goes first, and a failed fio stops the run)
+    rm -f "$DIR/fio-$name.json"
     # shellcheck disable=SC2046
     fio --name="$name" $(target) \
         --bs=4k --runtime="$RUNTIME" --time_based \
-        --group_reporting --output-format=json --output="$DIR/fio-$name.json" "$@" >/dev/null 2>&1
+        --group_reporting --output-format=json --output="$DIR/fio-$name.json" "$@" >/dev/null 2>&1 ||
+        { echo "bench-nbd: fio failed on $CUR ($name)" >&2; exit 1; }
     python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))' "$DIR/fio-$name.json"
 }
 
 prefill() {  # sequential random-data fill so reads hit real data everywhere
     # shellcheck disable=SC2046
-    fio --name=fill $(target) --rw=write --bs=1M --iodepth=8 --refill_buffers >/dev/null 2>&1
+    fio --name=fill $(target) --rw=write --bs=1M --iodepth=8 "${DATA[@]}" >/dev/null 2>&1
 }
 
 # utime+stime of the server process (all threads), in clock ticks.
@@ -253,10 +272,10 @@ for round in $(seq 1 "$ROUNDS"); do
         [ "$c" = randread ] && prefill
         t0=$(cpu_ticks)
         case $c in
-        randwrite) n=$(run_fio rw --rw=randwrite --iodepth=32 --refill_buffers) ;;
-        randread) n=$(run_fio rr --rw=randread --iodepth=32) ;;
-        fsync) n=$(run_fio fs --rw=randwrite --iodepth=1 --numjobs=8 --fsync=1 --refill_buffers) ;;
-        fsync-qd1) n=$(run_fio fs1 --rw=randwrite --iodepth=1 --numjobs=1 --fsync=1 --refill_buffers) ;;
+        randwrite) n=$(run_fio rw --rw=randwrite --iodepth="$QD" --numjobs="$NUMJOBS" "${DATA[@]}") ;;
+        randread) n=$(run_fio rr --rw=randread --iodepth="$QD" --numjobs="$NUMJOBS") ;;
+        fsync) n=$(run_fio fs --rw=randwrite --iodepth=1 --numjobs=8 --fsync=1 "${DATA[@]}") ;;
+        fsync-qd1) n=$(run_fio fs1 --rw=randwrite --iodepth=1 --numjobs=1 --fsync=1 "${DATA[@]}") ;;
         *) echo "unknown case $c" >&2; exit 2 ;;
         esac
         t1=$(cpu_ticks)

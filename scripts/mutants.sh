@@ -173,6 +173,14 @@ apply_read_crc() {
 apply_ring_skips_verify() {
   marker ring-skips-verify
 }
+apply_ring_fragments_not_unpacked() {
+  # a ring read of fragments answers without unpacking (or checking) them
+  marker ring-fragments-not-unpacked
+}
+apply_scrub_skips_fragments() {
+  # scrub passes over LZ4 fragments (their packed blocks never checked)
+  marker scrub-skips-fragments
+}
 apply_ring_holds_no_reuse_share() {
   # a read-ring read gives its reuse share back at once, not after its CRC check
   replace src/volume/read.rs '        std::mem::forget(share);' '        drop(share);'
@@ -526,6 +534,8 @@ run file-flush-noop volatile_cache
 run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
 run ring-skips-verify nbd_verified_reads
+run ring-fragments-not-unpacked compression
+run scrub-skips-fragments compression
 run ring-holds-no-reuse-share verified_reads
 run durable-damage-dropped dst header_flips
 run unseen-chunks-renumbered recovery_rules

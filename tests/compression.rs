@@ -324,6 +324,19 @@ fn a_damaged_packed_block_is_eio_for_its_fragments_only() {
         .collect();
     assert!(!hit.is_empty() && hit.len() < frags.len());
     let vol = open(m(), &opts);
+    // scrub (before any read marks the segment) names every fragment of the
+    // damaged block, and no other block
+    let mut lines = Vec::new();
+    for _ in 0..g.segment_count {
+        lines.extend(vol.scrub_step().unwrap().damage);
+    }
+    for l in 0..24u64 {
+        let named = lines
+            .iter()
+            .any(|d| d.contains(&format!("logical block {l} (LZ4 fragment")));
+        assert_eq!(named, hit.contains(&l), "scrub on block {l}: {lines:?}");
+    }
+    assert_eq!(lines.len(), hit.len(), "{lines:?}");
     let mut buf = vec![0u8; BS];
     for lba in 0..24u64 {
         let r = vol.read(lba * BS as u64, &mut buf);
@@ -355,6 +368,106 @@ fn a_damaged_packed_block_is_eio_for_its_fragments_only() {
             "check does not name block {l}: {named:?}"
         );
     }
+}
+
+/// The read ring (io_uring on file media: every NBD READ goes through it)
+/// reads fragments itself: each packed block is submitted as the read
+/// arrives, verified and unpacked on the completing side, not handed to the
+/// synchronous path (which made a compressed volume's NBD reads one at a
+/// time per connection). Every block reads back through the ring, alone and
+/// as one 24-block read; after one packed block is damaged, a ring read of a
+/// fragment in it is EIO, never data, and the other blocks still read back.
+#[test]
+fn the_read_ring_reads_fragments_and_fails_only_the_damaged_ones() {
+    use sluice::media::FileMedia;
+    use std::os::unix::fs::FileExt;
+    let blocks = 256u64;
+    let (c, bytes) = create_opts(blocks, 0.2, Compression::Lz4, None);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vol.img");
+    let opts = det_open(1 << 40);
+    let file = |p: &std::path::Path| Arc::new(FileMedia::open(p, false).unwrap()) as Arc<dyn Media>;
+    let media = Arc::new(FileMedia::create(&path, bytes).unwrap());
+    let vol = Volume::create(media as Arc<dyn Media>, &c, &opts).unwrap();
+    let data = mixed(24, 3);
+    vol.write(0, &data, false).unwrap();
+    vol.close().unwrap();
+    let uuid = vol.superblock().uuid;
+    let g = vol.geometry();
+    drop(vol);
+    let want = |lba: u64| &data[lba as usize * BS..(lba as usize + 1) * BS];
+    // reads every block through a ring (one read each, then all 24 as one);
+    // returns each single read's result and the whole read's
+    let ring_reads = |vol: &Arc<Volume>| {
+        let Some(ring) = vol.read_ring::<u64>() else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "io_uring is not available here"
+            );
+            eprintln!("\n*** SKIP: ring reads of fragments: io_uring is not available here ***\n");
+            return None;
+        };
+        for lba in 0..24u64 {
+            assert!(
+                ring.start(lba, lba * BS as u64, BS as u32).is_none(),
+                "block {lba}: a media read in flight, not answered at once"
+            );
+        }
+        assert!(ring.start(24, 0, 24 * BS as u32).is_none());
+        ring.submit();
+        let mut out = Vec::new();
+        while out.len() < 25 {
+            assert!(ring.reap(&mut out));
+        }
+        ring.stop();
+        out.sort_by_key(|(k, _)| *k);
+        Some(out)
+    };
+    let vol = Arc::new(open(file(&path), &opts));
+    let Some(out) = ring_reads(&vol) else { return };
+    for (lba, r) in &out[..24] {
+        let got = r.as_ref().unwrap_or_else(|e| panic!("block {lba}: {e}"));
+        assert!(
+            &got[..] == want(*lba),
+            "block {lba} read through the ring differs"
+        );
+    }
+    let whole = out[24].1.as_ref().expect("the 24-block read");
+    assert!(&whole[..] == &data[..], "the 24-block ring read differs");
+    drop(out);
+    drop(vol);
+    // damage the second packed block's payload, as in the test above
+    let img = std::fs::read(&path).unwrap();
+    let (at, h, frags) = packed_chunk(&img, &g, uuid);
+    let bad = 1 + h.raw_blocks() as u64 + 1;
+    let off = at as u64 + bad * BS as u64 + 3000;
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_at(&[img[off as usize] ^ 0x40], off).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let hit: Vec<u64> = frags
+        .iter()
+        .filter(|(_, f)| f.phys == bad || (f.spans && f.phys + 1 == bad))
+        .map(|&(lba, _)| lba)
+        .collect();
+    assert!(!hit.is_empty() && hit.len() < frags.len());
+    let vol = Arc::new(open(file(&path), &opts));
+    let out = ring_reads(&vol).expect("the ring was there a moment ago");
+    for (lba, r) in &out[..24] {
+        if hit.contains(lba) {
+            let e = r.as_ref().err().unwrap_or_else(|| {
+                panic!("block {lba}: a fragment of the damaged block read as data")
+            });
+            assert!(e.to_string().contains("checksum"), "{e}");
+        } else {
+            let got = r.as_ref().unwrap_or_else(|e| panic!("block {lba}: {e}"));
+            assert!(&got[..] == want(*lba), "block {lba} differs");
+        }
+    }
+    assert!(
+        out[24].1.is_err(),
+        "a read over a damaged fragment answered data"
+    );
 }
 
 /// A fragment's raw CRC is checked after LZ4 (block CRCs off: only the

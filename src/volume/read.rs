@@ -38,6 +38,14 @@ type Run = (u64, usize, usize);
 /// in the request and its map value (`Loc::Fragment`).
 type FragRead = (usize, Loc);
 
+/// A fragment's packed blocks: (first physical block, 1 or 2 blocks).
+fn frag_blocks(loc: Loc) -> (u32, usize) {
+    match loc {
+        Loc::Fragment { phys, spans, .. } => (phys, 1 + spans as usize),
+        _ => unreachable!("fragment reads are of fragments"),
+    }
+}
+
 /// The physical block a failed value names (for the damage report).
 fn phys_of(loc: Loc) -> u32 {
     match loc {
@@ -286,41 +294,51 @@ impl Shared {
     }
 
     /// Read the packed blocks of `frags` (one media read of 4 KiB, 8 KiB when
-    /// a fragment spans), check each block against the CRC index, and unpack
-    /// each fragment into its place in `out`, which checks the fragment's raw
-    /// CRC. The first fragment that fails either check, as (logical block,
-    /// value); its bytes are never handed out (the caller zeroes failed requests).
+    /// a fragment spans) and unpack them (`unpack_fragments`). The first
+    /// fragment that fails a check, as (logical block, value).
     fn read_fragments(
         &self,
         first: u64,
         out: &mut [u8],
         frags: &[FragRead],
     ) -> Result<Option<(u64, Loc)>> {
-        let verify = self.opts.verify_reads;
-        let blocks = |loc: Loc| match loc {
-            Loc::Fragment { phys, spans, .. } => (phys, 1 + spans as usize),
-            _ => unreachable!("fragment reads are of fragments"),
-        };
-        let total: usize = frags.iter().map(|&(_, l)| blocks(l).1).sum();
+        let total: usize = frags.iter().map(|&(_, l)| frag_blocks(l).1).sum();
         let mut buf = AlignedBuf::new(total * BLOCK_BYTES);
         {
             let mut io: Vec<(&mut [u8], u64)> = Vec::with_capacity(frags.len());
             let mut rest: &mut [u8] = &mut buf;
             for &(_, loc) in frags {
-                let (p, n) = blocks(loc);
+                let (p, n) = frag_blocks(loc);
                 let (mine, tail) = std::mem::take(&mut rest).split_at_mut(n * BLOCK_BYTES);
                 io.push((mine, p as u64));
                 rest = tail;
             }
             self.store.read_batch(&mut io)?;
         }
+        Ok(self.unpack_fragments(first, out, frags, &buf))
+    }
+
+    /// `packed` holds the packed blocks of `frags` end to end, as read from
+    /// the media: check each block against the CRC index, and unpack each
+    /// fragment into its place in `out`, which checks the fragment's raw
+    /// CRC. The first fragment that fails either check, as (logical block,
+    /// value); its bytes are never handed out (the caller zeroes failed
+    /// requests).
+    fn unpack_fragments(
+        &self,
+        first: u64,
+        out: &mut [u8],
+        frags: &[FragRead],
+        packed: &[u8],
+    ) -> Option<(u64, Loc)> {
+        let verify = self.opts.verify_reads;
         let mut at = 0;
         for &(i, loc) in frags {
-            let (p, n) = blocks(loc);
+            let (p, n) = frag_blocks(loc);
             let Loc::Fragment { slot, .. } = loc else {
                 unreachable!()
             };
-            let got = &buf[at * BLOCK_BYTES..(at + n) * BLOCK_BYTES];
+            let got = &packed[at * BLOCK_BYTES..(at + n) * BLOCK_BYTES];
             at += n;
             let lba = first + i as u64;
             if verify {
@@ -329,17 +347,17 @@ impl Shared {
                     matches!(self.crc_index.expected(p + j as u32), Expect::Crc(want) if block_crc(b) == want)
                 });
                 if !ok {
-                    return Ok(Some((lba, loc)));
+                    return Some((lba, loc));
                 }
             }
             let (block, next) = got.split_at(BLOCK_BYTES);
             let next = (n == 2).then_some(next);
             let dst = &mut out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
             if crate::format::packed::unpack(block, next, slot, dst).is_err() {
-                return Ok(Some((lba, loc)));
+                return Some((lba, loc));
             }
         }
-        Ok(None)
+        None
     }
 
     /// Check every media block of one request against the CRC index; the first
@@ -446,7 +464,11 @@ struct InFlight<T> {
     buf: ReadBuf,
     first: u64,
     runs: Vec<Run>,
-    /// Media reads of the read (the pieces its runs lie in).
+    /// Fragments to unpack once read (compressed volumes), and the buffer
+    /// their packed blocks are read into, end to end.
+    frags: Vec<FragRead>,
+    packed: AlignedBuf,
+    /// Media reads of the read (the pieces its runs and fragments lie in).
     pieces: usize,
     /// Media reads not completed yet.
     left: usize,
@@ -556,21 +578,8 @@ impl<T: Send> ReadRing<T> {
         let mut load = Vec::new();
         let mut frags = Vec::new();
         let runs = sh.plan(&sh.core.lock(), first, &mut rb.buf, &mut load, &mut frags);
-        if !frags.is_empty() {
-            // fragments (compressed volumes) are read and unpacked by the
-            // synchronous path
-            // SAFETY: the share forgotten above, released once.
-            unsafe { sh.reuse.force_unlock_read() };
-            self.unreserve(blocks);
-            self.submit();
-            let r = vol
-                .read_batch(&[(offset, len)])
-                .pop()
-                .expect("one range, one result");
-            return Some((ctx, r));
-        }
         let loaded = sh.load_crcs(&load);
-        if runs.is_empty() || loaded.is_err() {
+        if (runs.is_empty() && frags.is_empty()) || loaded.is_err() {
             // SAFETY: the share forgotten above, released once.
             unsafe { sh.reuse.force_unlock_read() };
             self.unreserve(blocks);
@@ -597,8 +606,32 @@ impl<T: Send> ReadRing<T> {
                 io.push((at, pc.len, pc.offset, r));
             });
         }
-        // the reservation counted a media read per block: at most one piece each
-        assert!(io.len() <= blocks && runs.len() < 1 << 16);
+        // Fragments (compressed volumes): each one's packed block(s) are read
+        // into `packed`, end to end, tagged runs.len() + its index; `finish`
+        // verifies and unpacks them.
+        let packed_blocks: usize = frags.iter().map(|&(_, l)| frag_blocks(l).1).sum();
+        let mut packed = AlignedBuf::new(packed_blocks * BLOCK_BYTES);
+        let pbase = packed.as_mut_ptr();
+        let mut at = 0;
+        for (k, &(_, loc)) in frags.iter().enumerate() {
+            let (p, n) = frag_blocks(loc);
+            sh.store.locate(p as u64, n as u32, &mut |pc| {
+                assert!(
+                    pc.member == 0 && pc.at as usize + pc.len as usize <= n * BLOCK_BYTES,
+                    "read ring: a fragment's piece on member {}",
+                    pc.member
+                );
+                // SAFETY: the fragment's n blocks lie within `packed` from
+                // block `at`, and the piece within them (asserted).
+                let to = unsafe { pbase.add(at * BLOCK_BYTES + pc.at as usize) };
+                io.push((to, pc.len, pc.offset, runs.len() + k));
+            });
+            at += n;
+        }
+        // the reservation counted a media read per block: at most one piece
+        // each (a fragment, of one request block, is one piece on the flat
+        // store, the only one with a ring)
+        assert!(io.len() <= blocks && runs.len() + frags.len() < 1 << 16);
         self.unreserve(blocks - io.len());
         let slot = {
             let mut st = self.state.lock();
@@ -609,6 +642,8 @@ impl<T: Send> ReadRing<T> {
                 left: io.len(),
                 pieces: io.len(),
                 runs,
+                frags,
+                packed,
                 err: None,
                 short: Vec::new(),
             };
@@ -726,6 +761,8 @@ impl<T: Send> ReadRing<T> {
             mut buf,
             first,
             runs,
+            frags,
+            mut packed,
             err,
             short,
             ..
@@ -735,22 +772,38 @@ impl<T: Send> ReadRing<T> {
                 return Err(Error::Io(std::io::Error::from_raw_os_error(errno)));
             }
             for k in short {
-                let (p, i, n) = runs[k];
-                let run = &mut buf.buf[i * BLOCK_BYTES..(i + n) * BLOCK_BYTES];
-                sh.store.read(p, run)?;
+                if let Some(&(p, i, n)) = runs.get(k) {
+                    let run = &mut buf.buf[i * BLOCK_BYTES..(i + n) * BLOCK_BYTES];
+                    sh.store.read(p, run)?;
+                } else {
+                    let k = k - runs.len();
+                    let at: usize = frags[..k].iter().map(|&(_, l)| frag_blocks(l).1).sum();
+                    let (p, n) = frag_blocks(frags[k].1);
+                    sh.store.read(
+                        p as u64,
+                        &mut packed[at * BLOCK_BYTES..(at + n) * BLOCK_BYTES],
+                    )?;
+                }
             }
             // MUTANT: ring-skips-verify s|!sh.opts.verify_reads|true|
-            if !sh.opts.verify_reads {
-                return Ok(());
+            let mut failed = if !sh.opts.verify_reads {
+                None
+            } else {
+                sh.verify_runs(first, &buf.buf, &runs)
+                    .map(|(lba, p)| (lba, Loc::Data(p)))
+            };
+            if failed.is_none() && !frags.is_empty() {
+                // MUTANT: ring-fragments-not-unpacked s|sh.unpack_fragments(first, &mut buf.buf, &frags, &packed)|None|
+                failed = sh.unpack_fragments(first, &mut buf.buf, &frags, &packed);
             }
-            let Some((lba, p)) = sh.verify_runs(first, &buf.buf, &runs) else {
+            let Some((lba, loc)) = failed else {
                 return Ok(());
             };
             // Rare: judge it the synchronous way, still under this read's
             // share (so every take of the reuse lock there is recursive).
             let mut reqs = [(first, &mut buf.buf[..])];
             let mut r = [Ok(())];
-            sh.settle(&mut reqs, &mut r, vec![(0, lba, Loc::Data(p))], true)?;
+            sh.settle(&mut reqs, &mut r, vec![(0, lba, loc)], true)?;
             let [r] = r;
             r
         })();

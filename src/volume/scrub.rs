@@ -121,6 +121,9 @@ impl Shared {
         out.bytes = img.len() as u64;
         // (lba, physical block, data block index, chunk) of each block whose CRC fails
         let mut bad: Vec<(u64, u32, u32, u64)> = Vec::new();
+        // (lba, chunk's physical block, its blocks, (packed block, slot) if
+        // the packed tables said, chunk seq) of each fragment that fails
+        let mut bad_frags: Vec<(u64, u64, u32, Option<(u32, u8)>, u64)> = Vec::new();
         let base = seg * self.geo.segment_blocks;
         let mut pos = 0u32;
         while pos < fill {
@@ -143,18 +146,64 @@ impl Shared {
                     break;
                 }
             };
-            for r in codec::records(&h, base as u64 + pos as u64) {
-                let Place::Block { phys, data, crc } = r.place else {
-                    continue;
-                };
-                let off = at + (1 + data as usize) * BLOCK_BYTES;
-                if chunk::block_crc(&img[off..off + BLOCK_BYTES]) != crc {
-                    bad.push((r.lba, phys as u32, data, h.seq));
+            let chunk_phys = base as u64 + pos as u64;
+            // a compressed chunk's fragments, resolved once (None: its packed
+            // tables do not chain: every fragment of the chunk is unreadable)
+            let mut places: Option<Option<Vec<codec::FragmentPlace>>> = None;
+            for r in codec::records(&h, chunk_phys) {
+                match r.place {
+                    Place::Block { phys, data, crc } => {
+                        let off = at + (1 + data as usize) * BLOCK_BYTES;
+                        if chunk::block_crc(&img[off..off + BLOCK_BYTES]) != crc {
+                            bad.push((r.lba, phys as u32, data, h.seq));
+                        }
+                    }
+                    Place::Fragment { k } => {
+                        let data =
+                            &img[at + BLOCK_BYTES..at + h.total_blocks() as usize * BLOCK_BYTES];
+                        let places = places
+                            .get_or_insert_with(|| codec::fragments(&h, chunk_phys, data).ok());
+                        let fp = places.as_ref().and_then(|v| v.get(k as usize));
+                        // MUTANT: scrub-skips-fragments s|!fragment_verifies(|false && !fragment_verifies(|
+                        if !fragment_verifies(&h, chunk_phys, &img[at..], fp) {
+                            bad_frags.push((
+                                r.lba,
+                                chunk_phys,
+                                h.total_blocks(),
+                                fp.map(|f| (f.phys as u32, f.slot)),
+                                h.seq,
+                            ));
+                        }
+                    }
+                    Place::Virtual(_) => {}
                 }
             }
             pos += h.total_blocks();
         }
         let mut live_bad = Vec::new();
+        if !bad_frags.is_empty() {
+            let c = self.core.lock();
+            for (lba, chunk_phys, blocks, place, seq) in bad_frags {
+                if lba >= c.map.len() {
+                    continue;
+                }
+                // live: the map still points at this fragment (or, when the
+                // packed tables do not say where it is, into this chunk)
+                let Loc::Fragment { phys, slot, .. } = c.map.get(lba) else {
+                    continue;
+                };
+                let here = match place {
+                    Some(at) => at == (phys, slot),
+                    None => (chunk_phys + 1..chunk_phys + blocks as u64).contains(&(phys as u64)),
+                };
+                if here {
+                    out.damage.push(format!(
+                        "segment {seg} block {}: logical block {lba} (LZ4 fragment in slot {slot}, chunk seq {seq}) fails its checksum",
+                        phys - base
+                    ));
+                }
+            }
+        }
         if !bad.is_empty() {
             let c = self.core.lock();
             for (lba, p, di, seq) in bad {
@@ -215,4 +264,32 @@ impl Shared {
             }
         }
     }
+}
+
+/// Fragment `fp` of the chunk whose image starts `chunk`, at physical block
+/// `chunk_phys`, verifies: its packed block(s) match their block CRCs and it
+/// unpacks (which checks its raw CRC). None (the packed tables do not chain):
+/// it does not.
+fn fragment_verifies(
+    h: &ChunkHeader,
+    chunk_phys: u64,
+    chunk: &[u8],
+    fp: Option<&codec::FragmentPlace>,
+) -> bool {
+    let Some(fp) = fp else {
+        return false;
+    };
+    let rel = (fp.phys - chunk_phys) as usize;
+    let n = 1 + fp.spans as usize;
+    let Some(bytes) = chunk.get(rel * BLOCK_BYTES..(rel + n) * BLOCK_BYTES) else {
+        return false;
+    };
+    let crcs_ok = (0..n).all(|j| {
+        let b = &bytes[j * BLOCK_BYTES..(j + 1) * BLOCK_BYTES];
+        h.block_crcs.get(rel - 1 + j) == Some(&chunk::block_crc(b))
+    });
+    let mut raw = [0u8; BLOCK_BYTES];
+    let (first, next) = bytes.split_at(BLOCK_BYTES);
+    crcs_ok
+        && crate::format::packed::unpack(first, fp.spans.then_some(next), fp.slot, &mut raw).is_ok()
 }
