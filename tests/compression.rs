@@ -433,7 +433,7 @@ fn the_read_ring_reads_fragments_and_fails_only_the_damaged_ones() {
         );
     }
     let whole = out[24].1.as_ref().expect("the 24-block read");
-    assert!(&whole[..] == &data[..], "the 24-block ring read differs");
+    assert!(whole[..] == data[..], "the 24-block ring read differs");
     drop(out);
     drop(vol);
     // damage the second packed block's payload, as in the test above

@@ -35,6 +35,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A fragment that failed: (lba, its chunk's physical block, the chunk's
+/// blocks, (packed block, slot) if the packed tables said, chunk seq).
+type BadFragment = (u64, u64, u32, Option<(u32, u8)>, u64);
+
 /// What one scrubbed segment showed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScrubOutcome {
@@ -121,9 +125,7 @@ impl Shared {
         out.bytes = img.len() as u64;
         // (lba, physical block, data block index, chunk) of each block whose CRC fails
         let mut bad: Vec<(u64, u32, u32, u64)> = Vec::new();
-        // (lba, chunk's physical block, its blocks, (packed block, slot) if
-        // the packed tables said, chunk seq) of each fragment that fails
-        let mut bad_frags: Vec<(u64, u64, u32, Option<(u32, u8)>, u64)> = Vec::new();
+        let mut bad_frags: Vec<BadFragment> = Vec::new();
         let base = seg * self.geo.segment_blocks;
         let mut pos = 0u32;
         while pos < fill {
