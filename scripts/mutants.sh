@@ -293,6 +293,12 @@ apply_uncovered_block_from_stale_parity() {
 apply_completed_row_tags_kept() {
   marker completed-row-tags-kept
 }
+apply_mixed_check_linear() {
+  marker mixed-check-linear
+}
+apply_set_without_mixed_check() {
+  marker set-without-mixed-check
+}
 apply_degraded_read_uses_failed_member() {
   marker degraded-read-uses-failed-member
 }
@@ -562,6 +568,8 @@ run full-row-parity-skipped lib
 run scratch-before-data-durable lib dst
 run uncovered-block-from-stale-parity lib
 run completed-row-tags-kept lib dst
+run mixed-check-linear lib dst
+run set-without-mixed-check stripe_set dst
 run degraded-read-uses-failed-member lib
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe

@@ -162,6 +162,96 @@ fn sets_read_back_shuffled_and_degraded() {
     }
 }
 
+/// Chunk headers found on `paths` (every 4 KiB block that decodes as one):
+/// how many carry the mixed check and how many the plain CRC32C.
+fn header_checks(paths: &[PathBuf]) -> (usize, usize) {
+    use sluice::format::chunk::{ChunkHeader, CHUNK_MAGIC};
+    let (mut mixed, mut plain) = (0, 0);
+    for p in paths {
+        let bytes = std::fs::read(p).unwrap();
+        for b in bytes.chunks_exact(BS) {
+            if b[..8] == CHUNK_MAGIC {
+                if let Ok(h) = ChunkHeader::decode(b) {
+                    if h.mixed_check {
+                        mixed += 1
+                    } else {
+                        plain += 1
+                    }
+                }
+            }
+        }
+    }
+    (mixed, plain)
+}
+
+/// The incompat feature words of member `p`'s first superblock copy.
+fn member_incompat(p: &Path) -> u64 {
+    let b = std::fs::read(p).unwrap();
+    u64::from_le_bytes(b[160..168].try_into().unwrap())
+}
+
+/// docs/stripes.md §0 finding 1: a set this build makes has
+/// `MIXED_HEADER_CHECK` and writes only chunk headers with the mixed check
+/// (a block rebuilt from stale parity, an XOR of stale headers, fails it);
+/// a set made as before (plain CRC32C headers, no bit) keeps mounting,
+/// healthy and degraded, and keeps writing plain headers.
+#[test]
+fn a_new_set_writes_mixed_header_checks_and_an_older_set_keeps_mounting() {
+    use sluice::format::superblock::incompat::{MIXED_HEADER_CHECK, STRIPE_SET};
+    for mixed_check in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(dir.path(), "m", 4);
+        let devs = paths
+            .iter()
+            .map(|p| {
+                let m: Arc<dyn Media> = Arc::new(FileMedia::create(p, MEMBER).unwrap());
+                (p.display().to_string(), m)
+            })
+            .collect();
+        if mixed_check {
+            Volume::format_striped(devs, 1, UNIT, &create_opts()).unwrap();
+        } else {
+            Volume::format_striped_with(devs, 1, UNIT, &create_opts(), false).unwrap();
+        }
+        let f = member_incompat(&paths[0]);
+        assert_ne!(f & STRIPE_SET, 0);
+        assert_eq!(f & MIXED_HEADER_CHECK != 0, mixed_check, "{f:#x}");
+        let vol = open(&paths).unwrap();
+        let mut want = scribble(&vol, 300, 5);
+        vol.close().unwrap();
+        drop(vol);
+        let (m, p) = header_checks(&paths);
+        if mixed_check {
+            assert!(m > 10 && p == 0, "mixed {m}, plain {p}");
+        } else {
+            assert!(p > 10 && m == 0, "mixed {m}, plain {p}");
+        }
+        for skip in [None, Some(2)] {
+            let rest: Vec<PathBuf> = (0..4)
+                .filter(|&i| Some(i) != skip)
+                .map(|i| paths[i].clone())
+                .collect();
+            let vol = open(&rest).unwrap();
+            verify(
+                &vol,
+                &want,
+                &format!("mixed {mixed_check}, without {skip:?}"),
+            );
+            if skip.is_none() {
+                let more = scribble(&vol, 50, 6);
+                verify(&vol, &more, "written after a reopen");
+                want.extend(more);
+            }
+            vol.close().unwrap();
+            drop(vol);
+            if skip.is_none() {
+                let (m2, p2) = header_checks(&paths);
+                assert_eq!((m2 > m, p2 > p), (mixed_check, !mixed_check));
+            }
+        }
+    }
+}
+
 #[test]
 fn foreign_copied_blank_and_too_few_members_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
