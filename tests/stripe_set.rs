@@ -382,17 +382,140 @@ fn sim_devs(ms: &[Arc<SimMedia>], skip: Option<usize>) -> Vec<(String, Arc<dyn M
         .collect()
 }
 
+/// A simulated member whose flush fails once `fail` is set (as a power cut
+/// fails the first member's flush before the others notice).
+struct FlushFails {
+    inner: Arc<SimMedia>,
+    fail: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Media for FlushFails {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        if self.fail.load(Ordering::Acquire) {
+            return Err(std::io::Error::other("flush failed (power cut)"));
+        }
+        self.inner.flush()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// docs/stripes.md §0 finding 3 (`stripe-flush-acked-after-member-flush-
+/// failed`, DST seed 2^20+5): a member's flush fails (its cache is lost)
+/// and the set goes on without it, acknowledging the FLUSH on the others.
+/// Before it returns, the others must carry the next membership generation
+/// durably: after a power cut that keeps only flushed bytes, assembly with
+/// every member refuses the failed one as stale (by name), and without it
+/// (RAID-6: and one more member) every flushed write reads back. Without
+/// the record the failed member was trusted with what its cache lost.
+#[test]
+fn a_member_whose_flush_failed_is_stale_on_the_others_when_the_flush_returns() {
+    use std::sync::atomic::AtomicBool;
+    for parity in [1u32, 2] {
+        let n = parity as usize + 3;
+        let bad = 1;
+        let ms = sim_set(n);
+        let fail = Arc::new(AtomicBool::new(false));
+        let devs = || -> Vec<(String, Arc<dyn Media>)> {
+            ms.iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    let f = Arc::new(AtomicBool::new(false));
+                    let media = FlushFails {
+                        inner: m.clone(),
+                        fail: if i == bad { fail.clone() } else { f },
+                    };
+                    (format!("sim{i}"), Arc::new(media) as Arc<dyn Media>)
+                })
+                .collect()
+        };
+        let c = CreateOptions {
+            uuid: Some([parity as u8 + 40; 16]),
+            ..create_opts()
+        };
+        Volume::format_striped(devs(), parity, UNIT, &c).unwrap();
+        let vol = Volume::open_striped(devs(), &det()).unwrap();
+        let mut want = scribble(&vol, 120, 11);
+        fail.store(true, Ordering::Release);
+        // a few writes and one FLUSH: no superblock write of the engine's
+        // records the failure for the set
+        let mut rng = SmallRng::seed_from_u64(12);
+        for _ in 0..5 {
+            let b = rng.gen_range(0..vol.size_bytes() / BS as u64);
+            let mut buf = vec![0u8; BS];
+            rng.fill(&mut buf[..]);
+            vol.write(b * BS as u64, &buf, false).unwrap();
+            want.insert(b, buf);
+        }
+        vol.flush().expect("one failed member is within the parity");
+        let st = vol.stripe_set().unwrap().status();
+        assert!(st.degraded(), "{}", st.describe());
+        // the power goes: only what was flushed survives, on every member
+        // (fresh images for each mount: a degraded mount raises the
+        // generation of the members it has)
+        let images = || -> Vec<Arc<SimMedia>> {
+            ms.iter()
+                .map(|m| Arc::new(SimMedia::from_image(m.crash_image(Loss::DropAll, 1))))
+                .collect()
+        };
+        let e = Volume::open_striped(sim_devs(&images(), None), &det())
+            .err()
+            .expect("the member whose flush failed must be stale")
+            .to_string();
+        assert!(
+            e.contains(&format!("sim{bad}")) && e.contains("stale"),
+            "{e}"
+        );
+        let mut lose: Vec<Option<usize>> = vec![None];
+        if parity == 2 {
+            lose.extend((0..n).filter(|&i| i != bad).map(Some));
+        }
+        for also in lose {
+            let devs: Vec<(String, Arc<dyn Media>)> = sim_devs(&images(), None)
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| *i != bad && Some(*i) != also)
+                .map(|(_, d)| d)
+                .collect();
+            let vol = Volume::open_striped(devs, &det()).unwrap();
+            verify(
+                &vol,
+                &want,
+                &format!("parity {parity}, without {bad} and {also:?}"),
+            );
+            drop(vol);
+        }
+    }
+}
+
 /// Power cut after a flush that left a row partial and while more writes
 /// were going into it and later rows (a chunk completing the row, its parity
 /// in place torn or not), then one member lost: every flushed write reads
 /// back, whichever unflushed writes reached the members (the running parity
 /// of the partial row is in a scratch place, docs/stripes.md §4). Also after
 /// a mount with every member (the resync puts the parity in place) and then
-/// a member lost. Odd seeds cut the power during the next FLUSH instead.
+/// a member lost. Odd seeds cut the power during the next FLUSH instead
+/// (each member at its own op): when that FLUSH still returned Ok, its
+/// writes must read back too; a member whose op failed during it is out
+/// for good once the set recorded that on the others (docs/stripes.md §0
+/// finding 3), so a mount that gives it, or loses another member, may be
+/// refused as stale: two members down on a RAID-5 (counted, never wrong
+/// data).
 #[test]
 fn power_cut_in_a_partial_row_then_a_member_lost() {
     let mut holes = 0;
     let mut checked = 0;
+    let mut refused = 0;
     for seed in 0..12u64 {
         for loss in [Loss::DropAll, Loss::Subset, Loss::KeepAll] {
             let ms = sim_set(5);
@@ -407,6 +530,7 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
             let blocks = vol.size_bytes() / BS as u64;
             let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
             let mut later: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+            let mut out: Vec<usize> = Vec::new();
             // a flushed part: a chunk of a few blocks leaves a partial row
             for _ in 0..rng.gen_range(3..12) {
                 let b = rng.gen_range(0..blocks);
@@ -432,7 +556,21 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
                 for m in &ms {
                     m.cut_at_op(m.ops() + rng.gen_range(0..8));
                 }
-                let _ = vol.flush();
+                let acknowledged = vol.flush().is_ok();
+                if acknowledged {
+                    // its writes must read back too
+                    for (b, l) in later.drain() {
+                        acked.insert(b, l.last().unwrap().clone());
+                    }
+                }
+                // a member whose op failed is out for good once the set
+                // recorded that on the others (before an acknowledgement,
+                // and perhaps before a later failure made the FLUSH fail):
+                // with another member lost that is two, beyond the parity,
+                // so such mounts may be refused as stale (never answer
+                // wrong)
+                let st = vol.stripe_set().unwrap().status();
+                out = st.down.iter().map(|d| d.0 as usize).collect();
             }
             for m in &ms {
                 m.freeze();
@@ -452,8 +590,18 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
                     .iter()
                     .map(|m| Arc::new(SimMedia::from_image(m.current_image())))
                     .collect();
-                let vol = Volume::open_striped(sim_devs(&copies, Some(lost)), &det())
-                    .unwrap_or_else(|e| panic!("seed {seed} {loss:?} lost {lost}: {e}"));
+                let vol = match Volume::open_striped(sim_devs(&copies, Some(lost)), &det()) {
+                    Ok(v) => v,
+                    Err(e)
+                        if !out.is_empty()
+                            && !out.contains(&lost)
+                            && e.to_string().contains("stale") =>
+                    {
+                        refused += 1;
+                        continue;
+                    }
+                    Err(e) => panic!("seed {seed} {loss:?} lost {lost}: {e}"),
+                };
                 let mut buf = vec![0u8; BS];
                 for (b, v) in &acked {
                     checked += 1;
@@ -473,7 +621,14 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
                         .iter()
                         .map(|m| Arc::new(SimMedia::from_image(m.current_image())))
                         .collect();
-                    let v = Volume::open_striped(sim_devs(&whole, None), &det()).unwrap();
+                    let v = match Volume::open_striped(sim_devs(&whole, None), &det()) {
+                        Ok(v) => v,
+                        Err(e) if !out.is_empty() && e.to_string().contains("stale") => {
+                            refused += 1;
+                            continue;
+                        }
+                        Err(e) => panic!("seed {seed} {loss:?} every member: {e}"),
+                    };
                     v.close().unwrap();
                     drop(v);
                     let vol = Volume::open_striped(sim_devs(&whole, Some(lost)), &det()).unwrap();
@@ -494,7 +649,9 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
             }
         }
     }
-    eprintln!("{checked} flushed blocks read degraded after a cut, {holes} lost");
+    eprintln!(
+        "{checked} flushed blocks read degraded after a cut, {holes} lost; {refused} mounts refused as stale (a member whose op failed during the cut FLUSH given, or another member lost)"
+    );
     assert_eq!(
         holes, 0,
         "flushed blocks lost after a power cut and a lost member"
