@@ -301,6 +301,18 @@ apply_uncovered_block_from_stale_parity() {
 apply_completed_row_tags_kept() {
   marker completed-row-tags-kept
 }
+apply_mixed_check_linear() {
+  marker mixed-check-linear
+}
+apply_set_without_mixed_check() {
+  marker set-without-mixed-check
+}
+apply_stale_by_newest_generation() {
+  marker stale-by-newest-generation
+}
+apply_member_failure_unrecorded() {
+  marker member-failure-unrecorded
+}
 apply_degraded_read_uses_failed_member() {
   marker degraded-read-uses-failed-member
 }
@@ -572,6 +584,10 @@ run full-row-parity-skipped lib
 run scratch-before-data-durable lib dst
 run uncovered-block-from-stale-parity lib
 run completed-row-tags-kept lib dst
+run mixed-check-linear lib dst
+run set-without-mixed-check stripe_set dst
+run member-failure-unrecorded stripe_set dst
+run stale-by-newest-generation stripe stripe_set
 run degraded-read-uses-failed-member lib
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe

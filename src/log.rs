@@ -129,6 +129,9 @@ pub struct OpenChunk {
     pub lsn: Option<LsnRange>,
     /// Format v2 `CHAIN`: class and predecessor, set by the engine at seal.
     pub chain: Option<Chain>,
+    /// Format v2 `MIXED_HEADER_CHECK`: the header's check is mixed, set by
+    /// the engine at seal.
+    pub mixed_check: bool,
     /// Block records (and data blocks among them) already carried by an
     /// intent log record: a FLUSH logs only those after them.
     pub logged: u32,
@@ -192,6 +195,7 @@ impl OpenChunk {
             opened: Instant::now(),
             lsn: None,
             chain: None,
+            mixed_check: false,
             logged: 0,
             logged_data: 0,
             staged: None,
@@ -400,6 +404,7 @@ impl OpenChunk {
             block_crcs: std::mem::take(&mut self.crcs),
             lsn: self.lsn,
             chain: self.chain,
+            mixed_check: self.mixed_check,
         };
         header.encode_into(&mut self.image[..BLOCK_BYTES]);
         let blocks = 1 + data_blocks;

@@ -1837,6 +1837,7 @@ mod tests {
                 )],
                 lsn,
                 chain: None,
+                mixed_check: false,
             };
             h.encode_into(&mut img[at..at + BLOCK_BYTES]);
             chunk::seal_crc(&mut img[at..at + 2 * BLOCK_BYTES]);

@@ -324,9 +324,21 @@ pub enum AssemblyError {
 
 /// Put the members found (`(device name, identity)`, in any order) into
 /// their slots. The set is the one most devices name (the first device's on a
-/// tie); a device of another set, of another shape, or stale (below the
-/// newest generation found) is refused by name, as is a second device for a
-/// slot. Up to `parity` missing slots assemble (degraded); more refuse.
+/// tie); a device of another set, of another shape, or stale is refused by
+/// name, as is a second device for a slot. Up to `parity` missing slots
+/// assemble (degraded); more refuse.
+///
+/// Stale: below the set's generation, which is the highest generation that
+/// at least `members - parity` of the members found carry or exceed (the
+/// newest found, when all are found and none missed a change). Why not
+/// simply the newest: the set acknowledges nothing at a new generation
+/// before it is durable on every member up, at least `members - parity` of
+/// them (a degraded mount's superblock write, `StripeSet::record_failures`
+/// before a FLUSH returns); a newer generation on fewer was cut short by a
+/// power cut before any acknowledgement, so the members below it missed
+/// nothing acknowledged and are not stale. On that many or more it may or
+/// may not have been acknowledged: the members below it are refused (the
+/// safe side; docs/stripes.md §0, finding 3).
 pub fn assemble(found: &[(String, StripeIdentity)]) -> Result<Assembly, AssemblyError> {
     let count = |u: &[u8; 16]| found.iter().filter(|(_, i)| &i.set_uuid == u).count();
     let Some(first) = found.first() else {
@@ -338,12 +350,25 @@ pub fn assemble(found: &[(String, StripeIdentity)]) -> Result<Assembly, Assembly
             uuid = id.set_uuid;
         }
     }
-    let set = found
+    let mut set = found
         .iter()
         .filter(|(_, i)| i.set_uuid == uuid)
         .map(|(_, i)| *i)
         .max_by_key(|i| i.generation)
         .expect("the chosen set has a member");
+    let mut gens: Vec<u64> = found
+        .iter()
+        .filter(|(_, i)| i.set_uuid == uuid)
+        .map(|(_, i)| i.generation)
+        .collect();
+    gens.sort_unstable_by(|a, b| b.cmp(a));
+    let quorum = (set.member_count as usize).saturating_sub(set.parity as usize);
+    // MUTANT: stale-by-newest-generation s|gens.get(quorum.max(1) - 1)|gens.first()|
+    set.generation = match gens.get(quorum.max(1) - 1) {
+        Some(&g) => g,
+        // fewer found than a set needs: refused below as missing
+        None => *gens.last().expect("the chosen set has a member"),
+    };
     let mut slots: Vec<Option<usize>> = vec![None; set.member_count as usize];
     for (n, (name, id)) in found.iter().enumerate() {
         let refuse = |why| AssemblyError::Refused {

@@ -202,6 +202,38 @@ fn members_assemble_in_any_order_and_degraded_up_to_the_parity() {
     assert_eq!(assemble(&[]), Err(AssemblyError::Empty));
 }
 
+/// A newer generation on fewer than `members - parity` members was cut short
+/// before anything was acknowledged at it (StripeSet::record_failures, a
+/// degraded mount): the members below it are not stale. On at least that
+/// many, the members below it are (docs/stripes.md §0, finding 3).
+#[test]
+fn a_generation_on_fewer_than_members_minus_parity_makes_no_member_stale() {
+    let set = |gens: &[(u16, u64)], n: u16, p: u8| {
+        let ids: Vec<StripeIdentity> = gens.iter().map(|&(i, g)| member(1, i, n, p, g)).collect();
+        assemble(&named(&ids))
+    };
+    let stale = |name: &str, generation, set| AssemblyError::Refused {
+        name: name.into(),
+        why: MemberRefusal::Stale { generation, set },
+    };
+    // RAID-5 of 5: 4 at the new generation, the fifth stale
+    let all = [(0, 4), (1, 4), (2, 3), (3, 4), (4, 4)];
+    assert_eq!(set(&all, 5, 1), Err(stale("/dev/d2", 3, 4)));
+    // member 1 not given: 3 of the 4 found at 4 (the record may not have
+    // reached 1; if it did, 1 and 2 are two failures, beyond the parity)
+    let a = set(&[(0, 4), (2, 3), (3, 4), (4, 4)], 5, 1).unwrap();
+    assert_eq!((a.missing(), a.set.generation), (vec![1], 3));
+    // two of five at the new generation: cut short, nobody stale
+    let a = set(&[(0, 4), (1, 4), (2, 3), (3, 3), (4, 3)], 5, 1).unwrap();
+    assert_eq!((a.missing(), a.set.generation), (vec![], 3));
+    // RAID-6 of 4: two at 4 is enough to make the other two stale
+    let e = set(&[(0, 4), (1, 3), (2, 4), (3, 3)], 4, 2).unwrap_err();
+    assert_eq!(e, stale("/dev/d1", 3, 4));
+    // a member given back after a degraded mount (n - 1 moved on): stale
+    let e = set(&[(0, 7), (1, 7), (2, 6)], 3, 1).unwrap_err();
+    assert_eq!(e, stale("/dev/d2", 6, 7));
+}
+
 #[test]
 fn a_foreign_stale_or_duplicate_member_is_refused_by_name() {
     let mut ids: Vec<StripeIdentity> = (0..4).map(|i| member(1, i, 4, 1, 3)).collect();

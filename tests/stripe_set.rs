@@ -162,6 +162,96 @@ fn sets_read_back_shuffled_and_degraded() {
     }
 }
 
+/// Chunk headers found on `paths` (every 4 KiB block that decodes as one):
+/// how many carry the mixed check and how many the plain CRC32C.
+fn header_checks(paths: &[PathBuf]) -> (usize, usize) {
+    use sluice::format::chunk::{ChunkHeader, CHUNK_MAGIC};
+    let (mut mixed, mut plain) = (0, 0);
+    for p in paths {
+        let bytes = std::fs::read(p).unwrap();
+        for b in bytes.chunks_exact(BS) {
+            if b[..8] == CHUNK_MAGIC {
+                if let Ok(h) = ChunkHeader::decode(b) {
+                    if h.mixed_check {
+                        mixed += 1
+                    } else {
+                        plain += 1
+                    }
+                }
+            }
+        }
+    }
+    (mixed, plain)
+}
+
+/// The incompat feature words of member `p`'s first superblock copy.
+fn member_incompat(p: &Path) -> u64 {
+    let b = std::fs::read(p).unwrap();
+    u64::from_le_bytes(b[160..168].try_into().unwrap())
+}
+
+/// docs/stripes.md §0 finding 1: a set this build makes has
+/// `MIXED_HEADER_CHECK` and writes only chunk headers with the mixed check
+/// (a block rebuilt from stale parity, an XOR of stale headers, fails it);
+/// a set made as before (plain CRC32C headers, no bit) keeps mounting,
+/// healthy and degraded, and keeps writing plain headers.
+#[test]
+fn a_new_set_writes_mixed_header_checks_and_an_older_set_keeps_mounting() {
+    use sluice::format::superblock::incompat::{MIXED_HEADER_CHECK, STRIPE_SET};
+    for mixed_check in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = files(dir.path(), "m", 4);
+        let devs = paths
+            .iter()
+            .map(|p| {
+                let m: Arc<dyn Media> = Arc::new(FileMedia::create(p, MEMBER).unwrap());
+                (p.display().to_string(), m)
+            })
+            .collect();
+        if mixed_check {
+            Volume::format_striped(devs, 1, UNIT, &create_opts()).unwrap();
+        } else {
+            Volume::format_striped_with(devs, 1, UNIT, &create_opts(), false).unwrap();
+        }
+        let f = member_incompat(&paths[0]);
+        assert_ne!(f & STRIPE_SET, 0);
+        assert_eq!(f & MIXED_HEADER_CHECK != 0, mixed_check, "{f:#x}");
+        let vol = open(&paths).unwrap();
+        let mut want = scribble(&vol, 300, 5);
+        vol.close().unwrap();
+        drop(vol);
+        let (m, p) = header_checks(&paths);
+        if mixed_check {
+            assert!(m > 10 && p == 0, "mixed {m}, plain {p}");
+        } else {
+            assert!(p > 10 && m == 0, "mixed {m}, plain {p}");
+        }
+        for skip in [None, Some(2)] {
+            let rest: Vec<PathBuf> = (0..4)
+                .filter(|&i| Some(i) != skip)
+                .map(|i| paths[i].clone())
+                .collect();
+            let vol = open(&rest).unwrap();
+            verify(
+                &vol,
+                &want,
+                &format!("mixed {mixed_check}, without {skip:?}"),
+            );
+            if skip.is_none() {
+                let more = scribble(&vol, 50, 6);
+                verify(&vol, &more, "written after a reopen");
+                want.extend(more);
+            }
+            vol.close().unwrap();
+            drop(vol);
+            if skip.is_none() {
+                let (m2, p2) = header_checks(&paths);
+                assert_eq!((m2 > m, p2 > p), (mixed_check, !mixed_check));
+            }
+        }
+    }
+}
+
 #[test]
 fn foreign_copied_blank_and_too_few_members_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
@@ -292,17 +382,140 @@ fn sim_devs(ms: &[Arc<SimMedia>], skip: Option<usize>) -> Vec<(String, Arc<dyn M
         .collect()
 }
 
+/// A simulated member whose flush fails once `fail` is set (as a power cut
+/// fails the first member's flush before the others notice).
+struct FlushFails {
+    inner: Arc<SimMedia>,
+    fail: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Media for FlushFails {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        if self.fail.load(Ordering::Acquire) {
+            return Err(std::io::Error::other("flush failed (power cut)"));
+        }
+        self.inner.flush()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// docs/stripes.md §0 finding 3 (`stripe-flush-acked-after-member-flush-
+/// failed`, DST seed 2^20+5): a member's flush fails (its cache is lost)
+/// and the set goes on without it, acknowledging the FLUSH on the others.
+/// Before it returns, the others must carry the next membership generation
+/// durably: after a power cut that keeps only flushed bytes, assembly with
+/// every member refuses the failed one as stale (by name), and without it
+/// (RAID-6: and one more member) every flushed write reads back. Without
+/// the record the failed member was trusted with what its cache lost.
+#[test]
+fn a_member_whose_flush_failed_is_stale_on_the_others_when_the_flush_returns() {
+    use std::sync::atomic::AtomicBool;
+    for parity in [1u32, 2] {
+        let n = parity as usize + 3;
+        let bad = 1;
+        let ms = sim_set(n);
+        let fail = Arc::new(AtomicBool::new(false));
+        let devs = || -> Vec<(String, Arc<dyn Media>)> {
+            ms.iter()
+                .enumerate()
+                .map(|(i, m)| {
+                    let f = Arc::new(AtomicBool::new(false));
+                    let media = FlushFails {
+                        inner: m.clone(),
+                        fail: if i == bad { fail.clone() } else { f },
+                    };
+                    (format!("sim{i}"), Arc::new(media) as Arc<dyn Media>)
+                })
+                .collect()
+        };
+        let c = CreateOptions {
+            uuid: Some([parity as u8 + 40; 16]),
+            ..create_opts()
+        };
+        Volume::format_striped(devs(), parity, UNIT, &c).unwrap();
+        let vol = Volume::open_striped(devs(), &det()).unwrap();
+        let mut want = scribble(&vol, 120, 11);
+        fail.store(true, Ordering::Release);
+        // a few writes and one FLUSH: no superblock write of the engine's
+        // records the failure for the set
+        let mut rng = SmallRng::seed_from_u64(12);
+        for _ in 0..5 {
+            let b = rng.gen_range(0..vol.size_bytes() / BS as u64);
+            let mut buf = vec![0u8; BS];
+            rng.fill(&mut buf[..]);
+            vol.write(b * BS as u64, &buf, false).unwrap();
+            want.insert(b, buf);
+        }
+        vol.flush().expect("one failed member is within the parity");
+        let st = vol.stripe_set().unwrap().status();
+        assert!(st.degraded(), "{}", st.describe());
+        // the power goes: only what was flushed survives, on every member
+        // (fresh images for each mount: a degraded mount raises the
+        // generation of the members it has)
+        let images = || -> Vec<Arc<SimMedia>> {
+            ms.iter()
+                .map(|m| Arc::new(SimMedia::from_image(m.crash_image(Loss::DropAll, 1))))
+                .collect()
+        };
+        let e = Volume::open_striped(sim_devs(&images(), None), &det())
+            .err()
+            .expect("the member whose flush failed must be stale")
+            .to_string();
+        assert!(
+            e.contains(&format!("sim{bad}")) && e.contains("stale"),
+            "{e}"
+        );
+        let mut lose: Vec<Option<usize>> = vec![None];
+        if parity == 2 {
+            lose.extend((0..n).filter(|&i| i != bad).map(Some));
+        }
+        for also in lose {
+            let devs: Vec<(String, Arc<dyn Media>)> = sim_devs(&images(), None)
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| *i != bad && Some(*i) != also)
+                .map(|(_, d)| d)
+                .collect();
+            let vol = Volume::open_striped(devs, &det()).unwrap();
+            verify(
+                &vol,
+                &want,
+                &format!("parity {parity}, without {bad} and {also:?}"),
+            );
+            drop(vol);
+        }
+    }
+}
+
 /// Power cut after a flush that left a row partial and while more writes
 /// were going into it and later rows (a chunk completing the row, its parity
 /// in place torn or not), then one member lost: every flushed write reads
 /// back, whichever unflushed writes reached the members (the running parity
 /// of the partial row is in a scratch place, docs/stripes.md §4). Also after
 /// a mount with every member (the resync puts the parity in place) and then
-/// a member lost. Odd seeds cut the power during the next FLUSH instead.
+/// a member lost. Odd seeds cut the power during the next FLUSH instead
+/// (each member at its own op): when that FLUSH still returned Ok, its
+/// writes must read back too; a member whose op failed during it is out
+/// for good once the set recorded that on the others (docs/stripes.md §0
+/// finding 3), so a mount that gives it, or loses another member, may be
+/// refused as stale: two members down on a RAID-5 (counted, never wrong
+/// data).
 #[test]
 fn power_cut_in_a_partial_row_then_a_member_lost() {
     let mut holes = 0;
     let mut checked = 0;
+    let mut refused = 0;
     for seed in 0..12u64 {
         for loss in [Loss::DropAll, Loss::Subset, Loss::KeepAll] {
             let ms = sim_set(5);
@@ -317,6 +530,7 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
             let blocks = vol.size_bytes() / BS as u64;
             let mut acked: HashMap<u64, Vec<u8>> = HashMap::new();
             let mut later: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
+            let mut out: Vec<usize> = Vec::new();
             // a flushed part: a chunk of a few blocks leaves a partial row
             for _ in 0..rng.gen_range(3..12) {
                 let b = rng.gen_range(0..blocks);
@@ -342,7 +556,21 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
                 for m in &ms {
                     m.cut_at_op(m.ops() + rng.gen_range(0..8));
                 }
-                let _ = vol.flush();
+                let acknowledged = vol.flush().is_ok();
+                if acknowledged {
+                    // its writes must read back too
+                    for (b, l) in later.drain() {
+                        acked.insert(b, l.last().unwrap().clone());
+                    }
+                }
+                // a member whose op failed is out for good once the set
+                // recorded that on the others (before an acknowledgement,
+                // and perhaps before a later failure made the FLUSH fail):
+                // with another member lost that is two, beyond the parity,
+                // so such mounts may be refused as stale (never answer
+                // wrong)
+                let st = vol.stripe_set().unwrap().status();
+                out = st.down.iter().map(|d| d.0 as usize).collect();
             }
             for m in &ms {
                 m.freeze();
@@ -362,8 +590,18 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
                     .iter()
                     .map(|m| Arc::new(SimMedia::from_image(m.current_image())))
                     .collect();
-                let vol = Volume::open_striped(sim_devs(&copies, Some(lost)), &det())
-                    .unwrap_or_else(|e| panic!("seed {seed} {loss:?} lost {lost}: {e}"));
+                let vol = match Volume::open_striped(sim_devs(&copies, Some(lost)), &det()) {
+                    Ok(v) => v,
+                    Err(e)
+                        if !out.is_empty()
+                            && !out.contains(&lost)
+                            && e.to_string().contains("stale") =>
+                    {
+                        refused += 1;
+                        continue;
+                    }
+                    Err(e) => panic!("seed {seed} {loss:?} lost {lost}: {e}"),
+                };
                 let mut buf = vec![0u8; BS];
                 for (b, v) in &acked {
                     checked += 1;
@@ -383,7 +621,14 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
                         .iter()
                         .map(|m| Arc::new(SimMedia::from_image(m.current_image())))
                         .collect();
-                    let v = Volume::open_striped(sim_devs(&whole, None), &det()).unwrap();
+                    let v = match Volume::open_striped(sim_devs(&whole, None), &det()) {
+                        Ok(v) => v,
+                        Err(e) if !out.is_empty() && e.to_string().contains("stale") => {
+                            refused += 1;
+                            continue;
+                        }
+                        Err(e) => panic!("seed {seed} {loss:?} every member: {e}"),
+                    };
                     v.close().unwrap();
                     drop(v);
                     let vol = Volume::open_striped(sim_devs(&whole, Some(lost)), &det()).unwrap();
@@ -404,7 +649,9 @@ fn power_cut_in_a_partial_row_then_a_member_lost() {
             }
         }
     }
-    eprintln!("{checked} flushed blocks read degraded after a cut, {holes} lost");
+    eprintln!(
+        "{checked} flushed blocks read degraded after a cut, {holes} lost; {refused} mounts refused as stale (a member whose op failed during the cut FLUSH given, or another member lost)"
+    );
     assert_eq!(
         holes, 0,
         "flushed blocks lost after a power cut and a lost member"

@@ -883,6 +883,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             block_crcs,
             lsn: None,
             chain: None,
+            mixed_check: false,
         };
         h.encode_into(&mut img[..BLOCK_BYTES]);
         chunk::seal_crc(&mut img);

@@ -40,6 +40,43 @@ fn header_crc(block: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, &block[HEADER_BYTES..BLOCK_BYTES])
 }
 
+/// Bit 31 of the stream word (byte 44): the header's check is `mix` of its
+/// CRC32C, not the CRC itself (format v2 `MIXED_HEADER_CHECK`, docs/format-v2.md
+/// §6.1). The flag is covered by the check, and the XOR of an odd number of
+/// flagged headers is flagged, so a block rebuilt from stale parity cannot
+/// switch itself to the linear check.
+pub const MIXED_CHECK_FLAG: u32 = 1 << 31;
+
+/// The non-linear bijection a `MIXED_CHECK_FLAG` header stores instead of its
+/// CRC32C: murmur3's 32-bit finalizer (xor-shifts and odd multiplies, each
+/// invertible, so no two CRCs share a check). Why: CRC32C is affine over
+/// GF(2), so the XOR of an odd number of equal-length blocks whose CRCs
+/// verify verifies too; a stripe set that rebuilds a block from a parity
+/// that disagrees with its data (the write hole for data no FLUSH
+/// acknowledged) then made a stale header that recovery replayed
+/// (docs/stripes.md §0, finding 1). `mix(a ^ b ^ c)` equals
+/// `mix(a) ^ mix(b) ^ mix(c)` only by chance (tested).
+pub fn mix(crc: u32) -> u32 {
+    let mut h = crc;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}
+
+/// The check a header block stores: its CRC32C, or `mix` of it when the
+/// header carries `MIXED_CHECK_FLAG`.
+fn header_check(block: &[u8]) -> u32 {
+    let crc = header_crc(block);
+    // MUTANT: mixed-check-linear s|if get_u32(block, 44) & MIXED_CHECK_FLAG != 0 {|if false {|
+    if get_u32(block, 44) & MIXED_CHECK_FLAG != 0 {
+        mix(crc)
+    } else {
+        crc
+    }
+}
+
 /// Open-segment classes a chain tells apart (the user stream and up to three
 /// GC classes): 2 bits of the chain field.
 pub const CHAIN_CLASSES: usize = 4;
@@ -292,6 +329,9 @@ pub struct ChunkHeader {
     /// Format v2 with `CHAIN`: class and predecessor (None: no chain, v1 or
     /// a build before it). Written only in version 2 headers.
     pub chain: Option<Chain>,
+    /// The header's check is `mix(CRC32C)` (`MIXED_CHECK_FLAG`, volumes with
+    /// `MIXED_HEADER_CHECK`); false: the CRC32C itself.
+    pub mixed_check: bool,
 }
 
 /// The order numbers of a chunk's user block records (docs/format-v2.md §3).
@@ -356,7 +396,16 @@ impl ChunkHeader {
         block[16..32].copy_from_slice(&self.uuid);
         put_u64(block, 32, self.seq);
         put_u32(block, 40, self.segment);
-        put_u32(block, 44, self.stream as u32);
+        put_u32(
+            block,
+            44,
+            self.stream as u32
+                | if self.mixed_check {
+                    MIXED_CHECK_FLAG
+                } else {
+                    0
+                },
+        );
         put_u64(block, 48, self.timestamp_ns);
         put_u64(block, 56, self.durable_seq);
         for (i, e) in self.entries.iter().enumerate() {
@@ -388,7 +437,7 @@ impl ChunkHeader {
         if block[0..8] != CHUNK_MAGIC {
             return Err(FormatError::BadMagic);
         }
-        if header_crc(block) != get_u32(block, HEADER_CRC_FIELD) {
+        if header_check(block) != get_u32(block, HEADER_CRC_FIELD) {
             return Err(FormatError::Checksum);
         }
         let version = get_u16(block, 8);
@@ -403,7 +452,8 @@ impl ChunkHeader {
         if data_blocks > MAX_DATA_BLOCKS {
             return Err(invalid("data_blocks", data_blocks.to_string()));
         }
-        let stream = match get_u32(block, 44) {
+        let mixed_check = get_u32(block, 44) & MIXED_CHECK_FLAG != 0;
+        let stream = match get_u32(block, 44) & !MIXED_CHECK_FLAG {
             0 => Stream::User,
             1 => Stream::Gc,
             s => return Err(invalid("stream", s.to_string())),
@@ -456,6 +506,7 @@ impl ChunkHeader {
             block_crcs,
             lsn,
             chain,
+            mixed_check,
         })
     }
 }
@@ -480,7 +531,7 @@ pub fn seal_crc(image: &mut [u8]) {
     if get_u16(image, 8) != FORMAT_VERSION_2 {
         put_u32(image, RESERVED_FIELD, 0);
     }
-    let h = header_crc(&image[..BLOCK_BYTES]);
+    let h = header_check(&image[..BLOCK_BYTES]);
     put_u32(image, HEADER_CRC_FIELD, h);
 }
 
@@ -560,6 +611,7 @@ mod tests {
             ],
             lsn: None,
             chain: None,
+            mixed_check: false,
         };
         let mut img = vec![0u8; 3 * BLOCK_BYTES];
         h.encode_into(&mut img[..BLOCK_BYTES]);
@@ -572,6 +624,113 @@ mod tests {
     fn chunk_roundtrips() {
         let (h, img) = sample_image();
         assert_eq!(verify(&img, &[9; 16]).unwrap(), h);
+    }
+
+    /// A header of `sample_image`'s shape with this seq, entries' lbas and
+    /// check, as the segment's chunk headers of one life and another would be.
+    fn header_block(seq: u64, lba: u64, mixed_check: bool, v2: bool) -> Vec<u8> {
+        let (mut h, _) = sample_image();
+        h.seq = seq;
+        h.entries[0].lba = lba;
+        h.block_crcs = vec![seq as u32 ^ 0x5555, lba as u32];
+        h.mixed_check = mixed_check;
+        if v2 {
+            h.lsn = Some(LsnRange {
+                first: seq * 3,
+                count: 2,
+            });
+            h.chain = Some(Chain {
+                class: 1,
+                prev_seq: seq - 1,
+            });
+        }
+        let mut b = vec![0u8; BLOCK_BYTES];
+        h.encode_into(&mut b);
+        seal_crc(&mut b);
+        assert_eq!(ChunkHeader::decode(&b).unwrap(), h);
+        b
+    }
+
+    /// docs/stripes.md §0 finding 1: a stripe set rebuilding a block from
+    /// parity that disagrees with its data (the write hole, for data no FLUSH
+    /// acknowledged) returns the XOR of other blocks. With the CRC32C as the
+    /// check, the XOR of three valid headers is a valid header (CRC32C is
+    /// affine); with `mix` of it (`MIXED_CHECK_FLAG`) it is not.
+    #[test]
+    fn the_xor_of_three_headers_verifies_with_the_crc_and_not_with_the_mixed_check() {
+        let xor3 = |a: &[u8], b: &[u8], c: &[u8]| -> Vec<u8> {
+            (0..BLOCK_BYTES).map(|i| a[i] ^ b[i] ^ c[i]).collect()
+        };
+        for v2 in [false, true] {
+            let plain = [110, 111, 136].map(|s| header_block(s, s * 7, false, v2));
+            let x = xor3(&plain[0], &plain[1], &plain[2]);
+            let forged = ChunkHeader::decode(&x).expect("linear: the XOR verifies");
+            assert_eq!(forged.seq, 110 ^ 111 ^ 136);
+            let mixed = [110, 111, 136].map(|s| header_block(s, s * 7, true, v2));
+            let x = xor3(&mixed[0], &mixed[1], &mixed[2]);
+            assert_eq!(get_u32(&x, 44) & MIXED_CHECK_FLAG, MIXED_CHECK_FLAG);
+            assert_eq!(
+                ChunkHeader::decode(&x),
+                Err(FormatError::Checksum),
+                "v2 {v2}"
+            );
+            // an old life's plain headers with a new life's mixed one, either
+            // way round: the flag says mixed or plain, neither check holds
+            for (a, b, c) in [
+                (&plain[0], &plain[1], &mixed[2]),
+                (&mixed[0], &mixed[1], &plain[2]),
+            ] {
+                let x = xor3(a, b, c);
+                assert_eq!(ChunkHeader::decode(&x), Err(FormatError::Checksum));
+            }
+        }
+        // one flipped bit in a mixed header (its flag included) fails too
+        let mut b = header_block(9, 1, true, true);
+        for bit in [0, 44 * 8 + 31, 68 * 8, 100 * 8 + 3, 4095 * 8 + 7] {
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(ChunkHeader::decode(&b).is_err(), "bit {bit}");
+            b[bit / 8] ^= 1 << (bit % 8);
+        }
+        assert!(ChunkHeader::decode(&b).unwrap().mixed_check);
+    }
+
+    /// `mix` is a bijection (no two CRCs share a check) and not linear: over
+    /// many triples of CRCs, `mix(a ^ b ^ c) == mix(a) ^ mix(b) ^ mix(c)`
+    /// never holds (a linear map would make it hold for all).
+    #[test]
+    fn mix_is_a_bijection_and_not_linear_over_xor() {
+        // invert each step: xorshift by >= 16 is its own inverse after one
+        // step; >> 13 needs two; odd multipliers have inverses mod 2^32
+        let inv_mul = |k: u32| {
+            let mut x = k;
+            for _ in 0..5 {
+                x = x.wrapping_mul(2u32.wrapping_sub(k.wrapping_mul(x)));
+            }
+            x
+        };
+        let unmix = |mut h: u32| {
+            h ^= h >> 16;
+            h = h.wrapping_mul(inv_mul(0xc2b2_ae35));
+            h ^= (h >> 13) ^ (h >> 26);
+            h = h.wrapping_mul(inv_mul(0x85eb_ca6b));
+            h ^ (h >> 16)
+        };
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u32
+        };
+        let mut linear = 0;
+        for _ in 0..1_000_000 {
+            let (a, b, c) = (next(), next(), next());
+            assert_eq!(unmix(mix(a)), a);
+            if mix(a ^ b ^ c) == mix(a) ^ mix(b) ^ mix(c) {
+                linear += 1;
+            }
+        }
+        assert_eq!(linear, 0);
     }
 
     /// `sample_image` as a version 2 header with `chain`.
@@ -726,6 +885,7 @@ mod tests {
                 block_crcs: vec![7; 2 + p as usize],
                 lsn: None,
                 chain: None,
+                mixed_check: false,
             }
         };
         let decode = |h: &ChunkHeader| {

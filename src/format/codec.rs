@@ -191,6 +191,7 @@ mod tests {
             block_crcs: vec![100, 101, 102, 103],
             lsn: None,
             chain: None,
+            mixed_check: false,
         }
     }
 
@@ -299,6 +300,7 @@ mod tests {
                 .collect(),
             lsn: None,
             chain: None,
+            mixed_check: false,
         };
         let got: Vec<(u64, Place)> = records(&h, 1000).map(|r| (r.lba, r.place)).collect();
         assert_eq!(

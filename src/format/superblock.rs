@@ -94,8 +94,16 @@ pub mod incompat {
     /// (a log device keeps copying data) and `COMPRESSION` (a compressed
     /// chunk's place is not known until it is packed).
     pub const LOG_INDIRECT: u64 = 1 << 7;
+    /// Chunk headers store a non-linear function of their CRC32C
+    /// (`chunk::mix`, flagged by `chunk::MIXED_CHECK_FLAG` in each header):
+    /// set at create on every stripe set, where a block rebuilt from parity
+    /// that disagrees with its data is the XOR of other blocks, which a
+    /// linear check accepts (docs/stripes.md §0, finding 1). An older build
+    /// would take every such header for a damaged one: incompat.
+    pub const MIXED_HEADER_CHECK: u64 = 1 << 8;
     /// The bits this build mounts.
-    pub const KNOWN: u64 = INTENT_LOG | LSN | LOG_DEVICE | COMPRESSION | CHAIN | LOG_INDIRECT;
+    pub const KNOWN: u64 =
+        INTENT_LOG | LSN | LOG_DEVICE | COMPRESSION | CHAIN | LOG_INDIRECT | MIXED_HEADER_CHECK;
     /// Name of one bit, for refusals.
     pub fn name(bit: u32) -> String {
         match bit {
@@ -107,6 +115,7 @@ pub mod incompat {
             5 => "LSN".into(),
             6 => "CHAIN".into(),
             7 => "LOG_INDIRECT".into(),
+            8 => "MIXED_HEADER_CHECK".into(),
             b => format!("bit {b}"),
         }
     }

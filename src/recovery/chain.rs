@@ -181,6 +181,7 @@ mod tests {
                     class,
                     prev_seq: prev,
                 }),
+                mixed_check: false,
             },
             fragments: Vec::new(),
         }

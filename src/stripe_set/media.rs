@@ -69,6 +69,8 @@ impl SetMedia {
 
     fn meta_write(&self, flat: u64, buf: &[u8], at: u64) -> io::Result<()> {
         let set = &self.set;
+        // not between `record_failures`' read and write of a copy
+        let _sb = set.sb_lock.lock();
         let mut wrote = 0;
         for (m, member) in set.members.iter().enumerate() {
             if set.up(m as u32).is_none() {

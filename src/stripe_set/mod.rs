@@ -26,6 +26,7 @@ pub mod media;
 pub mod meta;
 pub mod open;
 pub mod rebuild;
+mod record;
 mod rows;
 pub mod scratch;
 pub mod store;
@@ -180,6 +181,12 @@ pub struct StripeSet {
     /// The membership generation superblocks are written with (raised once
     /// when the set first writes degraded, and kept).
     gen: AtomicU64,
+    /// A member failed since the set last recorded its generation on the
+    /// others (`record`): `flush` records it before it returns.
+    unrecorded: AtomicBool,
+    /// Held across a superblock write (`SetMedia`) and across `record`'s
+    /// read-modify-write of the copies, so neither undoes the other.
+    sb_lock: Mutex<()>,
 }
 
 impl std::fmt::Debug for StripeSet {
@@ -219,6 +226,8 @@ impl StripeSet {
             rebuilding: Default::default(),
             rebuilt_rows: AtomicU64::new(0),
             gen: AtomicU64::new(0),
+            unrecorded: AtomicBool::new(false),
+            sb_lock: Mutex::new(()),
         };
         set.gen.store(set.generation(), Ordering::Relaxed);
         if set.down_count() > layout.parity as usize {
@@ -357,6 +366,7 @@ impl StripeSet {
     fn fail(&self, m: u32, e: io::Error) -> io::Result<()> {
         let mb = &self.members[m as usize];
         if !mb.failed.swap(true, Ordering::AcqRel) {
+            self.unrecorded.store(true, Ordering::Release);
             tracing::error!(
                 "stripe set: member {m} ({}) failed and is out of use: {e}",
                 mb.name
@@ -688,10 +698,15 @@ impl StripeSet {
         if wrote {
             self.flush_members()?;
         }
-        let mut t = self.rows.lock();
-        t.free_lanes.extend(retiring);
-        t.evict();
-        Ok(())
+        {
+            let mut t = self.rows.lock();
+            t.free_lanes.extend(retiring);
+            t.evict();
+        }
+        // a member that failed (this flush's, or any op's since the last
+        // record) is stale on the others before anything is acknowledged
+        // MUTANT: member-failure-unrecorded s|self.record_failures()|Ok::<(), io::Error>(())|
+        self.record_failures()
     }
 
     /// Write `st`'s running parity (every column; blocks not written count

@@ -138,6 +138,9 @@ pub struct Core {
     /// sealed since the mount).
     pub chain_on: bool,
     pub chain_last: [u64; SLOTS],
+    /// Format v2 `MIXED_HEADER_CHECK` (stripe sets): every chunk header's
+    /// check is `chunk::mix` of its CRC32C (`chunk::MIXED_CHECK_FLAG`).
+    pub mixed_check: bool,
     /// A compressed volume (format v2 `COMPRESSION`): the user chunk is
     /// staged, packed off the lock and placed in seq order.
     pub compressed: bool,
@@ -191,6 +194,7 @@ impl Core {
             ring: None,
             chain_on: false,
             chain_last: [0; SLOTS],
+            mixed_check: false,
             compressed: false,
             staged: VecDeque::new(),
             next_staged_id: 0,
@@ -330,6 +334,7 @@ impl Core {
             });
             self.chain_last[slot] = seq;
         }
+        ch.mixed_check = self.mixed_check;
         if let Some(id) = ch.staged {
             // a compressed volume's user chunk: sequenced now, packed off the
             // lock, placed in seq order (`place_ready`)
@@ -732,6 +737,7 @@ impl Core {
             block_crcs: p.crcs,
             lsn: st.lsn,
             chain: st.chain,
+            mixed_check: self.mixed_check,
         };
         header.encode_into(&mut image[..BLOCK_BYTES]);
         crate::format::chunk::seal_crc(&mut image[..BLOCK_BYTES]);

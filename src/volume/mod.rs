@@ -432,6 +432,17 @@ pub struct Volume {
 impl Volume {
     /// Write a fresh, empty volume onto `media` (destroying what was there).
     pub fn format(media: &dyn Media, opts: &CreateOptions) -> Result<Superblock> {
+        Self::format_with(media, opts, false)
+    }
+
+    /// `format`, with `mixed_check`: the volume gets format v2
+    /// `MIXED_HEADER_CHECK` (its chunk headers' check is not linear over
+    /// XOR; `format_striped` asks for it, docs/stripes.md §0).
+    pub(crate) fn format_with(
+        media: &dyn Media,
+        opts: &CreateOptions,
+        mixed_check: bool,
+    ) -> Result<Superblock> {
         if !(-4.0..=0.9).contains(&opts.overprovision) {
             return Err(Error::InvalidArgument(format!(
                 "over-provisioning {} is outside -4..0.9",
@@ -540,46 +551,51 @@ impl Volume {
             gc_policy: opts.gc_policy.id(),
             tail_offset: geo.tail_offset,
             // a v2 superblock only when a v2 feature is asked for
-            v2: (geo.log_bytes > 0 || device_ring.is_some() || compressed).then(|| {
-                use crate::format::superblock::{incompat, LogStart, SbV2};
-                let logged = geo.log_bytes > 0 || device_ring.is_some();
-                let mut v2 = if !logged {
-                    SbV2::default()
-                } else {
-                    SbV2 {
-                        features_incompat: incompat::INTENT_LOG
-                            | incompat::LSN
-                            | incompat::CHAIN
-                            | if device_ring.is_some() {
-                                incompat::LOG_DEVICE
-                            } else {
-                                0
+            v2: (geo.log_bytes > 0 || device_ring.is_some() || compressed || mixed_check).then(
+                || {
+                    use crate::format::superblock::{incompat, LogStart, SbV2};
+                    let logged = geo.log_bytes > 0 || device_ring.is_some();
+                    let mut v2 = if !logged {
+                        SbV2::default()
+                    } else {
+                        SbV2 {
+                            features_incompat: incompat::INTENT_LOG
+                                | incompat::LSN
+                                | incompat::CHAIN
+                                | if device_ring.is_some() {
+                                    incompat::LOG_DEVICE
+                                } else {
+                                    0
+                                },
+                            // an in-volume log has no identity of its own; a log
+                            // device's is random (derived when the uuid is fixed,
+                            // for the simulator)
+                            log_uuid: match (device_ring, opts.uuid) {
+                                (Some(_), None) => rand::random(),
+                                _ => uuid.map(|b| b ^ 0x5a),
                             },
-                        // an in-volume log has no identity of its own; a log
-                        // device's is random (derived when the uuid is fixed,
-                        // for the simulator)
-                        log_uuid: match (device_ring, opts.uuid) {
-                            (Some(_), None) => rand::random(),
-                            _ => uuid.map(|b| b ^ 0x5a),
-                        },
-                        log_offset: geo.log_offset,
-                        log_bytes: device_ring.unwrap_or(geo.log_bytes),
-                        log_start: LogStart {
-                            offset: 0,
-                            seq: 1,
-                            chain: crate::format::intent::chain_seed(&uuid, 0),
-                        },
-                        ..SbV2::default()
+                            log_offset: geo.log_offset,
+                            log_bytes: device_ring.unwrap_or(geo.log_bytes),
+                            log_start: LogStart {
+                                offset: 0,
+                                seq: 1,
+                                chain: crate::format::intent::chain_seed(&uuid, 0),
+                            },
+                            ..SbV2::default()
+                        }
+                    };
+                    if compressed {
+                        v2.features_incompat |= incompat::COMPRESSION;
+                    } else if geo.log_bytes > 0 && device_ring.is_none() && !opts.log_v2_records {
+                        // the in-volume ring takes version 3 records (data in place)
+                        v2.features_incompat |= incompat::LOG_INDIRECT;
                     }
-                };
-                if compressed {
-                    v2.features_incompat |= incompat::COMPRESSION;
-                } else if geo.log_bytes > 0 && device_ring.is_none() && !opts.log_v2_records {
-                    // the in-volume ring takes version 3 records (data in place)
-                    v2.features_incompat |= incompat::LOG_INDIRECT;
-                }
-                v2
-            }),
+                    if mixed_check {
+                        v2.features_incompat |= incompat::MIXED_HEADER_CHECK;
+                    }
+                    v2
+                },
+            ),
         };
         // Host space for the metadata area first, so no later mount needs any.
         media.allocate(&metadata_ranges(&geo))?;
@@ -750,6 +766,9 @@ impl Volume {
         core.chain_on =
             m.sb.v2
                 .is_some_and(|v| v.has(crate::format::superblock::incompat::CHAIN));
+        core.mixed_check =
+            m.sb.v2
+                .is_some_and(|v| v.has(crate::format::superblock::incompat::MIXED_HEADER_CHECK));
         let log_start = m.log.as_ref().map(|l| l.start);
         if let (Some(start), Some((at, bytes))) = (log_start, m.log_ring) {
             let mut ring = intent::Ring::new(at, bytes, start);

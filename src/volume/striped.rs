@@ -50,6 +50,23 @@ impl Volume {
         unit: u64,
         create: &CreateOptions,
     ) -> Result<Arc<StripeSet>> {
+        // every set this build makes: headers a rebuild from stale parity
+        // cannot forge (docs/stripes.md §0, finding 1)
+        // MUTANT: set-without-mixed-check s|create, true)|create, false)|
+        Self::format_striped_with(devices, parity, unit, create, true)
+    }
+
+    /// `format_striped`; `mixed_check` false makes the set as builds before
+    /// `MIXED_HEADER_CHECK` did (linear chunk header checks), for the tests
+    /// that such sets keep mounting.
+    #[doc(hidden)]
+    pub fn format_striped_with(
+        devices: Vec<(String, Arc<dyn Media>)>,
+        parity: u32,
+        unit: u64,
+        create: &CreateOptions,
+        mixed_check: bool,
+    ) -> Result<Arc<StripeSet>> {
         let planned = open::plan(
             devices,
             &PlanOptions {
@@ -74,7 +91,7 @@ impl Volume {
         let mut c = create.clone();
         c.logical_bytes = Some(planned.logical_bytes);
         c.segment_bytes = planned.segment_bytes;
-        Volume::format(&SetMedia::new(planned.set.clone()), &c)?;
+        Volume::format_with(&SetMedia::new(planned.set.clone()), &c, mixed_check)?;
         planned.set.set_formatting(false);
         Ok(planned.set)
     }
