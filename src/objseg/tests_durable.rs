@@ -355,8 +355,6 @@ fn a_log_put_landing_after_the_takers_listing_is_replayed_and_the_next_is_fenced
         ok,
         "A's FLUSH before the fence must succeed (its PUT landed first)"
     );
-    let l = r.log.clone().unwrap();
-    assert!(l.fenced_by.is_some(), "B's replay ends at its fence: {l:?}");
     let mut a = a.lock();
     let k = assert_prefix(&vol, &a.history, a.blocks);
     assert_eq!(
@@ -393,6 +391,8 @@ fn a_log_put_landing_after_the_takers_listing_is_replayed_and_the_next_is_fenced
     let _ = a.vol.flush();
     a.store.wait_idle(Duration::from_secs(1));
     assert!(ours(&objects) <= before, "a fenced writer stored objects");
+    let l = r.log.clone().unwrap();
+    assert!(l.fenced_by.is_some(), "B's replay ends at its fence: {l:?}");
 }
 
 /// §5.6 without the hook: B takes over while A is idle; A's next FLUSH
@@ -415,48 +415,28 @@ fn a_superseded_writer_fails_its_next_flush_in_both_modes() {
 
     // the local-log mode: A's FLUSH is durable locally, and answered only
     // while its lease is not superseded
-    let media: Arc<dyn Media> = Arc::new(MemMedia::new(4 << 20));
-    Volume::format(
-        &*media,
-        &CreateOptions {
-            segment_bytes: SEG,
-            ..CreateOptions::default()
-        },
-    )
-    .unwrap();
-    let objects = Arc::new(MemObjects::new());
-    let adir = tempfile::tempdir().unwrap();
-    let store = create_in_mode(
-        media,
-        Place {
-            objects: objects.clone(),
-            dir: adir.path(),
-            takeover: false,
-            opts: inline(),
-        },
-        false,
-        false,
-    )
-    .unwrap()
-    .0;
-    let vol_a = Volume::open(
-        store.media(),
-        &OpenOptions {
-            background: false,
-            store: Some(StoreHandle(store.clone())),
-            ..OpenOptions::default()
-        },
-    )
-    .unwrap();
+    let (objects, _store, vol_a, _d) = local_host();
     vol_a.write(0, &wblock(0, 1), false).unwrap();
     vol_a.flush().unwrap();
     // B takes the next epoch (what a restore's takeover does first)
     let b = lease::take(&*objects, &Holder::this_process(), true).unwrap();
     std::thread::sleep(b.term() * 2);
+    vol_a.write(BS, &wblock(1, 2), false).unwrap();
+    let e = vol_a
+        .flush()
+        .expect_err("local-log mode: a superseded writer answered a FLUSH");
+    assert!(e.to_string().contains("superseded"), "{e}");
+
+    // and another local-log writer that never FLUSHes after the takeover:
+    // its segments fill, and their uploads are sent only under a fresh
+    // lease check, which finds B's epoch
+    let (objects, store, vol_a, _d) = local_host();
+    vol_a.write(0, &wblock(0, 1), false).unwrap();
+    vol_a.flush().unwrap();
+    let b = lease::take(&*objects, &Holder::this_process(), true).unwrap();
+    std::thread::sleep(b.term() * 2);
     let segs = |o: &MemObjects| o.list(ObjKind::Segment.dir()).unwrap().len();
     let before = segs(&objects);
-    // A writes on without a FLUSH: segments fill, and their uploads are
-    // sent only under a fresh lease check, which finds B's epoch
     for i in 0..64u64 {
         if vol_a
             .write((i + 2) * BS, &wblock(i + 2, i + 2), false)
@@ -471,9 +451,42 @@ fn a_superseded_writer_fails_its_next_flush_in_both_modes() {
         before,
         "a superseded writer uploaded segments"
     );
-    vol_a.write(BS, &wblock(1, 2), false).unwrap_or(());
-    let e = vol_a
-        .flush()
-        .expect_err("local-log mode: a superseded writer answered a FLUSH");
-    assert!(e.to_string().contains("superseded"), "{e}");
+}
+
+/// A volume in the local-log mode on MemObjects (inline uploads).
+fn local_host() -> (Arc<MemObjects>, Arc<ObjSegStore>, Volume, tempfile::TempDir) {
+    let media: Arc<dyn Media> = Arc::new(MemMedia::new(4 << 20));
+    Volume::format(
+        &*media,
+        &CreateOptions {
+            segment_bytes: SEG,
+            ..CreateOptions::default()
+        },
+    )
+    .unwrap();
+    let objects = Arc::new(MemObjects::new());
+    let dir = tempfile::tempdir().unwrap();
+    let store = create_in_mode(
+        media,
+        Place {
+            objects: objects.clone(),
+            dir: dir.path(),
+            takeover: false,
+            opts: inline(),
+        },
+        false,
+        false,
+    )
+    .unwrap()
+    .0;
+    let vol = Volume::open(
+        store.media(),
+        &OpenOptions {
+            background: false,
+            store: Some(StoreHandle(store.clone())),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    (objects, store, vol, dir)
 }
