@@ -14,7 +14,8 @@
 #
 # Usage: scripts/bench-nbd.sh [CASE...]      CASE: randwrite randread fsync (default: all)
 #        (fsync = two rows: "fsync", write+fsync with 8 jobs at iodepth 1 each, and
-#         "fsync-qd1", one job at iodepth 1; "fsync8" or "fsync-qd1" alone run one)
+#         "fsync-qd1", one job at iodepth 1; "fsync8" or "fsync-qd1" alone run one;
+#         "fsync32": 32 jobs at iodepth 1, each write followed by a FLUSH)
 # Env:   RUNTIME=20 (s per case and server)  SIZE_MB=2048  DIR=/var/tmp/sluice-bench
 #        SERVERS="sluice qemu-nbd nbdkit nbdkit-nocache raw"  SLUICE=target/release/sluice
 #        ROUNDS=1 (rounds; each runs every case and server, in a rotated order)
@@ -65,7 +66,7 @@ for c in "${ARGS[@]}"; do
     case $c in
     fsync) CASES+=(fsync fsync-qd1) ;;
     fsync8) CASES+=(fsync) ;;
-    randwrite|randread|fsync-qd1) CASES+=("$c") ;;
+    randwrite|randread|fsync-qd1|fsync32) CASES+=("$c") ;;
     *) echo "bench-nbd: unknown case $c" >&2; exit 2 ;;
     esac
 done
@@ -276,6 +277,7 @@ for round in $(seq 1 "$ROUNDS"); do
         randread) n=$(run_fio rr --rw=randread --iodepth="$QD" --numjobs="$NUMJOBS") ;;
         fsync) n=$(run_fio fs --rw=randwrite --iodepth=1 --numjobs=8 --fsync=1 "${DATA[@]}") ;;
         fsync-qd1) n=$(run_fio fs1 --rw=randwrite --iodepth=1 --numjobs=1 --fsync=1 "${DATA[@]}") ;;
+        fsync32) n=$(run_fio fs32 --rw=randwrite --iodepth=1 --numjobs=32 --fsync=1 "${DATA[@]}") ;;
         *) echo "unknown case $c" >&2; exit 2 ;;
         esac
         t1=$(cpu_ticks)

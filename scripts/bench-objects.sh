@@ -9,8 +9,10 @@
 #      local file ("sluice"), and a volume in radosgw's S3 in both modes
 #      ("sluice-s3": FLUSH durable in the cache's metadata file;
 #      "sluice-s3-durable": FLUSH durable in the store, --flush-to store);
-#      cases randwrite (QD32, no FLUSH: fio's nbd engine sends none) and
-#      fsync-qd1 (QD1 write + FLUSH);
+#      cases randwrite (QD32, no FLUSH: fio's nbd engine sends none),
+#      fsync32 (32 writers, each a write + FLUSH at a time: 32 outstanding
+#      durable writes, the durable QD32 against RBD's QD32) and
+#      fsync-qd1 (QD1 write + FLUSH); CASES="..." picks some;
 #   3. the backend's CPU seconds (every OSD and radosgw, utime + stime from
 #      /proc/PID/stat) around each sluice run, per GiB of host writes, and
 #      the store bytes per host byte sluice reports at its stop.
@@ -48,7 +50,7 @@ rows=()
 for be in ${BACKENDS:-s3}; do
 for srv in sluice sluice-s3 sluice-s3-durable; do
   [ "$be" = rados ] && [ "$srv" = sluice ] && continue
-  for c in randwrite fsync-qd1; do
+  for c in ${CASES:-randwrite fsync32 fsync-qd1}; do
     out=$dir/nbd-$be-$srv-$c
     env=(S3_ENDPOINT=$AWS_ENDPOINT_URL)
     [ "$be" = rados ] && env=(RADOS_CONF=$dir/ceph.conf SLUICE=${SLUICE_RADOS:?SLUICE_RADOS: a --features rados build})
@@ -61,6 +63,7 @@ for srv in sluice sluice-s3 sluice-s3-durable; do
     t1=$(backend_ticks)
     json=$out/fio-rw.json
     [ "$c" = fsync-qd1 ] && json=$out/fio-fs1.json
+    [ "$c" = fsync32 ] && json=$out/fio-fs32.json
     line=$(grep "round 1 $c $srv" "$out/stderr" || true)
     name=$srv
     [ "$srv" != sluice ] && name="$srv ($be)"

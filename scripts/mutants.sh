@@ -492,6 +492,27 @@ apply_log_replay_skipped() {
 apply_log_deleted_before_ckpt() {
   marker log-deleted-before-ckpt
 }
+apply_fence_skipped() {
+  marker fence-skipped
+}
+apply_fenced_put_taken_as_ok() {
+  marker fenced-put-taken-as-ok
+}
+apply_flush_gate_skipped() {
+  marker flush-gate-skipped
+}
+apply_lease_check_always_ok() {
+  marker lease-check-always-ok
+}
+apply_mutation_without_lease_check() {
+  marker mutation-without-lease-check
+}
+# a live superseded writer neither fenced by the taker nor checking its
+# lease: the SeaweedFS test of two live processes must see A answer FLUSHes
+# the taker never gets
+apply_superseded_writer_unfenced() {
+  marker fence-skipped && marker lease-check-always-ok
+}
 apply_map_five_byte_stride() {
   marker map-five-byte-stride
 }
@@ -637,6 +658,12 @@ run roll-forward-past-gap lib
 run flush-acked-before-log-put lib objects_crash
 run log-replay-skipped lib
 run log-deleted-before-ckpt lib
+run fence-skipped lib
+run fenced-put-taken-as-ok lib
+run flush-gate-skipped lib
+run lease-check-always-ok lib
+run mutation-without-lease-check lib
+run superseded-writer-unfenced objects_volume
 run objckpt-reserved-unchecked format_fuzz_smoke
 run rados-create-not-exclusive objects_rados
 run damaged-head-never-falls-back superblock_ends

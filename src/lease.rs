@@ -27,6 +27,42 @@ pub struct Holder {
     /// Random: two takes never write the same bytes (so a create sent twice
     /// is recognised as ours, and another's never is).
     pub nonce: u64,
+    /// The lease term T this writer keeps (docs/objects.md §5.6): it
+    /// mutates the store (uploads, deletes, checkpoint and log objects)
+    /// only within T/2 of a lease check that found no newer epoch, and a
+    /// taker that supersedes it waits 2T before it lists. Written into the
+    /// epoch object so that the taker waits by the old writer's term, not
+    /// its own. (Epoch objects without it: `DEFAULT_TERM_MS`.)
+    pub term_ms: u64,
+}
+
+/// The lease term when neither `SLUICE_LEASE_TERM_MS` nor `set_term` says
+/// otherwise: 30 s, the S3 client's request timeout (§5.6: an operation the
+/// old writer sent must have landed or failed before the taker lists).
+pub const DEFAULT_TERM_MS: u64 = 30_000;
+
+static TERM_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Set the term this process's next leases carry (tests: a short one, so a
+/// takeover's wait of 2T stays short).
+pub fn set_term(t: std::time::Duration) {
+    TERM_MS.store(
+        (t.as_millis() as u64).max(1),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// The term this process's leases carry: `set_term`, else the environment's
+/// `SLUICE_LEASE_TERM_MS`, else `DEFAULT_TERM_MS` (unit tests: 100 ms).
+pub fn term_ms() -> u64 {
+    match TERM_MS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => std::env::var("SLUICE_LEASE_TERM_MS")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&v| v > 0)
+            .unwrap_or(if cfg!(test) { 100 } else { DEFAULT_TERM_MS }),
+        t => t,
+    }
 }
 
 impl Holder {
@@ -41,13 +77,14 @@ impl Holder {
             pid: std::process::id(),
             created_ms: ms,
             nonce: rand::random(),
+            term_ms: term_ms(),
         }
     }
 
     fn encode(&self, epoch: u64) -> Vec<u8> {
         format!(
-            "sluice-lease 1\nepoch {epoch}\nhost {}\npid {}\ncreated_ms {}\nnonce {:016x}\n",
-            self.host, self.pid, self.created_ms, self.nonce
+            "sluice-lease 1\nepoch {epoch}\nhost {}\npid {}\ncreated_ms {}\nnonce {:016x}\nterm_ms {}\n",
+            self.host, self.pid, self.created_ms, self.nonce, self.term_ms
         )
         .into_bytes()
     }
@@ -73,11 +110,21 @@ impl Holder {
         let pid = field("pid")?.parse().map_err(|_| "bad pid")?;
         let created_ms = field("created_ms")?.parse().map_err(|_| "bad time")?;
         let nonce = u64::from_str_radix(field("nonce")?, 16).map_err(|_| "bad nonce")?;
+        // (added with fencing, §5.6: an older epoch object ends here)
+        let term_ms = match lines.next() {
+            None => DEFAULT_TERM_MS,
+            Some(l) => l
+                .strip_prefix("term_ms ")
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|&v| v > 0)
+                .ok_or("bad term")?,
+        };
         Ok(Holder {
             host,
             pid,
             created_ms,
             nonce,
+            term_ms,
         })
     }
 }
@@ -182,16 +229,28 @@ pub fn take(store: &dyn ObjectStore, me: &Holder, takeover: bool) -> Result<Leas
 }
 
 impl Lease {
-    /// Ok while no newer epoch exists; a writer asks before each checkpoint
-    /// and stops writing when superseded.
+    /// Ok while no newer epoch exists: one HEAD of `epoch/E+1` (every
+    /// taker creates the newest epoch + 1 and epoch objects are never
+    /// deleted, so a newer epoch exists iff E+1 does). Relies on the
+    /// store's HEAD seeing every create that returned before it was sent
+    /// (S3's strong read-after-write, a RADOS stat). `objseg::fence`
+    /// gates every write to the store on it.
     pub fn check(&self, store: &dyn ObjectStore) -> Result<(), LeaseError> {
-        match epochs(store)?.last() {
-            Some(&newer) if newer > self.epoch => Err(LeaseError::Superseded {
+        let next = self.epoch.saturating_add(1);
+        // MUTANT: lease-check-always-ok s|match store.head(&ObjName::Epoch(next).encode()) {|match Err::<u64, ObjError>(ObjError::NotFound(String::new())) {|
+        match store.head(&ObjName::Epoch(next).encode()) {
+            Ok(_) => Err(LeaseError::Superseded {
                 mine: self.epoch,
-                newer,
+                newer: epochs(store)?.last().copied().unwrap_or(next).max(next),
             }),
-            _ => Ok(()),
+            Err(ObjError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e.into()),
         }
+    }
+
+    /// The lease term T (ms) this writer keeps.
+    pub fn term(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.holder.term_ms)
     }
 
     /// Mark the epoch released (a clean close): the next taker needs no
@@ -242,6 +301,7 @@ mod tests {
             pid: 42,
             created_ms: 1_700_000_000_123,
             nonce: rand::random(),
+            term_ms: 100,
         }
     }
 
@@ -421,5 +481,10 @@ mod tests {
         assert_eq!(Holder::decode(&h.encode(5), 5).unwrap(), h);
         assert!(Holder::decode(&h.encode(5), 6).is_err());
         assert!(Holder::decode(b"", 1).is_err());
+        // an epoch object from before the term was written: the default
+        let old = b"sluice-lease 1\nepoch 3\nhost h\npid 1\ncreated_ms 5\nnonce 00000000000000ff\n";
+        assert_eq!(Holder::decode(old, 3).unwrap().term_ms, DEFAULT_TERM_MS);
+        let bad = b"sluice-lease 1\nepoch 3\nhost h\npid 1\ncreated_ms 5\nnonce 00000000000000ff\nterm_ms x\n";
+        assert!(Holder::decode(bad, 3).is_err());
     }
 }

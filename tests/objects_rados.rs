@@ -12,6 +12,7 @@
 //! to make, and the last phase kills the OSD).
 #![cfg(feature = "rados")]
 
+mod nbd_common;
 mod objects_common;
 
 use objects_common::{pattern, Clients};
@@ -20,9 +21,10 @@ use sluice::media::objects::{self, ObjError, ObjectStore, RadosObjects, RadosOpt
 use sluice::media::{FileMedia, Media};
 use sluice::objseg::{self, ObjSegOptions};
 use sluice::{OpenOptions, StoreHandle, Volume};
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,6 +151,8 @@ fn rados_objects_keep_the_object_store_contract() {
     objects_common::lease_race(&clients(&c), 10);
     eprintln!("phase: a volume in the pool");
     a_volume_in_rados_reads_back_through_ranged_reads(&c);
+    eprintln!("phase: store-durable takeovers");
+    store_durable_takeovers(&c);
     eprintln!("phase: kill -9 of the OSD");
     acknowledged_objects_survive_kill_9_of_the_osd(&c);
 }
@@ -343,4 +347,194 @@ fn acknowledged_objects_survive_kill_9_of_the_osd(c: &Cluster) {
         s.put_new(&objs[2].0, b"other"),
         Err(ObjError::Exists(_))
     ));
+}
+
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn last_round(state: &str, what: &str) -> u64 {
+    state
+        .lines()
+        .filter_map(|l| l.strip_prefix(what))
+        .filter_map(|n| n.trim().parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The store-durable mode on RADOS (docs/objects.md §5.0.2, §5.6.1), with
+/// `sluice serve` processes under tests/nbd_scripts/flush_load.py:
+/// 1. host A serves under load; host B (`--takeover`, an empty cache
+///    directory) takes over while A is alive: A's load must end on a FLUSH
+///    error, and B must hold every round A's FLUSH answered;
+/// 2. B serves under load and is killed (-9) under it, its cache directory
+///    deleted; host C (`--takeover`, empty cache) holds every round whose
+///    FLUSH B answered.
+fn store_durable_takeovers(c: &Cluster) {
+    let test = "RADOS: store-durable takeovers";
+    let Some(probe) = nbd_common::nbdsh(test) else {
+        return;
+    };
+    let nbdsh = || {
+        let mut c = Command::new(probe.get_program());
+        c.args(probe.get_args());
+        c
+    };
+    let exec = format!(
+        "exec(open({:?}).read())",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/nbd_scripts/flush_load.py"
+        )
+    );
+    let conf = c.dir.path().join("ceph.conf");
+    let sluice = |args: &[&str], vol: &str, cache: &Path| {
+        let mut cmd = Command::new(nbd_common::BIN);
+        cmd.args(args)
+            .arg("--store")
+            .arg(format!("rados://sluice/{vol}"))
+            .arg("--cache-dir")
+            .arg(cache)
+            .arg("--ceph-conf")
+            .arg(&conf)
+            // a takeover waits 2T: 1 s here
+            .env("SLUICE_LEASE_TERM_MS", "500");
+        cmd
+    };
+    let serve = |vol: &str, cache: &Path, sock: &Path, extra: &[&str]| -> (Reap, String) {
+        let mut child = Reap(
+            sluice(&["serve"], vol, cache)
+                .args(extra)
+                .arg("--socket")
+                .arg(sock)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut line = String::new();
+        BufReader::new(child.0.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(
+            !line.is_empty(),
+            "sluice serve on {} did not start",
+            cache.display()
+        );
+        (child, line.trim().to_string())
+    };
+    let load = |uri: &str, state: &Path| {
+        Reap(
+            nbdsh()
+                .args(["-u", uri, "-c", &exec])
+                .env("MODE", "load")
+                .env("STATE", state)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let wait_flushed = |state: &Path, n: u64| {
+        let t0 = std::time::Instant::now();
+        while last_round(
+            &std::fs::read_to_string(state).unwrap_or_default(),
+            "flushed ",
+        ) < n
+            && t0.elapsed() < Duration::from_secs(180)
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // the volume as a host finds it: a prefix K of the rounds, K returned
+    let prefix = |uri: &str, started: u64| -> u64 {
+        let out = nbd_common::run(
+            nbdsh()
+                .args(["-u", uri, "-c", &exec])
+                .env("MODE", "prefix")
+                .env("STARTED", started.to_string()),
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.contains(": 0 bad"), "{text}");
+        eprintln!("  {}", text.trim());
+        text.split("prefix ")
+            .nth(1)
+            .and_then(|t| t.split('+').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{text}"))
+    };
+    let root = c.dir.path();
+    let create = |vol: &str, cache: &Path| {
+        let out = sluice(
+            &[
+                "create",
+                "--size",
+                "64M",
+                "--segment-size",
+                "256K",
+                "--flush-to",
+                "store",
+            ],
+            vol,
+            cache,
+        )
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // 1. a live writer superseded
+    let host_a = root.join("sd-a");
+    create("v2", &host_a);
+    let state = root.join("sd-state-1");
+    let (server_a, uri_a) = serve("v2", &host_a, &root.join("sd-a.sock"), &[]);
+    let mut load_a = load(&uri_a, &state);
+    wait_flushed(&state, 40);
+    assert!(
+        load_a.0.try_wait().unwrap().is_none(),
+        "the load on A stopped early"
+    );
+    let host_b = root.join("sd-b");
+    let (server_b, uri_b) = serve("v2", &host_b, &root.join("sd-b.sock"), &["--takeover"]);
+    let code = nbd_common::wait_timeout(&mut load_a.0, Duration::from_secs(30))
+        .expect("host A still answers FLUSHes 30 s after host B took over");
+    assert!(!code.success(), "the load on A ended without an error");
+    let st = std::fs::read_to_string(&state).unwrap();
+    let (flushed, started) = (last_round(&st, "flushed "), last_round(&st, "start "));
+    let k = prefix(&uri_b, started);
+    assert!(
+        k >= flushed,
+        "host B got rounds 1..{k}; host A answered the FLUSH after round {flushed}"
+    );
+    drop(server_a);
+    drop(server_b);
+    // 2. kill -9 under load, the cache lost, another host takes over
+    let host_d = root.join("sd-d");
+    create("v3", &host_d);
+    let state = root.join("sd-state-2");
+    let (server_d, uri_d) = serve("v3", &host_d, &root.join("sd-d.sock"), &[]);
+    let mut load_d = load(&uri_d, &state);
+    wait_flushed(&state, 40);
+    drop(server_d); // kill -9 under the load
+    let _ = load_d.0.kill();
+    let _ = load_d.0.wait();
+    std::fs::remove_dir_all(&host_d).unwrap();
+    let st = std::fs::read_to_string(&state).unwrap();
+    let (flushed, started) = (last_round(&st, "flushed "), last_round(&st, "start "));
+    assert!(flushed >= 40, "{st}");
+    let host_e = root.join("sd-e");
+    let (server_e, uri_e) = serve("v3", &host_e, &root.join("sd-e.sock"), &["--takeover"]);
+    let k = prefix(&uri_e, started);
+    assert!(
+        k >= flushed,
+        "host E got rounds 1..{k}; host D answered the FLUSH after round {flushed}"
+    );
+    drop(server_e);
 }

@@ -116,7 +116,9 @@ impl Weed {
             .arg(cache)
             .env("AWS_ACCESS_KEY_ID", KEY)
             .env("AWS_SECRET_ACCESS_KEY", SECRET)
-            .env("AWS_REGION", "us-east-1");
+            .env("AWS_REGION", "us-east-1")
+            // a takeover waits 2T (docs/objects.md §5.6): 1 s here
+            .env("SLUICE_LEASE_TERM_MS", "500");
         c
     }
 }
@@ -882,6 +884,126 @@ fn store_durable_kill_9_under_load_and_a_lost_cache_keeps_every_flushed_write() 
     eprintln!("store-durable move: {text} (host A flushed {flushed}, started {started}, {logs} log objects)");
     // B stops cleanly; its log objects below its kept checkpoints go
     stop(server);
+    let info = ok(w.sluice(&["info"], "v5", &host_b).output().unwrap());
+    assert!(info.contains("newest checkpoint object ckpt/"), "{info}");
+}
+
+/// docs/objects.md §5.6, on the real server and two live processes: host A
+/// serves in the store-durable mode under a write+FLUSH load and is never
+/// stopped; host B (`serve --takeover`, an empty cache directory) takes the
+/// volume over while A runs. A must fail its FLUSHes from then on (the load
+/// ends with a FLUSH error, soon after B is up), and B must hold every
+/// round whose FLUSH A answered, up to the very last.
+#[test]
+fn a_live_superseded_writer_fails_its_flushes_and_the_taker_holds_every_acknowledged_one() {
+    let test = "volume in S3: store-durable, takeover of a live writer";
+    let Some(probe) = nbd_common::nbdsh(test) else {
+        return;
+    };
+    let Some(w) = Weed::start(test) else {
+        return;
+    };
+    let nbdsh = || {
+        let mut c = Command::new(probe.get_program());
+        c.args(probe.get_args());
+        c
+    };
+    let exec = format!(
+        "exec(open({:?}).read())",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/nbd_scripts/flush_load.py"
+        )
+    );
+    let host_a = w.dir.path().join("host-a");
+    ok(w.sluice(
+        &[
+            "create",
+            "--size",
+            "64M",
+            "--segment-size",
+            "256K",
+            "--flush-to",
+            "store",
+        ],
+        "v5",
+        &host_a,
+    )
+    .output()
+    .unwrap());
+    let sock_a = w.dir.path().join("nbd-a.sock");
+    let state = w.dir.path().join("state");
+    let (server_a, uri_a) = serve_on(&w, &host_a, &sock_a, &[], false);
+    let mut load = Reap(
+        nbdsh()
+            .args(["-u", &uri_a, "-c", &exec])
+            .env("MODE", "load")
+            .env("STATE", &state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = std::time::Instant::now();
+    while last_round(
+        &std::fs::read_to_string(&state).unwrap_or_default(),
+        "flushed ",
+    ) < 40
+        && t0.elapsed() < Duration::from_secs(180)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        load.0.try_wait().unwrap().is_none(),
+        "the load on host A stopped before the takeover"
+    );
+    // host B takes over while A serves and its load runs
+    let host_b = w.dir.path().join("host-b");
+    let sock_b = w.dir.path().join("nbd-b.sock");
+    let (server_b, uri_b) = serve_on(&w, &host_b, &sock_b, &["--takeover"], false);
+    let at_b = last_round(&std::fs::read_to_string(&state).unwrap(), "flushed ");
+    // A's FLUSHes fail from now on: the load ends on a FLUSH error
+    let code = nbd_common::wait_timeout(&mut load.0, Duration::from_secs(30)).unwrap_or_else(|| {
+        panic!(
+            "host A still answers FLUSHes 30 s after host B took over (flushed round {} at B's start, {} now)",
+            at_b,
+            last_round(&std::fs::read_to_string(&state).unwrap(), "flushed ")
+        )
+    });
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut load.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!code.success(), "the load on host A ended without an error");
+    assert!(
+        err.contains("flush"),
+        "the load on A did not end on a FLUSH: {err}"
+    );
+    let st = std::fs::read_to_string(&state).unwrap();
+    let (flushed, started) = (last_round(&st, "flushed "), last_round(&st, "start "));
+    // every round whose FLUSH A answered, the ones after B's start too
+    let out = nbd_common::run(
+        nbdsh()
+            .args(["-u", &uri_b, "-c", &exec])
+            .env("MODE", "prefix")
+            .env("STARTED", started.to_string()),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains(": 0 bad"), "{text}");
+    let k: u64 = text
+        .split("prefix ")
+        .nth(1)
+        .and_then(|t| t.split('+').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        k >= flushed,
+        "host B got rounds 1..{k}; host A had answered the FLUSH after round {flushed} (round {at_b} when B started, {started} started)"
+    );
+    eprintln!(
+        "live takeover: {text} (A flushed {flushed}: {at_b} when B was up; started {started})"
+    );
+    // A, superseded, stops cleanly without releasing B's volume; B too
+    drop(server_a);
+    stop(server_b);
     let info = ok(w.sluice(&["info"], "v5", &host_b).output().unwrap());
     assert!(info.contains("newest checkpoint object ckpt/"), "{info}");
 }

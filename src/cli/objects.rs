@@ -82,7 +82,9 @@ pub struct StoreArgs {
     #[arg(long, requires = "store")]
     pub cache_dir: Option<PathBuf>,
     /// Take the volume over from a writer that is gone (its lease was never
-    /// released).
+    /// released). A writer still alive is fenced: it fails its FLUSHes from
+    /// then on. Waits 2T first (T: the old writer's lease term, 30 s unless
+    /// SLUICE_LEASE_TERM_MS said otherwise; docs/objects.md §5.6.1).
     #[arg(long, requires = "store")]
     pub takeover: bool,
     /// Uploaded segments kept in the cache directory for reads (each one

@@ -147,6 +147,25 @@ impl LogObject {
     }
 }
 
+/// The first line of a fence object: an object a taker puts under a
+/// superseded epoch's next free log name (`log/L-E`, docs/objects.md §5.6),
+/// so that the old writer's conditional create of that name fails and it
+/// never acknowledges a FLUSH whose log object the taker would not replay.
+/// Text, not a log object: `LogObject::decode` refuses it (another magic).
+pub const FENCE_MAGIC: &str = "sluice-log-fence 1\n";
+
+/// A fence of epoch `epoch`'s log put by epoch `by`; `nonce` makes its bytes
+/// this taker's (a create sent twice is recognised as its own).
+pub fn encode_fence(epoch: u64, by: u64, nonce: u64) -> Vec<u8> {
+    format!("{FENCE_MAGIC}epoch {epoch}\nby {by}\nnonce {nonce:016x}\n").into_bytes()
+}
+
+/// The epoch that put this fence, if `bytes` is a fence object.
+pub fn fence_by(bytes: &[u8]) -> Option<u64> {
+    let t = std::str::from_utf8(bytes).ok()?.strip_prefix(FENCE_MAGIC)?;
+    t.lines().nth(1)?.strip_prefix("by ")?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +232,14 @@ mod tests {
         let crc = crc32c::crc32c(&b[..l - 4]);
         put_u32(&mut b, l - 4, crc);
         assert!(LogObject::decode(&b).is_err());
+    }
+
+    #[test]
+    fn fences_are_recognised_and_never_decode_as_log_objects() {
+        let f = encode_fence(3, 4, 0xabc);
+        assert_eq!(fence_by(&f), Some(4));
+        assert!(LogObject::decode(&f).is_err());
+        assert_eq!(fence_by(b"sluice-log-fence 1\nepoch 3\n"), None);
+        assert_eq!(fence_by(b"SLUICEFL"), None);
     }
 }

@@ -219,6 +219,9 @@ impl Inner {
         }
         .encode();
         let bytes = obj.encode();
+        if !self.lease_fresh() {
+            return false;
+        }
         if let Err(e) = self.objects.put_new(&name, &bytes) {
             tracing::warn!(
                 "{}: checkpoint object {name} (log below {}): {e}; trying again later",

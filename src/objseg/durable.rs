@@ -33,10 +33,11 @@
 //!   (`deletable`): every mount from a kept checkpoint object still finds
 //!   every record it replays.
 
+use super::fence::LeaseClock;
 use super::io_err;
-use crate::format::objlog::LogObject;
+use crate::format::objlog::{fence_by, LogObject};
 use crate::format::objname::{ObjKind, ObjName};
-use crate::media::objects::ObjectStore;
+use crate::media::objects::{ObjError, ObjectStore};
 use crate::media::{Media, UringReads};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -86,6 +87,8 @@ pub struct ObjLog {
     objects: Arc<dyn ObjectStore>,
     uuid: [u8; 16],
     epoch: u64,
+    /// Every log PUT is sent under a fresh lease check (`fence.rs`).
+    clock: Arc<LeaseClock>,
     pending: Mutex<Pending>,
     put: Mutex<Put>,
     /// Log objects of earlier epochs found at attach (deletable once a
@@ -103,8 +106,9 @@ impl ObjLog {
         inner: Arc<dyn Media>,
         objects: Arc<dyn ObjectStore>,
         uuid: [u8; 16],
-        epoch: u64,
+        clock: Arc<LeaseClock>,
     ) -> io::Result<Arc<ObjLog>> {
+        let epoch = clock.lease().epoch;
         let mut older = Vec::new();
         for o in objects.list(ObjKind::Log.dir()).map_err(io_err)? {
             match ObjName::parse(&o.name) {
@@ -136,6 +140,7 @@ impl ObjLog {
             objects,
             uuid,
             epoch,
+            clock,
             pending: Mutex::new(Pending::default()),
             put: Mutex::new(Put::default()),
             older: Mutex::new(older),
@@ -208,7 +213,28 @@ impl ObjLog {
             let timeout = Duration::from_millis(self.put_timeout_ms.load(Ordering::Relaxed));
             let mut wait = Duration::from_millis(20);
             loop {
-                match self.objects.put_new(&name, bytes) {
+                // sent only under a fresh lease check (§5.6); superseded:
+                // the FLUSH fails for good
+                let r = match self.clock.fresh() {
+                    Err(e) if self.clock.superseded().is_some() => return Err(e),
+                    Err(e) => Err(e.to_string()),
+                    Ok(()) => match self.objects.put_new(&name, bytes) {
+                        Ok(()) => Ok(()),
+                        // MUTANT: fenced-put-taken-as-ok s|Err(ObjError::Exists(_)) => {|Err(ObjError::Exists(_)) => { if true { break; }|
+                        Err(ObjError::Exists(_)) => {
+                            // another writer's object under our next name:
+                            // a taker's fence (fence.rs). Our PUT never
+                            // landed; nothing from here on is answered.
+                            self.clock.supersede(format!(
+                                "{name} is another writer's: a takeover fenced epoch {}'s FLUSH log",
+                                self.epoch
+                            ));
+                            return Err(self.clock.gate_write().expect_err("superseded"));
+                        }
+                        Err(e) => Err(e.to_string()),
+                    },
+                };
+                match r {
                     Ok(()) => break,
                     Err(e) if t.elapsed() < timeout => {
                         tracing::warn!(
@@ -220,10 +246,9 @@ impl ObjLog {
                         wait = (wait * 2).min(Duration::from_secs(2)).min(timeout);
                     }
                     Err(e) => {
-                        return Err(io::Error::new(
-                            io::Error::from(e).kind(),
+                        return Err(io::Error::other(
                             format!(
-                                "{}: log object {name} not stored after {:?}: a FLUSH cannot be made durable in the store",
+                                "{}: log object {name} not stored after {:?} ({e}): a FLUSH cannot be made durable in the store",
                                 self.objects.describe(),
                                 timeout
                             ),
@@ -283,6 +308,7 @@ impl Media for ObjLog {
         self.inner.uring_reads(entries)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.clock.gate_write()?;
         self.inner.write_at(buf, offset)?;
         let over = {
             let mut q = self.pending.lock();
@@ -298,6 +324,7 @@ impl Media for ObjLog {
         Ok(())
     }
     fn flush(&self) -> io::Result<()> {
+        self.clock.gate_write()?;
         self.inner.flush()?;
         // MUTANT: flush-acked-before-log-put s|self.put_pending()|Ok::<(), io::Error>(())|
         self.put_pending()
@@ -331,6 +358,8 @@ pub struct Replayed {
     pub records: usize,
     /// Why it ended.
     pub stop: String,
+    /// It ended at a fence object put by this epoch (a takeover, fence.rs).
+    pub fenced_by: Option<u64>,
 }
 
 /// Replay the log of epoch `epoch` from record `from` on: each record's
@@ -356,7 +385,17 @@ pub fn replay(
     let mut out = Replayed::default();
     // (index, crc, next record) of the last object read
     let mut last: Option<(u64, u32, u64)> = None;
-    for i in idx {
+    let mut listed = idx.into_iter();
+    loop {
+        // the listed objects, then (past the listing's end) the next
+        // numbers asked for one by one: an object that landed after the
+        // listing is read all the same (a GET sees every create that
+        // returned before it; the listing need not)
+        let (i, probe) = match (listed.next(), last) {
+            (Some(i), _) => (i, false),
+            (None, Some((li, _, _))) => (li + 1, true),
+            (None, None) => break,
+        };
         let name = ObjName::Log { seq: i, epoch }.encode();
         if let Some((li, _, _)) = last {
             if i != li + 1 {
@@ -366,11 +405,17 @@ pub fn replay(
         }
         let bytes = match objects.get(&name) {
             Ok(b) => b,
+            Err(ObjError::NotFound(_)) if probe => break,
             Err(e) => {
                 out.stop = format!("{name} is unreadable ({e}): replay ends");
                 return Ok(out);
             }
         };
+        if let Some(by) = fence_by(&bytes) {
+            out.fenced_by = Some(by);
+            out.stop = format!("{name} is epoch {by}'s fence: the log of epoch {epoch} ends there");
+            return Ok(out);
+        }
         let o = match LogObject::decode(&bytes) {
             Ok(o) if o.uuid == *uuid && o.epoch == epoch && o.index == i => o,
             Ok(_) => {

@@ -36,6 +36,7 @@
 
 mod ckpt;
 pub mod durable;
+pub mod fence;
 pub mod recover;
 pub mod table;
 
@@ -179,6 +180,9 @@ struct Inner {
     objects: Arc<dyn ObjectStore>,
     geo: Geometry,
     lease: Lease,
+    /// Every mutation of the store is sent under a fresh lease check; a
+    /// superseded writer stops (`fence.rs`, §5.6).
+    clock: Arc<fence::LeaseClock>,
     opts: ObjSegOptions,
     state: Mutex<State>,
     work: Condvar,
@@ -344,9 +348,18 @@ impl ObjSegStore {
         }
         // the store-durable mode: every write to the local metadata file
         // goes through the FLUSH log, the store's tombstones included
+        let clock = fence::LeaseClock::new(lease.clone(), objects.clone());
         let (media, log) = if table.store_durable && !read_only {
-            let l = durable::ObjLog::new(media, objects.clone(), uuid, lease.epoch)?;
+            let l = durable::ObjLog::new(media, objects.clone(), uuid, clock.clone())?;
             (l.clone() as Arc<dyn Media>, Some(l))
+        } else if !read_only {
+            // the local-log mode: a FLUSH is answered only while not
+            // superseded
+            let g = fence::FlushGate {
+                inner: media,
+                clock: clock.clone(),
+            };
+            (Arc::new(g) as Arc<dyn Media>, None)
         } else {
             (media, None)
         };
@@ -470,6 +483,7 @@ impl ObjSegStore {
             objects,
             geo: *geo,
             lease,
+            clock,
             opts,
             state: Mutex::new(State {
                 slots,
@@ -535,6 +549,11 @@ impl ObjSegStore {
                 .map_or(0, |l| l.stats.bytes_put.load(Ordering::Relaxed)),
             st.checkpoint_bytes.load(Ordering::Relaxed),
         )
+    }
+
+    /// The writer's lease clock (`fence.rs`).
+    pub fn lease_clock(&self) -> &Arc<fence::LeaseClock> {
+        &self.inner.clock
     }
 
     /// The store-durable mode's FLUSH log, if the volume is in that mode.
@@ -744,6 +763,27 @@ impl Inner {
         Ok(())
     }
 
+    /// A store mutation may be sent now (`fence.rs`): false when the lease
+    /// check fails; superseded, the store stops here for good (`failed`:
+    /// writes and FLUSHes fail, nothing more is uploaded or deleted).
+    fn lease_fresh(&self) -> bool {
+        // MUTANT: mutation-without-lease-check s|match self.clock.fresh() {|match Ok::<(), io::Error>(()) {|
+        match self.clock.fresh() {
+            Ok(()) => true,
+            Err(e) => {
+                if self.clock.superseded().is_some() {
+                    let mut st = self.state.lock();
+                    if st.failed.is_none() {
+                        st.failed = Some(e.to_string());
+                    }
+                } else {
+                    tracing::warn!("{e}; the store's mutations wait");
+                }
+                false
+            }
+        }
+    }
+
     fn check_failed(st: &State) -> io::Result<()> {
         match &st.failed {
             Some(f) => Err(io_err(f)),
@@ -874,6 +914,11 @@ impl Inner {
     /// One job; true: done (then the cache is trimmed), false: try again.
     fn run_job(&self, job: &Job) -> bool {
         let ok = match job {
+            Job::Delete { .. } | Job::Upload { .. } if !self.lease_fresh() => {
+                // superseded: dropped (the next writer owns the store);
+                // the store not answering: tried again later
+                self.state.lock().failed.is_some()
+            }
             Job::Delete { name, bytes } => match self.objects.delete(name) {
                 Ok(()) => {
                     self.stats.deleted_objects.fetch_add(1, Ordering::Relaxed);
@@ -976,6 +1021,10 @@ impl Inner {
             crc,
         };
         let name = Inner::name(&r);
+        if !self.lease_fresh() {
+            // superseded: dropped; the store not answering: again later
+            return self.state.lock().failed.is_some();
+        }
         if let Err(e) = self.objects.put_new(&name, &buf) {
             tracing::warn!(
                 "{}: upload of segment {seg} as {name} failed ({e}); retrying",
@@ -1295,6 +1344,7 @@ fn create_inner(
     let geo = Geometry::from_superblock(&read.sb);
     check_empty(&*place.objects, force)?;
     let lease = lease::take(&*place.objects, &Holder::this_process(), force).map_err(io_err)?;
+    fence::take_over(&*place.objects, &lease, false)?;
     crate::media::objects::verify_write_once(
         &*place.objects,
         &format!("probe/write-once-{}", lease.epoch),
@@ -1354,6 +1404,9 @@ pub fn open(
             }
         ))
     })?;
+    // a live writer of an earlier epoch is fenced before anything is listed
+    // (§5.6); this cache's own crashed writer needs no wait
+    fence::take_over(&*place.objects, &lease, lease.epoch == table.epoch + 1)?;
     Ok(ObjSegStore::attach(
         media,
         &geo,

@@ -109,6 +109,12 @@ pub fn restore(objects: &dyn ObjectStore, dir: &Path, takeover: bool) -> crate::
         ))
     })?;
     let epoch = lease.epoch;
+    // a superseded writer still alive is fenced, and its last sends have
+    // landed, before anything is listed (fence.rs, §5.6)
+    if let Err(e) = super::fence::take_over(objects, &lease, false) {
+        let _ = lease.release(objects);
+        return Err(e.into());
+    }
     let r = plan(objects).and_then(|mut p| write(&mut p, dir, epoch, objects).map(|l| (p, l)));
     match r {
         Ok((p, log)) => Ok(Restored {

@@ -250,3 +250,243 @@ fn a_missing_log_object_ends_the_replay_there() {
     let (_r, _s, vol) = host_b(Arc::new(a.objects.snapshot()), dir.path());
     assert_eq!(assert_prefix(&vol, &a.history, a.blocks), 6);
 }
+
+/// Host B over any store (a hooked one below): rebuild, attach, mount.
+fn host_b_on(
+    objects: Arc<dyn ObjectStore>,
+    dir: &Path,
+) -> (recover::Restored, Arc<ObjSegStore>, Volume) {
+    let r = recover::restore(&*objects, dir, true).unwrap();
+    let file: Arc<dyn Media> = Arc::new(FileMedia::open(&dir.join("volume"), false).unwrap());
+    let s = open(
+        file,
+        Place {
+            objects,
+            dir,
+            takeover: false,
+            opts: inline(),
+        },
+    )
+    .unwrap()
+    .0;
+    let vol = Volume::open(
+        s.media(),
+        &OpenOptions {
+            background: false,
+            store: Some(StoreHandle(s.clone())),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    (r, s, vol)
+}
+
+/// Host B's view of the shared store: the first listing of `log/` (the
+/// taker's fence looking for the old epoch's newest log object) runs `hook`
+/// right after it answered, i.e. host A's log PUT lands after B listed.
+struct AfterLogListing {
+    inner: Arc<MemObjects>,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl ObjectStore for AfterLogListing {
+    fn put_new(&self, name: &str, bytes: &[u8]) -> Result<(), ObjError> {
+        self.inner.put_new(name, bytes)
+    }
+    fn get_range(&self, n: &str, r: std::ops::Range<u64>) -> Result<Vec<u8>, ObjError> {
+        self.inner.get_range(n, r)
+    }
+    fn get(&self, n: &str) -> Result<Vec<u8>, ObjError> {
+        self.inner.get(n)
+    }
+    fn head(&self, n: &str) -> Result<u64, ObjError> {
+        self.inner.head(n)
+    }
+    fn list(&self, p: &str) -> Result<Vec<crate::media::objects::ObjectInfo>, ObjError> {
+        let out = self.inner.list(p);
+        if p == ObjKind::Log.dir() {
+            if let Some(h) = self.hook.lock().take() {
+                h();
+            }
+        }
+        out
+    }
+    fn delete(&self, n: &str) -> Result<(), ObjError> {
+        self.inner.delete(n)
+    }
+    fn describe(&self) -> String {
+        "after-log-listing".into()
+    }
+}
+
+/// §5.6, the exact interleaving: host A (alive, its last lease check just
+/// before B's create) puts a log object and answers its FLUSH after host B
+/// took the next epoch and listed `log/`. B's fence lands on the next
+/// number, so B replays A's object (every FLUSH A answered is on B), and
+/// A's next log PUT meets the fence: its FLUSH fails, and so does every
+/// write and FLUSH after it; A uploads nothing more.
+#[test]
+fn a_log_put_landing_after_the_takers_listing_is_replayed_and_the_next_is_fenced() {
+    let a = Arc::new(Mutex::new(HostA::new(41)));
+    a.lock().write(120, 5);
+    let epoch_a = a.lock().store.epoch();
+    // written, not yet flushed: the hook's FLUSH puts them
+    for _ in 0..6 {
+        a.lock().write_one().unwrap();
+    }
+    let objects = a.lock().objects.clone();
+    let hooked_flush = Arc::new(Mutex::new(None));
+    let b_store = Arc::new(AfterLogListing {
+        inner: objects.clone(),
+        hook: Mutex::new(Some(Box::new({
+            let (a, out) = (a.clone(), hooked_flush.clone());
+            move || {
+                let a = a.lock();
+                // A's lease check came just before B's create
+                a.store.lease_clock().assume_checked_now();
+                *out.lock() = Some((a.vol.flush().is_ok(), a.history.len()));
+            }
+        }))),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _s, vol) = host_b_on(b_store, dir.path());
+    let (ok, acked) = hooked_flush.lock().take().expect("the hook ran");
+    assert!(
+        ok,
+        "A's FLUSH before the fence must succeed (its PUT landed first)"
+    );
+    let mut a = a.lock();
+    let k = assert_prefix(&vol, &a.history, a.blocks);
+    assert_eq!(
+        k as usize, acked,
+        "host B must hold every write A's FLUSH acknowledged, A's log PUT landing after B's listing included ({r:?})"
+    );
+    // A, still alive and with a fresh check: its next log PUT meets the
+    // fence, and nothing it does from then on is answered
+    a.store.lease_clock().assume_checked_now();
+    a.write_one().unwrap();
+    let e = a
+        .vol
+        .flush()
+        .expect_err("a superseded writer answered a FLUSH");
+    assert!(
+        a.store
+            .lease_clock()
+            .superseded()
+            .is_some_and(|w| w.contains("fenced")),
+        "{e}"
+    );
+    assert!(a.write_one().is_err() || a.vol.flush().is_err());
+    let ours = |o: &MemObjects| {
+        o.list("")
+            .unwrap()
+            .into_iter()
+            .filter(|i| matches!(ObjName::parse(&i.name), Ok(n) if n.epoch() == epoch_a && !matches!(n, ObjName::Epoch(_))))
+            .count()
+    };
+    let before = ours(&objects);
+    for _ in 0..40 {
+        let _ = a.write_one();
+    }
+    let _ = a.vol.flush();
+    a.store.wait_idle(Duration::from_secs(1));
+    assert!(ours(&objects) <= before, "a fenced writer stored objects");
+    let l = r.log.clone().unwrap();
+    assert!(l.fenced_by.is_some(), "B's replay ends at its fence: {l:?}");
+}
+
+/// §5.6 without the hook: B takes over while A is idle; A's next FLUSH
+/// runs a lease check (its last is older than T/2: B waited 2T), finds
+/// B's epoch and fails; in the local-log mode the same (the FlushGate).
+#[test]
+fn a_superseded_writer_fails_its_next_flush_in_both_modes() {
+    let mut a = HostA::new(43);
+    a.write(100, 4);
+    let acked = a.history.len();
+    let dir = tempfile::tempdir().unwrap();
+    let (_r, _s, vol) = host_b(a.objects.clone(), dir.path());
+    assert!(assert_prefix(&vol, &a.history, a.blocks) as usize >= acked);
+    a.write_one().unwrap_or(());
+    assert!(
+        a.vol.flush().is_err(),
+        "store-durable: a superseded writer answered a FLUSH"
+    );
+    assert!(a.store.lease_clock().superseded().is_some());
+
+    // the local-log mode: A's FLUSH is durable locally, and answered only
+    // while its lease is not superseded
+    let (objects, _store, vol_a, _d) = local_host();
+    vol_a.write(0, &wblock(0, 1), false).unwrap();
+    vol_a.flush().unwrap();
+    // B takes the next epoch (what a restore's takeover does first)
+    let b = lease::take(&*objects, &Holder::this_process(), true).unwrap();
+    std::thread::sleep(b.term() * 2);
+    vol_a.write(BS, &wblock(1, 2), false).unwrap();
+    let e = vol_a
+        .flush()
+        .expect_err("local-log mode: a superseded writer answered a FLUSH");
+    assert!(e.to_string().contains("superseded"), "{e}");
+
+    // and another local-log writer that never FLUSHes after the takeover:
+    // its segments fill, and their uploads are sent only under a fresh
+    // lease check, which finds B's epoch
+    let (objects, store, vol_a, _d) = local_host();
+    vol_a.write(0, &wblock(0, 1), false).unwrap();
+    vol_a.flush().unwrap();
+    let b = lease::take(&*objects, &Holder::this_process(), true).unwrap();
+    std::thread::sleep(b.term() * 2);
+    let segs = |o: &MemObjects| o.list(ObjKind::Segment.dir()).unwrap().len();
+    let before = segs(&objects);
+    for i in 0..64u64 {
+        if vol_a
+            .write((i + 2) * BS, &wblock(i + 2, i + 2), false)
+            .is_err()
+        {
+            break;
+        }
+    }
+    store.wait_idle(Duration::from_millis(500));
+    assert_eq!(
+        segs(&objects),
+        before,
+        "a superseded writer uploaded segments"
+    );
+}
+
+/// A volume in the local-log mode on MemObjects (inline uploads).
+fn local_host() -> (Arc<MemObjects>, Arc<ObjSegStore>, Volume, tempfile::TempDir) {
+    let media: Arc<dyn Media> = Arc::new(MemMedia::new(4 << 20));
+    Volume::format(
+        &*media,
+        &CreateOptions {
+            segment_bytes: SEG,
+            ..CreateOptions::default()
+        },
+    )
+    .unwrap();
+    let objects = Arc::new(MemObjects::new());
+    let dir = tempfile::tempdir().unwrap();
+    let store = create_in_mode(
+        media,
+        Place {
+            objects: objects.clone(),
+            dir: dir.path(),
+            takeover: false,
+            opts: inline(),
+        },
+        false,
+        false,
+    )
+    .unwrap()
+    .0;
+    let vol = Volume::open(
+        store.media(),
+        &OpenOptions {
+            background: false,
+            store: Some(StoreHandle(store.clone())),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    (objects, store, vol, dir)
+}

@@ -1,0 +1,306 @@
+//! Fencing a superseded writer that is still alive (issue 21;
+//! docs/objects.md §5.6). Owns both sides of a takeover:
+//!
+//! - the writer's `LeaseClock`: every mutation of the store (segment
+//!   upload, delete, checkpoint object, FLUSH log object) is sent only
+//!   within T/2 of the start of a lease check (`Lease::check`, one HEAD of
+//!   `epoch/E+1`) that found no newer epoch; once a check finds one, or a
+//!   log object's conditional create meets a fence, the writer is
+//!   superseded for good: no uploads, no deletes, every FLUSH and write
+//!   fails. `FlushGate` is the local-log mode's media: its `flush` answers
+//!   only while the clock is not superseded.
+//! - the taker's `take_over`: after creating its epoch, it fences the FLUSH
+//!   log of every earlier unreleased epoch (a fence object under the next
+//!   free `log/L-E`: the old writer's next log PUT gets `Exists`, so it can
+//!   never acknowledge a FLUSH past what the taker replays), then waits 2T
+//!   (T: the longer of the old writer's term and its own) before it lists
+//!   anything, so every mutation the old writer sent under a fresh check
+//!   has landed (or failed) by then.
+//!
+//! Invariants: a FLUSH in the store-durable mode is acknowledged only if
+//! its log object's create returned Ok, which (conditional create) means it
+//! is below the taker's fence, which the taker's replay reads up to; no
+//! store mutation is sent more than T/2 after a check that saw no newer
+//! epoch, so none is sent after the taker's epoch exists + T/2, and the
+//! taker lists only 2T after it.
+
+use super::io_err;
+use crate::format::objlog::{encode_fence, fence_by};
+use crate::format::objname::{ObjKind, ObjName};
+use crate::lease::{self, Lease, LeaseError};
+use crate::media::objects::{ObjError, ObjectStore};
+use crate::media::{Media, UringReads};
+use parking_lot::Mutex;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A writer's view of its lease (see the module doc).
+pub struct LeaseClock {
+    lease: Lease,
+    objects: Arc<dyn ObjectStore>,
+    /// When the last check that found no newer epoch started.
+    ok_at: Mutex<Option<Instant>>,
+    /// When the last check was tried (the FLUSH gate tries at most one a
+    /// half term while the store does not answer).
+    tried_at: Mutex<Option<Instant>>,
+    superseded: Mutex<Option<String>>,
+    /// Lease checks sent (HEADs).
+    pub checks: AtomicU64,
+}
+
+impl LeaseClock {
+    pub fn new(lease: Lease, objects: Arc<dyn ObjectStore>) -> Arc<LeaseClock> {
+        Arc::new(LeaseClock {
+            lease,
+            objects,
+            ok_at: Mutex::new(None),
+            tried_at: Mutex::new(None),
+            superseded: Mutex::new(None),
+            checks: AtomicU64::new(0),
+        })
+    }
+
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Why this writer is superseded, once it is.
+    pub fn superseded(&self) -> Option<String> {
+        self.superseded.lock().clone()
+    }
+
+    /// This writer is superseded (`why`): from now on every mutation of
+    /// the store and every FLUSH fails.
+    pub fn supersede(&self, why: String) {
+        let mut s = self.superseded.lock();
+        if s.is_none() {
+            tracing::error!(
+                "{}: epoch {} is superseded ({why}): no more uploads, deletes or FLUSHes; the volume is read-only",
+                self.objects.describe(),
+                self.lease.epoch
+            );
+            *s = Some(why);
+        }
+    }
+
+    fn superseded_err(&self) -> Option<io::Error> {
+        self.superseded().map(|why| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{}: epoch {} is superseded by a takeover ({why}): the volume is read-only here",
+                    self.objects.describe(),
+                    self.lease.epoch
+                ),
+            )
+        })
+    }
+
+    /// Ok only while a lease check that started less than T/2 ago found
+    /// no newer epoch (one is run when the last is older). Err: superseded
+    /// (for good), or the store did not answer the check.
+    pub fn fresh(&self) -> io::Result<()> {
+        if let Some(e) = self.superseded_err() {
+            return Err(e);
+        }
+        let mut ok = self.ok_at.lock();
+        let half = self.lease.term() / 2;
+        if ok.is_some_and(|t| t.elapsed() < half) {
+            return Ok(());
+        }
+        let start = Instant::now();
+        *self.tried_at.lock() = Some(start);
+        self.checks.fetch_add(1, Ordering::Relaxed);
+        match self.lease.check(&*self.objects) {
+            Ok(()) => {
+                *ok = Some(start);
+                Ok(())
+            }
+            Err(e @ LeaseError::Superseded { .. }) => {
+                drop(ok);
+                self.supersede(e.to_string());
+                Err(self.superseded_err().expect("set above"))
+            }
+            Err(e) => Err(io_err(format!(
+                "{}: lease check of epoch {}: {e}",
+                self.objects.describe(),
+                self.lease.epoch
+            ))),
+        }
+    }
+
+    /// The local-log mode's FLUSH: Err once superseded; a check is run when
+    /// the last good one is older than T/2 (at most one try a half term
+    /// while the store does not answer: a FLUSH is durable in the local
+    /// file, and a store that is down must not stop it, §5.3).
+    pub fn gate_flush(&self) -> io::Result<()> {
+        if let Some(e) = self.superseded_err() {
+            return Err(e);
+        }
+        let half = self.lease.term() / 2;
+        let stale = self.ok_at.lock().is_none_or(|t| t.elapsed() >= half);
+        let tried = self.tried_at.lock().is_some_and(|t| t.elapsed() < half);
+        if stale && !tried {
+            if let Err(e) = self.fresh() {
+                if self.superseded().is_some() {
+                    return Err(e);
+                }
+                tracing::warn!(
+                    "{e}; the FLUSH is durable locally, the lease is checked again later"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Tests: as if a lease check that found no newer epoch had just
+    /// started (the interleaving where the old writer's check came right
+    /// before the taker's create, which wall-clock timing cannot force).
+    #[cfg(test)]
+    pub fn assume_checked_now(&self) {
+        *self.ok_at.lock() = Some(Instant::now());
+    }
+
+    /// Writes to the local file stop once superseded.
+    pub fn gate_write(&self) -> io::Result<()> {
+        match self.superseded_err() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The local metadata file in the local-log mode: a FLUSH is answered only
+/// while the writer is not superseded (`LeaseClock::gate_flush`).
+pub struct FlushGate {
+    pub inner: Arc<dyn Media>,
+    pub clock: Arc<LeaseClock>,
+}
+
+impl Media for FlushGate {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+        self.inner.read_batch(reads)
+    }
+    fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>> {
+        self.inner.uring_reads(entries)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.clock.gate_write()?;
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()?;
+        // MUTANT: flush-gate-skipped s|self.clock.gate_flush()|Ok::<(), io::Error>(())|
+        self.clock.gate_flush()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn size_now(&self) -> io::Result<u64> {
+        self.inner.size_now()
+    }
+    fn allocate(&self, ranges: &[(u64, u64)]) -> io::Result<()> {
+        self.inner.allocate(ranges)
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
+        self.inner.discard(offset, len)
+    }
+}
+
+/// What `take_over` did.
+#[derive(Debug, Clone, Default)]
+pub struct TakeOver {
+    /// (epoch, the log number its fence took).
+    pub fenced: Vec<(u64, u64)>,
+    /// How long it waited before listing.
+    pub waited: Duration,
+}
+
+/// Fence the FLUSH log of epoch `epoch` for `by`: a fence object under the
+/// first free `log/L-epoch` at or past the newest listed (each `Exists` is
+/// the old writer's object that landed after the listing: the next number
+/// is tried). Returns L. A fence already there (an earlier taker's) is
+/// kept. The old writer puts its log objects one at a time in number
+/// order, so every number below L holds its object (or one trimmed
+/// behind a checkpoint) and it can never put L or past it.
+pub fn fence_log(objects: &dyn ObjectStore, epoch: u64, by: &Lease) -> io::Result<u64> {
+    let mut newest = None;
+    for o in objects.list(ObjKind::Log.dir()).map_err(io_err)? {
+        if let Ok(ObjName::Log { seq, epoch: e }) = ObjName::parse(&o.name) {
+            if e == epoch {
+                newest = newest.max(Some(seq));
+            }
+        }
+    }
+    let mut l = match newest {
+        Some(n) => {
+            let name = ObjName::Log { seq: n, epoch }.encode();
+            match objects.get(&name) {
+                Ok(b) if fence_by(&b).is_some() => return Ok(n),
+                Ok(_) | Err(ObjError::NotFound(_)) => n + 1,
+                Err(e) => return Err(io_err(format!("{name}: {e}"))),
+            }
+        }
+        None => 0,
+    };
+    let bytes = encode_fence(epoch, by.epoch, by.holder.nonce);
+    for _ in 0..100_000 {
+        let name = ObjName::Log { seq: l, epoch }.encode();
+        match objects.put_new(&name, &bytes) {
+            Ok(()) => return Ok(l),
+            Err(ObjError::Exists(_)) => l += 1,
+            Err(e) => return Err(io_err(format!("fencing {name}: {e}"))),
+        }
+    }
+    Err(io_err(format!(
+        "{}: could not fence the FLUSH log of epoch {epoch}: its writer keeps putting log objects",
+        objects.describe()
+    )))
+}
+
+/// The taker's side, right after it created its epoch and before it lists
+/// anything (see the module doc). `own_crash`: the epoch before ours was
+/// this cache's own writer, which is gone (we hold its local volume
+/// lock): fenced all the same, no wait.
+pub fn take_over(objects: &dyn ObjectStore, mine: &Lease, own_crash: bool) -> io::Result<TakeOver> {
+    let released: std::collections::HashSet<u64> = objects
+        .list(ObjKind::Release.dir())
+        .map_err(io_err)?
+        .into_iter()
+        .filter_map(|o| match ObjName::parse(&o.name) {
+            Ok(ObjName::Release(e)) => Some(e),
+            _ => None,
+        })
+        .collect();
+    let mut out = TakeOver::default();
+    let mut term = mine.term();
+    for e in lease::epochs(objects).map_err(io_err)? {
+        if e >= mine.epoch || released.contains(&e) {
+            continue;
+        }
+        // MUTANT: fence-skipped s|let l = fence_log(objects, e, mine)?;|let l = 0;|
+        let l = fence_log(objects, e, mine)?;
+        out.fenced.push((e, l));
+        let h = lease::holder_of(objects, e).map_err(io_err)?;
+        term = term.max(Duration::from_millis(h.term_ms));
+    }
+    if !own_crash && !out.fenced.is_empty() {
+        out.waited = term * 2;
+        tracing::info!(
+            "{}: epoch {} took over: waiting {:?} (2T) before listing, so the old writer's last sends have landed",
+            objects.describe(),
+            mine.epoch,
+            out.waited
+        );
+        std::thread::sleep(out.waited);
+    }
+    Ok(out)
+}
