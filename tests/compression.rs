@@ -386,7 +386,23 @@ fn the_read_ring_reads_fragments_and_fails_only_the_damaged_ones() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vol.img");
     let opts = det_open(1 << 40);
-    let file = |p: &std::path::Path| Arc::new(FileMedia::open(p, false).unwrap()) as Arc<dyn Media>;
+    // (another test of this binary spawning the CLI may hold a copy of the
+    // closed descriptor, and with it the volume's flock, until its exec: wait)
+    let file = |p: &std::path::Path| {
+        let t0 = std::time::Instant::now();
+        loop {
+            match FileMedia::open(p, false) {
+                Ok(m) => return Arc::new(m) as Arc<dyn Media>,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        && t0.elapsed() < std::time::Duration::from_secs(10) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                Err(e) => panic!("reopening the volume: {e}"),
+            }
+        }
+    };
     let media = Arc::new(FileMedia::create(&path, bytes).unwrap());
     let vol = Volume::create(media as Arc<dyn Media>, &c, &opts).unwrap();
     let data = mixed(24, 3);
