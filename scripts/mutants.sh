@@ -385,6 +385,9 @@ apply_ring_error_acked() {
 apply_batch_error_acked() {
   marker batch-error-acked
 }
+apply_batch_flush_skipped() {
+  marker batch-flush-skipped
+}
 apply_add_mirror_unmarked() {
   marker add-mirror-unmarked
 }
@@ -589,6 +592,7 @@ run replace-loses-unclean-log log_device
 run flush-latency-unobserved observe
 run ring-error-acked intent_log
 run batch-error-acked intent_log
+run batch-flush-skipped intent_log
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
 run peek-identity-exact dst lib
