@@ -385,9 +385,6 @@ apply_ring_error_acked() {
 apply_batch_error_acked() {
   marker batch-error-acked
 }
-apply_batch_flush_skipped() {
-  marker batch-flush-skipped
-}
 apply_add_mirror_unmarked() {
   marker add-mirror-unmarked
 }
@@ -592,7 +589,6 @@ run replace-loses-unclean-log log_device
 run flush-latency-unobserved observe
 run ring-error-acked intent_log
 run batch-error-acked intent_log
-run batch-flush-skipped intent_log
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
 run peek-identity-exact dst lib

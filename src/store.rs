@@ -30,7 +30,7 @@
 
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
-use crate::media::{Batch, Media, UringReads};
+use crate::media::{Media, UringReads};
 use std::io;
 
 const BS: u64 = BLOCK_BYTES as u64;
@@ -59,21 +59,18 @@ pub trait SegmentStore: Send + Sync {
     fn write(&self, seg: u32, block: u32, buf: &[u8]) -> io::Result<()>;
     /// `write`, and in the same submission `extra` (bytes, media byte offset)
     /// on the volume's own media, when this store's segments live on that
-    /// media (a flat store): the two writes are unordered between themselves.
-    /// With `flush`, the media flush follows in the same submission, once
-    /// both completed (`Media::write_batch_flush`). The extra write is the
+    /// media (a flat store): the two writes are unordered between themselves
+    /// (a later media flush makes both durable). The extra write is the
     /// caller's (a version 3 intent log record, in the ring outside the
     /// segment area); the store checks only its own. None: this store does
-    /// not share the volume's media (nothing done; the caller writes the two
-    /// in turn).
+    /// not share the volume's media (the caller writes the two in turn).
     fn write_with(
         &self,
         _seg: u32,
         _block: u32,
         _buf: &[u8],
         _extra: (&[u8], u64),
-        _flush: bool,
-    ) -> Option<Batch> {
+    ) -> Option<io::Result<()>> {
         None
     }
     /// Read `buf.len()` bytes (whole blocks) from physical block `p` on.
@@ -237,22 +234,11 @@ impl<M: Media> SegmentStore for FlatStore<M> {
         block: u32,
         buf: &[u8],
         extra: (&[u8], u64),
-        flush: bool,
-    ) -> Option<Batch> {
-        let off = match self.segment_offset(seg, block, buf.len()) {
-            Ok(off) => off,
-            Err(e) => return Some(Batch::failed(e)),
-        };
-        // MUTANT: record-without-data s|[(buf, off), extra]|[extra]|
-        let writes = [(buf, off), extra];
-        Some(match flush {
-            // MUTANT: batch-flush-skipped s|self.media.write_batch_flush(&writes)|Batch { writes: self.media.write_batch(&writes), flush: Some(Ok(())) }|
-            true => self.media.write_batch_flush(&writes),
-            false => Batch {
-                writes: self.media.write_batch(&writes),
-                flush: None,
-            },
-        })
+    ) -> Option<io::Result<()>> {
+        Some(self.segment_offset(seg, block, buf.len()).and_then(|off| {
+            // MUTANT: record-without-data s|&[(buf, off), extra]|&[extra]|
+            self.media.write_batch(&[(buf, off), extra])
+        }))
     }
     fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()> {
         let off = self.offset(p, buf.len())?;

@@ -338,34 +338,13 @@ impl Media for FileMedia {
         }
         // O_DIRECT only: a buffered write through io_uring may be handed to
         // a kernel worker thread, a wake-up more than the `pwrite`s it saves
-        if self.direct && writes.len() > 1 {
-            if let Some(b) = super::uring::write_batch(&self.file, writes, false) {
-                return b.writes;
-            }
+        if self.direct && writes.len() > 1 && super::uring::write_batch(&self.file, writes)? {
+            return Ok(());
         }
         for (buf, off) in writes {
             self.file.write_all_at(buf, *off)?;
         }
         Ok(())
-    }
-    fn write_batch_flush(&self, writes: &[(&[u8], u64)]) -> super::Batch {
-        for (buf, off) in writes {
-            if let Err(e) = check_range(self.len, *off, buf.len()) {
-                return super::Batch::failed(e);
-            }
-        }
-        if self.direct {
-            if let Some(b) = super::uring::write_batch(&self.file, writes, true) {
-                return b;
-            }
-        }
-        match self.write_batch(writes) {
-            Ok(()) => super::Batch {
-                writes: Ok(()),
-                flush: Some(self.flush()),
-            },
-            Err(e) => super::Batch::failed(e),
-        }
     }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()

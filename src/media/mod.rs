@@ -34,22 +34,6 @@ pub fn io_uring_given_up() -> bool {
     uring::given_up()
 }
 
-/// What `Media::write_batch_flush` did: the writes' result (the first
-/// error), and the flush's (None: not counted, a write failed).
-pub struct Batch {
-    pub writes: io::Result<()>,
-    pub flush: Option<io::Result<()>>,
-}
-
-impl Batch {
-    pub fn failed(e: io::Error) -> Batch {
-        Batch {
-            writes: Err(e),
-            flush: None,
-        }
-    }
-}
-
 pub trait Media: Send + Sync {
     /// Size in bytes.
     fn len(&self) -> u64;
@@ -83,20 +67,6 @@ pub trait Media: Send + Sync {
             self.write_at(buf, *off)?;
         }
         Ok(())
-    }
-    /// `write_batch`, then `flush` once every write completed: the
-    /// writes' result, and the flush's (None when a write failed: then the
-    /// flush does not count). FileMedia puts both in one io_uring
-    /// submission (one sleep for a FLUSH's writes and its flush); the
-    /// default calls the two in turn.
-    fn write_batch_flush(&self, writes: &[(&[u8], u64)]) -> Batch {
-        match self.write_batch(writes) {
-            Ok(()) => Batch {
-                writes: Ok(()),
-                flush: Some(self.flush()),
-            },
-            Err(e) => Batch::failed(e),
-        }
     }
     /// Smallest write (and its alignment) the media takes: 512 bytes unless
     /// it is an O_DIRECT file on a device whose logical sectors are larger
@@ -155,9 +125,6 @@ macro_rules! forward_media {
             }
             fn write_batch(&self, writes: &[(&[u8], u64)]) -> io::Result<()> {
                 (**self).write_batch(writes)
-            }
-            fn write_batch_flush(&self, writes: &[(&[u8], u64)]) -> Batch {
-                (**self).write_batch_flush(writes)
             }
             fn direct_unit(&self) -> u64 {
                 (**self).direct_unit()

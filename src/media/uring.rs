@@ -76,48 +76,39 @@ pub fn read_batch(file: &File, reads: &mut [(&mut [u8], u64)]) -> io::Result<boo
 
 /// Write every `(buffer, offset)` of `writes` to `file`, all in one
 /// submission: they may reach the media in any order, and none is ordered
-/// before another. With `sync`, an `fdatasync` goes in the same submission,
-/// started once every write completed (`IO_DRAIN`: the thread's ring holds
-/// nothing else), so the caller sleeps once for writes and flush.
-/// None: io_uring is not available here and nothing was done. Else the
-/// writes' result (the first error; a short write is finished with
-/// `write_all_at`), and with `sync` the flush's (None: not counted, because
-/// a write failed). Returns only once every entry completed, so no buffer is
-/// in use any more.
-pub fn write_batch(file: &File, writes: &[(&[u8], u64)], sync: bool) -> Option<super::Batch> {
-    if UNAVAILABLE.load(Ordering::Relaxed) || writes.len() >= RING_ENTRIES as usize {
-        return None;
+/// before another (the caller flushes after). Ok(false): io_uring is not
+/// available here and nothing was written. A failed write is an error (the
+/// first one), reported only once every write of the batch has completed, so
+/// no buffer is still in use when this returns; a short write is finished
+/// with `write_all_at`.
+pub fn write_batch(file: &File, writes: &[(&[u8], u64)]) -> io::Result<bool> {
+    if UNAVAILABLE.load(Ordering::Relaxed) {
+        return Ok(false);
     }
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
             match IoUring::new(RING_ENTRIES) {
                 Ok(r) => *slot = Some(r),
-                Err(e) if setup_transient(&e) => return None,
+                Err(e) if setup_transient(&e) => return Ok(false),
                 Err(e) => {
                     if !UNAVAILABLE.swap(true, Ordering::Relaxed) {
                         tracing::info!("io_uring unavailable ({e}); writes go one at a time");
                     }
-                    return None;
+                    return Ok(false);
                 }
             }
         }
         let ring = slot.as_mut().expect("ring just created");
-        Some(submit_writes(ring, file, writes, sync))
+        for group in writes.chunks(RING_ENTRIES as usize) {
+            submit_writes(ring, file, group)?;
+        }
+        Ok(true)
     })
 }
 
-/// `user_data` of the flush in a write batch.
-const SYNC: u64 = u64::MAX - 1;
-
-fn submit_writes(
-    ring: &mut IoUring,
-    file: &File,
-    group: &[(&[u8], u64)],
-    sync: bool,
-) -> super::Batch {
+fn submit_writes(ring: &mut IoUring, file: &File, group: &[(&[u8], u64)]) -> io::Result<()> {
     let fd = types::Fd(file.as_raw_fd());
-    let n = group.len() + sync as usize;
     {
         let mut sq = ring.submission();
         for (i, (buf, off)) in group.iter().enumerate() {
@@ -126,49 +117,27 @@ fn submit_writes(
                 .build()
                 .user_data(i as u64);
             // SAFETY: each buffer stays borrowed until its completion is reaped
-            // below, before this function returns; the batch is shorter than
-            // RING_ENTRIES and the queue is empty on entry.
-            if unsafe { sq.push(&e) }.is_err() {
-                return super::Batch::failed(io::Error::other("io_uring queue full"));
-            }
-        }
-        if sync {
-            let e = opcode::Fsync::new(fd)
-                .flags(types::FsyncFlags::DATASYNC)
-                .build()
-                .flags(io_uring::squeue::Flags::IO_DRAIN)
-                .user_data(SYNC);
-            // SAFETY: no buffer; room as above.
-            if unsafe { sq.push(&e) }.is_err() {
-                return super::Batch::failed(io::Error::other("io_uring queue full"));
-            }
+            // below, before this function returns; a group is at most
+            // RING_ENTRIES long and the queue is empty on entry.
+            unsafe { sq.push(&e) }.map_err(|_| io::Error::other("io_uring queue full"))?;
         }
     }
     let mut done = 0;
     let mut failed: Option<io::Error> = None;
-    let mut flushed: Option<io::Result<()>> = None;
     let mut short: Vec<(usize, usize)> = Vec::new();
-    while done < n {
-        if let Err(e) = ring.submit_and_wait(n - done) {
+    while done < group.len() {
+        if let Err(e) = ring.submit_and_wait(group.len() - done) {
             if transient(&e) {
                 std::thread::yield_now();
                 continue;
             }
-            drain(ring, n - done);
-            return super::Batch::failed(e);
+            drain(ring, group.len() - done);
+            return Err(e);
         }
         for cqe in ring.completion() {
             done += 1;
-            let r = cqe.result();
-            if cqe.user_data() == SYNC {
-                flushed = Some(if r < 0 {
-                    Err(io::Error::from_raw_os_error(-r))
-                } else {
-                    Ok(())
-                });
-                continue;
-            }
             let i = cqe.user_data() as usize;
+            let r = cqe.result();
             if r < 0 {
                 failed.get_or_insert(io::Error::from_raw_os_error(-r));
             } else if (r as usize) < group[i].0.len() {
@@ -177,22 +146,13 @@ fn submit_writes(
         }
     }
     if let Some(e) = failed {
-        return super::Batch::failed(e);
+        return Err(e);
     }
-    for &(i, k) in &short {
+    for (i, n) in short {
         let (buf, off) = group[i];
-        if let Err(e) = std::os::unix::fs::FileExt::write_all_at(file, &buf[k..], off + k as u64) {
-            return super::Batch::failed(e);
-        }
+        std::os::unix::fs::FileExt::write_all_at(file, &buf[n..], off + n as u64)?;
     }
-    if sync && !short.is_empty() {
-        // the flush may have run before the rest of a short write
-        flushed = Some(file.sync_data());
-    }
-    super::Batch {
-        writes: Ok(()),
-        flush: flushed,
-    }
+    Ok(())
 }
 
 fn submit_group(ring: &mut IoUring, file: &File, group: &mut [(&mut [u8], u64)]) -> io::Result<()> {

@@ -87,18 +87,6 @@ pub(in crate::volume) struct Progress {
     pub log_durable: u64,
 }
 
-/// Record `seq` was written: `log_written` moves past every record written
-/// without a gap.
-fn record_written(p: &mut Progress, seq: u64) {
-    assert!(seq >= p.log_written, "record {seq} written twice");
-    let fresh = p.log_completed.insert(seq);
-    assert!(fresh, "record {seq} written twice");
-    while p.log_completed.first() == Some(&p.log_written) {
-        p.log_completed.pop_first();
-        p.log_written += 1;
-    }
-}
-
 impl Progress {
     /// Has chunk `seq` been written (in order or ahead of a gap)?
     pub fn is_written(&self, seq: u64) -> bool {
@@ -646,17 +634,38 @@ impl Commit {
             // which needs both durable (docs/intent-log.md §3)
             let with = self.log_devs.is_empty().then(|| {
                 self.store
-                    .write_with(d.segment, d.block, d.bytes(), (&r.image, r.at), false)
+                    .write_with(d.segment, d.block, d.bytes(), (&r.image, r.at))
             });
             let res = match with.flatten() {
-                Some(b) => {
+                Some(res) => {
                     record_out = true;
-                    b.writes
+                    // MUTANT: batch-error-acked s|res|res.or(Ok::<(), std::io::Error>(()))|
+                    res
                 }
                 None => self.store.write(d.segment, d.block, d.bytes()),
             };
-            if !self.placed_written(r, d, res) {
-                return Ok(());
+            match res {
+                Ok(()) => {
+                    d.placed.set(d.from, d.to);
+                    Counters::add(&self.counters.media_user_data_bytes, d.bytes().len() as u64);
+                }
+                Err(e) => {
+                    self.fall_back(
+                        format_args!(
+                            "intent log record {} or its data in {} at segment {} block {}",
+                            r.seq,
+                            self.media.describe(),
+                            d.segment,
+                            d.block
+                        ),
+                        "once the media takes writes there",
+                        &e,
+                    );
+                    // the record is not counted written (it may be on the
+                    // media, its data not: replay ends there): its waiter
+                    // seals the chunk, whose seal writes every block not placed
+                    return Ok(());
+                }
             }
         }
         if self.log_devs.is_empty() && !record_out {
@@ -693,122 +702,18 @@ impl Commit {
         Counters::add(&self.counters.media_log_bytes, r.image.len() as u64);
         Counters::add(&self.counters.log_records, 1);
         let mut p = self.progress.lock();
-        record_written(&mut p, r.seq);
+        assert!(r.seq >= p.log_written, "record {} written twice", r.seq);
+        let fresh = p.log_completed.insert(r.seq);
+        assert!(fresh, "record {} written twice", r.seq);
+        while p.log_completed.first() == Some(&p.log_written) {
+            p.log_completed.pop_first();
+            p.log_written += 1;
+        }
         if p.log_written >= p.wake_log {
             p.wake_log = u64::MAX;
             self.progress_cv.notify_all();
         }
         Ok(())
-    }
-
-    /// A version 3 record's data were written at their places (with the
-    /// record, or before it) with result `res`: set their placed bits and
-    /// count them. On an error the log falls back to sealing (the record is
-    /// not counted written: it may be on the media, its data not, and replay
-    /// ends there; its waiter seals the chunk, whose seal writes every block
-    /// not placed); false then.
-    fn placed_written(
-        &self,
-        r: &super::intent::PlannedRecord,
-        d: &super::intent::PlacedData,
-        res: std::io::Result<()>,
-    ) -> bool {
-        // MUTANT: batch-error-acked s|match res {|match res.or(Ok::<(), std::io::Error>(())) {|
-        match res {
-            Ok(()) => {
-                d.placed.set(d.from, d.to);
-                Counters::add(&self.counters.media_user_data_bytes, d.bytes().len() as u64);
-                true
-            }
-            Err(e) => {
-                self.fall_back(
-                    format_args!(
-                        "intent log record {} or its data in {} at segment {} block {}",
-                        r.seq,
-                        self.media.describe(),
-                        d.segment,
-                        d.block
-                    ),
-                    "once the media takes writes there",
-                    &e,
-                );
-                false
-            }
-        }
-    }
-
-    /// `write_record` and the media flush that makes it durable in one device
-    /// round trip, when this FLUSH can be the group commit's flusher now (no
-    /// flush in progress, every chunk below `target` and every earlier record
-    /// written) and its record is version 3 in the volume's ring on a flat
-    /// store: the data at its places, the record, and a media flush started
-    /// once both completed, in one submission (`Media::write_batch_flush`).
-    /// The flush covers what every other waiter's completed writes need, as
-    /// `flush_covering_log`'s does: chunks below the `written_through` seen
-    /// before the submission, records up to this one.
-    ///
-    /// Ok(true): the record and every chunk below `target` are durable.
-    /// Ok(false): nothing was written (the caller takes the two steps,
-    /// `write_record` then `flush_covering_log`), or the write failed and the
-    /// log fell back (those two steps then seal). A flush error stops the
-    /// volume, as in `flush_covering_log`.
-    pub fn write_record_flushing(
-        &self,
-        r: &super::intent::PlannedRecord,
-        target: u64,
-    ) -> Result<bool> {
-        let Some(d) = &r.data else {
-            return Ok(false);
-        };
-        if !self.log_devs.is_empty() || self.log_lost() {
-            return Ok(false);
-        }
-        self.check_failed()?;
-        let upto = {
-            let mut p = self.progress.lock();
-            if p.flushing || p.written_through < target || p.log_written != r.seq {
-                return Ok(false);
-            }
-            p.flushing = true;
-            p.written_through
-        };
-        let b = self
-            .store
-            .write_with(d.segment, d.block, d.bytes(), (&r.image, r.at), true);
-        let end_flush = || {
-            self.progress.lock().flushing = false;
-            self.progress_cv.notify_all();
-        };
-        let Some(b) = b else {
-            end_flush();
-            return Ok(false);
-        };
-        if !self.placed_written(r, d, b.writes) {
-            end_flush();
-            return Ok(false);
-        }
-        Counters::add(&self.counters.media_log_bytes, r.image.len() as u64);
-        Counters::add(&self.counters.log_records, 1);
-        Counters::add(&self.counters.media_flushes, 1);
-        let flushed = b.flush.expect("a flush follows writes that completed");
-        let mut p = self.progress.lock();
-        p.flushing = false;
-        record_written(&mut p, r.seq);
-        if let Err(e) = flushed {
-            drop(p);
-            self.progress_cv.notify_all();
-            return Err(self.fail("media flush", &e));
-        }
-        assert!(upto <= p.written_through, "durable passes written");
-        p.durable = p.durable.max(upto);
-        assert!(
-            p.log_written > r.seq,
-            "a record durable before it is written"
-        );
-        p.log_durable = p.log_durable.max(r.seq + 1);
-        drop(p);
-        self.progress_cv.notify_all();
-        Ok(true)
     }
 
     /// Group commit: return once every chunk with seq < target is durable. One

@@ -1447,11 +1447,7 @@ impl Shared {
             // reuse barrier (and taking its next life's writes) while the
             // write is in flight (docs/intent-log.md §3)
             let _r = r.data.is_some().then(|| self.reuse.read());
-            // one device round trip for the record, its data and the flush
-            // when this FLUSH can be the flusher now; else the two steps
-            if !self.commit.write_record_flushing(r, target)? {
-                self.commit.write_record(r)?;
-            }
+            self.commit.write_record(r)?;
         }
         if let Some(d) = rec.and_then(|r| r.data) {
             // written (or given up): the buffer goes back to the pool
