@@ -402,6 +402,9 @@ apply_replace_loses_unclean_log() {
 apply_ring_error_acked() {
   marker ring-error-acked
 }
+apply_batch_error_acked() {
+  marker batch-error-acked
+}
 apply_add_mirror_unmarked() {
   marker add-mirror-unmarked
 }
@@ -632,6 +635,7 @@ run mirror-first-chain-kept log_device dst
 run replace-loses-unclean-log log_device
 run flush-latency-unobserved observe
 run ring-error-acked intent_log
+run batch-error-acked intent_log
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
 run peek-identity-exact dst lib

@@ -57,6 +57,22 @@ pub trait SegmentStore: Send + Sync {
     fn write_unit(&self) -> u64;
     /// Write `buf` (whole blocks) into segment `seg` from block `block` on.
     fn write(&self, seg: u32, block: u32, buf: &[u8]) -> io::Result<()>;
+    /// `write`, and in the same submission `extra` (bytes, media byte offset)
+    /// on the volume's own media, when this store's segments live on that
+    /// media (a flat store): the two writes are unordered between themselves
+    /// (a later media flush makes both durable). The extra write is the
+    /// caller's (a version 3 intent log record, in the ring outside the
+    /// segment area); the store checks only its own. None: this store does
+    /// not share the volume's media (the caller writes the two in turn).
+    fn write_with(
+        &self,
+        _seg: u32,
+        _block: u32,
+        _buf: &[u8],
+        _extra: (&[u8], u64),
+    ) -> Option<io::Result<()>> {
+        None
+    }
     /// Read `buf.len()` bytes (whole blocks) from physical block `p` on.
     fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Several reads at once, each `(buffer, physical block)` as in `read`;
@@ -169,6 +185,21 @@ impl<M: Media> FlatStore<M> {
         Ok(self.geo.phys_offset(p))
     }
 
+    /// Media byte offset of `len` bytes from block `block` of segment `seg`,
+    /// refused when they are not whole blocks inside that segment.
+    fn segment_offset(&self, seg: u32, block: u32, len: usize) -> io::Result<u64> {
+        self.check_seg(seg)?;
+        if block as u64 + (len as u64).div_ceil(BS) > self.geo.segment_blocks as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "segment store: {len} bytes at block {block} run past the end of segment {seg}"
+                ),
+            ));
+        }
+        self.offset(self.phys(seg, block), len)
+    }
+
     fn check_seg(&self, seg: u32) -> io::Result<()> {
         if seg >= self.geo.segment_count {
             return Err(io::Error::new(
@@ -194,18 +225,20 @@ impl<M: Media> SegmentStore for FlatStore<M> {
         BS
     }
     fn write(&self, seg: u32, block: u32, buf: &[u8]) -> io::Result<()> {
-        self.check_seg(seg)?;
-        if block as u64 + (buf.len() as u64).div_ceil(BS) > self.geo.segment_blocks as u64 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "segment store: {} bytes at block {block} run past the end of segment {seg}",
-                    buf.len()
-                ),
-            ));
-        }
-        let off = self.offset(self.phys(seg, block), buf.len())?;
+        let off = self.segment_offset(seg, block, buf.len())?;
         self.media.write_at(buf, off)
+    }
+    fn write_with(
+        &self,
+        seg: u32,
+        block: u32,
+        buf: &[u8],
+        extra: (&[u8], u64),
+    ) -> Option<io::Result<()>> {
+        Some(self.segment_offset(seg, block, buf.len()).and_then(|off| {
+            // MUTANT: record-without-data s|&[(buf, off), extra]|&[extra]|
+            self.media.write_batch(&[(buf, off), extra])
+        }))
     }
     fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()> {
         let off = self.offset(p, buf.len())?;

@@ -186,80 +186,85 @@ fn large_flushes_seal_as_before_and_v1_stays_v1() {
 /// half or none of the unflushed writes lost, the last one torn) every write
 /// acknowledged by a FLUSH or FUA reads back, those logged before the failure
 /// (replayed from the ring) and those sealed after it.
+/// Both record versions: a version 3 record goes out with its data in one
+/// batch (`SegmentStore::write_with`), a version 2 record alone.
 #[test]
 fn a_ring_write_error_falls_back_to_sealing_and_loses_no_flushed_write() {
     let policies = [(1.0, false), (0.5, true), (0.0, true)];
-    for fail_at in [0u64, 1, 6, 23] {
-        for (pi, &(drop_probability, tear_last)) in policies.iter().enumerate() {
-            let (c, len) = create(Some(256 << 10));
-            let media = Arc::new(FaultMedia::new(len));
-            let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
-            let g = vol.geometry();
-            assert!(g.log_bytes > 0);
-            let ring = g.log_offset..g.log_offset + g.log_bytes;
-            let mut cur: Vec<Option<u8>> = vec![None; 256];
-            let mut flushed = cur.clone();
-            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ fail_at;
-            let mut records_at_failure = None;
-            const FLUSHES: u64 = 40;
-            for i in 0..FLUSHES {
-                if i == fail_at {
-                    records_at_failure = Some(vol.stats().log_records);
-                    media.fail_writes_in(Some(ring.clone()));
+    for v2_records in [false, true] {
+        for fail_at in [0u64, 1, 6, 23] {
+            for (pi, &(drop_probability, tear_last)) in policies.iter().enumerate() {
+                let (mut c, len) = create(Some(256 << 10));
+                c.log_v2_records = v2_records;
+                let media = Arc::new(FaultMedia::new(len));
+                let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+                let g = vol.geometry();
+                assert!(g.log_bytes > 0);
+                let ring = g.log_offset..g.log_offset + g.log_bytes;
+                let mut cur: Vec<Option<u8>> = vec![None; 256];
+                let mut flushed = cur.clone();
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ fail_at;
+                let mut records_at_failure = None;
+                const FLUSHES: u64 = 40;
+                for i in 0..FLUSHES {
+                    if i == fail_at {
+                        records_at_failure = Some(vol.stats().log_records);
+                        media.fail_writes_in(Some(ring.clone()));
+                    }
+                    for k in 0..1 + i % 3 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let b = (x % 200) as usize;
+                        let v = (i * 3 + k) as u8 | 2;
+                        vol.write(b as u64 * BS as u64, &block(v), false).unwrap();
+                        cur[b] = Some(v);
+                    }
+                    vol.flush()
+                        .unwrap_or_else(|e| panic!("FLUSH {i} (ring failing from {fail_at}): {e}"));
+                    flushed = cur.clone();
                 }
-                for k in 0..1 + i % 3 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let b = (x % 200) as usize;
-                    let v = (i * 3 + k) as u8 | 2;
-                    vol.write(b as u64 * BS as u64, &block(v), false).unwrap();
-                    cur[b] = Some(v);
-                }
-                vol.flush()
-                    .unwrap_or_else(|e| panic!("FLUSH {i} (ring failing from {fail_at}): {e}"));
-                flushed = cur.clone();
-            }
-            // a FUA write after the fallback is durable by itself
-            vol.write(250 * BS as u64, &block(0xee), true).unwrap();
-            flushed[250] = Some(0xee);
-            // not flushed: may be lost
-            vol.write(251 * BS as u64, &block(0xdd), false).unwrap();
-            let st = vol.stats();
-            assert!(!st.failed, "the volume stopped: {:?}", st.failure);
-            assert_eq!(st.log_fallbacks, 1, "fell back once (fail at {fail_at})");
-            assert_eq!(
-                Some(st.log_records),
-                records_at_failure,
-                "no record counts as written once the ring fails"
-            );
-            let sealed = vol.flush_latency(FlushPath::Seal).count();
-            let logged = vol.flush_latency(FlushPath::Log).count();
-            assert_eq!(sealed + logged, FLUSHES);
-            assert!(
+                // a FUA write after the fallback is durable by itself
+                vol.write(250 * BS as u64, &block(0xee), true).unwrap();
+                flushed[250] = Some(0xee);
+                // not flushed: may be lost
+                vol.write(251 * BS as u64, &block(0xdd), false).unwrap();
+                let st = vol.stats();
+                assert!(!st.failed, "the volume stopped: {:?}", st.failure);
+                assert_eq!(st.log_fallbacks, 1, "fell back once (fail at {fail_at})");
+                assert_eq!(
+                    Some(st.log_records),
+                    records_at_failure,
+                    "no record counts as written once the ring fails"
+                );
+                let sealed = vol.flush_latency(FlushPath::Seal).count();
+                let logged = vol.flush_latency(FlushPath::Log).count();
+                assert_eq!(sealed + logged, FLUSHES);
+                assert!(
                 sealed >= FLUSHES - fail_at && logged <= fail_at,
                 "every FLUSH from the failing one on seals: {logged} logged, {sealed} sealed (fail at {fail_at})"
             );
-            let img = media.crash_image(CrashPolicy {
-                drop_probability,
-                tear_last,
-                seed: fail_at * 7 + pi as u64,
-            });
-            drop(vol); // no close: a crash as far as the media goes
-            let v2 = Volume::open(
-                Arc::new(FaultMedia::from_image(img)) as Arc<dyn Media>,
-                &det(),
-            )
-            .unwrap();
-            let mut buf = vec![0u8; BS];
-            for (b, v) in flushed.iter().enumerate() {
-                if let Some(v) = v {
-                    v2.read(b as u64 * BS as u64, &mut buf).unwrap();
-                    assert!(
+                let img = media.crash_image(CrashPolicy {
+                    drop_probability,
+                    tear_last,
+                    seed: fail_at * 7 + pi as u64,
+                });
+                drop(vol); // no close: a crash as far as the media goes
+                let v2 = Volume::open(
+                    Arc::new(FaultMedia::from_image(img)) as Arc<dyn Media>,
+                    &det(),
+                )
+                .unwrap();
+                let mut buf = vec![0u8; BS];
+                for (b, v) in flushed.iter().enumerate() {
+                    if let Some(v) = v {
+                        v2.read(b as u64 * BS as u64, &mut buf).unwrap();
+                        assert!(
                         buf == block(*v),
-                        "block {b} after a crash (ring failing from FLUSH {fail_at}, policy {pi}): holds {:?}, want {v}",
+                        "block {b} after a crash (ring failing from FLUSH {fail_at}, policy {pi}, v2 {v2_records}): holds {:?}, want {v}",
                         &buf[..4]
                     );
+                    }
                 }
             }
         }

@@ -57,6 +57,17 @@ pub trait Media: Send + Sync {
     }
     /// Write all of `buf` at `offset` (same alignment rules as `read_at`).
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Several writes at once, each `(buffer, offset)` as in `write_at`, in
+    /// no order among themselves (only a later `flush` orders them). Media
+    /// that can overlap them (FileMedia: one io_uring submission) issue them
+    /// together; the default writes them one after another. On an error any
+    /// of them may or may not have reached the media.
+    fn write_batch(&self, writes: &[(&[u8], u64)]) -> io::Result<()> {
+        for (buf, off) in writes {
+            self.write_at(buf, *off)?;
+        }
+        Ok(())
+    }
     /// Smallest write (and its alignment) the media takes: 512 bytes unless
     /// it is an O_DIRECT file on a device whose logical sectors are larger
     /// (a 4Kn device: 4096). Version 3 intent log records are this size or
@@ -111,6 +122,9 @@ macro_rules! forward_media {
             }
             fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
                 (**self).write_at(buf, offset)
+            }
+            fn write_batch(&self, writes: &[(&[u8], u64)]) -> io::Result<()> {
+                (**self).write_batch(writes)
             }
             fn direct_unit(&self) -> u64 {
                 (**self).direct_unit()

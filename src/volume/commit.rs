@@ -79,6 +79,10 @@ pub(in crate::volume) struct Progress {
     /// Intent log records: every record with seq < `log_written` is written,
     /// every one below `log_durable` durable (the same prefix rule as chunks).
     pub log_written: u64,
+    /// Lowest `log_written` a waiter in `flush_covering_log` is waiting for
+    /// (u64::MAX: none): as `wake_written`, so a record written does not wake
+    /// the waiters of a flush in progress.
+    wake_log: u64,
     log_completed: BTreeSet<u64>,
     pub log_durable: u64,
 }
@@ -236,6 +240,7 @@ impl Commit {
                 wake_written: u64::MAX,
                 failed: None,
                 log_written: 0,
+                wake_log: u64::MAX,
                 log_completed: BTreeSet::new(),
                 log_durable: 0,
             }),
@@ -590,6 +595,11 @@ impl Commit {
         Ok(data)
     }
 
+    /// Give a buffer taken from the engine's chunk pool back to it.
+    pub fn recycle(&self, buf: AlignedBuf) {
+        self.pool.put(buf);
+    }
+
     /// The intent log's records start at `seq` (mount).
     pub fn start_log(&self, seq: u64) {
         let mut p = self.progress.lock();
@@ -611,20 +621,38 @@ impl Commit {
             // planned before the log was lost: never written (its waiter seals)
             return Ok(());
         }
+        // the record already went out with its data (`write_with`)
+        let mut record_out = false;
         if let Some(d) = &r.data {
-            // version 3: the data at its places first (one write: contiguous),
-            // the record after; one media flush covers both (a record whose
-            // data does not verify ends replay: it was never acknowledged)
-            // MUTANT: record-without-data s|self.store.write(d.segment, d.block, &d.buf)|Ok::<(), std::io::Error>(())|
-            match self.store.write(d.segment, d.block, &d.buf) {
+            // version 3: the data at its places and the record, in one
+            // submission when the store shares the volume's media (a flat
+            // store: one device round trip per FLUSH), else the data first.
+            // The two are unordered before the one media flush that covers
+            // both (`flush_covering_log`); replay verifies the CRCs a record
+            // names at their places, so a record that reached the media
+            // without its data ends the log there: it was never acknowledged,
+            // which needs both durable (docs/intent-log.md §3)
+            let with = self.log_devs.is_empty().then(|| {
+                self.store
+                    .write_with(d.segment, d.block, d.bytes(), (&r.image, r.at))
+            });
+            let res = match with.flatten() {
+                Some(res) => {
+                    record_out = true;
+                    // MUTANT: batch-error-acked s|res|res.or(Ok::<(), std::io::Error>(()))|
+                    res
+                }
+                None => self.store.write(d.segment, d.block, d.bytes()),
+            };
+            match res {
                 Ok(()) => {
                     d.placed.set(d.from, d.to);
-                    Counters::add(&self.counters.media_user_data_bytes, d.buf.len() as u64);
+                    Counters::add(&self.counters.media_user_data_bytes, d.bytes().len() as u64);
                 }
                 Err(e) => {
                     self.fall_back(
                         format_args!(
-                            "intent log data of record {} in {} at segment {} block {}",
+                            "intent log record {} or its data in {} at segment {} block {}",
                             r.seq,
                             self.media.describe(),
                             d.segment,
@@ -633,13 +661,14 @@ impl Commit {
                         "once the media takes writes there",
                         &e,
                     );
-                    // the record is not written: its waiter seals the chunk,
-                    // whose seal writes every block not placed
+                    // the record is not counted written (it may be on the
+                    // media, its data not: replay ends there): its waiter
+                    // seals the chunk, whose seal writes every block not placed
                     return Ok(());
                 }
             }
         }
-        if self.log_devs.is_empty() {
+        if self.log_devs.is_empty() && !record_out {
             // MUTANT: ring-error-acked s|self.media.write_at(&r.image, r.at) {|self.media.write_at(&r.image, r.at).or(Ok::<(), std::io::Error>(())) {|
             if let Err(e) = self.media.write_at(&r.image, r.at) {
                 self.fall_back(
@@ -680,8 +709,10 @@ impl Commit {
             p.log_completed.pop_first();
             p.log_written += 1;
         }
-        // flush waiters for records wait without a wake mark: wake them all
-        self.progress_cv.notify_all();
+        if p.log_written >= p.wake_log {
+            p.wake_log = u64::MAX;
+            self.progress_cv.notify_all();
+        }
         Ok(())
     }
 
@@ -710,6 +741,9 @@ impl Commit {
             if p.written_through < target || (p.log_written < rec_target && !lost) {
                 if p.written_through < target {
                     p.wake_written = p.wake_written.min(target);
+                }
+                if p.log_written < rec_target && !lost {
+                    p.wake_log = p.wake_log.min(rec_target);
                 }
                 self.progress_cv.wait(&mut p);
                 continue;

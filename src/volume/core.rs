@@ -262,7 +262,7 @@ impl Core {
             // the record fits (`Ring::plan`), keeping the chunk open
             if data <= super::intent::LOG_MAX_DATA_BLOCKS || (ring.indirect && ch.staged.is_none())
             {
-                if let Some(r) = ring.plan(ch, uuid) {
+                if let Some(r) = ring.plan(ch, uuid, &self.pool) {
                     return Some(r);
                 }
             }

@@ -20,7 +20,7 @@
 use crate::format::intent::{Place, RecordHeader, SECTOR_BYTES};
 use crate::format::superblock::LogStart;
 use crate::format::BLOCK_BYTES;
-use crate::log::{OpenChunk, Placed};
+use crate::log::{ChunkPool, OpenChunk, Placed};
 use crate::media::AlignedBuf;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -63,11 +63,20 @@ pub struct PlannedRecord {
 pub struct PlacedData {
     pub segment: u32,
     pub block: u32,
+    /// A chunk buffer from the engine's pool (back to it once written): its
+    /// first `bytes()` hold the blocks, the rest is whatever it held before.
     pub buf: AlignedBuf,
     pub from: u32,
     pub to: u32,
     /// The open chunk's map of placed blocks: set once the write completed.
     pub placed: Arc<Placed>,
+}
+
+impl PlacedData {
+    /// The data blocks, as written.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[..(self.to - self.from) as usize * BLOCK_BYTES]
+    }
 }
 
 pub struct Ring {
@@ -151,8 +160,14 @@ impl Ring {
     /// Build the record of `ch`'s unlogged block records if it fits in the
     /// ring; marks them logged. `main_lsn`: where `ch` starts (every LSN
     /// below it is in a sealed chunk). Version 3 (`indirect`, a chunk with a
-    /// place): the record names the blocks, `data` carries them to their places.
-    pub fn plan(&mut self, ch: &mut OpenChunk, uuid: [u8; 16]) -> Option<PlannedRecord> {
+    /// place): the record names the blocks, `data` carries them to their
+    /// places, in a buffer from `pool` (no fresh zeroed allocation per FLUSH).
+    pub fn plan(
+        &mut self,
+        ch: &mut OpenChunk,
+        uuid: [u8; 16],
+        pool: &ChunkPool,
+    ) -> Option<PlannedRecord> {
         let un = ch.unlogged();
         let ndata = un.data.len();
         let v3 = self.indirect && ch.staged.is_none();
@@ -192,16 +207,25 @@ impl Ring {
         let (crc, data) = if v3 {
             let crc = h.encode_into(&mut image[..]);
             let placed = ch.placed.get_or_insert_with(Default::default).clone();
-            let mut buf = AlignedBuf::new(ndata * BLOCK_BYTES);
-            let from = (1 + un.data.start as usize) * BLOCK_BYTES;
-            buf.copy_from_slice(&ch.image[from..from + ndata * BLOCK_BYTES]);
-            let data = (ndata > 0).then(|| PlacedData {
-                segment: ch.segment,
-                block: ch.start + 1 + un.data.start,
-                buf,
-                from: un.data.start,
-                to: un.data.end,
-                placed,
+            let data = (ndata > 0).then(|| {
+                let (n, from) = (
+                    ndata * BLOCK_BYTES,
+                    (1 + un.data.start as usize) * BLOCK_BYTES,
+                );
+                let mut buf = pool.get();
+                if buf.len() < n {
+                    // (an open chunk's image is a pool buffer: not reached)
+                    buf = AlignedBuf::new(n);
+                }
+                buf[..n].copy_from_slice(&ch.image[from..from + n]);
+                PlacedData {
+                    segment: ch.segment,
+                    block: ch.start + 1 + un.data.start,
+                    buf,
+                    from: un.data.start,
+                    to: un.data.end,
+                    placed,
+                }
             });
             (crc, data)
         } else {
@@ -287,6 +311,10 @@ mod tests {
     use crate::format::chunk::{Kind, LsnRange, Stream, NO_SRC};
     use crate::format::intent::verify;
 
+    fn pool() -> ChunkPool {
+        ChunkPool::new(33 * BLOCK_BYTES)
+    }
+
     fn chunk(first_lsn: u64) -> OpenChunk {
         let mut ch = OpenChunk::new(Stream::User, 0, 0, 32, AlignedBuf::new(33 * BLOCK_BYTES));
         ch.lsn = Some(LsnRange {
@@ -315,7 +343,7 @@ mod tests {
             ch.count_lsn();
             ch.push_virtual(50 + i, Kind::Trim, NO_SRC);
             ch.count_lsn();
-            let r = ring.plan(&mut ch, uuid).expect("room");
+            let r = ring.plan(&mut ch, uuid, &pool()).expect("room");
             let (h, crc) = verify(&r.image, &uuid, 1 + i, prev).expect("valid");
             assert_eq!(h.first_lsn, 100 + 2 * i);
             assert_eq!(h.lsn_count(), 2);
@@ -341,7 +369,7 @@ mod tests {
             ch.count_lsn();
             ch.push_data(i + 100, &[8; BLOCK_BYTES], NO_SRC);
             ch.count_lsn();
-            match ring.plan(&mut ch, uuid) {
+            match ring.plan(&mut ch, uuid, &pool()) {
                 Some(r) => {
                     wrapped |= r.at == 1 << 20;
                     let off = r.at - (1 << 20);
@@ -367,7 +395,7 @@ mod tests {
         let mut ch = chunk(0);
         ch.push_data(1, &[3; BLOCK_BYTES], NO_SRC);
         ch.count_lsn();
-        ring.plan(&mut ch, [0; 16]).unwrap();
+        ring.plan(&mut ch, [0; 16], &pool()).unwrap();
         let s = ring.candidate_start(1);
         ring.advance(s, 0);
     }

@@ -1468,6 +1468,10 @@ impl Shared {
             let _r = r.data.is_some().then(|| self.reuse.read());
             self.commit.write_record(r)?;
         }
+        if let Some(d) = rec.and_then(|r| r.data) {
+            // written (or given up): the buffer goes back to the pool
+            self.commit.recycle(d.buf);
+        }
         if !self.commit.flush_covering_log(target, rec_target)? {
             // a record this waits for was lost with the last log device:
             // seal everything appended so far into the main log instead
