@@ -262,6 +262,9 @@ apply_rehome_copies_nothing() {
 apply_placed_segment_not_held() {
   marker placed-segment-not-held
 }
+apply_mount_never_cleans() {
+  marker mount-never-cleans
+}
 apply_heal_skips_crc() {
   marker heal-skips-crc
 }
@@ -552,6 +555,7 @@ run placed-crc-unchecked intent_log
 run record-without-data intent_log
 run rehome-copies-nothing intent_log
 run placed-segment-not-held intent_log
+run mount-never-cleans compress_stress
 run heal-skips-crc parity
 run raid6-wrong-coefficient parity
 run heal-guesses-parity parity

@@ -321,7 +321,9 @@ pub fn pick_victim(
     let p = policy.policy();
     let mut best: Option<(f64, u32)> = None;
     for (i, s) in segs.segs.iter().enumerate() {
-        if s.state != SegState::Closed || s.last_seq >= written_through || s.live == 0 {
+        // (a segment a mount holds for the intent log's records is not one)
+        // MUTANT: gc-picks-held-segment s| s.held {| false {|
+        if s.state != SegState::Closed || s.last_seq >= written_through || s.live == 0 || s.held {
             continue;
         }
         // fragments weigh their estimated bytes (compressed volumes)

@@ -2156,18 +2156,7 @@ fn env_u64(k: &str, d: u64) -> u64 {
 /// kind contains). A seed that stops at one is counted and printed, not failed,
 /// so the sweep keeps guarding everything else; SLUICE_DST_STRICT=1 fails on
 /// them too. Remove an entry when its fix lands.
-const KNOWN_FINDINGS: [(&str, &[&str]); 4] = [
-    // Tiny volumes with an intent log: a crash can leave every segment Closed
-    // with small fills, and the mount's re-homing of the log's blocks finds
-    // no free segment, so it refuses the volume (safe: nothing wrong is
-    // returned; but a power cut must not stop a mount). Threaded runs hit it
-    // about once in a few hundred seeds. Regression test (exact, seed 1055):
-    // tests/compress_stress.rs
-    // `regression_a_crash_leaves_a_segment_to_re_home_the_intent_log_into`.
-    (
-        "rehome-without-free-segment",
-        &["no free segment to re-home", "of the intent log"],
-    ),
+const KNOWN_FINDINGS: [(&str, &[&str]); 3] = [
     // Stripe sets: a live power cut fails one member's op first; the set
     // takes it for that member's failure and acknowledges the op in
     // progress (a FLUSH) on the others, but the member's failure is not
