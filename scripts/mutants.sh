@@ -270,6 +270,15 @@ apply_rehome_copies_nothing() {
 apply_placed_segment_not_held() {
   marker placed-segment-not-held
 }
+apply_mount_never_cleans() {
+  marker mount-never-cleans
+}
+apply_gc_picks_held_segment() {
+  marker gc-picks-held-segment
+}
+apply_superblock_twin_same_flush() {
+  marker superblock-twin-same-flush
+}
 apply_heal_skips_crc() {
   marker heal-skips-crc
 }
@@ -598,6 +607,8 @@ run placed-crc-unchecked intent_log
 run record-without-data intent_log
 run rehome-copies-nothing intent_log
 run placed-segment-not-held intent_log
+run mount-never-cleans compress_stress
+run gc-picks-held-segment lib
 run heal-skips-crc parity
 run raid6-wrong-coefficient parity
 run heal-guesses-parity parity
@@ -671,6 +682,7 @@ run superseded-writer-unfenced objects_volume
 run objckpt-reserved-unchecked format_fuzz_smoke
 run rados-create-not-exclusive objects_rados
 run damaged-head-never-falls-back superblock_ends
+run superblock-twin-same-flush superblock_ends
 run rados-short-read-unchecked objects_rados
 run store-wipe-skipped dst
 run store-bounds-unchecked segment_store

@@ -801,12 +801,14 @@ pub fn read_superblocks(media: &dyn Media) -> Result<SbRead> {
         }
     }
     let from_tail = head.is_none();
-    // The tail copy of index i is written with the head copy of index i and
-    // before the same flush (`write_superblock`): the twin of an unusable head
-    // copy tells an update torn in flight by a power cut (twin older: the
-    // kept head copy is exact, nothing relied on the torn one) from damage to
-    // a durable copy (twin as new: it stands in for the damaged copy). Only
-    // with no valid twin can the kept copy be older than a durable one.
+    // The tail copy of index i is written and flushed before the head copy
+    // of index i (`write_superblock`): the twin of an unusable head copy
+    // tells an update torn in flight by a power cut (twin as new: it stands
+    // in; twin older: a volume written before that order, whose head write
+    // was torn, the kept head copy is exact) from damage to a durable copy
+    // (twin as new: it stands in for the damaged copy). A power cut cannot
+    // leave both unusable; only then can the kept copy be older than a
+    // durable one (damage: the fallback rules apply).
     let twin = |i: u32| {
         copies[2..]
             .iter()

@@ -64,6 +64,11 @@ pub struct SegInfo {
     /// here (0 = unknown: the volume's mean life N). GC output inherits its
     /// victims' estimate.
     pub prior: f32,
+    /// Mount only: a version 3 intent log record names a place in this
+    /// segment and the mount has not re-homed it yet (`SegmentTable::hold`,
+    /// `hold_live`): GC must not pick it, or a reuse barrier could free it and
+    /// a chunk overwrite the record's data before the log start passes it.
+    pub held: bool,
 }
 
 /// Assumed mean fragment length when nothing was placed this mount.
@@ -104,6 +109,7 @@ impl SegInfo {
         heat_t: 0,
         since: 0,
         prior: 0.0,
+        held: false,
     };
 
     /// `heat` decayed to `clock`.
@@ -253,10 +259,38 @@ impl SegmentTable {
         *s = SegInfo {
             state: SegState::Closed,
             fill: self.segment_blocks,
+            held: true,
             ..SegInfo::EMPTY
         };
         self.free.retain(|&f| f != seg);
         self.free_low = self.free_low.min(self.free.len());
+    }
+
+    /// Mount: a segment with live chunks that a version 3 record names stays
+    /// out of GC's reach (`SegInfo::held`) until the mount's new log start
+    /// has passed the record: the mount may clean before it re-homes.
+    pub fn hold_live(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        assert!(
+            s.state == SegState::Closed,
+            "segment {seg} held live while {:?}",
+            s.state
+        );
+        s.held = true;
+    }
+
+    /// The mount's new log start has passed every record naming `seg`: GC
+    /// may pick it again, and an empty one held for the records goes the way
+    /// of any segment that empties (Pending, then the reuse barrier).
+    pub fn unhold(&mut self, seg: u32) {
+        let s = &mut self.segs[seg as usize];
+        if !s.held {
+            return;
+        }
+        s.held = false;
+        if s.state == SegState::Closed && s.live == 0 {
+            self.close(seg);
+        }
     }
 
     /// A stream is done appending to `seg`.

@@ -473,15 +473,19 @@ fn step_replay_intent_log(c: &mut MountCtx) -> Result<()> {
     // re-homed their blocks and moved the log start past them (`finish_log`
     // releases them): a chunk of this life written there, then a power cut
     // before the start moved, would leave records naming overwritten data.
-    // A segment still holding live chunks is Closed (nothing appends to it);
-    // one found empty would be free: hold it.
+    // A segment still holding live chunks is Closed (nothing appends to it)
+    // and kept from GC (the mount may clean before it re-homes); one found
+    // empty would be free: hold it.
     let segs = c.segs.as_mut().expect("rebuild_segments ran");
     for &(seg, _) in &r.placed {
+        let state = segs.segs[seg as usize].state;
         // MUTANT: placed-segment-not-held s|== SegState::Free {|== SegState::Damaged {|
-        if segs.segs[seg as usize].state == SegState::Free {
+        if state == SegState::Free {
             segs.hold(seg);
             c.wipe.retain(|&w| w != seg);
             c.report.rules.log_placed_segment_held += 1;
+        } else if state == SegState::Closed {
+            segs.hold_live(seg);
         }
     }
     if r.records > 0 {

@@ -164,19 +164,35 @@ pub(in crate::volume) struct Commit {
 }
 
 /// Write `sb` to its copy (index generation mod 2) at the head and, when the
-/// volume has tail copies, to the tail copy of the same index; no flush (the
-/// caller flushes before anything depends on it, so both land or neither counts).
+/// volume has tail copies, first to the tail copy of the same index, flushed;
+/// the head copy is not flushed (the caller flushes before anything depends
+/// on it).
 pub(in crate::volume) fn write_superblock(
     media: &dyn Media,
     sb: &Superblock,
 ) -> std::io::Result<()> {
     let index = sb.generation % 2;
     let bytes = sb.encode();
-    write_block(media, &bytes, index * BS)?;
+    // The tail twin first, flushed, then the head copy (the caller flushes
+    // it): a power cut can tear the head copy or its twin but never both,
+    // so `read_superblocks` tells an update torn in flight (the head copy
+    // unusable, its twin older or as new) from damage to a durable copy
+    // (both unusable) and never falls back for a power cut. Written before
+    // one flush, both could be torn, and a fallback with a log gap refused
+    // the mount (ARCHITECTURE.md finding E).
     if let Some(t) = sb.tail_copy_offset(index) {
         write_block(media, &bytes, t)?;
+        // MUTANT: superblock-twin-same-flush
+        media.flush()?;
     }
+    write_block(media, &bytes, index * BS)?;
     Ok(())
+}
+
+/// Media flushes one `write_superblock` issues itself (the caller's comes on
+/// top): one between the tail twin and the head copy.
+pub(in crate::volume) fn superblock_write_flushes(sb: &Superblock) -> u64 {
+    (sb.tail_offset != 0) as u64
 }
 
 /// Media bytes one superblock write takes: its head copy, plus its tail copy.
@@ -821,7 +837,10 @@ impl Commit {
             &self.counters.media_superblock_bytes,
             superblock_write_bytes(&next),
         );
-        Counters::add(&self.counters.media_flushes, 1);
+        Counters::add(
+            &self.counters.media_flushes,
+            1 + superblock_write_flushes(&next),
+        );
         *sb = next;
         Ok(())
     }

@@ -232,6 +232,33 @@ impl Shared {
         self.wait_round()
     }
 
+    /// Last step of a writable mount, and the first of re-homing the intent
+    /// log: clean until more than the reserve is free (`make_space`, a
+    /// writer's foreground clean). Invariant (ARCHITECTURE.md "Capacity"):
+    /// every writable mount ends with more than `reserve` free segments
+    /// unless no victim gains anything (a full thin volume); between mounts
+    /// only GC and trims take the reserve, so a power cut always leaves the
+    /// next mount a free segment to clean into. A volume GC cannot clean
+    /// mounts anyway (a full thin volume answers ENOSPC to writes).
+    pub(in crate::volume) fn mount_clean(&self) -> Result<()> {
+        // MUTANT: mount-never-cleans s|if self.opts.read_only {|if true {|
+        if self.opts.read_only {
+            return Ok(());
+        }
+        let _r = self.hk.round.lock();
+        match self.make_space() {
+            Ok(()) => {}
+            Err(Error::NoSpace) => {
+                let (free, reserve) = (self.free_pending().0, self.hk.reserve);
+                tracing::warn!(
+                    "mount: {free} free segment(s), the GC reserve is {reserve}, and cleaning gains nothing more"
+                );
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
     /// Wait for the next housekeeper round's foreground clean, or for a barrier
     /// that freed segments meanwhile (background mode).
     fn wait_round(&self) -> Result<()> {

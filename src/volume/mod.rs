@@ -864,7 +864,8 @@ impl Volume {
             .and_then(|_| match (&m.log, log_start) {
                 (Some(log), Some(start)) => sh.finish_log(log, start),
                 _ => Ok(()),
-            });
+            })
+            .and_then(|_| sh.mount_clean());
         if let Err(e) = r {
             sh.commit.stop_writer_threads(writers);
             return Err(e);
@@ -1523,6 +1524,17 @@ impl Shared {
     /// chain seed no record of the ring's earlier life follows. A read-only
     /// mount keeps the blocks in memory (served from the open chunk).
     fn finish_log(&self, log: &recovery::LogReplay, start: LogStart) -> Result<()> {
+        // Re-homing appends to the user stream, which needs a segment. A
+        // power cut leaves the segments the open chunks had (user, spare,
+        // GC classes) Closed with their room unused, and mount after mount
+        // with no write in between that needed a segment (and cleaned) ate
+        // the free segments down to none (compress_stress seed 1055): clean
+        // first, as a writer's foreground clean would, so more than the
+        // reserve is free. The segments replayed records name are held
+        // from GC until the new start has passed them.
+        if !self.opts.read_only && !log.blocks.is_empty() {
+            self.mount_clean()?;
+        }
         self.rehome(log)?;
         if self.opts.read_only {
             return Ok(());
@@ -1538,12 +1550,10 @@ impl Shared {
             r.claimed = true;
         }
         // the start has passed the version 3 records: the segments held for
-        // their places (`recovery::mount`, empty) go the way of any empty one
+        // their places (`recovery::mount`) are GC's again, and an empty one
+        // goes the way of any empty one
         for &(seg, _) in &log.placed {
-            let s = c.segs.segs[seg as usize];
-            if s.state == SegState::Closed && s.live == 0 {
-                c.segs.close(seg);
-            }
+            c.segs.unhold(seg);
         }
         Ok(())
     }
