@@ -21,6 +21,15 @@ use std::sync::{Arc, Mutex, Weak};
 /// store), finished by `finish_attached` once the volumes are closed.
 static ATTACHED: Mutex<Vec<(String, Weak<ObjSegStore>)>> = Mutex::new(Vec::new());
 
+/// Bytes put per byte the host wrote, for people. A serve that wrote nothing
+/// still puts checkpoint objects: no ratio then (it read 18,694,604).
+fn store_ratio(put: u64, host_written: u64) -> String {
+    match host_written {
+        0 => "n/a (nothing written)".to_string(),
+        h => format!("{:.2}", put as f64 / h as f64),
+    }
+}
+
 /// `serve`, after closing its volumes: wait for each store's queued uploads
 /// (30 s at most) and release its lease, saying what is left and how many
 /// bytes went to the store per byte the host wrote (`host_written`).
@@ -35,13 +44,13 @@ pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
         let left = s.finish().with_context(|| format!("closing {name}"))?;
         let (seg, log, ck) = s.bytes_put();
         let mib = |b: u64| b as f64 / 1048576.0;
+        let ratio = store_ratio(seg + log + ck, host_written);
         say!(
-            "sluice: {name}: put {:.1} MiB: {:.1} MiB of segment objects, {:.1} MiB of FLUSH log objects, {:.1} MiB of checkpoint objects; store bytes per host byte {:.2}",
+            "sluice: {name}: put {:.1} MiB: {:.1} MiB of segment objects, {:.1} MiB of FLUSH log objects, {:.1} MiB of checkpoint objects; store bytes per host byte {ratio}",
             mib(seg + log + ck),
             mib(seg),
             mib(log),
             mib(ck),
-            (seg + log + ck) as f64 / host_written.max(1) as f64
         );
         match left {
             0 => say!("sluice: {name}: every segment uploaded; epoch {} released", s.epoch()),
@@ -329,5 +338,16 @@ impl StoreArgs {
         let (s, rep) = objseg::open_read_only(media, self.client()?, self.dir()?)
             .with_context(|| format!("reading {}", self.store.as_deref().unwrap_or_default()))?;
         Ok(Some((s, rep.notes)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::store_ratio;
+
+    #[test]
+    fn the_store_ratio_of_a_serve_that_wrote_nothing_is_not_a_number() {
+        assert_eq!(store_ratio(18_694_604, 0), "n/a (nothing written)");
+        assert_eq!(store_ratio(3 << 20, 2 << 20), "1.50");
     }
 }
