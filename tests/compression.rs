@@ -287,6 +287,26 @@ fn packed_chunk(
     panic!("no chunk with Packed entries on the media");
 }
 
+/// Where to damage the second packed block of the chunk at byte `at` (its
+/// header `h`, its fragments `frags`): (byte offset, the byte to write
+/// there, the logical blocks whose fragments start in it or span into it).
+fn damage_second_packed_block(
+    img: &[u8],
+    at: usize,
+    h: &sluice::format::chunk::ChunkHeader,
+    frags: &[(u64, sluice::format::codec::FragmentPlace)],
+) -> (u64, u8, Vec<u64>) {
+    let bad = 1 + h.raw_blocks() as u64 + 1; // relative to the chunk header
+    let off = at as u64 + bad * BS as u64 + 3000;
+    let hit: Vec<u64> = frags
+        .iter()
+        .filter(|(_, f)| f.phys == bad || (f.spans && f.phys + 1 == bad))
+        .map(|&(lba, _)| lba)
+        .collect();
+    assert!(!hit.is_empty() && hit.len() < frags.len());
+    (off, img[off as usize] ^ 0x40, hit)
+}
+
 /// A flipped byte in one packed block: every fragment that starts in it or
 /// spans into it answers EIO, every other block still reads right (the
 /// packed block before and after it included), after a remount too.
@@ -309,20 +329,8 @@ fn a_damaged_packed_block_is_eio_for_its_fragments_only() {
     let packed = h.packed_blocks() as u64;
     assert!(packed >= 3, "{packed} packed blocks");
     assert!(frags.len() >= 12, "{} fragments", frags.len());
-    // damage the second packed block's payload
-    let raw = h.raw_blocks() as u64;
-    let bad = 1 + raw + 1; // relative to the chunk header
-    let off = at as u64 + bad * BS as u64 + 3000;
-    let mut b = [0u8; 1];
-    b.copy_from_slice(&img[off as usize..off as usize + 1]);
-    b[0] ^= 0x40;
-    media.poke(off, &b);
-    let hit: Vec<u64> = frags
-        .iter()
-        .filter(|(_, f)| f.phys == bad || (f.spans && f.phys + 1 == bad))
-        .map(|&(lba, _)| lba)
-        .collect();
-    assert!(!hit.is_empty() && hit.len() < frags.len());
+    let (off, byte, hit) = damage_second_packed_block(&img, at, &h, &frags);
+    media.poke(off, &[byte]);
     let vol = open(m(), &opts);
     // scrub (before any read marks the segment) names every fragment of the
     // damaged block, and no other block
@@ -452,21 +460,13 @@ fn the_read_ring_reads_fragments_and_fails_only_the_damaged_ones() {
     assert!(whole[..] == data[..], "the 24-block ring read differs");
     drop(out);
     drop(vol);
-    // damage the second packed block's payload, as in the test above
     let img = std::fs::read(&path).unwrap();
     let (at, h, frags) = packed_chunk(&img, &g, uuid);
-    let bad = 1 + h.raw_blocks() as u64 + 1;
-    let off = at as u64 + bad * BS as u64 + 3000;
+    let (off, byte, hit) = damage_second_packed_block(&img, at, &h, &frags);
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    f.write_at(&[img[off as usize] ^ 0x40], off).unwrap();
+    f.write_at(&[byte], off).unwrap();
     f.sync_all().unwrap();
     drop(f);
-    let hit: Vec<u64> = frags
-        .iter()
-        .filter(|(_, f)| f.phys == bad || (f.spans && f.phys + 1 == bad))
-        .map(|&(lba, _)| lba)
-        .collect();
-    assert!(!hit.is_empty() && hit.len() < frags.len());
     let vol = Arc::new(open(file(&path), &opts));
     let out = ring_reads(&vol).expect("the ring was there a moment ago");
     for (lba, r) in &out[..24] {
