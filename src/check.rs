@@ -496,24 +496,7 @@ pub fn check_store(
                         continue;
                     };
                     // (fp.phys is relative to the chunk's header block)
-                    let off = at + fp.phys as usize * BLOCK_BYTES;
-                    let n = 1 + fp.spans as usize;
-                    let crcs_ok = (0..n).all(|j| {
-                        let d = fp.phys as usize - 1 + j;
-                        let b = &img[off + j * BLOCK_BYTES..off + (j + 1) * BLOCK_BYTES];
-                        h.block_crcs.get(d) == Some(&chunk::block_crc(b))
-                    });
-                    let next = fp
-                        .spans
-                        .then(|| &img[off + BLOCK_BYTES..off + 2 * BLOCK_BYTES]);
-                    let ok = crcs_ok
-                        && crate::format::packed::unpack(
-                            &img[off..off + BLOCK_BYTES],
-                            next,
-                            fp.slot,
-                            &mut raw,
-                        )
-                        .is_ok();
+                    let ok = codec::fragment_verifies(h, 0, &img[at..], fp, &mut raw);
                     fragments.insert(((chunk_phys + fp.phys) as u32, fp.slot), (r.lba, ok));
                     continue;
                 }

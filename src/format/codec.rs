@@ -156,6 +156,34 @@ pub fn fragments(
         .collect())
 }
 
+/// Fragment `fp` verifies in `chunk`, the chunk's image from its header
+/// block on, `fp.phys` counted from `chunk_phys` (the header's physical
+/// block; 0 when places are relative to the header): its packed block(s)
+/// match their block CRCs and it unpacks (which checks its raw CRC) into
+/// `raw`. `check` and scrub judge fragments with it.
+pub fn fragment_verifies(
+    h: &ChunkHeader,
+    chunk_phys: u64,
+    chunk: &[u8],
+    fp: &FragmentPlace,
+    raw: &mut [u8],
+) -> bool {
+    let bs = crate::format::BLOCK_BYTES;
+    let rel = (fp.phys - chunk_phys) as usize;
+    let n = 1 + fp.spans as usize;
+    let Some(bytes) = chunk.get(rel * bs..(rel + n) * bs) else {
+        return false;
+    };
+    let crcs_ok = (0..n).all(|j| {
+        h.block_crcs.get(rel - 1 + j)
+            == Some(&crate::format::chunk::block_crc(
+                &bytes[j * bs..(j + 1) * bs],
+            ))
+    });
+    let (first, next) = bytes.split_at(bs);
+    crcs_ok && super::packed::unpack(first, fp.spans.then_some(next), fp.slot, raw).is_ok()
+}
+
 /// Every block record of `h`, in entry order (`entries` flattened).
 pub fn records(h: &ChunkHeader, chunk_phys: u64) -> impl Iterator<Item = Record> + '_ {
     entries(h, chunk_phys).flat_map(|p| p.records())

@@ -126,6 +126,7 @@ impl Shared {
         // (lba, physical block, data block index, chunk) of each block whose CRC fails
         let mut bad: Vec<(u64, u32, u32, u64)> = Vec::new();
         let mut bad_frags: Vec<BadFragment> = Vec::new();
+        let mut raw = [0u8; BLOCK_BYTES];
         let base = seg * self.geo.segment_blocks;
         let mut pos = 0u32;
         while pos < fill {
@@ -166,8 +167,11 @@ impl Shared {
                         let places = places
                             .get_or_insert_with(|| codec::fragments(&h, chunk_phys, data).ok());
                         let fp = places.as_ref().and_then(|v| v.get(k as usize));
-                        // MUTANT: scrub-skips-fragments s|!fragment_verifies(|false && !fragment_verifies(|
-                        if !fragment_verifies(&h, chunk_phys, &img[at..], fp) {
+                        let ok = fp.is_some_and(|fp| {
+                            codec::fragment_verifies(&h, chunk_phys, &img[at..], fp, &mut raw)
+                        });
+                        // MUTANT: scrub-skips-fragments s|if !ok {|if false {|
+                        if !ok {
                             bad_frags.push((
                                 r.lba,
                                 chunk_phys,
@@ -266,32 +270,4 @@ impl Shared {
             }
         }
     }
-}
-
-/// Fragment `fp` of the chunk whose image starts `chunk`, at physical block
-/// `chunk_phys`, verifies: its packed block(s) match their block CRCs and it
-/// unpacks (which checks its raw CRC). None (the packed tables do not chain):
-/// it does not.
-fn fragment_verifies(
-    h: &ChunkHeader,
-    chunk_phys: u64,
-    chunk: &[u8],
-    fp: Option<&codec::FragmentPlace>,
-) -> bool {
-    let Some(fp) = fp else {
-        return false;
-    };
-    let rel = (fp.phys - chunk_phys) as usize;
-    let n = 1 + fp.spans as usize;
-    let Some(bytes) = chunk.get(rel * BLOCK_BYTES..(rel + n) * BLOCK_BYTES) else {
-        return false;
-    };
-    let crcs_ok = (0..n).all(|j| {
-        let b = &bytes[j * BLOCK_BYTES..(j + 1) * BLOCK_BYTES];
-        h.block_crcs.get(rel - 1 + j) == Some(&chunk::block_crc(b))
-    });
-    let mut raw = [0u8; BLOCK_BYTES];
-    let (first, next) = bytes.split_at(BLOCK_BYTES);
-    crcs_ok
-        && crate::format::packed::unpack(first, fp.spans.then_some(next), fp.slot, &mut raw).is_ok()
 }
