@@ -447,6 +447,9 @@ apply_chain_room_unchecked() {
 apply_chain_after_slot_fallback() {
   marker chain-after-slot-fallback
 }
+apply_chain_below_checkpoint() {
+  marker chain-below-checkpoint
+}
 apply_flush_latency_unobserved() {
   marker flush-latency-unobserved
 }
@@ -658,6 +661,7 @@ run ring-removed-before-homed log_device
 run info-fallback-hidden intent_log
 run chain-room-unchecked lib
 run chain-after-slot-fallback lib
+run chain-below-checkpoint lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3

@@ -146,7 +146,12 @@ rules! {
     log_end_at_unverified_placed_data,
     /// Version 3 records named places in a segment the mount found empty: it
     /// is held (not reused) until the mount has re-homed their blocks.
-    log_placed_segment_held,
+    log_placed_segment_held,    /// A segment ended in a damaged stretch right after a chunk X, and the
+    /// chain bounds X's successor below the loaded checkpoint: the successor
+    /// went to another segment (X's had too little room for it) since freed
+    /// and reused, so the stretch is stale bytes, not damage
+    /// (`recovery::chain`).
+    chain_successor_below_checkpoint,
 }
 
 pub struct Mounted {
@@ -1670,12 +1675,13 @@ pub fn damage(media: &dyn Media) -> Result<Vec<String>> {
     }
     let scans = scan_segments(&FlatStore::new(media, &geo), &sb.uuid, &base, &mut report)?;
     let (w, mut list, _) = judge(&scans, base.c_next, sb.durable_seq, &mut report.rules);
-    let r = report.rules;
+    let mut r = report.rules;
     chain::extend(
         &scans,
         geo.segment_blocks,
         w,
-        &r,
+        base.c_next,
+        &mut r,
         &mut list,
         &mut Vec::new(),
     );

@@ -19,6 +19,20 @@
 //! of skipping `a` as a dead chunk below W. When a found chunk names X
 //! itself, the successor is intact elsewhere and S is not it.
 //!
+//! The rule also needs `m >= c_next` (the loaded checkpoint's next seq).
+//! "Room" is not always enough for the successor: a compressed volume's
+//! staged chunk (`Core::place`) or a GC move of a packed fragment (room 3)
+//! that does not fit closes the segment with blocks left, and `a` goes to a
+//! fresh segment B. If `a` then dies and B is freed and reused, the
+//! checkpoint that let B be reused reflects `a` (`a < c_next`), the chunk
+//! after `a` names it, and S (never written: stale bytes of the segment's
+//! previous life) looks exactly like the damaged successor. When `a` really
+//! was written at S after the newest checkpoint, `a >= c_next`, so
+//! `m >= a >= c_next`; when `m < c_next` the successor is below the
+//! checkpoint, replay never applies it, and S is no reason to refuse (this
+//! was the threaded DST's `threaded-durable-predecessor-bad-magic`, seed
+//! 6298: a compressed volume refused to mount, "bad magic").
+//!
 //! Invariant: the rule only ever adds damage (a refusal, or unvouched blocks
 //! for salvage), never drops or applies a chunk; on volumes without the
 //! chain (v1, or v2 without `CHAIN`: every `chain` is None) it finds nothing.
@@ -51,8 +65,21 @@ impl Break {
 }
 
 /// Damaged last stretches of segments that the chain proves durable (module
-/// comment), given the durable watermark `w` and the segment size.
-pub fn breaks(scans: &[SegScan], segment_blocks: u32, w: u64) -> Vec<Break> {
+/// comment), given the durable watermark `w`, the loaded checkpoint's
+/// `c_next` and the segment size.
+#[cfg(test)]
+pub fn breaks(scans: &[SegScan], segment_blocks: u32, w: u64, c_next: u64) -> Vec<Break> {
+    breaks_counted(scans, segment_blocks, w, c_next).0
+}
+
+/// `breaks`, and how many stretches the chain bounded below the checkpoint
+/// (not breaks: the module comment's second paragraph).
+fn breaks_counted(
+    scans: &[SegScan],
+    segment_blocks: u32,
+    w: u64,
+    c_next: u64,
+) -> (Vec<Break>, u64) {
     let found = || {
         scans
             .iter()
@@ -66,6 +93,7 @@ pub fn breaks(scans: &[SegScan], segment_blocks: u32, w: u64) -> Vec<Break> {
         .map(|c| (c.class, c.prev_seq))
         .collect();
     let mut out = Vec::new();
+    let mut below = 0;
     for walk in scans.iter().filter_map(|s| s.walk.as_ref()) {
         for b in &walk.bad {
             if !matches!(b.kind, BadKind::Header { .. }) || b.before.is_some() {
@@ -94,7 +122,15 @@ pub fn breaks(scans: &[SegScan], segment_blocks: u32, w: u64) -> Vec<Break> {
                 .filter_map(|f| f.header.chain.map(|c| (f.seq, c)))
                 .filter(|(_, c)| c.class == cx.class && c.prev_seq > x.seq)
                 .min_by_key(|(_, c)| c.prev_seq);
-            if let Some((n, c)) = bound.filter(|(_, c)| c.prev_seq < w) {
+            let bound = bound.filter(|(_, c)| c.prev_seq < w);
+            // the successor is at most the bound: below the checkpoint it
+            // may have gone to a segment since reused (module comment)
+            // MUTANT: chain-below-checkpoint s|c.prev_seq < c_next|false|
+            if bound.is_some_and(|(_, c)| c.prev_seq < c_next) {
+                below += 1;
+                continue;
+            }
+            if let Some((n, c)) = bound {
                 out.push(Break {
                     segment: b.segment,
                     pos: b.pos,
@@ -106,7 +142,7 @@ pub fn breaks(scans: &[SegScan], segment_blocks: u32, w: u64) -> Vec<Break> {
             }
         }
     }
-    out
+    (out, below)
 }
 
 /// Whether the rule may run: the loaded checkpoint is the newest one written
@@ -126,14 +162,17 @@ pub fn extend(
     scans: &[SegScan],
     segment_blocks: u32,
     w: u64,
-    rules: &RecoveryRules,
+    c_next: u64,
+    rules: &mut RecoveryRules,
     damage: &mut Vec<String>,
     spans: &mut Vec<Span>,
 ) {
     if !applies(rules) {
         return;
     }
-    for b in breaks(scans, segment_blocks, w) {
+    let (breaks, below) = breaks_counted(scans, segment_blocks, w, c_next);
+    rules.chain_successor_below_checkpoint += below;
+    for b in breaks {
         let at = format!("segment {} block {}", b.segment, b.pos);
         let known = damage
             .iter()
@@ -227,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_damaged_successor_the_chain_bounds_below_w_is_a_break() {
-        let b = breaks(&case(12, 0, 21), SEG, 15);
+        let b = breaks(&case(12, 0, 21), SEG, 15, 11);
         assert_eq!(b.len(), 1, "{b:?}");
         assert_eq!((b[0].segment, b[0].pos, b[0].after), (3, 21, 10));
         assert_eq!((b[0].named_by, b[0].bound), (14, 12));
@@ -237,26 +276,51 @@ mod tests {
     #[test]
     fn the_rule_is_silent_where_its_premise_does_not_hold() {
         // the bound is not below W: the successor may never have been flushed
-        assert!(breaks(&case(12, 0, 21), SEG, 12).is_empty());
+        assert!(breaks(&case(12, 0, 21), SEG, 12, 11).is_empty());
         // X's successor is intact elsewhere (N names X itself)
-        assert!(breaks(&case(10, 0, 21), SEG, 15).is_empty());
+        assert!(breaks(&case(10, 0, 21), SEG, 15, 11).is_empty());
         // N is of another class: it bounds nothing of X's chain
-        assert!(breaks(&case(12, 1, 21), SEG, 15).is_empty());
+        assert!(breaks(&case(12, 1, 21), SEG, 15, 11).is_empty());
         // no room after X: the engine closed X's segment, the stretch is not
         // its successor
-        assert!(breaks(&case(12, 0, 31), SEG, 15).is_empty());
+        assert!(breaks(&case(12, 0, 31), SEG, 15, 11).is_empty());
         // the stretch does not follow X directly
         let mut s = case(12, 0, 21);
         if let Some(w) = s[0].walk.as_mut() {
             w.bad[0].pos = 23;
         }
-        assert!(breaks(&s, SEG, 15).is_empty());
+        assert!(breaks(&s, SEG, 15, 11).is_empty());
         // no chain in X's header (v1, or a v2 build before it)
         let mut s = case(12, 0, 21);
         if let Some(w) = s[0].walk.as_mut() {
             w.chunks[0].header.chain = None;
         }
-        assert!(breaks(&s, SEG, 15).is_empty());
+        assert!(breaks(&s, SEG, 15, 11).is_empty());
+    }
+
+    /// Threaded DST seed 6298 (compressed volume): X's successor did not fit
+    /// in X's segment and went to a segment since freed and reused, so the
+    /// first found chunk of the class names a predecessor below the loaded
+    /// checkpoint; the stale bytes after X are not its successor.
+    #[test]
+    fn a_bound_below_the_checkpoint_proves_nothing_about_the_stretch() {
+        // N (seq 14) names 12; the checkpoint reflects every seq < 13
+        assert!(breaks(&case(12, 0, 21), SEG, 15, 13).is_empty());
+        let mut r = RecoveryRules::default();
+        let (mut damage, mut spans) = (Vec::new(), Vec::new());
+        extend(
+            &case(12, 0, 21),
+            SEG,
+            15,
+            13,
+            &mut r,
+            &mut damage,
+            &mut spans,
+        );
+        assert!(damage.is_empty() && spans.is_empty());
+        assert_eq!(r.chain_successor_below_checkpoint, 1);
+        // the checkpoint reflects seqs < 12: the successor (<= 12) came after it
+        assert_eq!(breaks(&case(12, 0, 21), SEG, 15, 12).len(), 1);
     }
 
     #[test]
@@ -267,14 +331,38 @@ mod tests {
         assert!(!applies(&r));
         let mut damage = Vec::new();
         let mut spans = Vec::new();
-        extend(&case(12, 0, 21), SEG, 15, &r, &mut damage, &mut spans);
+        extend(
+            &case(12, 0, 21),
+            SEG,
+            15,
+            11,
+            &mut r,
+            &mut damage,
+            &mut spans,
+        );
         assert!(damage.is_empty() && spans.is_empty());
-        let r = RecoveryRules::default();
-        extend(&case(12, 0, 21), SEG, 15, &r, &mut damage, &mut spans);
+        let mut r = RecoveryRules::default();
+        extend(
+            &case(12, 0, 21),
+            SEG,
+            15,
+            11,
+            &mut r,
+            &mut damage,
+            &mut spans,
+        );
         assert_eq!((damage.len(), spans.len(), spans[0].seq_hi), (1, 1, 12));
         // a stretch judge already called durable is not listed twice
         let mut damage = vec!["segment 3 block 21, seq 11 if its seq field is intact: x".into()];
-        extend(&case(12, 0, 21), SEG, 15, &r, &mut damage, &mut Vec::new());
+        extend(
+            &case(12, 0, 21),
+            SEG,
+            15,
+            11,
+            &mut r,
+            &mut damage,
+            &mut Vec::new(),
+        );
         assert_eq!(damage.len(), 1, "{damage:?}");
     }
 }

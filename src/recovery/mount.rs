@@ -308,8 +308,15 @@ fn step_judge(c: &mut MountCtx) -> Result<()> {
     let (w, mut damage, ignore, mut spans) =
         judge_spans(&c.scans, c_next, durable, &mut c.report.rules);
     let seg_blocks = c.geo().segment_blocks;
-    let rules = c.report.rules;
-    chain::extend(&c.scans, seg_blocks, w, &rules, &mut damage, &mut spans);
+    chain::extend(
+        &c.scans,
+        seg_blocks,
+        w,
+        c_next,
+        &mut c.report.rules,
+        &mut damage,
+        &mut spans,
+    );
     if c.salvage && !damage.is_empty() {
         c.report.notes.push(format!(
             "salvage: {} damaged place(s) below the durable point skipped; blocks they may have written answer EIO",
