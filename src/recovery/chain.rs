@@ -29,9 +29,12 @@
 //! previous life) looks exactly like the damaged successor. When `a` really
 //! was written at S after the newest checkpoint, `a >= c_next`, so
 //! `m >= a >= c_next`; when `m < c_next` the successor is below the
-//! checkpoint, replay never applies it, and S is no reason to refuse (this
-//! was the threaded DST's `threaded-durable-predecessor-bad-magic`, seed
-//! 6298: a compressed volume refused to mount, "bad magic").
+//! checkpoint, replay never applies it, and S is no reason to refuse. (Found
+//! by reading this rule for the cause of the threaded DST's one refusal
+//! "bad magic ... although a flush had made it durable", seed 6298 on a
+//! compressed volume: this path gives exactly that refusal, but the rule
+//! `chain_successor_below_checkpoint` that counts it fired in none of
+//! 21,500 threaded runs since, nor did the refusal recur.)
 //!
 //! Invariant: the rule only ever adds damage (a refusal, or unvouched blocks
 //! for salvage), never drops or applies a chunk; on volumes without the
@@ -298,10 +301,10 @@ mod tests {
         assert!(breaks(&s, SEG, 15, 11).is_empty());
     }
 
-    /// Threaded DST seed 6298 (compressed volume): X's successor did not fit
-    /// in X's segment and went to a segment since freed and reused, so the
-    /// first found chunk of the class names a predecessor below the loaded
-    /// checkpoint; the stale bytes after X are not its successor.
+    /// X's successor did not fit in X's segment (a compressed staged chunk)
+    /// and went to a segment since freed and reused, so the first found
+    /// chunk of the class names a predecessor below the loaded checkpoint;
+    /// the stale bytes after X are not its successor.
     #[test]
     fn a_bound_below_the_checkpoint_proves_nothing_about_the_stretch() {
         // N (seq 14) names 12; the checkpoint reflects every seq < 13
