@@ -447,6 +447,9 @@ apply_chain_room_unchecked() {
 apply_chain_after_slot_fallback() {
   marker chain-after-slot-fallback
 }
+apply_quick_test_threshold() {
+  marker quick-test-threshold
+}
 apply_chain_below_checkpoint() {
   marker chain-below-checkpoint
 }
@@ -662,6 +665,7 @@ run info-fallback-hidden intent_log
 run chain-room-unchecked lib
 run chain-after-slot-fallback lib
 run chain-below-checkpoint lib
+run quick-test-threshold lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3
