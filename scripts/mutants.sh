@@ -128,6 +128,9 @@ run() {
   fi
 }
 
+apply_write_many_order() {
+  marker write-many-order
+}
 apply_block_crc_wrong_polynomial() {
   marker block-crc-wrong-polynomial
 }
@@ -601,6 +604,7 @@ run discard-tombstone dst
 run stale-inflight-kept model
 run host-crc-of-wrong-block engine
 run block-crc-wrong-polynomial lib
+run write-many-order engine
 run idle-discard-skipped host_full
 run discard-unwiped superblock_ends
 run log-replay-skipped intent_log dst
