@@ -128,6 +128,12 @@ run() {
   fi
 }
 
+apply_write_many_order() {
+  marker write-many-order
+}
+apply_block_crc_wrong_polynomial() {
+  marker block-crc-wrong-polynomial
+}
 apply_replay_skips_crc() {
   replace src/recovery.rs 'match chunk::verify(whole, uuid) {' 'match ChunkHeader::decode(whole) {'
 }
@@ -603,6 +609,8 @@ run metadata-not-allocated host_full
 run discard-tombstone dst
 run stale-inflight-kept model
 run host-crc-of-wrong-block engine
+run block-crc-wrong-polynomial lib
+run write-many-order engine
 run idle-discard-skipped host_full
 run discard-unwiped superblock_ends
 run log-replay-skipped intent_log dst

@@ -398,3 +398,79 @@ fn cli_runs_end_to_end_with_json_and_plot() {
     let info: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(info["clean"], serde_json::Value::Bool(true));
 }
+
+/// Forwards to a target and counts how the workload called it.
+struct Counting {
+    inner: Arc<dyn Target>,
+    /// (thread, writes) of every `write_many` call.
+    many: parking_lot::Mutex<Vec<(std::thread::ThreadId, usize)>>,
+    writes: std::sync::atomic::AtomicU64,
+}
+
+impl Target for Counting {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn min_io(&self) -> u64 {
+        self.inner.min_io()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, buf: &[u8]) -> anyhow::Result<()> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.write(offset, buf)
+    }
+    fn flush(&self) -> anyhow::Result<()> {
+        self.inner.flush()
+    }
+    fn engine_stats(&self) -> Option<sluice::Stats> {
+        self.inner.engine_stats()
+    }
+    fn batches(&self) -> bool {
+        self.inner.batches()
+    }
+    fn write_many(&self, writes: &[(u64, &[u8])]) -> anyhow::Result<()> {
+        self.many
+            .lock()
+            .push((std::thread::current().id(), writes.len()));
+        self.inner.write_many(writes)
+    }
+}
+
+#[test]
+fn batch_target_submits_a_random_write_phase_as_batches_from_one_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = format!("sluice-batch:{}", dir.path().join("b.vol").display());
+    let inner = open(&spec);
+    assert!(inner.batches());
+    let t = Counting {
+        inner,
+        many: Default::default(),
+        writes: Default::default(),
+    };
+    let cfg = small(Workload::Ceiling); // 4 outstanding
+    let r = bench::run_target(&cfg, &spec, &t, &Ctx::quiet(7));
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let rand = r.phases.iter().find(|p| p.name == "randwrite").unwrap();
+    let seq = r.phases.iter().find(|p| p.name == "seqwrite").unwrap();
+    let many = t.many.lock().clone();
+    assert!(!many.is_empty(), "no write_many call");
+    assert!(many.iter().all(|&(_, n)| n == 4), "batches of the depth");
+    assert!(many.iter().all(|&(id, _)| id == many[0].0), "one thread");
+    assert_eq!(
+        many.len() as u64 * 4,
+        rand.ops,
+        "every batched write counted"
+    );
+    // the sequential phase (1 outstanding) writes one at a time
+    assert_eq!(t.writes.load(Ordering::Relaxed), seq.ops);
+    // every write reached the engine
+    let host = r.stats_after.as_ref().unwrap().host_write_bytes
+        - r.stats_before.as_ref().unwrap().host_write_bytes;
+    assert_eq!(host, rand.bytes + seq.bytes);
+    t.inner.close().unwrap();
+}

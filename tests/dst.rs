@@ -102,6 +102,14 @@ fn stripe_findings() -> bool {
         || std::env::var("SLUICE_DST_STRIPE_FINDINGS").is_ok_and(|v| v == "1")
 }
 
+/// Seeds from here on batch their writes (`Volume::write_many`, issue 22):
+/// seed `WRITE_MANY_SEEDS + k` has the shape of seed `k` (intent log, log
+/// devices, compression as `shape_for` says) and its plan merges runs of
+/// 2-8 consecutive non-FUA writes of one client, none overlapping another
+/// of its run (so the oracle's one op id per batch loses nothing), into one
+/// call. `dst_write_many` runs them.
+const WRITE_MANY_SEEDS: u64 = 1 << 21;
+
 static STRIPE_FINDINGS: AtomicBool = AtomicBool::new(false);
 const STRIPE_UNIT: u64 = 4096;
 
@@ -121,6 +129,9 @@ const STRIPE_UNIT: u64 = 4096;
 /// once, in place: `LOG_INDIRECT`), except seeds 12 mod 16, whose volume
 /// keeps version 2 records as volumes made before it do.
 fn shape_for(seed: u64) -> Shape {
+    if seed >= WRITE_MANY_SEEDS {
+        return shape_for(seed - WRITE_MANY_SEEDS);
+    }
     if seed >= STRIPE_SEEDS {
         let raid6 = seed % 2 == 1;
         return Shape {
@@ -534,7 +545,74 @@ fn plan(seed: u64, sh: Shape) -> Vec<Planned> {
         client: 0,
         act: Act::Close,
     });
+    if seed >= WRITE_MANY_SEEDS {
+        v = batch_writes(v);
+    }
     v
+}
+
+/// `WRITE_MANY_SEEDS` plans: runs of consecutive non-FUA writes of one
+/// client (up to 8, blocks not shared within the run) become one
+/// `Op::WriteMany`. Draws nothing from the plan's generator.
+fn batch_writes(p: Vec<Planned>) -> Vec<Planned> {
+    let bs = BS as u64;
+    let blocks_of = |o: u64, l: usize| (o / bs, (o + l as u64).div_ceil(bs));
+    let mut out: Vec<Planned> = Vec::with_capacity(p.len());
+    let mut run: Vec<(u64, usize, u64, Fill)> = Vec::new();
+    let mut run_client = 0;
+    let flush_run = |run: &mut Vec<(u64, usize, u64, Fill)>, client, out: &mut Vec<Planned>| {
+        match run.len() {
+            0 => {}
+            1 => {
+                let (offset, len, seed, fill) = run[0];
+                out.push(Planned {
+                    client,
+                    act: Act::Io(
+                        Op::Write {
+                            offset,
+                            len,
+                            seed,
+                            fill,
+                        },
+                        false,
+                    ),
+                });
+            }
+            _ => out.push(Planned {
+                client,
+                act: Act::Io(Op::WriteMany(run.clone()), false),
+            }),
+        }
+        run.clear();
+    };
+    for x in p {
+        if let Act::Io(
+            Op::Write {
+                offset,
+                len,
+                seed,
+                fill,
+            },
+            false,
+        ) = x.act
+        {
+            let (lo, hi) = blocks_of(offset, len);
+            let overlaps = run.iter().any(|w| {
+                let (a, b) = blocks_of(w.0, w.1);
+                a < hi && lo < b
+            });
+            if !run.is_empty() && (x.client != run_client || overlaps || run.len() == 8) {
+                flush_run(&mut run, run_client, &mut out);
+            }
+            run_client = x.client;
+            run.push((offset, len, seed, fill));
+            continue;
+        }
+        flush_run(&mut run, run_client, &mut out);
+        out.push(x);
+    }
+    flush_run(&mut run, run_client, &mut out);
+    out
 }
 
 fn trace(p: &[Planned]) -> String {
@@ -2331,6 +2409,43 @@ fn dst_seeded_sweep() {
         unfired.is_empty(),
         "recovery rules that never fired under power cuts: {unfired:?}"
     );
+}
+
+/// Batched writes (`Volume::write_many`, issue 22): seeds from
+/// `WRITE_MANY_SEEDS` (SLUICE_DST_WRITE_MANY_SEEDS, default 12, from
+/// SLUICE_DST_WRITE_MANY_BASE), the same record run, prefix replay at every
+/// media op, live cuts and EIO runs as the sweep, with writes batched.
+#[test]
+fn dst_write_many() {
+    let seeds = env_u64("SLUICE_DST_WRITE_MANY_SEEDS", 12);
+    let first = WRITE_MANY_SEEDS + env_u64("SLUICE_DST_WRITE_MANY_BASE", 0);
+    let stride = env_u64("SLUICE_DST_STRIDE", 1);
+    let t0 = std::time::Instant::now();
+    let (t, done, ops, fail) = run_seeds(first, seeds, u64::MAX, 2, None, None, stride);
+    println!(
+        "dst write_many: seeds {first}..{} ({done} seeds), {ops} media ops cut at, in {:.1}s",
+        first + done,
+        t0.elapsed().as_secs_f64()
+    );
+    print_tally(&t);
+    if let Some((seed, e)) = fail {
+        panic!("{e}\nreproduce: scripts/dst {seed}");
+    }
+    assert_eq!(done, seeds, "every seed ran");
+    // the plans must hold batches at all (the merge is not a no-op)
+    let batches: usize = (first..first + seeds)
+        .map(|s| {
+            plan(s, shape_for(s))
+                .iter()
+                .filter(|x| matches!(&x.act, Act::Io(Op::WriteMany(w), _) if w.len() >= 2))
+                .count()
+        })
+        .sum();
+    assert!(
+        batches >= seeds as usize,
+        "only {batches} batches in {seeds} plans"
+    );
+    assert!(t.points > 0);
 }
 
 /// Stripe set seeds (issue 20 item 7; seeds from `STRIPE_SEEDS`, RAID-5 of 3

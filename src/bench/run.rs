@@ -351,6 +351,57 @@ fn worker(sh: &Shared, w: usize) -> Histogram {
     h
 }
 
+/// A random-write phase on a target that `batches`: one thread keeps the
+/// phase's `threads` writes outstanding as one `write_many` call at a time
+/// (each write a distinct buffer and offset); every call is timed, its time
+/// recorded as the latency of each of its writes.
+fn worker_batch(sh: &Shared) -> Histogram {
+    let spec = sh.spec;
+    let block = spec.block as usize;
+    let depth = spec.threads.max(1);
+    let mut h = Histogram::default();
+    let mut buf = AlignedBuf::new(block * depth);
+    let mut data = DataGen::compressible(sh.seed, 0, sh.compressible);
+    data.fill(&mut buf);
+    let Some(mut offs) = OffsetGen::new(
+        sh.seed ^ 0x2545_F491_4F6C_DD1D,
+        spec.region.0,
+        spec.region.1,
+        spec.block,
+    ) else {
+        return h;
+    };
+    let mut offsets = vec![0u64; depth];
+    loop {
+        if sh.halt.load(Relaxed) || Instant::now() >= sh.deadline {
+            break;
+        }
+        for (k, o) in offsets.iter_mut().enumerate() {
+            *o = offs.next_offset();
+            data.stamp(&mut buf[k * block..(k + 1) * block]);
+        }
+        let writes: Vec<(u64, &[u8])> = offsets
+            .iter()
+            .enumerate()
+            .map(|(k, &o)| (o, &buf[k * block..(k + 1) * block]))
+            .collect();
+        let t0 = Instant::now();
+        let r = sh.t.write_many(&writes);
+        let t1 = Instant::now();
+        if let Err(e) = r {
+            sh.error
+                .lock()
+                .get_or_insert_with(|| format!("batch of {depth} writes of {block} bytes: {e:#}"));
+            sh.halt.store(true, Relaxed);
+            break;
+        }
+        h.record_weighted((t1 - t0).as_nanos() as u64, depth as u64);
+        sh.ops.fetch_add(depth as u64, Relaxed);
+        sh.bytes.fetch_add((depth * block) as u64, Relaxed);
+    }
+    h
+}
+
 /// Run one phase on `t`.
 pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
     if let Some(why) = unsupported(t, spec.block, spec.region) {
@@ -384,12 +435,19 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
     let mut samples = Vec::new();
     let stats0 = t.engine_stats();
     let threads = spec.threads.max(1);
+    // a batching target runs a random-write phase on one thread
+    let batch = t.batches() && spec.op == Op::RandWrite;
+    let spawned = if batch { 1 } else { threads };
     let hist = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
+        let handles: Vec<_> = (0..spawned)
             .map(|w| {
                 let sh = &sh;
                 s.spawn(move || {
-                    let h = worker(sh, w);
+                    let h = if batch {
+                        worker_batch(sh)
+                    } else {
+                        worker(sh, w)
+                    };
                     sh.done.fetch_add(1, Relaxed);
                     h
                 })
@@ -410,7 +468,7 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
                 ctx.observer.advance(el - reported);
                 reported = el;
             }
-            let finished = sh.done.load(Relaxed) == threads;
+            let finished = sh.done.load(Relaxed) == spawned;
             if now >= next || finished {
                 let (o, b) = (sh.ops.load(Relaxed), sh.bytes.load(Relaxed));
                 let secs = (now - last_t).as_secs_f64();

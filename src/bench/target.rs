@@ -28,6 +28,10 @@ pub enum TargetSpec {
     /// The in-process engine with discard of freed segments off
     /// (`sluice-nodiscard:PATH`), to measure what hole punching costs.
     SluiceNoDiscard(PathBuf),
+    /// The in-process engine driven through `Volume::write_many`
+    /// (`sluice-batch:PATH`): a random-write phase's N outstanding writes
+    /// are one batch per call from one thread, not N threads.
+    SluiceBatch(PathBuf),
     /// The in-process engine on a volume with an intent log (format v2):
     /// in the volume (`sluice-ilog:VOL`) or on a log device
     /// (`sluice-logdev:VOL,LOG`); created with it when VOL is missing.
@@ -52,6 +56,7 @@ impl TargetSpec {
             "sluice" => TargetSpec::Sluice(rest.into()),
             "sluice-noverify" => TargetSpec::SluiceNoVerify(rest.into()),
             "sluice-nodiscard" => TargetSpec::SluiceNoDiscard(rest.into()),
+            "sluice-batch" => TargetSpec::SluiceBatch(rest.into()),
             "sluice-ilog" => TargetSpec::SluiceLog(rest.into(), None),
             "sluice-logdev" => match rest.split_once(',') {
                 Some((v, l)) if !v.is_empty() && !l.is_empty() => {
@@ -90,6 +95,7 @@ impl TargetSpec {
             TargetSpec::Sluice(_)
             | TargetSpec::SluiceNoVerify(_)
             | TargetSpec::SluiceNoDiscard(_)
+            | TargetSpec::SluiceBatch(_)
             | TargetSpec::SluiceLog(..)
             | TargetSpec::SluiceStripe(..) => "sluice",
             TargetSpec::Nbd(_) => "nbd",
@@ -105,6 +111,7 @@ impl std::fmt::Display for TargetSpec {
             TargetSpec::Sluice(p) => write!(f, "sluice:{}", p.display()),
             TargetSpec::SluiceNoVerify(p) => write!(f, "sluice-noverify:{}", p.display()),
             TargetSpec::SluiceNoDiscard(p) => write!(f, "sluice-nodiscard:{}", p.display()),
+            TargetSpec::SluiceBatch(p) => write!(f, "sluice-batch:{}", p.display()),
             TargetSpec::SluiceLog(p, None) => write!(f, "sluice-ilog:{}", p.display()),
             TargetSpec::SluiceLog(p, Some(l)) => {
                 write!(f, "sluice-logdev:{},{}", p.display(), l.display())
@@ -149,11 +156,30 @@ pub trait Target: Send + Sync {
     fn close(&self) -> Result<()> {
         Ok(())
     }
+    /// Random-write phases submit their outstanding writes as one batch per
+    /// call from one thread (`write_many`) instead of one thread each
+    /// (`sluice-batch:`).
+    fn batches(&self) -> bool {
+        false
+    }
+    /// Several writes; returns once all are done (as `write` each).
+    fn write_many(&self, writes: &[(u64, &[u8])]) -> Result<()> {
+        for &(offset, buf) in writes {
+            self.write(offset, buf)?;
+        }
+        Ok(())
+    }
 }
 
 pub fn open(spec: &TargetSpec, o: &OpenSpec) -> Result<Arc<dyn Target>> {
     Ok(match spec {
         TargetSpec::Sluice(p) => Arc::new(SluiceTarget::open(p, o)?),
+        TargetSpec::SluiceBatch(p) => {
+            let mut t = SluiceTarget::open(p, o)?;
+            t.batch = true;
+            t.desc += " (writes batched: write_many)";
+            Arc::new(t)
+        }
         TargetSpec::SluiceNoVerify(p) => Arc::new(SluiceTarget::open_with(
             p,
             o,
@@ -204,6 +230,8 @@ fn metered(m: FileMedia) -> Arc<dyn Media> {
 pub struct SluiceTarget {
     vol: Volume,
     desc: String,
+    /// `sluice-batch:`: random writes go in batches (`Target::batches`).
+    batch: bool,
 }
 
 impl SluiceTarget {
@@ -327,7 +355,11 @@ impl SluiceTarget {
             "sluice in-process on {}",
             vol.stripe_set().expect("a stripe set").describe()
         );
-        Ok(SluiceTarget { vol, desc })
+        Ok(SluiceTarget {
+            vol,
+            desc,
+            batch: false,
+        })
     }
 
     fn open_full(
@@ -424,7 +456,11 @@ impl SluiceTarget {
             },
             path.display()
         );
-        Ok(SluiceTarget { vol, desc })
+        Ok(SluiceTarget {
+            vol,
+            desc,
+            batch: false,
+        })
     }
 }
 
@@ -458,6 +494,18 @@ impl Target for SluiceTarget {
     }
     fn close(&self) -> Result<()> {
         Ok(self.vol.close()?)
+    }
+    fn batches(&self) -> bool {
+        self.batch
+    }
+    fn write_many(&self, writes: &[(u64, &[u8])]) -> Result<()> {
+        if let Some(m) = crate::metrics::get() {
+            for &(offset, buf) in writes {
+                m.host.observe(offset, buf.len() as u64);
+            }
+        }
+        let (_, r) = self.vol.write_many(writes);
+        Ok(r?)
     }
 }
 
@@ -601,6 +649,10 @@ mod tests {
             TargetSpec::parse("sluice-stripe:a,b").unwrap(),
             TargetSpec::SluiceStripe(vec!["a".into(), "b".into()], 1)
         );
+        let b = TargetSpec::parse("sluice-batch:/tmp/v.img").unwrap();
+        assert_eq!(b, TargetSpec::SluiceBatch("/tmp/v.img".into()));
+        assert_eq!(b.to_string(), "sluice-batch:/tmp/v.img");
+        assert_eq!(b.kind(), "sluice");
         assert!(TargetSpec::parse("sluice-stripe:a,,b").is_err());
         assert!(TargetSpec::parse("sluice-stripe:a,b;parity=x").is_err());
         assert!(TargetSpec::parse("/tmp/x").is_err());

@@ -21,7 +21,9 @@ pub struct Args {
     /// (ratios are to the first):
     /// sluice:PATH (in-process engine; sluice-noverify:PATH, a diagnostic, mounts it
     /// with verified reads off; sluice-nodiscard:PATH with discard of freed
-    /// segments off; sluice-ilog:PATH a volume with its intent log in it,
+    /// segments off; sluice-batch:PATH whose random writes are submitted from
+    /// one thread as one batch of all outstanding writes per call
+    /// (Volume::write_many); sluice-ilog:PATH a volume with its intent log in it,
     /// sluice-logdev:PATH,LOG with its intent log on the log device LOG,
     /// sluice-stripe:A,B,C,...[;parity=N] a stripe set over those member files),
     /// nbd:URI (nbd+unix:///NAME?socket=PATH or
@@ -253,6 +255,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         if let TargetSpec::Sluice(p)
         | TargetSpec::SluiceNoVerify(p)
         | TargetSpec::SluiceNoDiscard(p)
+        | TargetSpec::SluiceBatch(p)
         | TargetSpec::SluiceLog(p, _) = s
         {
             // (the file may not exist yet: resolve its directory)
@@ -281,6 +284,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             TargetSpec::Sluice(p)
             | TargetSpec::SluiceNoVerify(p)
             | TargetSpec::SluiceNoDiscard(p)
+            | TargetSpec::SluiceBatch(p)
             | TargetSpec::SluiceLog(p, _)
             | TargetSpec::File(p)
             | TargetSpec::Dev(p) => vec![p.clone()],

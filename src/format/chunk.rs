@@ -545,8 +545,15 @@ pub fn stored_block_crc(header: &[u8], i: usize) -> u32 {
 }
 
 /// CRC32C of one data block, as stored in the header's block CRC array.
+/// The same function as `crc32c::crc32c` (a test compares them on random
+/// blocks), computed by `crc-fast`: carry-less multiply folding (VPCLMULQDQ
+/// where the CPU has it, chosen at run time), ~40 ns per 4 KiB here against
+/// ~300 ns for the SSE4.2 `crc32` instruction loop; every host block written
+/// and every block read is checksummed, so this is on both hot paths.
 pub fn block_crc(block: &[u8]) -> u32 {
-    crc32c::crc32c(block)
+    // CRC-32/ISCSI is CRC32C; its 32-bit result comes back widened to u64
+    // MUTANT: block-crc-wrong-polynomial s|Crc32Iscsi|Crc32IsoHdlc|
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, block) as u32
 }
 
 /// Check a complete chunk image (header block + exactly its data blocks) against its
@@ -578,6 +585,32 @@ pub fn verify(image: &[u8], uuid: &[u8; 16]) -> Result<ChunkHeader, FormatError>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_crc_is_crc32c_on_every_length_and_content() {
+        // the check value of CRC-32C (RFC 3720 test vector set's "123456789")
+        assert_eq!(block_crc(b"123456789"), 0xE306_9283);
+        // differential: the stored format was written with `crc32c::crc32c`
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut buf = vec![0u8; 3 * BLOCK_BYTES + 7];
+        for b in buf.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+        for len in (0..600).chain([4095, 4096, 4097, 8192, 3 * BLOCK_BYTES + 7]) {
+            for start in [0, 1, 3] {
+                let end = (start + len).min(buf.len());
+                let d = &buf[start..end];
+                assert_eq!(block_crc(d), crc32c::crc32c(d), "length {len} at {start}");
+            }
+        }
+        for v in [0u8, 0xff] {
+            let b = [v; BLOCK_BYTES];
+            assert_eq!(block_crc(&b), crc32c::crc32c(&b));
+        }
+    }
 
     fn sample_image() -> (ChunkHeader, Vec<u8>) {
         let h = ChunkHeader {

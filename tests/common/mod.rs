@@ -57,6 +57,9 @@ pub enum Op {
         len: u64,
     },
     Flush,
+    /// Writes (offset, len, seed, fill) in one `Volume::write_many` call,
+    /// applied in the order given.
+    WriteMany(Vec<(u64, usize, u64, Fill)>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,6 +175,11 @@ impl Reference {
                 }
             }
             Op::Flush => self.flushed(),
+            Op::WriteMany(ref ws) => {
+                for &(offset, len, seed, fill) in ws {
+                    self.write_bytes(offset, &payload(len, seed, fill));
+                }
+            }
         }
     }
 
@@ -231,6 +239,22 @@ pub fn issue(vol: &Volume, op: &Op, fua: bool) -> sluice::Result<()> {
         } => vol.write_zeroes(offset, len, fua, may_trim),
         Op::Trim { offset, len } => vol.trim(offset, len, fua),
         Op::Flush => vol.flush(),
+        Op::WriteMany(ref ws) => {
+            let data: Vec<Vec<u8>> = ws.iter().map(|w| payload(w.1, w.2, w.3)).collect();
+            let refs: Vec<(u64, &[u8])> =
+                ws.iter().zip(&data).map(|(w, d)| (w.0, &d[..])).collect();
+            let (done, r) = vol.write_many(&refs);
+            assert!(
+                r.is_err() || done == refs.len(),
+                "write_many: Ok with {done} of {} done",
+                refs.len()
+            );
+            r?;
+            if fua {
+                vol.flush()?;
+            }
+            Ok(())
+        }
     }
 }
 
