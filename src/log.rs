@@ -12,10 +12,7 @@
 //! With a version 3 intent log (`LOG_INDIRECT`) some data blocks are written
 //! at their places before the seal (`Placed`): a bit is set only after that
 //! write completed, so the seal writes every block whose bit is clear (a block
-//! written twice holds the same bytes both times). Data blocks may also be
-//! written behind (`OpenChunk::issued`, docs/intent-log.md §4.3): a record
-//! naming a block whose placing write another thread has issued counts as
-//! written only once that write completed (`Placed::wait`).
+//! written twice holds the same bytes both times).
 //!
 //! Chunk images come from a `ChunkPool` and go back to it when the last holder
 //! (the engine's in-flight list or the commit stage's writer) lets go, so a
@@ -32,49 +29,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Which data blocks of an open chunk are already on the media at their
-/// places (written by a FLUSH's version 3 record, `Commit::write_record`, or
-/// written behind, `Shared::write_behind`).
+/// places (written by a FLUSH's version 3 record, `Commit::write_record`).
 #[derive(Default)]
-pub struct Placed {
-    bits: [AtomicU64; (chunk::MAX_CHUNK_BLOCKS as usize).div_ceil(64)],
-    /// A placing write of this chunk failed: waiters stop waiting (the
-    /// volume has fallen back to seal-on-FLUSH, whose seal writes every
-    /// block whose bit is clear).
-    failed: parking_lot::Mutex<bool>,
-    done: parking_lot::Condvar,
-}
+pub struct Placed([AtomicU64; (chunk::MAX_CHUNK_BLOCKS as usize).div_ceil(64)]);
 
 impl Placed {
     /// Data blocks `from..to` were written at their places (the write completed).
     pub fn set(&self, from: u32, to: u32) {
         for i in from..to {
-            self.bits[i as usize / 64].fetch_or(1 << (i % 64), Ordering::Release);
+            self.0[i as usize / 64].fetch_or(1 << (i % 64), Ordering::Release);
         }
-        // (under the lock: a waiter checks the bits under it before sleeping)
-        let _g = self.failed.lock();
-        self.done.notify_all();
     }
     pub fn get(&self, i: u32) -> bool {
-        self.bits[i as usize / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0
-    }
-    /// A placing write failed: wake every waiter, for good.
-    pub fn fail(&self) {
-        *self.failed.lock() = true;
-        self.done.notify_all();
-    }
-    /// Wait until data blocks `from..to` are placed: true, or false once a
-    /// placing write of the chunk failed.
-    pub fn wait(&self, from: u32, to: u32) -> bool {
-        let mut f = self.failed.lock();
-        loop {
-            if (from..to).all(|i| self.get(i)) {
-                return true;
-            }
-            if *f {
-                return false;
-            }
-            self.done.wait(&mut f);
-        }
+        self.0[i as usize / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0
     }
     /// Runs `[from, to)` of data indexes below `n` not yet placed.
     pub fn unplaced(&self, n: u32) -> Vec<(u32, u32)> {
@@ -177,10 +144,6 @@ pub struct OpenChunk {
     pub packer: Option<crate::format::packed::Packer>,
     /// Data blocks a version 3 record placed (None: no record did).
     pub placed: Option<Arc<Placed>>,
-    /// Data blocks `0..issued` have had their placing write issued (by a
-    /// record's data write or written behind); `Placed` says which completed.
-    /// Only set for a chunk with `placed`.
-    pub issued: u32,
 }
 
 /// The block records of an open chunk not yet in the intent log.
@@ -238,7 +201,6 @@ impl OpenChunk {
             staged: None,
             packer: None,
             placed: None,
-            issued: 0,
         }
     }
 

@@ -109,9 +109,6 @@ pub struct Counters {
     /// Intent log records written and their bytes (headers + data) this session.
     pub log_records: AtomicU64,
     pub media_log_bytes: AtomicU64,
-    /// Data blocks written behind at their places before a FLUSH named them
-    /// (version 3 intent log, `Shared::write_behind`).
-    pub written_behind_blocks: AtomicU64,
     /// Flushes of log devices (a volume with its log in the volume counts
     /// none: its records share the media flush).
     pub log_flushes: AtomicU64,
@@ -243,8 +240,6 @@ pub struct Stats {
     /// (counted in `media_write_bytes`, so in the write amplification).
     pub log_records: u64,
     pub media_log_bytes: u64,
-    /// Data blocks written behind this session (`Counters::written_behind_blocks`).
-    pub written_behind_blocks: u64,
     /// Flushes of log devices this session (`Counters::log_flushes`).
     pub log_flushes: u64,
     /// Write or flush errors of log devices this session.
@@ -317,7 +312,6 @@ impl Counters {
             s.media_chunk_header_bytes + s.media_checkpoint_bytes + s.media_superblock_bytes;
         s.log_records = g(&self.log_records);
         s.media_log_bytes = g(&self.media_log_bytes);
-        s.written_behind_blocks = g(&self.written_behind_blocks);
         s.log_flushes = g(&self.log_flushes);
         s.log_device_errors = g(&self.log_device_errors);
         s.log_devices_degraded = g(&self.log_devices_degraded);

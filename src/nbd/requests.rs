@@ -606,14 +606,6 @@ impl Server {
                     conn.flush_pending();
                 }
                 conn.execute(r, payload, true, rel);
-                if r.cmd == proto::CMD_WRITE && !fua && rd.would_wait(1) {
-                    // a WRITE acknowledged with nothing more from the client:
-                    // the reply goes now, and its data to its place while the
-                    // client answers, so the FLUSH a synchronous writer sends
-                    // next finds it placed (`Volume::write_behind`)
-                    conn.flush_pending();
-                    conn.vol.write_behind();
-                }
             } else {
                 let c = conn.clone();
                 self.pool

@@ -711,17 +711,6 @@ impl Commit {
                 )?;
             }
         }
-        if let Some((placed, from, to)) = &r.wait {
-            // blocks the record names that were written behind: the record
-            // counts as written (and a media flush after it as making it
-            // durable) only once their writes completed too
-            // MUTANT: record-before-written-behind s|!placed.wait(*from, *to)|(*from, *to).0 > u32::MAX|
-            if !placed.wait(*from, *to) {
-                // a write-behind failed (`fall_back` ran): never counted
-                // written; its waiter seals, writing every unplaced block
-                return Ok(());
-            }
-        }
         if self.log_lost() {
             // written nowhere: never counted as written (its waiter seals)
             return Ok(());
@@ -741,39 +730,6 @@ impl Commit {
             self.progress_cv.notify_all();
         }
         Ok(())
-    }
-
-    /// Write data blocks of the open user chunk at their places ahead of the
-    /// FLUSH that will name them (`Shared::write_behind`); no flush. On
-    /// success their bits are set in the chunk's `Placed`; on an error the
-    /// volume falls back to seal-on-FLUSH (as for a record's data write) and
-    /// the chunk's waiters are released (`Placed::fail`): the record that
-    /// names the blocks never counts as written, and the seal writes them.
-    pub fn write_behind(&self, d: &super::intent::PlacedData) {
-        if self.check_failed().is_err() || self.log_lost() {
-            d.placed.fail();
-            return;
-        }
-        match self.store.write(d.segment, d.block, d.bytes()) {
-            Ok(()) => {
-                Counters::add(&self.counters.media_user_data_bytes, d.bytes().len() as u64);
-                Counters::add(&self.counters.written_behind_blocks, (d.to - d.from) as u64);
-                d.placed.set(d.from, d.to);
-            }
-            Err(e) => {
-                self.fall_back(
-                    format_args!(
-                        "writing data behind in {} at segment {} block {}",
-                        self.media.describe(),
-                        d.segment,
-                        d.block
-                    ),
-                    "once the media takes writes there",
-                    &e,
-                );
-                d.placed.fail();
-            }
-        }
     }
 
     /// Group commit: return once every chunk with seq < target is durable. One

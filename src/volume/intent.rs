@@ -54,14 +54,8 @@ pub struct PlannedRecord {
     /// Media byte offset.
     pub at: u64,
     pub image: AlignedBuf,
-    /// Version 3: the data blocks the record names that no placing write
-    /// was issued for yet, written with it.
+    /// Version 3: the data blocks the record names, written before it.
     pub data: Option<PlacedData>,
-    /// Version 3: data indexes `from..to` the record names whose placing
-    /// write was issued before (written behind, `Shared::write_behind`): the
-    /// record counts as written only once they are placed
-    /// (`Commit::write_record`).
-    pub wait: Option<(Arc<Placed>, u32, u32)>,
 }
 
 /// A version 3 record's data blocks: data indexes `from..to` of the open
@@ -83,54 +77,6 @@ impl PlacedData {
     pub fn bytes(&self) -> &[u8] {
         &self.buf[..(self.to - self.from) as usize * BLOCK_BYTES]
     }
-}
-
-/// Write-behind takes at most this many data blocks (128 KiB) at once: the
-/// blocks one small synchronous WRITE (or a few) appended since the last
-/// placing write. More is bulk, which the chunk's seal writes with its
-/// header in one request (docs/intent-log.md §4.3).
-pub const WRITE_BEHIND_MAX_BLOCKS: u32 = 32;
-
-/// The open chunk's data blocks that no placing write was issued for yet,
-/// copied out to be written at their places now (`Shared::write_behind`), so
-/// that the FLUSH that follows finds them placed and writes its record
-/// alone. Only for a version 3 ring and a chunk some record was already
-/// built from (`placed`: FLUSHes arrive while it fills), and only for
-/// 1..=`max` blocks. Marks them issued.
-pub fn write_behind_plan(
-    ring: &Ring,
-    ch: &mut OpenChunk,
-    pool: &ChunkPool,
-    max: u32,
-) -> Option<PlacedData> {
-    if !ring.indirect || ch.staged.is_some() {
-        return None;
-    }
-    let placed = ch.placed.clone()?;
-    let (from, to) = (ch.issued, ch.data_blocks());
-    assert!(
-        from >= ch.logged_data,
-        "a logged data block without a placing write"
-    );
-    if from >= to || to - from > max {
-        return None;
-    }
-    let n = (to - from) as usize * BLOCK_BYTES;
-    let mut buf = pool.get();
-    if buf.len() < n {
-        buf = AlignedBuf::new(n);
-    }
-    let off = (1 + from as usize) * BLOCK_BYTES;
-    buf[..n].copy_from_slice(&ch.image[off..off + n]);
-    ch.issued = to;
-    Some(PlacedData {
-        segment: ch.segment,
-        block: ch.start + 1 + from,
-        buf,
-        from,
-        to,
-        placed,
-    })
 }
 
 pub struct Ring {
@@ -258,21 +204,14 @@ impl Ring {
             },
         };
         let mut image = AlignedBuf::new(len as usize);
-        let mut wait = None;
         let (crc, data) = if v3 {
             let crc = h.encode_into(&mut image[..]);
             let placed = ch.placed.get_or_insert_with(Default::default).clone();
-            // blocks written behind (issued before): waited for, not written
-            // again; the rest go out with the record
-            let behind = ch.issued.clamp(un.data.start, un.data.end);
-            if behind > un.data.start {
-                wait = Some((placed.clone(), un.data.start, behind));
-            }
-            let first = behind;
-            ch.issued = ch.issued.max(un.data.end);
-            let ndata = (un.data.end - first) as usize;
             let data = (ndata > 0).then(|| {
-                let (n, from) = (ndata * BLOCK_BYTES, (1 + first as usize) * BLOCK_BYTES);
+                let (n, from) = (
+                    ndata * BLOCK_BYTES,
+                    (1 + un.data.start as usize) * BLOCK_BYTES,
+                );
                 let mut buf = pool.get();
                 if buf.len() < n {
                     // (an open chunk's image is a pool buffer: not reached)
@@ -281,9 +220,9 @@ impl Ring {
                 buf[..n].copy_from_slice(&ch.image[from..from + n]);
                 PlacedData {
                     segment: ch.segment,
-                    block: ch.start + 1 + first,
+                    block: ch.start + 1 + un.data.start,
                     buf,
-                    from: first,
+                    from: un.data.start,
                     to: un.data.end,
                     placed,
                 }
@@ -314,7 +253,6 @@ impl Ring {
             at: self.offset + at,
             image,
             data,
-            wait,
         })
     }
 

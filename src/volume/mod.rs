@@ -1151,22 +1151,6 @@ impl Volume {
         Ok(())
     }
 
-    /// Write behind: put the data blocks the last write(s) appended at their
-    /// final places now, without a flush, so that the FLUSH that follows
-    /// finds them placed and writes only its 512-byte record (version 3
-    /// intent log, docs/intent-log.md §4.3). A hint, for a caller that has
-    /// already acknowledged a small synchronous WRITE and has nothing else to
-    /// do (the NBD server calls it when the client has sent nothing more).
-    /// Does nothing unless the volume has a version 3 ring, the open user
-    /// chunk already had a record built from it (FLUSHes arrive while it
-    /// fills) and at most `WRITE_BEHIND_MAX_BLOCKS` new data blocks wait.
-    /// Durability is unchanged: only a FLUSH or FUA makes a write durable.
-    pub fn write_behind(&self) {
-        if self.check_usable(true).is_ok() {
-            self.sh.write_behind();
-        }
-    }
-
     /// Return once every write acknowledged before this call is durable.
     /// Its time from here to the acknowledgement goes into the FLUSH latency
     /// histogram of the path it took (`flush_latency`).
@@ -1500,27 +1484,6 @@ impl Shared {
         Ok(path)
     }
 
-    /// `Volume::write_behind`: plan under the engine lock, write outside it.
-    /// A share of the reuse lock is held from before the plan until the
-    /// write completed, as a FLUSH's record data write holds one: the
-    /// segment cannot pass a reuse barrier (and take its next life's
-    /// writes) while this write to it is in flight.
-    pub(crate) fn write_behind(&self) {
-        let _r = self.reuse.read();
-        let d = {
-            let mut c = self.core.lock();
-            let c = &mut *c;
-            let (Some(ring), Some(ch)) = (c.ring.as_ref(), c.open[0].as_mut()) else {
-                return;
-            };
-            intent::write_behind_plan(ring, ch, &c.pool, intent::WRITE_BEHIND_MAX_BLOCKS)
-        };
-        if let Some(d) = d {
-            self.commit.write_behind(&d);
-            self.commit.recycle(d.buf);
-        }
-    }
-
     /// Persist a new intent log start when half the ring is taken (or
     /// `always`) and records before it have their blocks durable in the main
     /// log: one superblock write, after which their space is free.
@@ -1704,7 +1667,6 @@ impl Shared {
             discarded_bytes: 0,
             log_records: 0,
             media_log_bytes: 0,
-            written_behind_blocks: 0,
             log_flushes: 0,
             log_device_errors: 0,
             log_devices_degraded: 0,
