@@ -70,12 +70,7 @@ pub(in crate::volume) struct Progress {
     completed: BTreeSet<u64>,
     /// Every chunk with seq < this is durable.
     pub durable: u64,
-    /// Media flushes in progress (at most `max_flights`), and what the
-    /// latest started covers (the most of any in progress: starts are in
-    /// order and the marks only rise).
-    flushing: u32,
-    flight_upto: u64,
-    flight_log_upto: u64,
+    flushing: bool,
     /// Lowest `written_through` a waiter in `flush_covering` is waiting for
     /// (u64::MAX: none). Chunk completions wake waiters only once it is reached,
     /// so a burst of writes does not wake every flusher for every chunk.
@@ -166,9 +161,6 @@ pub(in crate::volume) struct Commit {
     /// of a volume without an intent log). Set once, never cleared (until
     /// the next mount).
     log_lost: AtomicBool,
-    /// The volume logs FLUSHes into the in-volume ring (`start_log` without
-    /// log devices): two media flushes may be in progress at once.
-    ring_flights: AtomicBool,
 }
 
 /// Write `sb` to its copy (index generation mod 2) at the head and, when the
@@ -260,9 +252,7 @@ impl Commit {
                 written_through: next_seq,
                 completed: BTreeSet::new(),
                 durable: next_seq,
-                flushing: 0,
-                flight_upto: 0,
-                flight_log_upto: 0,
+                flushing: false,
                 wake_written: u64::MAX,
                 failed: None,
                 log_written: 0,
@@ -283,7 +273,6 @@ impl Commit {
                 .collect(),
             log_stale: std::sync::atomic::AtomicU32::new(log_absent),
             log_lost: AtomicBool::new(false),
-            ring_flights: AtomicBool::new(false),
         }
     }
 
@@ -629,8 +618,6 @@ impl Commit {
 
     /// The intent log's records start at `seq` (mount).
     pub fn start_log(&self, seq: u64) {
-        self.ring_flights
-            .store(self.log_devs.is_empty(), Ordering::Release);
         let mut p = self.progress.lock();
         p.log_written = seq;
         p.log_durable = seq;
@@ -745,16 +732,6 @@ impl Commit {
         Ok(())
     }
 
-    fn max_flights(&self) -> u32 {
-        if !self.ring_flights.load(Ordering::Acquire) {
-            return 1;
-        }
-        std::env::var("SLUICE_TMP_FLIGHTS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1)
-    }
-
     /// Group commit: return once every chunk with seq < target is durable. One
     /// media flush serves every caller whose chunks were written before it began.
     pub fn flush_covering(&self, target: u64) -> Result<()> {
@@ -787,18 +764,14 @@ impl Commit {
                 self.progress_cv.wait(&mut p);
                 continue;
             }
-            let covered = p.flight_upto >= target && (p.flight_log_upto >= rec_target || lost);
-            if p.flushing > 0 && (covered || p.flushing >= self.max_flights()) {
-                // a flush in progress covers this waiter, or as many are in
-                // progress as may be: it wakes everyone when it ends
+            if p.flushing {
+                // the flush in progress wakes everyone when it ends
                 self.progress_cv.wait(&mut p);
                 continue;
             }
-            p.flushing += 1;
+            p.flushing = true;
             let upto = p.written_through;
             let log_upto = p.log_written;
-            p.flight_upto = upto;
-            p.flight_log_upto = log_upto;
             // with log devices, the media flush is for chunks and the log
             // devices' for records: each only when it has something to make
             // durable (a FLUSH that only logged needs no media flush)
@@ -815,7 +788,7 @@ impl Commit {
                     Ok(ok) => ok,
                     Err(e) => {
                         p = self.progress.lock();
-                        p.flushing -= 1;
+                        p.flushing = false;
                         drop(p);
                         self.progress_cv.notify_all();
                         return Err(e);
@@ -824,7 +797,7 @@ impl Commit {
                 false => r.is_ok(),
             };
             p = self.progress.lock();
-            p.flushing -= 1;
+            p.flushing = false;
             match r {
                 Ok(()) => {
                     assert!(upto <= p.written_through, "durable passes written");
