@@ -456,6 +456,9 @@ apply_chain_after_slot_fallback() {
 apply_quick_test_threshold() {
   marker quick-test-threshold
 }
+apply_write_batch_takes_fua() {
+  marker write-batch-takes-fua
+}
 apply_chain_below_checkpoint() {
   marker chain-below-checkpoint
 }
@@ -673,6 +676,7 @@ run info-fallback-hidden intent_log
 run chain-room-unchecked lib
 run chain-after-slot-fallback lib
 run chain-below-checkpoint lib
+run write-batch-takes-fua volatile_cache
 run quick-test-threshold lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3

@@ -142,6 +142,33 @@ impl Client {
         assert_eq!(u64::from_be_bytes(h[8..16].try_into().unwrap()), cookie);
         u32::from_be_bytes(h[4..8].try_into().unwrap())
     }
+
+    /// Send several WRITEs in one socket write (the server finds them
+    /// pipelined in its receive buffer), then read every reply: the error of
+    /// each, in the order sent.
+    fn pipelined(&mut self, reqs: &[(u16, u64, u64, &[u8])]) -> Vec<u32> {
+        let mut out = Vec::new();
+        for &(flags, cookie, offset, data) in reqs {
+            let r = Request {
+                flags,
+                cmd: CMD_WRITE,
+                cookie,
+                offset,
+                length: data.len() as u32,
+            };
+            out.extend_from_slice(&r.encode());
+            out.extend_from_slice(data);
+        }
+        self.0.write_all(&out).unwrap();
+        let mut errs = std::collections::HashMap::new();
+        for _ in reqs {
+            let mut h = [0u8; 16];
+            self.0.read_exact(&mut h).unwrap();
+            let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
+            errs.insert(cookie, u32::from_be_bytes(h[4..8].try_into().unwrap()));
+        }
+        reqs.iter().map(|r| errs[&r.1]).collect()
+    }
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -229,6 +256,17 @@ fn acknowledged_fua_and_flushed_writes_survive_a_power_cut_of_the_whole_stack() 
         c.cmd(CMD_WRITE, CMD_FLAG_FUA, 4, 2 << 20, &fua_after_flush),
         0
     );
+    // Pipelined WRITEs, the last with FUA: the server appends the ones
+    // without FUA as one batch, and the FUA write must not join it silently.
+    let piped: Vec<Vec<u8>> = (0..4).map(|i| pattern(10 + i, 4096)).collect();
+    let fua_piped = pattern(20, 4096);
+    let mut reqs: Vec<(u16, u64, u64, &[u8])> = piped
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (0, 10 + i as u64, (3 << 20) + i as u64 * 8192, &d[..]))
+        .collect();
+    reqs.push((CMD_FLAG_FUA, 20, 4 << 20, &fua_piped[..]));
+    assert_eq!(c.pipelined(&reqs), vec![0; 5]);
     // Acknowledged: cut the power at once (before any idle seal could help).
     disk.power_cut();
     server.kill9();
@@ -246,6 +284,7 @@ fn acknowledged_fua_and_flushed_writes_survive_a_power_cut_of_the_whole_stack() 
         ("FUA write", 0u64, &fua_data),
         ("write before FLUSH", 1 << 20, &flushed_data),
         ("FUA write after FLUSH", 2 << 20, &fua_after_flush),
+        ("FUA write pipelined behind writes", 4 << 20, &fua_piped),
     ] {
         let mut got = vec![0u8; want.len()];
         vol.read(off, &mut got).unwrap();

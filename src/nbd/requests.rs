@@ -1,8 +1,9 @@
 //! A connection's request loop (its reader thread, after the handshake):
 //! request headers and write payloads are read in order, checked on the header
 //! alone (`proto::check_request`), then run on the reader (writes, trims and
-//! zeroes without FUA only append to memory; a READ, FLUSH or FUA write that
-//! is all the client has in flight) or handed on: READs to the connection's
+//! zeroes without FUA only append to memory, pipelined WRITEs already
+//! received whole with one `Volume::write_many`; a READ, FLUSH or FUA write
+//! that is all the client has in flight) or handed on: READs to the connection's
 //! read ring (submitted here as they arrive; its completion thread verifies
 //! and answers them in completion order), everything else that waits for the
 //! media (and READs too large for the ring, or all READs without one) to the
@@ -48,6 +49,10 @@ const READ_WORKERS: usize = 4;
 const SUBMIT_BATCH: usize = 16;
 /// Stack of a connection's read completion thread.
 const COMPLETION_STACK: usize = 256 << 10;
+/// Pipelined WRITEs (no FUA) already whole in the receive buffer that the
+/// reader appends with one `Volume::write_many` call (issue 22: fewer engine
+/// lock holds and pacing looks per write).
+const MAX_WRITE_BATCH: usize = 32;
 
 /// A READ on its way through the read ring (or a batch): the request and
 /// when it started (metrics).
@@ -253,6 +258,45 @@ impl Conn {
                 if let Err(e) = rec.record(op, off, if op == Op::Flush { 0 } else { len }) {
                     tracing::warn!("--record: {e}");
                 }
+            }
+        }
+    }
+
+    /// Run checked WRITEs without FUA (the reader thread) with one
+    /// `Volume::write_many` call, then reply to each in order: those appended
+    /// succeed; the first that was not, and every one after it (which may
+    /// have been appended in part, as a failed write may), fail with its
+    /// error. Each request's budget goes back with its reply.
+    pub(super) fn execute_writes(&self, batch: Vec<(Request, Vec<u8>)>) {
+        for (r, _) in &batch {
+            self.record(r);
+        }
+        let t0 = crate::metrics::start();
+        let writes: Vec<(u64, &[u8])> = batch.iter().map(|(r, p)| (r.offset, &p[..])).collect();
+        let (done, res) = self.vol.write_many(&writes);
+        drop(writes);
+        for (i, (r, payload)) in batch.into_iter().enumerate() {
+            let ok = i < done;
+            let len = r.length as u64;
+            drop(payload);
+            if t0.is_some() {
+                crate::metrics::done(crate::metrics::Req::Write, r.offset, len, ok, t0);
+            }
+            let rel = Release::one(len);
+            if ok {
+                self.reply(&proto::simple_reply(0, r.cookie), rel, true);
+            } else {
+                let (errno, msg) = match &res {
+                    Err(e) if i == done => (wire_errno(e), e.to_string()),
+                    Err(e) => (
+                        wire_errno(e),
+                        format!("an earlier write of its batch failed: {e}"),
+                    ),
+                    // (write_many appends every write when it returns Ok)
+                    Ok(()) => (proto::EIO, "not appended".to_string()),
+                };
+                tracing::debug!("nbd: command {} failed: {msg}", r.cmd);
+                self.error_reply(&r, errno, &msg, rel, true);
             }
         }
     }
@@ -600,6 +644,44 @@ impl Server {
             let alone = rd.would_wait(1) && conn.in_flight() == 1;
             let inline = self.cfg.inline_writes
                 && ((mutating && !fua) || (alone && (mutating || r.cmd == proto::CMD_FLUSH)));
+            if inline && r.cmd == proto::CMD_WRITE && !fua {
+                // Take the WRITEs pipelined behind this one too (already
+                // received whole, valid, no FUA, within budget): one engine call.
+                let mut batch = vec![(r, payload)];
+                while batch.len() < MAX_WRITE_BATCH && rd.buffer().len() >= proto::REQUEST_BYTES {
+                    let mut h = [0u8; proto::REQUEST_BYTES];
+                    h.copy_from_slice(&rd.buffer()[..proto::REQUEST_BYTES]);
+                    let Ok(n) = Request::decode(&h) else { break };
+                    // a FUA write waits for the media: it runs on its own
+                    // MUTANT: write-batch-takes-fua s|n.flags & proto::CMD_FLAG_FUA != 0|false|
+                    let fua_next = n.flags & proto::CMD_FLAG_FUA != 0;
+                    if n.cmd != proto::CMD_WRITE
+                        || fua_next
+                        || proto::check_request(&n, &conn.neg).is_err()
+                        || rd.buffer().len() < proto::REQUEST_BYTES + n.length as usize
+                        || !conn.try_acquire(n.length as u64)
+                    {
+                        break;
+                    }
+                    rd.consume(proto::REQUEST_BYTES);
+                    // whole in the buffer: this does not wait or fail
+                    match self.read_payload(rd, n.length as usize) {
+                        Ok(Some(p)) => batch.push((n, p)),
+                        Ok(None) | Err(_) => {
+                            conn.release(Release::one(n.length as u64));
+                            conn.execute_writes(batch);
+                            return Ok("client disconnected mid-write");
+                        }
+                    }
+                }
+                if batch.len() > 1 {
+                    conn.execute_writes(batch);
+                } else {
+                    let (r, payload) = batch.pop().expect("one write");
+                    conn.execute(r, payload, true, rel);
+                }
+                continue;
+            }
             if inline {
                 if fua || r.cmd == proto::CMD_FLUSH {
                     // about to wait for the media: deliver earlier replies first
