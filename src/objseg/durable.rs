@@ -7,10 +7,15 @@
 //! bytes) in order, numbered per epoch from 0. Its `flush` flushes the file,
 //! then puts the writes made since the last log object as one write-once
 //! object `log/L-E` (`format::objlog`: numbered, chained by CRC32C) and
-//! returns only once that PUT returned: the engine's group commit (one media
-//! flush serves every FLUSH waiting) is the log's group commit, one PUT per
-//! media flush. Log objects are put one at a time, in number order, so the
-//! store never holds object L+1 without L (a crash leaves a prefix).
+//! returns only once that PUT and the PUTs of every lower-numbered object
+//! returned: the engine's group commit (one media flush serves every FLUSH
+//! waiting) is the log's group commit, one PUT per media flush. The engine
+//! runs up to `window` (`PUTS_IN_FLIGHT`) such flushes at once
+//! (`Media::flush_parallelism`), so up to that many PUTs are in flight and
+//! a later object may be stored before an earlier one; no FLUSH is answered
+//! past an object not yet stored, and replay stops at the first missing
+//! number, so a crash between leaves the store a prefix of what was
+//! answered plus objects past a gap that nothing ever reads.
 //!
 //! Mounting from the store (`recover.rs`): the newest checkpoint object
 //! names `log_start`, the first record its capture may not reflect (taken
@@ -25,8 +30,17 @@
 //! - `flush` returns Ok only after every write that returned before it was
 //!   called is in a log object the store acknowledged (or the inner flush
 //!   and a PUT failed: Err, and the volume stops);
+//! - `flush` answers Ok only once every log object numbered up to the one
+//!   holding its writes is stored (`stored_through`), never for an object
+//!   stored past a lower one still in flight or failed (then every later
+//!   FLUSH fails: the volume stops);
 //! - record numbers rise by one per write, in the order the writes returned;
-//!   log object L+1 is put only after L's PUT returned;
+//!   objects are sealed (numbered, chained by CRC) in that order; the PUT
+//!   of object L is sent only while L < stored_through + window, and at
+//!   most `window` PUTs are in flight;
+//! - the newest `MAX_PUTS_IN_FLIGHT` stored objects are never deleted (a
+//!   taker's fence reads a gap within that many below the newest object
+//!   as a PUT in flight: `fence::fence_log`);
 //! - a log object is deleted only once the older of the two kept
 //!   checkpoint objects (the one a damaged newest falls back to) is of this
 //!   epoch and its `log_start` is past the object's last record
@@ -302,7 +316,7 @@ impl ObjLog {
         }
         let mut p = self.put.lock();
         loop {
-            // MUTANT: log-acked-past-gap s|p.stored_through >= target|p.stored_through >= target || p.ahead.contains_key(&(target - 1))|
+            // MUTANT: log-acked-past-gap s|p.stored_through >= target|p.ahead.contains_key(&target.saturating_sub(1)).then_some(target).unwrap_or(p.stored_through) >= target|
             if p.stored_through >= target {
                 return Ok(());
             }

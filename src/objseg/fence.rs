@@ -10,8 +10,10 @@
 //!   fails. `FlushGate` is the local-log mode's media: its `flush` answers
 //!   only while the clock is not superseded.
 //! - the taker's `take_over`: after creating its epoch, it fences the FLUSH
-//!   log of every earlier unreleased epoch (a fence object under the next
-//!   free `log/L-E`: the old writer's next log PUT gets `Exists`, so it can
+//!   log of every earlier unreleased epoch (a fence object under the lowest
+//!   `log/L-E` the old writer may still put: a gap just below its newest
+//!   object, where a PUT of its several in flight has not landed, else the
+//!   next free number; the old writer's PUT of L gets `Exists`, so it can
 //!   never acknowledge a FLUSH past what the taker replays), then waits 2T
 //!   (T: the longer of the old writer's term and its own) before it lists
 //!   anything, so every mutation the old writer sent under a fresh check
@@ -260,7 +262,7 @@ pub fn fence_log(objects: &dyn ObjectStore, epoch: u64, by: &Lease) -> io::Resul
                     Err(e) => return Err(io_err(format!("{name}: {e}"))),
                 }
             }
-            // MUTANT: fence-ignores-gaps s|(low..=n).filter(|i| !listed.contains(i)).collect()|Vec::new()|
+            // MUTANT: fence-ignores-gaps s|(low..=n)|(n + 1..=n)|
             let gaps = (low..=n).filter(|i| !listed.contains(i)).collect();
             (gaps, n + 1)
         }

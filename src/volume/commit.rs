@@ -772,10 +772,10 @@ impl Commit {
             // several flushes at once only on a media that overlaps them
             // and without log devices (their records have one flusher)
             let most = match self.log_devs.is_empty() {
+                // MUTANT: flush-parallelism-ignored s|self.media.flush_parallelism().max(1)|1|
                 true => self.media.flush_parallelism().max(1),
                 false => 1,
             };
-            // MUTANT: flush-waits-for-any s|p.flushing >= most || p.flushing_upto >= target|true|
             if p.flushing > 0 && (p.flushing >= most || p.flushing_upto >= target) {
                 // a flush in progress covers this target, or as many run
                 // as the media takes: each wakes everyone when it ends
