@@ -782,3 +782,76 @@ fn a_takers_fence_covers_a_log_put_still_in_flight_below_a_stored_one() {
         "the fence went elsewhere than the gap at {n}"
     );
 }
+
+/// A restore in the store-durable mode replays FLUSH log records into
+/// slots whose segment object the rebuilt table names (the records of the
+/// chunks that object holds): the slot's object is brought into staging
+/// first. When the records only rewrite what the object already holds,
+/// the slot must keep its object: no staging slot the table leaves
+/// unnamed (queued for upload at attach) may be byte for byte a segment
+/// object already in the store (that object an "orphan", the same bytes
+/// uploaded again).
+#[test]
+fn a_restore_keeps_the_objects_of_slots_the_log_only_rewrites() {
+    let mut a = HostA::new(61);
+    a.write(600, 4);
+    let copy = Arc::new(a.objects.snapshot());
+    let dir = tempfile::tempdir().unwrap();
+    let r = recover::restore(&*copy, dir.path(), true).unwrap();
+    let l = r.log.clone().unwrap();
+    assert!(l.records > 0, "the replay applied nothing: {l:?}");
+    let table = Table::open(&dir.path().join(TABLE_FILE)).unwrap();
+    let file = FileMedia::open(&dir.path().join("volume"), false).unwrap();
+    let sb = crate::recovery::read_superblocks(&file).unwrap().sb;
+    let seg_bytes = sb.segment_blocks as u64 * BS;
+    let bodies: Vec<(String, Vec<u8>)> = copy
+        .list(ObjKind::Segment.dir())
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.name.clone(), copy.get(&o.name).unwrap()))
+        .collect();
+    let mut again = Vec::new();
+    let mut staged = AlignedBuf::new(seg_bytes as usize);
+    for (s, named) in table.slots.iter().enumerate() {
+        if named.is_some() {
+            continue;
+        }
+        file.read_at(&mut staged, sb.data_offset + s as u64 * seg_bytes)
+            .unwrap();
+        if let Some((name, _)) = bodies.iter().find(|(_, b)| b[..] == staged[..]) {
+            again.push(format!("segment {s} = {name}"));
+        }
+    }
+    assert!(
+        again.is_empty(),
+        "{} slot(s) left to upload again though the store holds their bytes: {again:?} ({r:?})",
+        again.len()
+    );
+    // and the volume mounts and holds every acknowledged write
+    drop(file);
+    let f: Arc<dyn Media> = Arc::new(FileMedia::open(&dir.path().join("volume"), false).unwrap());
+    let (s, rep) = open(
+        f,
+        Place {
+            objects: copy.clone(),
+            dir: dir.path(),
+            takeover: false,
+            opts: inline(),
+        },
+    )
+    .unwrap();
+    let vol = Volume::open(
+        s.media(),
+        &OpenOptions {
+            background: false,
+            store: Some(StoreHandle(s.clone())),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        assert_prefix(&vol, &a.history, a.blocks) as usize,
+        a.history.len(),
+        "{rep:?}"
+    );
+}
