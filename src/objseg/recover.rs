@@ -573,7 +573,6 @@ fn replay_log(
             Err(_) => continue,
         };
         let same = body[..] == staged[..];
-        // MUTANT: restore-keeps-rewritten-object s|if same {|if true {|
         if same {
             let ObjName::Segment { seq, epoch } = ObjName::parse(&name).map_err(bad)? else {
                 continue;

@@ -855,3 +855,26 @@ fn a_restore_keeps_the_objects_of_slots_the_log_only_rewrites() {
         "{rep:?}"
     );
 }
+
+/// The same with the log cut short (a log object missing in the middle of
+/// the replay): a slot whose staging copy holds only the replayed part of
+/// a life must not get that life's object (which holds writes past the
+/// gap): host B is a prefix, at every cut.
+#[test]
+fn a_restore_cut_short_by_a_log_gap_names_no_object_past_it() {
+    let mut a = HostA::new(61);
+    a.write(600, 4);
+    let logs: Vec<String> = log_objects(&a.objects)
+        .into_iter()
+        .filter(|n| matches!(ObjName::parse(n), Ok(ObjName::Log { epoch: 1, .. })))
+        .collect();
+    assert!(logs.len() > 8, "{logs:?}");
+    for cut in (1..logs.len() - 1).step_by(3) {
+        let copy = a.objects.snapshot();
+        copy.delete(&logs[cut]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (r, _s, vol) = host_b(Arc::new(copy), dir.path());
+        let k = assert_prefix(&vol, &a.history, a.blocks);
+        assert!(k as usize <= a.history.len(), "{r:?}");
+    }
+}
