@@ -56,7 +56,7 @@ use crate::media::{Media, UringReads};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -71,16 +71,19 @@ pub const PENDING_LIMIT: usize = 32 << 20;
 /// may still land, never as a deleted object.
 pub const MAX_PUTS_IN_FLIGHT: usize = 16;
 
-/// Log objects whose PUTs may be in flight at once (`SLUICE_LOG_PUTS`
-/// overrides it, 1..=MAX_PUTS_IN_FLIGHT). One PUT round trip is the FLUSH's floor in this
-/// mode (~9 ms to one RADOS OSD, ~36 ms through radosgw here, §4.4); with
-/// one in flight, 32 writers get at most 32 writes a round trip. Eight lets
-/// the engine's group commit start a new group while seven are on the wire,
-/// so a writer's FLUSH waits about one round trip instead of up to two,
-/// while groups stay several writes each under 32 writers (a PUT per 4
-/// writes at most: the store's per-request cost stays bounded) and a store
-/// never sees more than 8 small objects at once from one volume.
-pub const PUTS_IN_FLIGHT: usize = 8;
+/// Log objects whose PUTs may be in flight at once by default
+/// (`SLUICE_LOG_PUTS` overrides it, 1..=MAX_PUTS_IN_FLIGHT). Several in
+/// flight hide the PUT round trip (a FLUSH need not wait for the PUT
+/// before its own), but they split the same writers into more, smaller
+/// groups: one PUT per group, and the store spends its CPU per request.
+/// Measured on this machine (one OSD, or `weed mini`, on 2 shared cores:
+/// docs/objects.md §4.5) the store's CPU, not the round trip, bounded the
+/// mode, and K=8 was slower than K=1 in most same-run pairs (SeaweedFS
+/// alternating: 2088, 1593 against 2286, 2403 durable writes/s). So the
+/// default stays 1 (serial PUTs); a store whose round trip dominates (a
+/// remote cluster with idle servers; radosgw here gained 2.5x in one run)
+/// is where `SLUICE_LOG_PUTS=4..8` is worth trying.
+pub const PUTS_IN_FLIGHT: usize = 1;
 
 fn puts_in_flight() -> usize {
     std::env::var("SLUICE_LOG_PUTS")
@@ -144,7 +147,7 @@ pub struct ObjLog {
     /// Signalled when a log object is stored or the log breaks.
     stored: Condvar,
     /// Log PUTs in flight at most (`PUTS_IN_FLIGHT`).
-    window: usize,
+    window: AtomicUsize,
     /// Log objects of earlier epochs found at attach (deletable once a
     /// kept checkpoint object of this epoch is the older of the two).
     older: Mutex<Vec<String>>,
@@ -198,7 +201,7 @@ impl ObjLog {
             pending: Mutex::new(Pending::default()),
             put: Mutex::new(Put::default()),
             stored: Condvar::new(),
-            window: puts_in_flight(),
+            window: AtomicUsize::new(puts_in_flight()),
             older: Mutex::new(older),
             put_timeout_ms: AtomicU64::new(60_000),
             stats: LogStats::default(),
@@ -211,7 +214,14 @@ impl ObjLog {
 
     /// How many log PUTs may be in flight at once.
     pub fn window(&self) -> usize {
+        self.window.load(Ordering::Relaxed)
+    }
+
+    /// Set how many log PUTs may be in flight at once (1..=
+    /// `MAX_PUTS_IN_FLIGHT`; tests, before the volume's first FLUSH).
+    pub fn set_window(&self, k: usize) {
         self.window
+            .store(k.clamp(1, MAX_PUTS_IN_FLIGHT), Ordering::Relaxed);
     }
 
     /// How long a log object's PUT is tried before its FLUSH fails
@@ -274,10 +284,10 @@ impl ObjLog {
             {
                 // at most `window` PUTs in flight, and never one more than
                 // `window` past the lowest not stored
+                let window = self.window();
                 let mut p = self.put.lock();
                 while p.broken.is_none()
-                    && (p.in_flight >= self.window
-                        || index >= p.stored_through + self.window as u64)
+                    && (p.in_flight >= window || index >= p.stored_through + window as u64)
                 {
                     self.stored.wait(&mut p);
                 }
@@ -449,7 +459,7 @@ impl Media for ObjLog {
         Ok(())
     }
     fn flush_parallelism(&self) -> usize {
-        self.window
+        self.window()
     }
     fn flush(&self) -> io::Result<()> {
         self.clock.gate_write()?;
