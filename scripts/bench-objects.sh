@@ -47,13 +47,20 @@ rows=()
 # BACKENDS="s3 rados": rados runs the two object servers on rados://sluice
 # through librados (SLUICE_RADOS: a `cargo build --release --features rados`
 # binary); each backend's sluice-s3* rows are named by it
+# LOG_PUTS="1 8": the store-durable server once per value of
+# SLUICE_LOG_PUTS (log PUTs in flight, docs/objects.md §5.0.2), rows named
+# "K=N"; unset: the built-in default only
 for be in ${BACKENDS:-s3}; do
 for srv in sluice sluice-s3 sluice-s3-durable; do
   [ "$be" = rados ] && [ "$srv" = sluice ] && continue
+  ks=(default)
+  [ "$srv" = sluice-s3-durable ] && [ -n "${LOG_PUTS:-}" ] && read -ra ks <<<"$LOG_PUTS"
+  for k in "${ks[@]}"; do
   for c in ${CASES:-randwrite fsync32 fsync-qd1}; do
-    out=$dir/nbd-$be-$srv-$c
+    out=$dir/nbd-$be-$srv-$k-$c
     env=(S3_ENDPOINT=$AWS_ENDPOINT_URL)
     [ "$be" = rados ] && env=(RADOS_CONF=$dir/ceph.conf SLUICE=${SLUICE_RADOS:?SLUICE_RADOS: a --features rados build})
+    [ "$k" != default ] && env+=(SLUICE_LOG_PUTS="$k")
     rm -rf "$out"
     mkdir -p "$out"
     t0=$(backend_ticks)
@@ -67,6 +74,7 @@ for srv in sluice sluice-s3 sluice-s3-durable; do
     line=$(grep "round 1 $c $srv" "$out/stderr" || true)
     name=$srv
     [ "$srv" != sluice ] && name="$srv ($be)"
+    [ "$k" != default ] && name="$name K=$k"
     row=$(python3 - "$json" $((t1 - t0)) "$tck" "$name" "$c" "$line" <<'EOF'
 import json, re, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
@@ -84,6 +92,7 @@ EOF
 )
     echo "$row"
     rows+=("$row")
+  done
   done
 done
 done

@@ -525,6 +525,18 @@ apply_fence_skipped() {
 apply_fenced_put_taken_as_ok() {
   marker fenced-put-taken-as-ok
 }
+# several log PUTs in flight (docs/objects.md §5.0.2): a FLUSH answered
+# once its own object is stored though a lower one is not; a taker's fence
+# past the newest object, not in a gap below it; one media flush at a time
+apply_log_acked_past_gap() {
+  marker log-acked-past-gap
+}
+apply_fence_ignores_gaps() {
+  marker fence-ignores-gaps
+}
+apply_flush_parallelism_ignored() {
+  marker flush-parallelism-ignored
+}
 apply_flush_gate_skipped() {
   marker flush-gate-skipped
 }
@@ -696,6 +708,9 @@ run log-deleted-before-ckpt lib
 run fence-skipped lib
 run fenced-put-taken-as-ok lib
 run flush-gate-skipped lib
+run log-acked-past-gap lib
+run fence-ignores-gaps lib
+run flush-parallelism-ignored lib
 run lease-check-always-ok lib
 run mutation-without-lease-check lib
 run superseded-writer-unfenced objects_volume

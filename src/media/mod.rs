@@ -75,8 +75,18 @@ pub trait Media: Send + Sync {
     fn direct_unit(&self) -> u64 {
         512
     }
-    /// Make every completed write durable.
+    /// Make every completed write durable: Ok means every write that
+    /// returned before this call is durable, whatever other flushes run
+    /// beside it.
     fn flush(&self) -> io::Result<()>;
+    /// How many `flush` calls the engine's group commit may have running at
+    /// once (default 1: one media flush at a time). A media whose flush is
+    /// a long round trip that overlaps well (the store-durable FLUSH log,
+    /// `objseg::durable`) says more; each flush still answers only for the
+    /// writes before it (see `flush`).
+    fn flush_parallelism(&self) -> usize {
+        1
+    }
     /// Human-readable description (path, O_DIRECT or not).
     fn describe(&self) -> String;
     fn is_empty(&self) -> bool {
@@ -131,6 +141,9 @@ macro_rules! forward_media {
             }
             fn flush(&self) -> io::Result<()> {
                 (**self).flush()
+            }
+            fn flush_parallelism(&self) -> usize {
+                (**self).flush_parallelism()
             }
             fn describe(&self) -> String {
                 (**self).describe()

@@ -188,6 +188,9 @@ impl<M: Media> Media for MeteredMedia<M> {
     fn flush(&self) -> io::Result<()> {
         self.inner.flush()
     }
+    fn flush_parallelism(&self) -> usize {
+        self.inner.flush_parallelism()
+    }
     fn describe(&self) -> String {
         self.inner.describe()
     }

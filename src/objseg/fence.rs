@@ -10,8 +10,10 @@
 //!   fails. `FlushGate` is the local-log mode's media: its `flush` answers
 //!   only while the clock is not superseded.
 //! - the taker's `take_over`: after creating its epoch, it fences the FLUSH
-//!   log of every earlier unreleased epoch (a fence object under the next
-//!   free `log/L-E`: the old writer's next log PUT gets `Exists`, so it can
+//!   log of every earlier unreleased epoch (a fence object under the lowest
+//!   `log/L-E` the old writer may still put: a gap just below its newest
+//!   object, where a PUT of its several in flight has not landed, else the
+//!   next free number; the old writer's PUT of L gets `Exists`, so it can
 //!   never acknowledge a FLUSH past what the taker replays), then waits 2T
 //!   (T: the longer of the old writer's term and its own) before it lists
 //!   anything, so every mutation the old writer sent under a fresh check
@@ -24,6 +26,7 @@
 //! epoch, so none is sent after the taker's epoch exists + T/2, and the
 //! taker lists only 2T after it.
 
+use super::durable::MAX_PUTS_IN_FLIGHT;
 use super::io_err;
 use crate::format::objlog::{encode_fence, fence_by};
 use crate::format::objname::{ObjKind, ObjName};
@@ -225,38 +228,55 @@ pub struct TakeOver {
 }
 
 /// Fence the FLUSH log of epoch `epoch` for `by`: a fence object under the
-/// first free `log/L-epoch` at or past the newest listed (each `Exists` is
-/// the old writer's object that landed after the listing: the next number
-/// is tried). Returns L. A fence already there (an earlier taker's) is
-/// kept. The old writer puts its log objects one at a time in number
-/// order, so every number below L holds its object (or one trimmed
-/// behind a checkpoint) and it can never put L or past it.
+/// lowest number the old writer may still put, L. Returns L. The old
+/// writer has at most `MAX_PUTS_IN_FLIGHT` (M) log PUTs in flight, sent
+/// only within M of its lowest object not stored, and always keeps its
+/// newest M stored objects (`durable.rs`). So with N the newest listed
+/// object of the epoch, every number up to N - M is stored (or trimmed
+/// behind a checkpoint), and a number in N-M+1..=N that the listing lacks
+/// is a PUT that may still land, never a deleted object: the candidates
+/// are those numbers, lowest first, then N+1 and up. Each `Exists` is the
+/// old writer's object (it landed after the listing): the next candidate
+/// is tried. So at the fence's create every number below L holds its
+/// object (or was trimmed), and the old writer can never store L: it can
+/// acknowledge no FLUSH whose chain reaches L. A fence already there (an
+/// earlier taker's) among the candidates is kept.
 pub fn fence_log(objects: &dyn ObjectStore, epoch: u64, by: &Lease) -> io::Result<u64> {
-    let mut newest = None;
+    let mut listed = std::collections::BTreeSet::new();
     for o in objects.list(ObjKind::Log.dir()).map_err(io_err)? {
         if let Ok(ObjName::Log { seq, epoch: e }) = ObjName::parse(&o.name) {
             if e == epoch {
-                newest = newest.max(Some(seq));
+                listed.insert(seq);
             }
         }
     }
-    let mut l = match newest {
-        Some(n) => {
-            let name = ObjName::Log { seq: n, epoch }.encode();
-            match objects.get(&name) {
-                Ok(b) if fence_by(&b).is_some() => return Ok(n),
-                Ok(_) | Err(ObjError::NotFound(_)) => n + 1,
-                Err(e) => return Err(io_err(format!("{name}: {e}"))),
+    let m = MAX_PUTS_IN_FLIGHT as u64;
+    let (mut candidates, mut l): (Vec<u64>, u64) = match listed.last() {
+        Some(&n) => {
+            let low = (n + 1).saturating_sub(m);
+            for &i in listed.range(low..=n) {
+                let name = ObjName::Log { seq: i, epoch }.encode();
+                match objects.get(&name) {
+                    Ok(b) if fence_by(&b).is_some() => return Ok(i),
+                    Ok(_) | Err(ObjError::NotFound(_)) => {}
+                    Err(e) => return Err(io_err(format!("{name}: {e}"))),
+                }
             }
+            // MUTANT: fence-ignores-gaps s|(low..=n)|(n + 1..=n)|
+            let gaps = (low..=n).filter(|i| !listed.contains(i)).collect();
+            (gaps, n + 1)
         }
-        None => 0,
+        None => (Vec::new(), 0),
     };
+    candidates.reverse();
     let bytes = encode_fence(epoch, by.epoch, by.holder.nonce);
     for _ in 0..100_000 {
-        let name = ObjName::Log { seq: l, epoch }.encode();
+        let at = candidates.pop().unwrap_or(l);
+        let name = ObjName::Log { seq: at, epoch }.encode();
         match objects.put_new(&name, &bytes) {
-            Ok(()) => return Ok(l),
-            Err(ObjError::Exists(_)) => l += 1,
+            Ok(()) => return Ok(at),
+            Err(ObjError::Exists(_)) if at == l => l += 1,
+            Err(ObjError::Exists(_)) => {}
             Err(e) => return Err(io_err(format!("fencing {name}: {e}"))),
         }
     }

@@ -468,6 +468,8 @@ fn replay_log(
     let seg_area = sb.data_offset..sb.data_offset + sb.segment_count as u64 * seg_bytes;
     let len = media.len();
     let slots = &mut p.ckpt.slots;
+    // slots whose object was brought into staging for a record
+    let mut taken: Vec<(u64, SlotObject)> = Vec::new();
     let mut apply = |at: u64, d: &[u8]| -> io::Result<()> {
         let end = at + d.len() as u64;
         if end > len {
@@ -498,6 +500,7 @@ fn replay_log(
                     return Err(bad(format!("{name} has {} bytes", body.len())));
                 }
                 write_block(media, &body, seg_area.start + slot * seg_bytes)?;
+                taken.push((slot, o));
             }
         }
         if at.is_multiple_of(BLOCK_BYTES as u64) && d.len().is_multiple_of(BLOCK_BYTES) {
@@ -512,7 +515,74 @@ fn replay_log(
             media.write_at(&b, a)
         }
     };
-    super::durable::replay(objects, &sb.uuid, ck_epoch, from, &mut apply)
+    let out = super::durable::replay(objects, &sb.uuid, ck_epoch, from, &mut apply)?;
+    // the records rewrite slots with what the store often holds already:
+    // the chunks an object was uploaded with (a slot taken above), or a
+    // slot's next life, uploaded past the roll-forward's end. A slot with
+    // no object whose staging copy is now byte for byte a segment object
+    // gets that object in the table (the copy is its cache), instead of
+    // an upload of the same bytes at attach and the object left an orphan
+    let candidates: Vec<(String, Option<SlotObject>)> = {
+        let named: std::collections::HashSet<(u64, u64)> =
+            slots.iter().flatten().map(|o| (o.seq, o.epoch)).collect();
+        let mut c: Vec<(String, Option<SlotObject>)> = taken
+            .into_iter()
+            .map(|(_, o)| {
+                let n = ObjName::Segment {
+                    seq: o.seq,
+                    epoch: o.epoch,
+                }
+                .encode();
+                (n, Some(o))
+            })
+            .collect();
+        for o in objects.list(ObjKind::Segment.dir()).map_err(io_err)? {
+            if let Ok(ObjName::Segment { seq, epoch }) = ObjName::parse(&o.name) {
+                if o.len == seg_bytes
+                    && !named.contains(&(seq, epoch))
+                    && !c.iter().any(|(n, _)| *n == o.name)
+                {
+                    c.push((o.name, None));
+                }
+            }
+        }
+        c
+    };
+    let mut staged = AlignedBuf::new(seg_bytes as usize);
+    for (name, known) in candidates {
+        // block 0 first (its chunk header names the slot): one small GET
+        // for an object that is no slot's staging copy
+        let head = match objects.get_range(&name, 0..BLOCK_BYTES as u64) {
+            Ok(h) => h,
+            Err(_) => continue,
+        };
+        let slot = match ChunkHeader::decode(&head) {
+            Ok(h) if h.uuid == sb.uuid && h.segment < sb.segment_count => h.segment,
+            _ => continue,
+        };
+        if slots[slot as usize].is_some() {
+            continue;
+        }
+        let at = seg_area.start + slot as u64 * seg_bytes;
+        media.read_at(&mut staged, at)?;
+        if staged[..BLOCK_BYTES] != head[..] {
+            continue;
+        }
+        let body = match objects.get(&name) {
+            Ok(b) => b,
+            Err(_) => continue,
+        };
+        let same = body[..] == staged[..];
+        if same {
+            let ObjName::Segment { seq, epoch } = ObjName::parse(&name).map_err(bad)? else {
+                continue;
+            };
+            let crc = crc32c::crc32c(&body);
+            debug_assert!(known.is_none_or(|k| k.crc == crc));
+            slots[slot as usize] = Some(SlotObject { seq, epoch, crc });
+        }
+    }
+    Ok(out)
 }
 
 /// `sluice info` on a volume in an object store: the newest checkpoint

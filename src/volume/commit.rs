@@ -70,7 +70,11 @@ pub(in crate::volume) struct Progress {
     completed: BTreeSet<u64>,
     /// Every chunk with seq < this is durable.
     pub durable: u64,
-    flushing: bool,
+    /// Media flushes of `flush_covering_log` running now (at most the
+    /// media's `flush_parallelism`, 1 with log devices).
+    flushing: usize,
+    /// The highest `written_through` a running flush covers.
+    flushing_upto: u64,
     /// Lowest `written_through` a waiter in `flush_covering` is waiting for
     /// (u64::MAX: none). Chunk completions wake waiters only once it is reached,
     /// so a burst of writes does not wake every flusher for every chunk.
@@ -252,7 +256,8 @@ impl Commit {
                 written_through: next_seq,
                 completed: BTreeSet::new(),
                 durable: next_seq,
-                flushing: false,
+                flushing: 0,
+                flushing_upto: next_seq,
                 wake_written: u64::MAX,
                 failed: None,
                 log_written: 0,
@@ -764,13 +769,22 @@ impl Commit {
                 self.progress_cv.wait(&mut p);
                 continue;
             }
-            if p.flushing {
-                // the flush in progress wakes everyone when it ends
+            // several flushes at once only on a media that overlaps them
+            // and without log devices (their records have one flusher)
+            let most = match self.log_devs.is_empty() {
+                // MUTANT: flush-parallelism-ignored s|self.media.flush_parallelism().max(1)|1|
+                true => self.media.flush_parallelism().max(1),
+                false => 1,
+            };
+            if p.flushing > 0 && (p.flushing >= most || p.flushing_upto >= target) {
+                // a flush in progress covers this target, or as many run
+                // as the media takes: each wakes everyone when it ends
                 self.progress_cv.wait(&mut p);
                 continue;
             }
-            p.flushing = true;
+            p.flushing += 1;
             let upto = p.written_through;
+            p.flushing_upto = p.flushing_upto.max(upto);
             let log_upto = p.log_written;
             // with log devices, the media flush is for chunks and the log
             // devices' for records: each only when it has something to make
@@ -788,7 +802,7 @@ impl Commit {
                     Ok(ok) => ok,
                     Err(e) => {
                         p = self.progress.lock();
-                        p.flushing = false;
+                        p.flushing -= 1;
                         drop(p);
                         self.progress_cv.notify_all();
                         return Err(e);
@@ -797,7 +811,7 @@ impl Commit {
                 false => r.is_ok(),
             };
             p = self.progress.lock();
-            p.flushing = false;
+            p.flushing -= 1;
             match r {
                 Ok(()) => {
                     assert!(upto <= p.written_through, "durable passes written");
