@@ -325,6 +325,9 @@ apply_member_failure_unrecorded() {
 apply_degraded_read_uses_failed_member() {
   marker degraded-read-uses-failed-member
 }
+apply_dead_tags_voided_before_tombstone() {
+  marker dead-tags-voided-before-tombstone
+}
 apply_stripe_rebuild_skips_crc() {
   # the read path's CRC check, which a rebuilt piece passes like any read
   marker read-crc
@@ -624,6 +627,7 @@ run set-without-mixed-check stripe_set dst
 run member-failure-unrecorded stripe_set dst
 run stale-by-newest-generation stripe stripe_set
 run degraded-read-uses-failed-member lib
+run dead-tags-voided-before-tombstone lib dst
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run heal-ignores-crc stripe_repair
