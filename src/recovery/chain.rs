@@ -213,6 +213,7 @@ mod tests {
                 stop: Stop::Tail,
             }),
             rules: Default::default(),
+            healed: Vec::new(),
         }
     }
 
