@@ -328,6 +328,15 @@ apply_degraded_read_uses_failed_member() {
 apply_dead_tags_voided_before_tombstone() {
   marker dead-tags-voided-before-tombstone
 }
+apply_recovery_heal_skipped() {
+  marker recovery-heal-skipped
+}
+apply_runtime_header_heal_skipped() {
+  marker runtime-header-heal-skipped
+}
+apply_resync_before_recovery_heal() {
+  marker resync-before-recovery-heal
+}
 apply_stripe_rebuild_skips_crc() {
   # the read path's CRC check, which a rebuilt piece passes like any read
   marker read-crc
@@ -628,6 +637,9 @@ run member-failure-unrecorded stripe_set dst
 run stale-by-newest-generation stripe stripe_set
 run degraded-read-uses-failed-member lib
 run dead-tags-voided-before-tombstone lib dst
+run recovery-heal-skipped stripe_set dst
+run runtime-header-heal-skipped stripe_set
+run resync-before-recovery-heal stripe_set dst
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run heal-ignores-crc stripe_repair
