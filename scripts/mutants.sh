@@ -337,6 +337,9 @@ apply_runtime_header_heal_skipped() {
 apply_resync_before_recovery_heal() {
   marker resync-before-recovery-heal
 }
+apply_rebuild_scratch_copies_skipped() {
+  marker rebuild-scratch-copies-skipped
+}
 apply_stripe_rebuild_skips_crc() {
   # the read path's CRC check, which a rebuilt piece passes like any read
   marker read-crc
@@ -640,6 +643,7 @@ run dead-tags-voided-before-tombstone lib dst
 run recovery-heal-skipped stripe_set dst
 run runtime-header-heal-skipped stripe_set
 run resync-before-recovery-heal stripe_set dst
+run rebuild-scratch-copies-skipped stripe_repair
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run heal-ignores-crc stripe_repair

@@ -11,6 +11,12 @@
 //! unit in a row whose other blocks a later member loss rebuilds through it).
 //! A torn rewrite leaves the piece wrong or right, never worse than before.
 //!
+//! Recovery asks the same (`heal_read`) without any rewrite: the mount
+//! writes nothing until it has judged the log, and rewrites the blocks
+//! afterwards through `heal_block`. A row partial at the last shutdown, its
+//! parity only in a scratch copy until the resync, is healed from the
+//! newest copy that covers the block and rebuilds a block that passes.
+//!
 //! Parity scrub (`scrub_parity`, issue 20 item 5): every full row of a
 //! closed segment read whole, its parity recomputed from its data and
 //! compared; a row that disagrees is named, and (repairing form) its parity
