@@ -340,6 +340,9 @@ apply_resync_before_recovery_heal() {
 apply_rebuild_scratch_copies_skipped() {
   marker rebuild-scratch-copies-skipped
 }
+apply_stale_mount_tags_kept() {
+  marker stale-mount-tags-kept
+}
 apply_stripe_rebuild_skips_crc() {
   # the read path's CRC check, which a rebuilt piece passes like any read
   marker read-crc
@@ -644,6 +647,7 @@ run recovery-heal-skipped stripe_set dst
 run runtime-header-heal-skipped stripe_set
 run resync-before-recovery-heal stripe_set dst
 run rebuild-scratch-copies-skipped stripe_repair
+run stale-mount-tags-kept dst
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run heal-ignores-crc stripe_repair

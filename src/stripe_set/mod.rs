@@ -467,6 +467,20 @@ impl StripeSet {
     fn write_area_as(&self, off: u64, buf: &[u8], tomb: bool) -> io::Result<()> {
         self.check_area(off, buf.len())?;
         let l = self.layout;
+        if off.is_multiple_of(self.shape.segment_bytes) && !self.rows.lock().mount_tags.is_empty() {
+            // A segment's block 0 is written only when a life of it starts
+            // (or ends: its tombstone): tags found at mount for its rows are
+            // an older life's, whose voids a power cut lost (they are voided
+            // by the flush after the wipe, `forget_segment`). Dropped here,
+            // and voided by the next flush, before it acknowledges anything
+            // of the new life; else a degraded read of a new block in such
+            // a row would rebuild the old life's block from the stale copy.
+            let first = off / l.write_unit();
+            // MUTANT: stale-mount-tags-kept s|self.rows.lock().drop_mount_tags(first, first + l.rows_per_segment);|let _ = first;|
+            self.rows
+                .lock()
+                .drop_mount_tags(first, first + l.rows_per_segment);
+        }
         let row_bytes = l.write_unit();
         let mut pos = 0usize;
         while pos < buf.len() {

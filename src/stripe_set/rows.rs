@@ -255,6 +255,27 @@ impl RowTable {
         self.dirty.extend(keep);
     }
 
+    /// Tags found at mount for rows `first..end` speak for an older life of
+    /// their segment: forget them, and void their places at the next flush
+    /// (`dead_places`; their lanes stay taken, as every mount tag's lane).
+    pub fn drop_mount_tags(&mut self, first: u64, end: u64) {
+        let dead = |r: &u64| (first..end).contains(r);
+        if !self.mount_tags.keys().any(dead) {
+            return;
+        }
+        self.mount_tags.retain(|r, _| !dead(r));
+        let places: Vec<(u32, u32, u32)> = self
+            .place_owner
+            .iter()
+            .filter(|(_, r)| dead(r))
+            .map(|(p, _)| *p)
+            .collect();
+        for p in &places {
+            self.place_owner.remove(p);
+        }
+        self.dead_places.extend(places);
+    }
+
     /// Drop clean states beyond `KEEP_ROWS`, least recently used first.
     pub fn evict(&mut self) {
         if self.states.len() <= KEEP_ROWS {
