@@ -476,10 +476,9 @@ impl StripeSet {
             // of the new life; else a degraded read of a new block in such
             // a row would rebuild the old life's block from the stale copy.
             let first = off / l.write_unit();
-            // MUTANT: stale-mount-tags-kept s|self.rows.lock().drop_mount_tags(first, first + l.rows_per_segment);|let _ = first;|
-            self.rows
-                .lock()
-                .drop_mount_tags(first, first + l.rows_per_segment);
+            let end = first + l.rows_per_segment;
+            // MUTANT: stale-mount-tags-kept s|self.rows.lock().drop_mount_tags(first, end);|let _ = end;|
+            self.rows.lock().drop_mount_tags(first, end);
         }
         let row_bytes = l.write_unit();
         let mut pos = 0usize;
