@@ -331,6 +331,24 @@ apply_member_failure_unrecorded() {
 apply_degraded_read_uses_failed_member() {
   marker degraded-read-uses-failed-member
 }
+apply_dead_tags_voided_before_tombstone() {
+  marker dead-tags-voided-before-tombstone
+}
+apply_recovery_heal_skipped() {
+  marker recovery-heal-skipped
+}
+apply_runtime_header_heal_skipped() {
+  marker runtime-header-heal-skipped
+}
+apply_resync_before_recovery_heal() {
+  marker resync-before-recovery-heal
+}
+apply_rebuild_scratch_copies_skipped() {
+  marker rebuild-scratch-copies-skipped
+}
+apply_stale_mount_tags_kept() {
+  marker stale-mount-tags-kept
+}
 apply_stripe_rebuild_skips_crc() {
   # the read path's CRC check, which a rebuilt piece passes like any read
   marker read-crc
@@ -653,6 +671,12 @@ run set-without-mixed-check stripe_set dst
 run member-failure-unrecorded stripe_set dst
 run stale-by-newest-generation stripe stripe_set
 run degraded-read-uses-failed-member lib
+run dead-tags-voided-before-tombstone lib dst
+run recovery-heal-skipped stripe_set dst
+run runtime-header-heal-skipped stripe_set
+run resync-before-recovery-heal stripe_set dst
+run rebuild-scratch-copies-skipped stripe_repair
+run stale-mount-tags-kept dst
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run heal-ignores-crc stripe_repair

@@ -334,6 +334,7 @@ pub fn check_store(
     let m = match recovery::mount_store(
         media,
         store,
+        None,
         logs,
         &mut recovery::MountReport::default(),
         false,

@@ -193,6 +193,10 @@ pub struct Mounted {
     /// Bit i: mirror i is not among `log_devices` (this mount writes no
     /// records to it, so it is stale from now on).
     pub log_absent: u32,
+    /// Blocks the scan read right from the store's redundancy (a stripe
+    /// set) after they failed their check: a mount that may write repairs
+    /// them in place before it writes anything else.
+    pub healed: Vec<Healed>,
 }
 
 /// Read and check the superblock of log device `dev` for volume `sb`: either
@@ -1162,6 +1166,196 @@ pub struct SegScan {
     /// The walk, if the segment was walked.
     pub walk: Option<Walk>,
     pub rules: RecoveryRules,
+    /// Blocks that failed their check as read and were read right from the
+    /// store's redundancy (`heal_damage`); the walk saw the right bytes.
+    pub healed: Vec<Healed>,
+}
+
+/// A block recovery found failing its check and read right from the
+/// store's redundancy (a stripe set's row, `SegmentStore::heal_read`). The
+/// media still holds the wrong bytes: a mount that may write repairs it in
+/// place (`SegmentStore::damaged` with `HealCheck::judge`) before anything
+/// else is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Healed {
+    /// Physical block.
+    pub phys: u64,
+    pub segment: u32,
+    pub check: HealCheck,
+    /// What else recovery knew of the segment's blocks when it found them
+    /// (the block's chunk: its header and data CRCs), by block of the
+    /// segment: the repair judges the row's other blocks by the same.
+    pub known: Vec<(u32, HealCheck)>,
+}
+
+impl Healed {
+    /// Judge physical block `q` holding `b` as recovery did (None: unknown).
+    pub fn judge(&self, q: u64, b: &[u8], uuid: &[u8; 16], segment_blocks: u32) -> Option<bool> {
+        if q == self.phys {
+            return Some(self.check.judge(b, uuid, self.segment));
+        }
+        let first = self.segment as u64 * segment_blocks as u64;
+        let k = q.checked_sub(first).and_then(|k| u32::try_from(k).ok())?;
+        self.known
+            .iter()
+            .find(|(p, _)| *p == k)
+            .map(|(_, c)| c.judge(b, uuid, self.segment))
+    }
+}
+
+/// What the right bytes of a healed block pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealCheck {
+    /// A chunk header of this volume and segment (its own check).
+    Header,
+    /// A data block with this CRC (from its chunk's header).
+    Crc(u32),
+}
+
+impl HealCheck {
+    /// Do `b` pass this check (a header: of volume `uuid`, segment `seg`)?
+    pub fn judge(&self, b: &[u8], uuid: &[u8; 16], seg: u32) -> bool {
+        match self {
+            HealCheck::Header => {
+                ChunkHeader::decode(b).is_ok_and(|h| &h.uuid == uuid && h.segment == seg)
+            }
+            HealCheck::Crc(c) => chunk::block_crc(b) == *c,
+        }
+    }
+}
+
+/// Ask `store` for the right bytes of block `pos` of segment `seg` (held at
+/// `img[at..]`), which must pass `ok`; the other blocks of its row count as
+/// unknown, except those in `known` (block of the segment, its check). On
+/// success `img` holds them and the block is recorded in `healed`. The
+/// store rewrites nothing here (recovery performs no writes).
+#[allow(clippy::too_many_arguments)]
+fn heal_block(
+    store: &dyn SegmentStore,
+    seg: u32,
+    pos: u32,
+    img: &mut [u8],
+    at: usize,
+    check: HealCheck,
+    ok: &dyn Fn(&[u8]) -> bool,
+    known: &[(u32, HealCheck)],
+    uuid: &[u8; 16],
+    healed: &mut Vec<Healed>,
+) -> bool {
+    let phys = store.phys(seg, pos);
+    let first = store.phys(seg, 0);
+    let mut judge = |q: u64, b: &[u8]| -> Option<bool> {
+        if q == phys {
+            return Some(ok(b));
+        }
+        let k = q.checked_sub(first).and_then(|k| u32::try_from(k).ok())?;
+        known
+            .iter()
+            .find(|(p, _)| *p == k)
+            .map(|(_, c)| c.judge(b, uuid, seg))
+    };
+    // MUTANT: recovery-heal-skipped s|store.heal_read(phys, &mut judge)|None::<AlignedBuf>|
+    let Some(right) = store.heal_read(phys, &mut judge) else {
+        return false;
+    };
+    if !ok(&right) {
+        return false;
+    }
+    img[at..at + BLOCK_BYTES].copy_from_slice(&right);
+    healed.push(Healed {
+        phys,
+        segment: seg,
+        check,
+        known: known.to_vec(),
+    });
+    true
+}
+
+/// A store with redundancy (a stripe set): read right, from the rest of
+/// their rows, the blocks for which the walk `w` of `img` (blocks `first..`
+/// of `seg`) recorded damage: a chunk header that fails its check (the
+/// right bytes must be a header the walk accepts there), or data blocks of
+/// a chunk whose header verified that fail the CRCs it lists. Without it a
+/// bit flipped on one member in a durable chunk header refused the mount
+/// (damage below the watermark) or ended the log early, losing
+/// acknowledged writes (docs/stripes.md §0 finding 4). True when a block
+/// of `img` was replaced (walk again).
+#[allow(clippy::too_many_arguments)]
+fn heal_damage(
+    store: &dyn SegmentStore,
+    img: &mut [u8],
+    first: u32,
+    uuid: &[u8; 16],
+    seg: u32,
+    min_seq: u64,
+    w: &Walk,
+    healed: &mut Vec<Healed>,
+) -> bool {
+    let blocks = img.len() / BLOCK_BYTES;
+    for bad in &w.bad {
+        let at = (bad.pos - first) as usize * BLOCK_BYTES;
+        match bad.kind {
+            BadKind::Header { .. } => {
+                let prev = bad.after;
+                let ok =
+                    |b: &[u8]| matches!(classify(b, uuid, seg, min_seq, prev), Class::Chunk(_));
+                if heal_block(
+                    store,
+                    seg,
+                    bad.pos,
+                    img,
+                    at,
+                    HealCheck::Header,
+                    &ok,
+                    &[],
+                    uuid,
+                    healed,
+                ) {
+                    return true;
+                }
+            }
+            BadKind::Data { .. } => {
+                let Ok(h) = ChunkHeader::decode(&img[at..at + BLOCK_BYTES]) else {
+                    continue;
+                };
+                if at / BLOCK_BYTES + 1 + h.block_crcs.len() > blocks {
+                    continue;
+                }
+                let known: Vec<(u32, HealCheck)> = std::iter::once((bad.pos, HealCheck::Header))
+                    .chain(
+                        h.block_crcs
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &c)| (bad.pos + 1 + i as u32, HealCheck::Crc(c))),
+                    )
+                    .collect();
+                let mut any = false;
+                for (i, &crc) in h.block_crcs.iter().enumerate() {
+                    let b_at = at + (i + 1) * BLOCK_BYTES;
+                    if chunk::block_crc(&img[b_at..b_at + BLOCK_BYTES]) == crc {
+                        continue;
+                    }
+                    let ok = |b: &[u8]| chunk::block_crc(b) == crc;
+                    any |= heal_block(
+                        store,
+                        seg,
+                        bad.pos + 1 + i as u32,
+                        img,
+                        b_at,
+                        HealCheck::Crc(crc),
+                        &ok,
+                        &known,
+                        uuid,
+                        healed,
+                    );
+                }
+                if any {
+                    return true;
+                }
+            }
+        }
+    }
+    false
 }
 
 /// Probe block 0 of `seg` and walk it if it may hold chunks newer than the
@@ -1178,6 +1372,31 @@ pub fn scan_segment(
     let segment_blocks = store.segment_blocks();
     store.read_segment(seg, 0, head)?;
     let mut rules = RecoveryRules::default();
+    let mut healed = Vec::new();
+    let redundant = store.members() > 1;
+    if redundant
+        && matches!(
+            classify(head, uuid, seg, 0, None),
+            Class::Unrecognised { .. }
+        )
+    {
+        // a damaged block 0 on one member: its right bytes, if its row
+        // has them and they are a chunk newer than the checkpoint (else
+        // nothing here needs it), decide how the segment is walked
+        let ok = |b: &[u8]| matches!(classify(b, uuid, seg, c_next, None), Class::Chunk(_));
+        heal_block(
+            store,
+            seg,
+            0,
+            head,
+            0,
+            HealCheck::Header,
+            &ok,
+            &[],
+            uuid,
+            &mut healed,
+        );
+    }
     let ours = chunk::peek_seq(head, uuid, seg).is_some();
     let open_at_checkpoint = fill > 0 && fill < segment_blocks;
     let start = match classify(head, uuid, seg, c_next, None) {
@@ -1203,11 +1422,33 @@ pub fn scan_segment(
             }
             let mut img = AlignedBuf::new((segment_blocks - start) as usize * BLOCK_BYTES);
             store.read_segment(seg, start, &mut img)?;
-            Some(walk_image(&img, start, uuid, seg, c_next, &mut rules))
+            if start == 0 && !healed.is_empty() {
+                img[..BLOCK_BYTES].copy_from_slice(head);
+            }
+            // each round heals at least one block: a walk again sees it
+            let mut rounds = 0;
+            loop {
+                let mut r = RecoveryRules::default();
+                let w = walk_image(&img, start, uuid, seg, c_next, &mut r);
+                rounds += 1;
+                if w.bad.is_empty()
+                    || !redundant
+                    || rounds > segment_blocks
+                    || !heal_damage(store, &mut img, start, uuid, seg, c_next, &w, &mut healed)
+                {
+                    rules.add(&r);
+                    break Some(w);
+                }
+            }
         }
         None => None,
     };
-    Ok(SegScan { ours, walk, rules })
+    Ok(SegScan {
+        ours,
+        walk,
+        rules,
+        healed,
+    })
 }
 
 /// Step 2's result: where replay starts.
@@ -1785,15 +2026,19 @@ pub fn unvouched_ranges(spans: &[Span], last_write: &[u32], c_next: u64) -> Vec<
 /// `mount_logs` (or, with `missing_ok`, `mount_logs_missing_ok`) reading
 /// segment data through `store` when given (a volume whose segments live
 /// elsewhere than the media's segment area: objseg), else the media's.
+/// Mount `media` (`store`: its segments live elsewhere, an object store;
+/// `scan`: its segment area as a store with redundancy, a stripe set's,
+/// which the scan reads through so it can read damaged blocks right).
 pub fn mount_store(
     media: &dyn Media,
     store: Option<&dyn SegmentStore>,
+    scan: Option<&dyn SegmentStore>,
     logs: &[&dyn Media],
     report: &mut MountReport,
     salvage: bool,
     missing_ok: bool,
 ) -> Result<Mounted> {
-    mount::run(media, store, logs, report, salvage, missing_ok)
+    mount::run(media, store, scan, logs, report, salvage, missing_ok)
 }
 
 fn mount_inner(
@@ -1803,7 +2048,7 @@ fn mount_inner(
     salvage: bool,
     missing_ok: bool,
 ) -> Result<Mounted> {
-    mount::run(media, None, logs, report, salvage, missing_ok)
+    mount::run(media, None, None, logs, report, salvage, missing_ok)
 }
 
 #[cfg(test)]
@@ -1960,6 +2205,7 @@ mod tests {
             ours: true,
             walk: Some(walk),
             rules: RecoveryRules::default(),
+            healed: Vec::new(),
         }
     }
 

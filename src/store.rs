@@ -30,7 +30,7 @@
 
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
-use crate::media::{Media, UringReads};
+use crate::media::{AlignedBuf, Media, UringReads};
 use std::io;
 
 const BS: u64 = BLOCK_BYTES as u64;
@@ -109,6 +109,19 @@ pub trait SegmentStore: Send + Sync {
     /// the caller knows nothing of block `q` (padding, unused space).
     fn damaged(&self, _p: u64, _check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>) -> Repair {
         Repair::None
+    }
+    /// Recovery's form of `damaged` (recovery performs no writes): the
+    /// bytes physical block `p` should hold, found from the store's
+    /// redundancy and passing `check` (the same contract), with nothing
+    /// rewritten; None without redundancy or when they cannot be found. The
+    /// mount repairs such a block through `damaged` afterwards if it may
+    /// write.
+    fn heal_read(
+        &self,
+        _p: u64,
+        _check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>,
+    ) -> Option<AlignedBuf> {
+        None
     }
     /// Check the redundancy of segment `seg`'s full rows below block `fill`
     /// against its data (a parity set: every row's parity), `check` judging

@@ -91,12 +91,12 @@ const SHAPE: Shape = Shape {
 const STRIPE_SEEDS: u64 = 1 << 20;
 
 /// SLUICE_DST_STRIPE_FINDINGS=1: stripe seeds also cut power during the
-/// recovery mount and flip bits on members. Off by default: both find
-/// engine bugs not fixed yet (docs/stripes.md §0, "Found by the DST"):
-/// after a power cut during a recovery mount, a member lost later costs
-/// flushed blocks (EIO); a bit flipped in a chunk header on one member makes
-/// recovery refuse the mount or, worse, end the log early and return older
-/// data. `dst_stripe_findings` (ignored) runs them and fails until fixed.
+/// recovery mount. Off by default: it finds an engine bug not fixed yet
+/// (docs/stripes.md §0 finding 4): after a power cut during a recovery
+/// mount, a member lost later costs flushed blocks (EIO). `dst_stripe_
+/// findings` (ignored) runs it and fails until fixed. (Bits flipped on one
+/// member, the finding's other half, run in every stripe seed since
+/// recovery reads a block that fails its check right from its row.)
 fn stripe_findings() -> bool {
     STRIPE_FINDINGS.load(Ordering::Relaxed)
         || std::env::var("SLUICE_DST_STRIPE_FINDINGS").is_ok_and(|v| v == "1")
@@ -966,9 +966,8 @@ struct Tally {
     stripe_lost_runs: u64,
     stripe_stale_refused: u64,
     /// Stripe sets: mounts cut by a power cut that served on (the cut
-    /// failed one member's op); mounts after a flip refused (a finding).
+    /// failed one member's op).
     stripe_cut_served: u64,
-    stripe_flip_refused: u64,
 }
 
 impl Tally {
@@ -994,7 +993,6 @@ impl Tally {
         self.stripe_lost_runs += o.stripe_lost_runs;
         self.stripe_stale_refused += o.stripe_stale_refused;
         self.stripe_cut_served += o.stripe_cut_served;
-        self.stripe_flip_refused += o.stripe_flip_refused;
         for (k, v) in &o.known {
             *self.known.entry(k).or_default() += v;
         }
@@ -1151,13 +1149,17 @@ fn check_mounted(
                     break;
                 }
             }
-        } else if gone.is_empty() && rng.gen_ratio(1, 4) && stripe_findings() {
+        } else if gone.is_empty() && rng.gen_ratio(1, 4) {
+            // where: from a stream of its own (seeded by the image), so the
+            // seed's stream draws the same as before flips ran by default
+            // (the regression seeds keep reaching their crash points)
+            let mut frng = SmallRng::seed_from_u64(crc32c::crc32c(&img) as u64 ^ 0xf1_1b17);
             let geo = geometry(sh);
-            let who = rng.gen_range(0..n);
+            let who = frng.gen_range(0..n);
             let rows =
                 geo.segment_count as u64 * geo.segment_bytes() / (sh.members - sh.parity) as u64;
-            let off = part_bases(sh)[who] + geo.data_offset + rng.gen_range(0..rows);
-            img[off as usize] ^= 1 << rng.gen_range(0..8);
+            let off = part_bases(sh)[who] + geo.data_offset + frng.gen_range(0..rows);
+            img[off as usize] ^= 1 << frng.gen_range(0..8);
             flipped = Some((who, off - part_bases(sh)[who]));
         }
     }
@@ -1170,22 +1172,12 @@ fn check_mounted(
     // a mirrored seed sometimes mounts with one of its log devices only:
     // every acknowledged record must be on each
     let vol = if sh.members > 0 {
-        match Volume::open_striped(members(&m, sh, &gone), &open_opts(sh, false)) {
-            Ok(v) => v,
-            // FINDING (not fixed): recovery reads chunk headers without the
-            // self-healing read, so one flipped bit in a durable chunk header
-            // on one member refuses the mount (safe: nothing wrong returned)
-            Err(e)
-                if flipped.is_some()
-                    && e.to_string()
-                        .contains("fails verification although a flush had made it durable") =>
-            {
-                t.stripe_flip_refused += 1;
-                t.points += 1;
-                return Ok(());
-            }
-            Err(e) => return Err(format!("mount failed after {how}: {e}")),
-        }
+        // (a bit flipped in a durable chunk header or data block on one
+        // member refused the mount, or ended the log early and returned
+        // older data, until recovery read such blocks right from their rows:
+        // docs/stripes.md §0 finding 4; now a refusal fails here too)
+        Volume::open_striped(members(&m, sh, &gone), &open_opts(sh, false))
+            .map_err(|e| format!("mount failed after {how}: {e}"))?
     } else if sh.log_devices == 2 && rng.gen_ratio(1, 3) {
         let which = rng.gen_range(0..2);
         match open_vol_degraded(&m, sh, which) {
@@ -1237,7 +1229,9 @@ fn check_mounted(
         t.stripe_flips += flipped.is_some() as u64;
         t.stripe_healed += vol.stats().stripe_healed;
         if flipped.is_some() {
-            // a flip in a dead block stays until scrub: no clean check
+            // a flip in a dead block stays until scrub: no clean check (the
+            // draw below taken all the same, see the flip's stream)
+            let _ = rng.gen_ratio(1, 64);
             t.points += 1;
             return Ok(());
         }
@@ -2234,22 +2228,7 @@ fn env_u64(k: &str, d: u64) -> u64 {
 /// kind contains). A seed that stops at one is counted and printed, not failed,
 /// so the sweep keeps guarding everything else; SLUICE_DST_STRICT=1 fails on
 /// them too. Remove an entry when its fix lands.
-const KNOWN_FINDINGS: [(&str, &[&str]); 1] = [
-    // Stripe sets (a SLUICE_DST_STRICT=1 sweep, seed 2^20+8, RAID-5; also
-    // before the fixes of findings 1 and 3): a power cut (loss Subset),
-    // then member 2 lost: the mount refuses, a data block of a chunk a
-    // flush had made durable failing its CRC when rebuilt from its row
-    // (never wrong data: a refusal). Not traced; docs/stripes.md §0
-    // finding 5. Regression test:
-    // `dst_regression_stripe_flushed_block_fails_after_a_cut_and_a_member_lost`.
-    (
-        "stripe-flushed-block-fails-after-cut-and-member-loss",
-        &[
-            "then members",
-            "fails verification although a flush had made it durable",
-        ],
-    ),
-];
+const KNOWN_FINDINGS: [(&str, &[&str]); 0] = [];
 
 fn known_finding(e: &str) -> Option<&'static str> {
     if std::env::var("SLUICE_DST_STRICT").is_ok_and(|v| v == "1") {
@@ -2476,13 +2455,12 @@ fn dst_stripe_sets() {
     );
     print_tally(&t);
     println!(
-        "dst stripe: {} crash points on stripe sets; {} final mounts with members lost, {} after a bit flip on a member ({} blocks healed, {} reads EIO, {} mounts refused: FINDING, see check_mounted); {} live runs lost a member ({} mounts refused it back as stale); {} mounts cut by a power cut served on",
+        "dst stripe: {} crash points on stripe sets; {} final mounts with members lost, {} after a bit flip on a member ({} blocks healed, {} reads EIO); {} live runs lost a member ({} mounts refused it back as stale); {} mounts cut by a power cut served on",
         t.stripe_points,
         t.stripe_degraded,
         t.stripe_flips,
         t.stripe_healed,
         t.eio,
-        t.stripe_flip_refused,
         t.stripe_lost_runs,
         t.stripe_stale_refused,
         t.stripe_cut_served
@@ -2502,13 +2480,11 @@ fn dst_stripe_sets() {
         t.stripe_stale_refused > 0,
         "a lost member given back is refused as stale"
     );
-    if stripe_findings() {
-        assert!(t.stripe_flips > 0, "final mounts after a bit flip");
-        assert!(
-            t.stripe_healed > 0,
-            "a flipped bit in a live block must be healed somewhere"
-        );
-    }
+    assert!(t.stripe_flips > 0, "final mounts after a bit flip");
+    assert!(
+        t.stripe_healed > 0,
+        "a flipped bit in a live block must be healed somewhere"
+    );
     assert_eq!(
         t.stripe_lost_runs + known,
         seeds,
@@ -2918,23 +2894,35 @@ fn dst_regression_stripe_header_unreadable_after_a_cut_and_a_member_lost() {
     run_seed(STRIPE_SEEDS + 3, 1, false, None).unwrap();
 }
 
-/// Stripe set finding (KNOWN_FINDINGS, found by a SLUICE_DST_STRICT=1 sweep
-/// of seeds 2^20..2^20+8): RAID-5 of 3 members, a power cut, then member 2
-/// lost: the mount refuses, a flushed chunk's data block failing its CRC
-/// when rebuilt ("chunk at segment 3 block 13, seq 114: data block 0 fails
-/// its checksum: fails verification although a flush had made it
-/// durable"). Fails until fixed.
+/// Regression (found by a SLUICE_DST_STRICT=1 sweep, `stripe-flushed-
+/// block-fails-after-cut-and-member-loss`, docs/stripes.md §0 finding 5):
+/// RAID-5 of 3 members, a power cut during a housekeeper step's reuse
+/// barrier, between the wipe of segment 3 voiding the scratch tag of its
+/// partial row 31 and the tombstone, then member 2 lost: recovery still
+/// read segment 3, and chunk 114's durable data block (row 31, protected by
+/// that tag alone) was rebuilt from the row's stale parity in place and
+/// failed its CRC ("chunk at segment 3 block 13, seq 114: data block 0
+/// fails its checksum: fails verification although a flush had made it
+/// durable"; seed 2^20+12 the same). Passes since the tags of a wiped
+/// segment are voided by the next flush, after its first member flush;
+/// fails with mutation `dead-tags-voided-before-tombstone`. Seed 2^20+17
+/// (RAID-6, a cut before that flush, member 2 lost): the stale tag of the
+/// wiped segment survived on the media, the degraded mount loaded it and
+/// GC started the segment's next life, whose block in that row a check
+/// then rebuilt from the stale copy; passes since a write of a segment's
+/// block 0 drops the mount's tags of its rows (mutation
+/// `stale-mount-tags-kept`).
 #[test]
-#[ignore]
 fn dst_regression_stripe_flushed_block_fails_after_a_cut_and_a_member_lost() {
-    run_seed(STRIPE_SEEDS + 8, 1, false, None).unwrap();
+    for seed in [STRIPE_SEEDS + 8, STRIPE_SEEDS + 12, STRIPE_SEEDS + 17] {
+        run_seed(seed, 1, false, None).unwrap();
+    }
 }
 
-/// Stripe sets with power cuts during the recovery mount and bit flips on
-/// members (`stripe_findings`): finds engine bugs not fixed yet (a cut
-/// recovery mount then a member lost costs flushed blocks; a flipped chunk
-/// header on one member refuses the mount or ends the log early and returns
-/// older data). Fails until they are fixed.
+/// Stripe sets with power cuts during the recovery mount (`stripe_findings`):
+/// finds an engine bug not fixed yet (a cut recovery mount then a member
+/// lost costs flushed blocks, EIO; docs/stripes.md §0 finding 4). Fails
+/// until it is fixed.
 #[test]
 #[ignore]
 fn dst_stripe_findings() {

@@ -255,6 +255,7 @@ mod tests {
                 stop: Stop::Tail,
             }),
             rules: Default::default(),
+            healed: Vec::new(),
         }
     }
 

@@ -100,6 +100,10 @@ struct Judged {
 pub struct MountCtx<'a, 'r> {
     media: &'a dyn Media,
     store: Option<&'a dyn SegmentStore>,
+    /// The segment area of `media` as a store with redundancy (a stripe
+    /// set's), which the scan reads through to heal damaged blocks; None:
+    /// `store`, else the flat view of `media`.
+    scan: Option<&'a dyn SegmentStore>,
     logs: &'a [&'a dyn Media],
     salvage: bool,
     missing_ok: bool,
@@ -154,6 +158,7 @@ impl<'a, 'r> MountCtx<'a, 'r> {
 pub fn run(
     media: &dyn Media,
     store: Option<&dyn SegmentStore>,
+    scan: Option<&dyn SegmentStore>,
     logs: &[&dyn Media],
     report: &mut MountReport,
     salvage: bool,
@@ -162,6 +167,7 @@ pub fn run(
     let mut c = MountCtx {
         media,
         store,
+        scan,
         logs,
         salvage,
         missing_ok,
@@ -225,6 +231,7 @@ impl MountCtx<'_, '_> {
             log_missing: self.log_missing,
             log_mirrors: self.log_mirrors,
             log_absent: self.log_absent,
+            healed: self.scans.iter().flat_map(|s| s.healed.clone()).collect(),
         })
     }
 }
@@ -296,7 +303,19 @@ fn step_scan_segments(c: &mut MountCtx) -> Result<()> {
     let flat = FlatStore::new(c.media, &geo);
     let uuid = c.sb().uuid;
     let base = c.base.as_ref().expect("load_checkpoint ran");
-    c.scans = scan_segments(c.store.unwrap_or(&flat), &uuid, base, c.report)?;
+    let via = c.store.or(c.scan).unwrap_or(&flat);
+    c.scans = scan_segments(via, &uuid, base, c.report)?;
+    for h in c.scans.iter().flat_map(|s| &s.healed) {
+        c.report.notes.push(format!(
+            "segment {} block {}: failed its check on the members and was read right from the rest of its row ({})",
+            h.segment,
+            h.phys - h.segment as u64 * geo.segment_blocks as u64,
+            match h.check {
+                crate::recovery::HealCheck::Header => "a chunk header",
+                crate::recovery::HealCheck::Crc(_) => "a data block",
+            }
+        ));
+    }
     Ok(())
 }
 

@@ -11,6 +11,12 @@
 //! unit in a row whose other blocks a later member loss rebuilds through it).
 //! A torn rewrite leaves the piece wrong or right, never worse than before.
 //!
+//! Recovery asks the same (`heal_read`) without any rewrite: the mount
+//! writes nothing until it has judged the log, and rewrites the blocks
+//! afterwards through `heal_block`. A row partial at the last shutdown, its
+//! parity only in a scratch copy until the resync, is healed from the
+//! newest copy that covers the block and rebuilds a block that passes.
+//!
 //! Parity scrub (`scrub_parity`, issue 20 item 5): every full row of a
 //! closed segment read whole, its parity recomputed from its data and
 //! compared; a row that disagrees is named, and (repairing form) its parity
@@ -30,6 +36,15 @@ use crate::store::Repair;
 use std::io;
 use std::sync::atomic::Ordering;
 
+/// What `find_heal` found for a block that failed its check: its right
+/// bytes, and the member pieces (at member offset `at`) to rewrite so the
+/// row holds them (none: the block verified when read again).
+struct Found {
+    bytes: AlignedBuf,
+    pieces: Vec<(u32, AlignedBuf)>,
+    at: u64,
+}
+
 impl StripeSet {
     /// The block at byte `off` of the segment area failed `check` (see
     /// `SegmentStore::damaged`) while every member answered: find its right
@@ -39,9 +54,42 @@ impl StripeSet {
         off: u64,
         check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>,
     ) -> io::Result<Repair> {
+        let p = off / BS;
+        match self.find_heal(off, check, false)? {
+            Err(r) => Ok(r),
+            Ok(f) if f.pieces.is_empty() => Ok(Repair::Healed { pieces: 0 }),
+            Ok(f) => self.rewrite(p, &f.pieces, f.at),
+        }
+    }
+
+    /// Recovery's form of `heal_block` (recovery performs no writes): the
+    /// right bytes of the block at byte `off`, found and checked as
+    /// `heal_block` finds them, without rewriting anything; None when they
+    /// cannot be found (the same cases in which `heal_block` answers
+    /// `Undecidable`). The caller repairs the block in place later, through
+    /// `heal_block`, if the mount may write.
+    pub fn heal_read(
+        &self,
+        off: u64,
+        check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>,
+    ) -> io::Result<Option<AlignedBuf>> {
+        Ok(self.find_heal(off, check, true)?.ok().map(|f| f.bytes))
+    }
+
+    /// Find the right bytes of the block at byte `off` and what to rewrite;
+    /// Err(answer) when there is nothing to find (`Repair::None` on RAID-0)
+    /// or it cannot be found (`Undecidable`, counted and logged unless
+    /// `quiet`: recovery asks about every block that fails, torn writes no
+    /// FLUSH acknowledged included, which no row can rebuild).
+    fn find_heal(
+        &self,
+        off: u64,
+        check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>,
+        quiet: bool,
+    ) -> io::Result<Result<Found, Repair>> {
         let l = self.layout;
         if l.parity == 0 {
-            return Ok(Repair::None);
+            return Ok(Err(Repair::None));
         }
         self.check_area(off, BLOCK_BYTES)?;
         let row_bytes = l.write_unit();
@@ -50,22 +98,50 @@ impl StripeSet {
         let col = in_row % l.unit;
         let p = off / BS;
         let fail = |why: &str| {
-            self.counters.heal_failed.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                "stripe set: block {p} (row {row}, data unit {d}) fails its check and cannot be healed: {why}"
-            );
-            Ok(Repair::Undecidable)
+            if !quiet {
+                self.counters.heal_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "stripe set: block {p} (row {row}, data unit {d}) fails its check and cannot be healed: {why}"
+                );
+            }
+            Ok(Err(Repair::Undecidable))
         };
         if self.down_count() > 0 {
             return fail(
                 "the set is degraded (the row's redundancy is spent on the missing member)",
             );
         }
-        if self.rows.lock().mount_tags.contains_key(&row) {
-            return fail("the row's parity is in a scratch copy until the next resync");
-        }
         let base = l.row_offset(row).expect("row inside the set");
         let me = l.data_member(row, d as u32);
+        let tags = self.rows.lock().mount_tags.get(&row).cloned();
+        if let Some(tags) = tags {
+            // Partial at the last shutdown, not resynced yet: its parity is
+            // a scratch copy (blocks a copy does not cover count as zero).
+            // The block as the newest copy covering it (and passing) rebuilds
+            // it from the row's other covered blocks; only its own piece is
+            // rewritten (the copy stands for the right bytes, and the resync
+            // puts parity in place from the data).
+            let mut seqs: Vec<u64> = tags.iter().map(|t| t.seq).collect();
+            seqs.sort_unstable_by(|a, b| b.cmp(a));
+            seqs.dedup();
+            for seq in seqs {
+                let one: Vec<super::MountTag> =
+                    tags.iter().filter(|t| t.seq == seq).cloned().collect();
+                let mut blk = AlignedBuf::new(BLOCK_BYTES);
+                if self.reconstruct_tagged(row, d as u32, col / BS, &mut blk, &one)?
+                    && check(p, &blk) == Some(true)
+                {
+                    let mut piece = AlignedBuf::new(BLOCK_BYTES);
+                    piece.copy_from_slice(&blk);
+                    return Ok(Ok(Found {
+                        bytes: blk,
+                        pieces: vec![(me, piece)],
+                        at: base + col,
+                    }));
+                }
+            }
+            return fail("no scratch copy of the row's parity rebuilds it");
+        }
         // A row this mount is filling: memory holds its data as written, and
         // the row's state lock keeps writes to it out while we look.
         let state = self.rows.lock().get(row);
@@ -75,7 +151,13 @@ impl StripeSet {
                 if check(p, b) == Some(true) {
                     let mut buf = AlignedBuf::new(BLOCK_BYTES);
                     buf.copy_from_slice(b);
-                    return self.rewrite(p, &[(me, buf)], base + col);
+                    let mut bytes = AlignedBuf::new(BLOCK_BYTES);
+                    bytes.copy_from_slice(b);
+                    return Ok(Ok(Found {
+                        bytes,
+                        pieces: vec![(me, buf)],
+                        at: base + col,
+                    }));
                 }
             }
             if st.dirty {
@@ -95,7 +177,14 @@ impl StripeSet {
         }
         match check(p, &shards[d]) {
             // right when read again (a race with a rewrite, or a transient)
-            Some(true) => return Ok(Repair::Healed { pieces: 0 }),
+            Some(true) => {
+                let bytes = std::mem::replace(&mut shards[d], AlignedBuf::new(BLOCK_BYTES));
+                return Ok(Ok(Found {
+                    bytes,
+                    pieces: Vec::new(),
+                    at: base + col,
+                }));
+            }
             Some(false) => {}
             None => return fail("the caller cannot judge the block"),
         }
@@ -113,15 +202,23 @@ impl StripeSet {
             Ok(Heal::Undecidable) => return fail("no candidate verifies"),
             Err(e) => return fail(&e.to_string()),
         };
+        let mut right = AlignedBuf::new(BLOCK_BYTES);
         let pieces: Vec<(u32, AlignedBuf)> = list
             .into_iter()
             .map(|(i, bytes)| {
                 let mut buf = AlignedBuf::new(BLOCK_BYTES);
                 buf.copy_from_slice(&bytes);
+                if i == d {
+                    right.copy_from_slice(&bytes);
+                }
                 (self.shard_member(row, i as u32), buf)
             })
             .collect();
-        self.rewrite(p, &pieces, base + col)
+        Ok(Ok(Found {
+            bytes: right,
+            pieces,
+            at: base + col,
+        }))
     }
 
     /// Compare the parity of every full row of segment `seg` below block

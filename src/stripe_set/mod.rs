@@ -467,6 +467,19 @@ impl StripeSet {
     fn write_area_as(&self, off: u64, buf: &[u8], tomb: bool) -> io::Result<()> {
         self.check_area(off, buf.len())?;
         let l = self.layout;
+        if off.is_multiple_of(self.shape.segment_bytes) && !self.rows.lock().mount_tags.is_empty() {
+            // A segment's block 0 is written only when a life of it starts
+            // (or ends: its tombstone): tags found at mount for its rows are
+            // an older life's, whose voids a power cut lost (they are voided
+            // by the flush after the wipe, `forget_segment`). Dropped here,
+            // and voided by the next flush, before it acknowledges anything
+            // of the new life; else a degraded read of a new block in such
+            // a row would rebuild the old life's block from the stale copy.
+            let first = off / l.write_unit();
+            let end = first + l.rows_per_segment;
+            // MUTANT: stale-mount-tags-kept s|self.rows.lock().drop_mount_tags(first, end);|let _ = end;|
+            self.rows.lock().drop_mount_tags(first, end);
+        }
         let row_bytes = l.write_unit();
         let mut pos = 0usize;
         while pos < buf.len() {
@@ -634,7 +647,7 @@ impl StripeSet {
     /// their tags voided after the first flush (their parity in place is
     /// durable then), before the second.
     pub fn flush(&self) -> io::Result<()> {
-        let (dirty, retiring, retired) = {
+        let (dirty, retiring, retired, dead) = {
             let mut t = self.rows.lock();
             (
                 std::mem::take(&mut t.dirty)
@@ -642,6 +655,7 @@ impl StripeSet {
                     .collect::<Vec<u64>>(),
                 std::mem::take(&mut t.retiring),
                 std::mem::take(&mut t.retired_rows),
+                std::mem::take(&mut t.dead_places),
             )
         };
         // MUTANT: scratch-before-data-durable
@@ -651,7 +665,9 @@ impl StripeSet {
         // tagged row rebuilds a block no tag covers as zeros, see
         // `reconstruct`: their blocks written after the last tag are
         // acknowledged by this flush and must be rebuilt from the parity
-        // in place).
+        // in place). So do the tags of segments wiped since the last flush
+        // began (`dead`): their tombstones are durable now, so recovery no
+        // longer reads the old chunks those tags protect.
         let voids: Vec<(u32, u32, u32)> = {
             let mut t = self.rows.lock();
             let places: Vec<(u32, u32, u32)> = t
@@ -663,7 +679,7 @@ impl StripeSet {
             for p in &places {
                 t.place_owner.remove(p);
             }
-            places
+            places.into_iter().chain(dead).collect()
         };
         // MUTANT: completed-row-tags-kept s|self.void_places(&voids)?;|let _ = &voids;|
         self.void_places(&voids)?;
@@ -813,11 +829,20 @@ impl StripeSet {
             }
         }
         self.flush_members()?;
-        let places: Vec<(u32, u32, u32)> = self.rows.lock().place_owner.keys().copied().collect();
+        let places: Vec<(u32, u32, u32)> = {
+            let t = self.rows.lock();
+            t.place_owner
+                .keys()
+                .chain(t.dead_places.iter())
+                .copied()
+                .collect()
+        };
         self.void_places(&places)?;
         self.flush_members()?;
         let mut t = self.rows.lock();
         t.place_owner.clear();
+        t.dead_places.clear();
+        t.retiring.clear();
         t.mount_tags.clear();
         t.free_lanes = (0..scratch::LANES).rev().collect();
         Ok(())
@@ -833,13 +858,22 @@ impl StripeSet {
     }
 
     /// A segment's life ends (its tombstone is about to be written): what
-    /// memory holds of its rows is dead.
+    /// memory holds of its rows is dead. The scratch tags of its rows are
+    /// voided by the next flush, not now: until the tombstone is durable,
+    /// recovery reads the segment's chunks (some durable, below the
+    /// watermark), and a block of a partial row that only a tag protects
+    /// (its parity in place is a previous life's) is rebuilt from the tag.
+    /// Voided first, a power cut before the tombstone left a durable block
+    /// that a lost member rebuilt wrong (DST seed 2^20+8, docs/stripes.md
+    /// §0 finding 5). Left until the flush, a tag speaks only for the old
+    /// life's blocks: a new-life block it covers was written after the
+    /// wipe, and the flush that acknowledges it voids the tag first.
     pub fn forget_segment(&self, seg: u32) -> io::Result<()> {
         let rps = self.layout.rows_per_segment;
         let first = seg as u64 * rps;
-        let places = self.rows.lock().forget_range(first, first + rps);
-        // a tag of the old life must not speak for the new one
-        self.void_places(&places)
+        // MUTANT: dead-tags-voided-before-tombstone s|self.rows.lock().forget_range(first, first + rps);|let places = { let mut t = self.rows.lock(); t.forget_range(first, first + rps); std::mem::take(&mut t.dead_places) }; self.void_places(&places)?;|
+        self.rows.lock().forget_range(first, first + rps);
+        Ok(())
     }
 
     /// Read `buf.len()` bytes at byte `off` of the segment area: from the

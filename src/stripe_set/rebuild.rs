@@ -300,8 +300,89 @@ impl StripeSet {
                 }
             }
             self.mwrite(slot, &piece, l.row_offset(row).expect("row inside the set"))?;
+            if let Role::P | Role::Q = l.role(row, slot) {
+                // MUTANT: rebuild-scratch-copies-skipped s|self.rebuild_scratch(row, slot)?;|let _ = row;|
+                self.rebuild_scratch(row, slot)?;
+            }
         }
         self.still_up(slot)
+    }
+
+    /// A row partial at the last shutdown (scratch tags found at mount)
+    /// whose P or Q member is `slot`: the running parity copy that lived
+    /// on the member replaced (the attach voided the new member's scratch
+    /// places) is written on the new one, for each tag of the row, with
+    /// the same tag at the same lane and place: the running parity of the
+    /// blocks the tag covers (the others as zero). Without it the row had
+    /// one copy fewer, and with two more members lost on a RAID-6 (the
+    /// set still degraded, so never resynced) a covered block could not be
+    /// rebuilt (docs/stripes.md §0, "Windows that remain" (4)).
+    fn rebuild_scratch(&self, row: u64, slot: u32) -> io::Result<()> {
+        let l = self.layout;
+        let which: u8 = match l.role(row, slot) {
+            Role::P => 0,
+            Role::Q => 1,
+            _ => return Ok(()),
+        };
+        let Some(tags) = self.rows.lock().mount_tags.get(&row).cloned() else {
+            return Ok(());
+        };
+        let u = l.unit as usize;
+        let ub = u / BLOCK_BYTES;
+        let dn = l.data_members() as usize;
+        let mut seqs: Vec<u64> = tags.iter().map(|t| t.seq).collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let set_uuid = self.members()[0].ident.set_uuid;
+        for seq in seqs {
+            let t = tags.iter().find(|t| t.seq == seq).expect("a tag");
+            if tags
+                .iter()
+                .any(|x| x.seq == seq && x.which == which && x.member == slot)
+            {
+                continue;
+            }
+            // the covered blocks, as a degraded read gives them (from this
+            // tag's copy where their member is down), the rest zero
+            let mut units: Vec<AlignedBuf> = (0..dn).map(|_| AlignedBuf::new(u)).collect();
+            for (k, unit) in units.iter_mut().enumerate() {
+                for c in 0..ub {
+                    if t.covered.get(k * ub + c) == Some(&true) {
+                        let off = row * l.write_unit() + (k * u + c * BLOCK_BYTES) as u64;
+                        self.read_area(off, &mut unit[c * BLOCK_BYTES..(c + 1) * BLOCK_BYTES])?;
+                    }
+                }
+            }
+            let refs: Vec<&[u8]> = units.iter().map(|x| &x[..]).collect();
+            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
+            {
+                let mut prefs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
+                parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
+            }
+            let mut buf = AlignedBuf::new(BLOCK_BYTES + u);
+            buf[BLOCK_BYTES..].copy_from_slice(&par[which as usize]);
+            super::scratch::Tag {
+                set_uuid,
+                row,
+                seq,
+                which,
+                covered: t.covered.clone(),
+            }
+            .seal(&mut buf);
+            let at = super::scratch::place_offset(self.scratch_base(), l.unit, t.lane, t.place);
+            self.mwrite(slot, &buf, at)?;
+            let mut tt = self.rows.lock();
+            tt.place_owner.insert((slot, t.lane, t.place), row);
+            tt.mount_tags.entry(row).or_default().push(super::MountTag {
+                seq,
+                which,
+                member: slot,
+                lane: t.lane,
+                place: t.place,
+                covered: t.covered.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Rebuild segments `first..end` (docs/stripes.md §6): when no row of

@@ -138,6 +138,13 @@ pub(super) struct RowTable {
     pub retired_rows: Vec<u64>,
     /// Which row's tag each scratch place `(member, lane, place)` holds.
     pub place_owner: HashMap<(u32, u32, u32), u64>,
+    /// Places holding tags of rows whose segment's life ended
+    /// (`forget_range`): voided by the next flush, after its first member
+    /// flush made the segment's tombstone durable, never before (until
+    /// then recovery may read the segment's old chunks, and a block of one
+    /// that only the tag protects is rebuilt from it). Their lanes wait in
+    /// `retiring` until then.
+    pub dead_places: Vec<(u32, u32, u32)>,
     /// Valid tags found at mount, by row: (seq, which, member, lane, place,
     /// covered). Used by degraded reads until a resync makes them moot.
     pub mount_tags: HashMap<u64, Vec<super::MountTag>>,
@@ -220,14 +227,15 @@ impl RowTable {
     }
 
     /// Rows `first..end` hold nothing live any more (a segment's new life):
-    /// their lanes are free, and the scratch places holding their tags are
-    /// returned (the caller voids them on the members).
-    pub fn forget_range(&mut self, first: u64, end: u64) -> Vec<(u32, u32, u32)> {
+    /// their states and mount tags are dropped, and the scratch places
+    /// holding their tags go to `dead_places` (the next flush voids them),
+    /// their lanes to `retiring` (free after that flush).
+    pub fn forget_range(&mut self, first: u64, end: u64) {
         let dead = |r: &u64| (first..end).contains(r);
         let lanes: Vec<u64> = self.row_lane.keys().copied().filter(dead).collect();
         for r in lanes {
             let l = self.row_lane.remove(&r).expect("present");
-            self.free_lanes.push(l);
+            self.retiring.push(l);
         }
         self.states.retain(|r, _| !dead(r));
         self.mount_tags.retain(|r, _| !dead(r));
@@ -240,11 +248,32 @@ impl RowTable {
         for p in &places {
             self.place_owner.remove(p);
         }
+        self.dead_places.extend(places);
         self.evicted.retain(|r| !(first..end).contains(r));
         let keep = self.dirty.split_off(&end);
         let _dead = self.dirty.split_off(&first);
         self.dirty.extend(keep);
-        places
+    }
+
+    /// Tags found at mount for rows `first..end` speak for an older life of
+    /// their segment: forget them, and void their places at the next flush
+    /// (`dead_places`; their lanes stay taken, as every mount tag's lane).
+    pub fn drop_mount_tags(&mut self, first: u64, end: u64) {
+        let dead = |r: &u64| (first..end).contains(r);
+        if !self.mount_tags.keys().any(dead) {
+            return;
+        }
+        self.mount_tags.retain(|r, _| !dead(r));
+        let places: Vec<(u32, u32, u32)> = self
+            .place_owner
+            .iter()
+            .filter(|(_, r)| dead(r))
+            .map(|(p, _)| *p)
+            .collect();
+        for p in &places {
+            self.place_owner.remove(p);
+        }
+        self.dead_places.extend(places);
     }
 
     /// Drop clean states beyond `KEEP_ROWS`, least recently used first.

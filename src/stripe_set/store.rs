@@ -10,7 +10,7 @@
 
 use super::StripeSet;
 use crate::format::BLOCK_BYTES;
-use crate::media::UringReads;
+use crate::media::{AlignedBuf, UringReads};
 use crate::store::{Piece, Repair, SegmentStore};
 use std::io;
 use std::sync::Arc;
@@ -117,6 +117,17 @@ impl SegmentStore for StripeStore {
         self.set.heal_block(off, check).unwrap_or_else(|e| {
             tracing::error!("stripe store: healing block {p}: {e}");
             Repair::Undecidable
+        })
+    }
+    fn heal_read(
+        &self,
+        p: u64,
+        check: &mut dyn FnMut(u64, &[u8]) -> Option<bool>,
+    ) -> Option<AlignedBuf> {
+        let off = p.checked_mul(BS)?;
+        self.set.heal_read(off, check).unwrap_or_else(|e| {
+            tracing::error!("stripe store: reconstructing block {p} for recovery: {e}");
+            None
         })
     }
     fn scrub_redundancy(

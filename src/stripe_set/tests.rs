@@ -478,3 +478,74 @@ fn a_completed_row_loses_its_tags_at_the_flush() {
         "a flushed block of a completed row reads wrong"
     );
 }
+
+/// Found by the DST (docs/stripes.md §0 finding 5, seed 2^20+8): a flushed
+/// block of a partial row is protected by the row's scratch tag alone (its
+/// parity in place is a previous life's). The segment is then wiped; until
+/// its tombstone is durable recovery still reads the segment's chunks, so
+/// the tag must stay valid until then. The wipe voided it at once, before
+/// the tombstone was written: a power cut between the two, then the loss of
+/// the block's member, rebuilt the block from the stale parity in place.
+/// Now the flush after the wipe voids it, after a member flush.
+#[test]
+fn a_wiped_segment_keeps_its_tags_until_the_tombstone_is_durable() {
+    use crate::media::{Loss, SimMedia};
+    let (sims, pl) = sim_set(b"unit-test-set-06");
+    let set = &pl.set;
+    let store = StripeStore::new(set.clone());
+    let rb = (set.layout.write_unit() / BS) as u32;
+    let sb = store.segment_blocks();
+    // an old life: the whole segment, parity in place
+    store
+        .write(0, 0, &vec![0x11u8; sb as usize * BLOCK_BYTES])
+        .unwrap();
+    set.flush().unwrap();
+    // the next life: row 0 whole and one block of row 1, flushed (a tag
+    // covers that block; row 1's parity in place is the old life's)
+    store.wipe(0, &vec![0x22u8; BLOCK_BYTES]).unwrap();
+    let new = vec![0x33u8; (rb as usize + 1) * BLOCK_BYTES];
+    store.write(0, 0, &new).unwrap();
+    set.flush().unwrap();
+    // that life ends too; the power fails before any flush
+    let tomb = vec![0x55u8; BLOCK_BYTES];
+    store.wipe(0, &tomb).unwrap();
+    let mut checked = 0;
+    for (k, loss) in [Loss::KeepAll, Loss::DropAll]
+        .into_iter()
+        .chain(std::iter::repeat_n(Loss::Subset, 24))
+        .enumerate()
+    {
+        let images: Vec<Arc<dyn Media>> = sims
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let img = m.crash_image(loss, k as u64 * 7 + i as u64);
+                Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>
+            })
+            .collect();
+        for lost in 0..3 {
+            let deg = from_images(set, &images, lost);
+            let mut b0 = vec![0u8; BLOCK_BYTES];
+            deg.read_area(0, &mut b0).unwrap();
+            if b0 == tomb {
+                continue; // wiped: nothing of the segment is read
+            }
+            checked += 1;
+            let mut got = vec![0u8; BLOCK_BYTES];
+            deg.read_area(rb as u64 * BS, &mut got).unwrap();
+            assert!(
+                got == new[..BLOCK_BYTES],
+                "{loss:?} #{k}, member {lost} lost: a flushed block of a segment whose tombstone is not durable reads wrong"
+            );
+        }
+    }
+    assert!(checked > 0, "some image kept the segment");
+    // the flush after the wipe voids the old tags (the tombstone durable
+    // first): a mount finds none
+    set.flush().unwrap();
+    let images: Vec<Arc<dyn Media>> = sims
+        .iter()
+        .map(|m| Arc::new(SimMedia::from_image(m.crash_image(Loss::DropAll, 1))) as Arc<dyn Media>)
+        .collect();
+    assert_eq!(from_images(set, &images, 0).rows_tagged(), 0);
+}

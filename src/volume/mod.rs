@@ -758,9 +758,13 @@ impl Volume {
         let logs: Vec<&dyn Media> = opts.log_devices.iter().map(|d| &*d.0).collect();
         let mut rep = MountReport::default();
         let given = opts.store.as_ref().map(|h| &*h.0);
+        // a stripe set's recovery reads segments through the set's store,
+        // which reads a block that fails its check right from its row
+        let scan = opts.stripe_set.as_ref().map(striped::scan_store);
         let m = recovery::mount_store(
             &*media,
             given,
+            scan.as_deref(),
             &logs,
             &mut rep,
             opts.salvage,
@@ -936,8 +940,14 @@ impl Volume {
             sh.commit.start_log(start.seq);
         }
         let t_finish = std::time::Instant::now();
+        if !opts.read_only {
+            // before anything else is written (the mount's wipes could
+            // otherwise be undone by a rewrite of an old block 0)
+            sh.repair_healed(&m.healed, &uuid);
+        }
         let r = sh
-            .finish_mount(&m.wipe, needs_checkpoint, m.superblock_repair)
+            .resync_after_mount()
+            .and_then(|_| sh.finish_mount(&m.wipe, needs_checkpoint, m.superblock_repair))
             .and_then(|_| match (&m.log, log_start) {
                 (Some(log), Some(start)) => sh.finish_log(log, start),
                 _ => Ok(()),

@@ -39,6 +39,14 @@ pub(super) fn store(set: &Arc<StripeSet>, geo: &Geometry) -> Result<Arc<dyn Segm
     Ok(Arc::new(StripeStore::new(set.clone())))
 }
 
+/// The store recovery scans a mount on `set` through (`recovery::
+/// mount_store`'s `scan`): its reads of a damaged block find the block's
+/// right bytes from the rest of its row. The geometry is checked after the
+/// mount (`store`).
+pub(super) fn scan_store(set: &Arc<StripeSet>) -> Arc<dyn SegmentStore> {
+    Arc::new(StripeStore::new(set.clone()))
+}
+
 impl Volume {
     /// Format a new volume on a stripe set over `devices` (slot order =
     /// the order given) with `parity` parity members and stripe unit `unit`;
@@ -108,10 +116,9 @@ impl Volume {
 
     /// Mount the volume on an assembled set.
     pub fn open_set(set: Arc<StripeSet>, opts: &OpenOptions) -> Result<Volume> {
-        if !opts.read_only {
-            // rows partial at the last shutdown: parity in place again
-            set.resync()?;
-        }
+        // (rows partial at the last shutdown get their parity in place
+        // again in `Volume::open`, after recovery: see `resync_after_mount`)
+        // MUTANT: resync-before-recovery-heal s|let mut o = opts.clone();|if !opts.read_only { set.resync()?; } let mut o = opts.clone();|
         let mut o = opts.clone();
         o.stripe_set = Some(set.clone());
         Volume::open(Arc::new(SetMedia::new(set)), &o)
@@ -281,6 +288,39 @@ impl Volume {
 }
 
 impl super::Shared {
+    /// A read-write mount of a stripe set, after recovery and its repairs:
+    /// the rows partial at the last shutdown get their parity in place
+    /// again (`StripeSet::resync`). Not before recovery: the resync
+    /// computes parity from the data as it is on the members, so a bit
+    /// flipped in a durable block of such a row would be baked into it,
+    /// and recovery could no longer read the block right from the row's
+    /// scratch copy (docs/stripes.md §0 finding 4).
+    pub(crate) fn resync_after_mount(&self) -> Result<()> {
+        if let (Some(set), false) = (&self.opts.stripe_set, self.opts.read_only) {
+            set.resync()?;
+        }
+        Ok(())
+    }
+
+    /// Rewrite in place the blocks recovery read right from their rows
+    /// (`recovery::Healed`: they still fail their check on the members),
+    /// through the store's self-healing (`SegmentStore::damaged`), judged
+    /// by the check recovery held them to. A block that cannot be healed
+    /// now is left as it is (a read of it heals or answers EIO later).
+    pub(crate) fn repair_healed(&self, healed: &[crate::recovery::Healed], uuid: &[u8; 16]) {
+        for h in healed {
+            let sb = self.geo.segment_blocks;
+            let mut check = |q: u64, b: &[u8]| h.judge(q, b, uuid, sb);
+            let r = self.store.damaged(h.phys, &mut check);
+            tracing::info!(
+                "{}: block {} (segment {}) read right from its row at mount: {r:?}",
+                self.store.describe(),
+                h.phys,
+                h.segment
+            );
+        }
+    }
+
     /// Physical block `p`, which logical block `lba` maps to, failed its
     /// CRC: ask the store to heal it (a stripe set finds its right bytes
     /// from the rest of the row and rewrites them; docs/stripes.md §5).
@@ -311,9 +351,39 @@ impl super::Shared {
             }
             (c.segs.segs[seg as usize].fill, c.uuid)
         };
-        let Some((known, _)) = self.blocks_known(seg, fill, &uuid) else {
+        let Some((mut known, mut end)) = self.blocks_known(seg, fill, &uuid) else {
             return false;
         };
+        // A chunk header that fails its check (a bit flipped on one member)
+        // ends the walk, and nothing after it can be judged (nor verified
+        // by reads: the CRC index stops there too): heal the header first,
+        // then walk again (docs/stripes.md §0 finding 4).
+        let mut rounds = 0;
+        while end < fill && rounds < sb {
+            rounds += 1;
+            let hp = seg as u64 * sb as u64 + end as u64;
+            let mut check = |q: u64, b: &[u8]| {
+                if q != hp {
+                    return judge(&known, seg, sb, &uuid, q, b);
+                }
+                Some(crate::format::chunk::ChunkHeader::decode(b).is_ok_and(|h| {
+                    h.uuid == uuid && h.segment == seg && end + h.total_blocks() <= fill
+                }))
+            };
+            // MUTANT: runtime-header-heal-skipped s|self.store.damaged(hp, &mut check)|crate::store::Repair::Undecidable|
+            let r = self.store.damaged(hp, &mut check);
+            if !matches!(r, crate::store::Repair::Healed { .. }) {
+                break;
+            }
+            let _ = self.crc_index.load_segment(&*self.store, seg, fill);
+            let Some(again) = self.blocks_known(seg, fill, &uuid) else {
+                return false;
+            };
+            if again.1 <= end {
+                break;
+            }
+            (known, end) = again;
+        }
         let mut check = |q: u64, b: &[u8]| judge(&known, seg, sb, &uuid, q, b);
         matches!(
             self.store.damaged(p as u64, &mut check),
