@@ -146,7 +146,8 @@ rules! {
     log_end_at_unverified_placed_data,
     /// Version 3 records named places in a segment the mount found empty: it
     /// is held (not reused) until the mount has re-homed their blocks.
-    log_placed_segment_held,    /// A segment ended in a damaged stretch right after a chunk X, and the
+    log_placed_segment_held,
+    /// A segment ended in a damaged stretch right after a chunk X, and the
     /// chain bounds X's successor below the loaded checkpoint: the successor
     /// went to another segment (X's had too little room for it) since freed
     /// and reused, so the stretch is stale bytes, not damage
