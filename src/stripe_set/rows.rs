@@ -239,20 +239,26 @@ impl RowTable {
         }
         self.states.retain(|r, _| !dead(r));
         self.mount_tags.retain(|r, _| !dead(r));
+        self.void_places(first, end);
+        self.evicted.retain(|r| !(first..end).contains(r));
+        let keep = self.dirty.split_off(&end);
+        let _dead = self.dirty.split_off(&first);
+        self.dirty.extend(keep);
+    }
+
+    /// The scratch places whose tags speak for rows `first..end` go to
+    /// `dead_places` (the next flush voids them).
+    fn void_places(&mut self, first: u64, end: u64) {
         let places: Vec<(u32, u32, u32)> = self
             .place_owner
             .iter()
-            .filter(|(_, r)| dead(r))
+            .filter(|(_, r)| (first..end).contains(*r))
             .map(|(p, _)| *p)
             .collect();
         for p in &places {
             self.place_owner.remove(p);
         }
         self.dead_places.extend(places);
-        self.evicted.retain(|r| !(first..end).contains(r));
-        let keep = self.dirty.split_off(&end);
-        let _dead = self.dirty.split_off(&first);
-        self.dirty.extend(keep);
     }
 
     /// Tags found at mount for rows `first..end` speak for an older life of
@@ -264,16 +270,7 @@ impl RowTable {
             return;
         }
         self.mount_tags.retain(|r, _| !dead(r));
-        let places: Vec<(u32, u32, u32)> = self
-            .place_owner
-            .iter()
-            .filter(|(_, r)| dead(r))
-            .map(|(p, _)| *p)
-            .collect();
-        for p in &places {
-            self.place_owner.remove(p);
-        }
-        self.dead_places.extend(places);
+        self.void_places(first, end);
     }
 
     /// Drop clean states beyond `KEEP_ROWS`, least recently used first.

@@ -336,15 +336,8 @@ impl<'a> Records<'a> for HostBlocks<'a> {
         debug_assert!(to - from <= HOST_BATCH as u64);
         self.from = from;
         for i in from..to {
-            let b = self.block(i);
-            self.class[(i - from) as usize] = if is_filled_with(b, 0) {
-                Class::Zero
-            } else if is_filled_with(b, 0xff) {
-                Class::Ones
-            } else {
-                // MUTANT: host-crc-of-wrong-block s|block_crc(b)|block_crc(self.block(from))|
-                Class::Data(crate::format::chunk::block_crc(b))
-            };
+            // MUTANT: host-crc-of-wrong-block s|Class::of(self.block(i))|Class::of(self.block(from))|
+            self.class[(i - from) as usize] = Class::of(self.block(i));
         }
     }
     fn what(&self, _map: &Map, i: u64) -> Option<What<'a>> {
