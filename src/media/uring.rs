@@ -40,6 +40,64 @@ pub fn given_up() -> bool {
 /// not available here and nothing was read. A short read (end of file) or a
 /// failed read is an error, as in `read_exact_at`.
 pub fn read_batch(file: &File, reads: &mut [(&mut [u8], u64)]) -> io::Result<bool> {
+    with_ring("reads", |ring| {
+        let fd = types::Fd(file.as_raw_fd());
+        for group in reads.chunks_mut(RING_ENTRIES as usize) {
+            let (lens, n) = (lens_of(group.iter().map(|(b, _)| b.len())), group.len());
+            let entries = group.iter_mut().map(|(buf, off)| {
+                opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32)
+                    .offset(*off)
+                    .build()
+            });
+            // SAFETY: the buffers are borrowed mutably by `group` for the
+            // whole call, and `run_group` reaps every completion before it
+            // returns.
+            let short = unsafe { run_group(ring, entries, &lens[..n]) }?;
+            // A short read is legal for io_uring (as for pread); finish it the
+            // plain way.
+            for (i, _) in short {
+                let (buf, off) = &mut group[i];
+                std::os::unix::fs::FileExt::read_exact_at(file, buf, *off)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Write every `(buffer, offset)` of `writes` to `file`, all in one
+/// submission: they may reach the media in any order, and none is ordered
+/// before another (the caller flushes after). Ok(false): io_uring is not
+/// available here and nothing was written. A failed write is an error (the
+/// first one), reported only once every write of the batch has completed, so
+/// no buffer is still in use when this returns; a short write is finished
+/// with `write_all_at`.
+pub fn write_batch(file: &File, writes: &[(&[u8], u64)]) -> io::Result<bool> {
+    with_ring("writes", |ring| {
+        let fd = types::Fd(file.as_raw_fd());
+        for group in writes.chunks(RING_ENTRIES as usize) {
+            let (lens, n) = (lens_of(group.iter().map(|(b, _)| b.len())), group.len());
+            let entries = group.iter().map(|(buf, off)| {
+                opcode::Write::new(fd, buf.as_ptr(), buf.len() as u32)
+                    .offset(*off)
+                    .build()
+            });
+            // SAFETY: the buffers are borrowed by `group` for the whole call,
+            // and `run_group` reaps every completion before it returns.
+            let short = unsafe { run_group(ring, entries, &lens[..n]) }?;
+            for (i, n) in short {
+                let (buf, off) = group[i];
+                std::os::unix::fs::FileExt::write_all_at(file, &buf[n..], off + n as u64)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Run `f` on this thread's ring, set up on first use. Ok(false): io_uring is
+/// not available (for the life of the process, or for this call when the
+/// set-up failed for a transient reason) and `f` did not run; `what` names
+/// the IO in the one-time message.
+fn with_ring(what: &str, f: impl FnOnce(&mut IoUring) -> io::Result<()>) -> io::Result<bool> {
     if UNAVAILABLE.load(Ordering::Relaxed) {
         return Ok(false);
     }
@@ -52,7 +110,7 @@ pub fn read_batch(file: &File, reads: &mut [(&mut [u8], u64)]) -> io::Result<boo
                     let n = TRANSIENT_FAILURES.fetch_add(1, Ordering::Relaxed);
                     if n.is_multiple_of(1024) {
                         tracing::warn!(
-                            "io_uring set-up failed ({e}; {} time(s) so far); these reads go one at a time, the next batch tries again",
+                            "io_uring set-up failed ({e}; {} time(s) so far); these {what} go one at a time, the next batch tries again",
                             n + 1
                         );
                     }
@@ -60,78 +118,65 @@ pub fn read_batch(file: &File, reads: &mut [(&mut [u8], u64)]) -> io::Result<boo
                 }
                 Err(e) => {
                     if !UNAVAILABLE.swap(true, Ordering::Relaxed) {
-                        tracing::info!("io_uring unavailable ({e}); reads go one at a time");
+                        tracing::info!("io_uring unavailable ({e}); {what} go one at a time");
                     }
                     return Ok(false);
                 }
             }
         }
-        let ring = slot.as_mut().expect("ring just created");
-        for group in reads.chunks_mut(RING_ENTRIES as usize) {
-            submit_group(ring, file, group)?;
-        }
+        f(slot.as_mut().expect("ring just created"))?;
         Ok(true)
     })
 }
 
-/// Write every `(buffer, offset)` of `writes` to `file`, all in one
-/// submission: they may reach the media in any order, and none is ordered
-/// before another (the caller flushes after). Ok(false): io_uring is not
-/// available here and nothing was written. A failed write is an error (the
-/// first one), reported only once every write of the batch has completed, so
-/// no buffer is still in use when this returns; a short write is finished
-/// with `write_all_at`.
-pub fn write_batch(file: &File, writes: &[(&[u8], u64)]) -> io::Result<bool> {
-    if UNAVAILABLE.load(Ordering::Relaxed) {
-        return Ok(false);
+/// The lengths of a group's buffers, on the stack (a group is at most
+/// `RING_ENTRIES` long; the rest stays 0).
+fn lens_of(lens: impl Iterator<Item = usize>) -> [usize; RING_ENTRIES as usize] {
+    let mut out = [0; RING_ENTRIES as usize];
+    for (o, l) in out.iter_mut().zip(lens) {
+        *o = l;
     }
-    RING.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            match IoUring::new(RING_ENTRIES) {
-                Ok(r) => *slot = Some(r),
-                Err(e) if setup_transient(&e) => return Ok(false),
-                Err(e) => {
-                    if !UNAVAILABLE.swap(true, Ordering::Relaxed) {
-                        tracing::info!("io_uring unavailable ({e}); writes go one at a time");
-                    }
-                    return Ok(false);
-                }
-            }
-        }
-        let ring = slot.as_mut().expect("ring just created");
-        for group in writes.chunks(RING_ENTRIES as usize) {
-            submit_writes(ring, file, group)?;
-        }
-        Ok(true)
-    })
+    out
 }
 
-fn submit_writes(ring: &mut IoUring, file: &File, group: &[(&[u8], u64)]) -> io::Result<()> {
-    let fd = types::Fd(file.as_raw_fd());
+/// Submit `entries` (at most `RING_ENTRIES`, the i-th transferring `lens[i]`
+/// bytes) in one submission and reap every completion. Returns the short
+/// transfers as (index, bytes done); the first failed one is the error,
+/// returned only after all have completed.
+///
+/// # Safety
+/// Every buffer an entry points at must stay allocated and unmoved, and not
+/// be otherwise accessed, until this returns (it reaps every completion
+/// before returning, on the error path too: `drain`).
+unsafe fn run_group(
+    ring: &mut IoUring,
+    entries: impl Iterator<Item = io_uring::squeue::Entry>,
+    lens: &[usize],
+) -> io::Result<Vec<(usize, usize)>> {
+    assert!(lens.len() <= RING_ENTRIES as usize, "a group fits the ring");
     {
         let mut sq = ring.submission();
-        for (i, (buf, off)) in group.iter().enumerate() {
-            let e = opcode::Write::new(fd, buf.as_ptr(), buf.len() as u32)
-                .offset(*off)
-                .build()
-                .user_data(i as u64);
-            // SAFETY: each buffer stays borrowed until its completion is reaped
-            // below, before this function returns; a group is at most
-            // RING_ENTRIES long and the queue is empty on entry.
-            unsafe { sq.push(&e) }.map_err(|_| io::Error::other("io_uring queue full"))?;
+        for (i, e) in entries.enumerate() {
+            // SAFETY: the caller keeps the buffer alive until its completion
+            // is reaped below; a group is at most RING_ENTRIES long and the
+            // queue is empty on entry.
+            unsafe { sq.push(&e.user_data(i as u64)) }
+                .map_err(|_| io::Error::other("io_uring queue full"))?;
         }
     }
+    let n = lens.len();
     let mut done = 0;
     let mut failed: Option<io::Error> = None;
-    let mut short: Vec<(usize, usize)> = Vec::new();
-    while done < group.len() {
-        if let Err(e) = ring.submit_and_wait(group.len() - done) {
+    let mut short = Vec::new();
+    while done < n {
+        if let Err(e) = ring.submit_and_wait(n - done) {
             if transient(&e) {
                 std::thread::yield_now();
                 continue;
             }
-            drain(ring, group.len() - done);
+            // IO may still be in flight on buffers the caller only lends us:
+            // wait it out before giving them back.
+            drain(ring, n - done);
             return Err(e);
         }
         for cqe in ring.completion() {
@@ -140,71 +185,15 @@ fn submit_writes(ring: &mut IoUring, file: &File, group: &[(&[u8], u64)]) -> io:
             let r = cqe.result();
             if r < 0 {
                 failed.get_or_insert(io::Error::from_raw_os_error(-r));
-            } else if (r as usize) < group[i].0.len() {
+            } else if (r as usize) < lens[i] {
                 short.push((i, r as usize));
             }
         }
     }
-    if let Some(e) = failed {
-        return Err(e);
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(short),
     }
-    for (i, n) in short {
-        let (buf, off) = group[i];
-        std::os::unix::fs::FileExt::write_all_at(file, &buf[n..], off + n as u64)?;
-    }
-    Ok(())
-}
-
-fn submit_group(ring: &mut IoUring, file: &File, group: &mut [(&mut [u8], u64)]) -> io::Result<()> {
-    let fd = types::Fd(file.as_raw_fd());
-    {
-        let mut sq = ring.submission();
-        for (i, (buf, off)) in group.iter_mut().enumerate() {
-            let e = opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32)
-                .offset(*off)
-                .build()
-                .user_data(i as u64);
-            // SAFETY: each buffer stays borrowed (alive, not moved) until its
-            // completion is reaped below, before this function returns; the ring
-            // has room because a group is at most RING_ENTRIES long and the queue
-            // is empty on entry.
-            unsafe { sq.push(&e) }.map_err(|_| io::Error::other("io_uring queue full"))?;
-        }
-    }
-    let mut done = 0;
-    let mut failed: Option<io::Error> = None;
-    let mut short: Vec<usize> = Vec::new();
-    while done < group.len() {
-        if let Err(e) = ring.submit_and_wait(group.len() - done) {
-            if transient(&e) {
-                std::thread::yield_now();
-                continue;
-            }
-            // Reads may still be in flight into buffers we only borrow: wait them
-            // out before giving the buffers back.
-            drain(ring, group.len() - done);
-            return Err(e);
-        }
-        for cqe in ring.completion() {
-            done += 1;
-            let i = cqe.user_data() as usize;
-            let r = cqe.result();
-            if r < 0 {
-                failed.get_or_insert(io::Error::from_raw_os_error(-r));
-            } else if (r as usize) < group[i].0.len() {
-                short.push(i);
-            }
-        }
-    }
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    // A short read is legal for io_uring (as for pread); finish it the plain way.
-    for i in short {
-        let (buf, off) = &mut group[i];
-        std::os::unix::fs::FileExt::read_exact_at(file, buf, *off)?;
-    }
-    Ok(())
 }
 
 /// A ring set-up error that says nothing about io_uring itself: out of file
