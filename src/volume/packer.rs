@@ -117,9 +117,9 @@ fn push_entry(out: &mut Vec<Entry>, lba: u64, kind: Kind, count: u32) {
 /// Pack one staged chunk (off the engine lock).
 pub fn pack(job: &PackJob, z: &mut Compressor) -> PackedChunk {
     let block = |i: usize| &job.raw[(1 + i) * BLOCK_BYTES..(2 + i) * BLOCK_BYTES];
-    let mut entries = Vec::new();
-    let mut records = Vec::new();
-    let mut raw_of = Vec::new(); // staged data index of each raw block kept
+    let mut entries = Vec::with_capacity(job.entries.len());
+    let mut records = Vec::with_capacity(job.crcs.len() + job.entries.len());
+    let mut raw_of = Vec::with_capacity(job.crcs.len()); // staged data index of each raw block kept
     let mut packer = Packer::new();
     let mut tally = Tally::default();
     let mut idx = 0usize;
@@ -183,7 +183,20 @@ pub fn pack(job: &PackJob, z: &mut Compressor) -> PackedChunk {
     {
         tally.fragments = 0;
         tally.stored_blocks = raw_total as u64;
-        let mut records = Vec::new();
+        if packed_blocks == 0 {
+            // every block stayed raw (random data, the common case here):
+            // each `Rec::Raw` above already has `new == old`
+            debug_assert!(raw_of.iter().enumerate().all(|(j, &i)| i == j));
+            return PackedChunk {
+                entries: job.entries.clone(),
+                crcs: job.crcs.clone(),
+                image: None,
+                raw_blocks: raw_total as u32,
+                records,
+                tally,
+            };
+        }
+        let mut records = Vec::with_capacity(records.len());
         let mut idx = 0u32;
         for e in &job.entries {
             if e.kind == Kind::Data {
