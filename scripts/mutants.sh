@@ -567,6 +567,10 @@ apply_fence_at_chain_start_ends_replay() {
 apply_flush_answered_on_a_stale_lease() {
   marker flush-answered-on-a-stale-lease
 }
+# a store that does not answer: staging grows without its bound
+apply_staging_unbounded() {
+  marker staging-unbounded
+}
 apply_flush_gate_skipped() {
   marker flush-gate-skipped
 }
@@ -749,6 +753,7 @@ run fence-ignores-gaps lib
 run fence-recheck-skipped lib
 run fence-at-chain-start-ends-replay lib
 run flush-answered-on-a-stale-lease lib
+run staging-unbounded lib
 run flush-parallelism-ignored lib
 run lease-check-always-ok lib
 run mutation-without-lease-check lib
