@@ -502,7 +502,7 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
             let waiting = s.uploads_pending();
             println!(
                 "staging       {waiting} segment(s) ({} MiB) hold data with no object yet (uploaded by the next serve); serve bounds full ones at --staging-max ({} by default)",
-                waiting as u64 * seg >> 20,
+                (waiting as u64 * seg) >> 20,
                 sluice::objseg::STAGING_MAX
             );
             for n in notes {

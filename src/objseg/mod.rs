@@ -865,7 +865,7 @@ impl Inner {
             format!(
                 "{}: local staging is full: {n} segments ({} MiB) wait for their upload, the bound (--staging-max {max}); the store took none for {:?}. This write fails and the volume stops; every FLUSH answered before is durable in the cache directory, and the next mount uploads them once the store answers",
                 self.objects.describe(),
-                n as u64 * self.geo.segment_bytes() >> 20,
+                (n as u64 * self.geo.segment_bytes()) >> 20,
                 self.opts.staging_wait
             ),
         ))
