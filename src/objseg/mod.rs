@@ -837,7 +837,7 @@ impl Inner {
             s.stored.is_some() || s.queued || s.written.iter().all(|&w| w == 0)
         };
         let mut st = self.state.lock();
-        // MUTANT: staging-unbounded s|if !opens(&st) || Inner::pending(&st) < max {|if true {|
+        // MUTANT: staging-unbounded s|Inner::pending(&st) < max {|true {|
         if !opens(&st) || Inner::pending(&st) < max {
             return Ok(());
         }
