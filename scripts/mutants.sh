@@ -555,6 +555,22 @@ apply_fence_ignores_gaps() {
 apply_flush_parallelism_ignored() {
   marker flush-parallelism-ignored
 }
+# issue 21 wave 11 (§5.6 interleaving 6): the taker does not check its
+# fence against the old writer's objects above it; a fence before the
+# chain's first object ends the replay; a FLUSH answered on a stale lease
+apply_fence_recheck_skipped() {
+  marker fence-recheck-skipped
+}
+apply_fence_at_chain_start_ends_replay() {
+  marker fence-at-chain-start-ends-replay
+}
+apply_flush_answered_on_a_stale_lease() {
+  marker flush-answered-on-a-stale-lease
+}
+# a store that does not answer: staging grows without its bound
+apply_staging_unbounded() {
+  marker staging-unbounded
+}
 apply_flush_gate_skipped() {
   marker flush-gate-skipped
 }
@@ -734,6 +750,10 @@ run fenced-put-taken-as-ok lib
 run flush-gate-skipped lib
 run log-acked-past-gap lib
 run fence-ignores-gaps lib
+run fence-recheck-skipped lib
+run fence-at-chain-start-ends-replay lib
+run flush-answered-on-a-stale-lease lib
+run staging-unbounded lib
 run flush-parallelism-ignored lib
 run lease-check-always-ok lib
 run mutation-without-lease-check lib

@@ -46,6 +46,7 @@ fn opts(cache: usize) -> ObjSegOptions {
         retry_max: Duration::from_millis(1),
         close_wait: Duration::from_millis(0),
         ckpt_every: 1,
+        ..ObjSegOptions::default()
     }
 }
 

@@ -498,6 +498,13 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
                 g.segment_count,
                 s.epoch()
             );
+            let (_, seg) = s.staging_bound();
+            let waiting = s.uploads_pending();
+            println!(
+                "staging       {waiting} segment(s) ({} MiB) hold data with no object yet (uploaded by the next serve); serve bounds full ones at --staging-max ({} by default)",
+                (waiting as u64 * seg) >> 20,
+                sluice::objseg::STAGING_MAX
+            );
             for n in notes {
                 println!("note          {n}");
             }

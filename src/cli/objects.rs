@@ -103,6 +103,17 @@ pub struct StoreArgs {
     /// Segment uploads in flight at once.
     #[arg(long, requires = "store", default_value_t = 2)]
     pub uploads: usize,
+    /// The bound on local staging while the store does not take uploads
+    /// (down or slow): at most this many full segments wait in the cache
+    /// directory for their upload (0: no bound). A write that opens another
+    /// segment then waits for an upload, up to --staging-wait seconds, and
+    /// fails after it (the volume stops; every FLUSH answered before is
+    /// durable in the cache directory). docs/objects.md §5.0.
+    #[arg(long, requires = "store", default_value_t = objseg::STAGING_MAX)]
+    pub staging_max: usize,
+    /// How long a write waits for room in staging (seconds).
+    #[arg(long, requires = "store", default_value_t = 30)]
+    pub staging_wait: u64,
     /// Where a FLUSH is durable (chosen at create, recorded in the volume,
     /// honoured by every serve): `local`, the cache directory's metadata
     /// file (segments reach the store behind the writes: a lost host loses
@@ -189,6 +200,8 @@ impl StoreArgs {
         ObjSegOptions {
             uploads: self.uploads.max(1),
             cache_segments: self.cache_segments,
+            staging_max: self.staging_max,
+            staging_wait: std::time::Duration::from_secs(self.staging_wait),
             ..ObjSegOptions::default()
         }
     }

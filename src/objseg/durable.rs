@@ -34,6 +34,13 @@
 //!   holding its writes is stored (`stored_through`), never for an object
 //!   stored past a lower one still in flight or failed (then every later
 //!   FLUSH fails: the volume stops);
+//! - `flush` answers Ok only under a fresh lease check (one that found no
+//!   newer epoch started less than T/2 before the answer: `answer_gate`),
+//!   so no FLUSH is answered more than T/2 after a taker's epoch exists;
+//! - a fence object met before the chain's first object is passed over by
+//!   `replay` (a taker's fence at a number this writer had trimmed; the
+//!   taker fenced again above the chain, `fence::fence_log`), one met after
+//!   it ends the replay;
 //! - record numbers rise by one per write, in the order the writes returned;
 //!   objects are sealed (numbered, chained by CRC) in that order; the PUT
 //!   of object L is sent only while L < stored_through + window, and at
@@ -324,16 +331,52 @@ impl ObjLog {
             }
             self.stored.notify_all();
         }
-        let mut p = self.put.lock();
+        {
+            let mut p = self.put.lock();
+            loop {
+                // MUTANT: log-acked-past-gap s|p.stored_through >= target|p.ahead.contains_key(&target.saturating_sub(1)).then_some(target).unwrap_or(p.stored_through) >= target|
+                if p.stored_through >= target {
+                    break;
+                }
+                if let Some(b) = &p.broken {
+                    return Err(io::Error::other(b.clone()));
+                }
+                self.stored.wait(&mut p);
+            }
+        }
+        // MUTANT: flush-answered-on-a-stale-lease s|self.answer_gate()|Ok::<(), io::Error>(())|
+        self.answer_gate()
+    }
+
+    /// A FLUSH is answered only under a fresh lease check (one that found
+    /// no newer epoch and started less than T/2 ago; a check is run when
+    /// the last is older), so none is answered later than T/2 after a
+    /// taker's epoch exists, whenever its PUT returned; the taker lists
+    /// 2T after its epoch, so it sees every object behind an answered
+    /// FLUSH by name, without any bound on how late a PUT lands
+    /// (docs/objects.md §5.6). A check the store does not answer is tried
+    /// again up to the PUT timeout.
+    fn answer_gate(&self) -> io::Result<()> {
+        let t = Instant::now();
+        let timeout = Duration::from_millis(self.put_timeout_ms.load(Ordering::Relaxed));
+        let mut wait = Duration::from_millis(20);
         loop {
-            // MUTANT: log-acked-past-gap s|p.stored_through >= target|p.ahead.contains_key(&target.saturating_sub(1)).then_some(target).unwrap_or(p.stored_through) >= target|
-            if p.stored_through >= target {
-                return Ok(());
+            match self.clock.fresh() {
+                Ok(()) => return Ok(()),
+                Err(e) if self.clock.superseded().is_some() || t.elapsed() >= timeout => {
+                    let mut p = self.put.lock();
+                    if p.broken.is_none() {
+                        p.broken = Some(e.to_string());
+                    }
+                    self.stored.notify_all();
+                    return Err(e);
+                }
+                Err(e) => {
+                    tracing::warn!("{e}; a FLUSH waits for its lease check");
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
             }
-            if let Some(b) = &p.broken {
-                return Err(io::Error::other(b.clone()));
-            }
-            self.stored.wait(&mut p);
         }
     }
 
@@ -498,6 +541,9 @@ pub struct Replayed {
     pub stop: String,
     /// It ended at a fence object put by this epoch (a takeover, fence.rs).
     pub fenced_by: Option<u64>,
+    /// Fence objects met before the chain's first object and passed over
+    /// (a fence at a number the writer had trimmed already).
+    pub passed_fences: usize,
 }
 
 /// Replay the log of epoch `epoch` from record `from` on: each record's
@@ -555,6 +601,14 @@ pub fn replay(
             }
         };
         if let Some(by) = fence_by(&bytes) {
+            // a fence before the chain's first object: a taker fenced a
+            // number the writer had stored and trimmed already, then fenced
+            // again above its chain (fence.rs `fence_log`): it ends nothing
+            // MUTANT: fence-at-chain-start-ends-replay s|if last.is_none() {|if false {|
+            if last.is_none() {
+                out.passed_fences += 1;
+                continue;
+            }
             out.fenced_by = Some(by);
             out.stop = format!("{name} is epoch {by}'s fence: the log of epoch {epoch} ends there");
             return Ok(out);

@@ -14,14 +14,19 @@
 //!   `log/L-E` the old writer may still put: a gap just below its newest
 //!   object, where a PUT of its several in flight has not landed, else the
 //!   next free number; the old writer's PUT of L gets `Exists`, so it can
-//!   never acknowledge a FLUSH past what the taker replays), then waits 2T
+//!   never acknowledge a FLUSH past what the taker replays; the fence is
+//!   checked against the old writer's objects above it, and put again
+//!   above them when the writer moved on past a number it then trimmed,
+//!   `fence_log`), then waits 2T
 //!   (T: the longer of the old writer's term and its own) before it lists
 //!   anything, so every mutation the old writer sent under a fresh check
 //!   has landed (or failed) by then.
 //!
 //! Invariants: a FLUSH in the store-durable mode is acknowledged only if
 //! its log object's create returned Ok, which (conditional create) means it
-//! is below the taker's fence, which the taker's replay reads up to; no
+//! is below the taker's last fence, which the taker's replay reads up to,
+//! and only under a fresh lease check (`durable::ObjLog::answer_gate`), so
+//! its object was stored before the taker lists; no
 //! store mutation is sent more than T/2 after a check that saw no newer
 //! epoch, so none is sent after the taker's epoch exists + T/2, and the
 //! taker lists only 2T after it.
@@ -227,33 +232,108 @@ pub struct TakeOver {
     pub waited: Duration,
 }
 
-/// Fence the FLUSH log of epoch `epoch` for `by`: a fence object under the
-/// lowest number the old writer may still put, L. Returns L. The old
-/// writer has at most `MAX_PUTS_IN_FLIGHT` (M) log PUTs in flight, sent
-/// only within M of its lowest object not stored, and always keeps its
-/// newest M stored objects (`durable.rs`). So with N the newest listed
-/// object of the epoch, every number up to N - M is stored (or trimmed
-/// behind a checkpoint), and a number in N-M+1..=N that the listing lacks
-/// is a PUT that may still land, never a deleted object: the candidates
-/// are those numbers, lowest first, then N+1 and up. Each `Exists` is the
-/// old writer's object (it landed after the listing): the next candidate
-/// is tried. So at the fence's create every number below L holds its
-/// object (or was trimmed), and the old writer can never store L: it can
-/// acknowledge no FLUSH whose chain reaches L. A fence already there (an
-/// earlier taker's) among the candidates is kept.
+/// Fence the FLUSH log of epoch `epoch` for `by`: a fence object at a
+/// number L the old writer never stored and never will, above every
+/// object it has stored. Returns L.
+///
+/// One round (`fence_round`) lists `log/` and puts the fence at the lowest
+/// candidate (below). The old writer may have moved on between that
+/// listing and the fence's create: landed a PUT the listing lacked, stored
+/// many more objects and trimmed the one the fence then took, so the fence
+/// sits at a deleted number *below* its live chain, where it blocks
+/// nothing (docs/objects.md §5.6, interleaving 6). So after each create at
+/// L the round is checked: the old writer's object at L + 1 is asked for by
+/// name (G2), and `log/` is listed again; any object of its above L (a
+/// fence aside) means another round, whose candidates are all above L.
+/// Rounds end once the old writer stops putting, within T/2 of our epoch
+/// by its lease check. A trimmed number below the chain holds a fence
+/// then, which replay passes over (`durable::replay`: a fence before the
+/// chain's first object ends nothing).
 pub fn fence_log(objects: &dyn ObjectStore, epoch: u64, by: &Lease) -> io::Result<u64> {
+    let mut above: Option<u64> = None;
+    for _ in 0..10_000 {
+        let l = fence_round(objects, epoch, by, above)?;
+        // MUTANT: fence-recheck-skipped s|if !old_writer_above(objects, epoch, l)? {|if true {|
+        if !old_writer_above(objects, epoch, l)? {
+            return Ok(l);
+        }
+        tracing::warn!(
+            "{}: the fence at log/{l} of epoch {epoch} is below an object its writer stored (it moved on after the listing): fencing again above it",
+            objects.describe()
+        );
+        above = Some(l);
+    }
+    Err(io_err(format!(
+        "{}: could not fence the FLUSH log of epoch {epoch}: its writer keeps moving past the fence",
+        objects.describe()
+    )))
+}
+
+/// Does epoch `epoch` hold an object above `l` that is not a fence? Asks
+/// for `l + 1` by name first (a GET sees every create that returned
+/// before it, G2), then lists (a writer that trimmed `l` kept its newest
+/// `MAX_PUTS_IN_FLIGHT` objects, all above `l`).
+fn old_writer_above(objects: &dyn ObjectStore, epoch: u64, l: u64) -> io::Result<bool> {
+    let is_old_writers = |seq: u64| -> io::Result<bool> {
+        let name = ObjName::Log { seq, epoch }.encode();
+        match objects.get(&name) {
+            Ok(b) => Ok(fence_by(&b).is_none()),
+            Err(ObjError::NotFound(_)) => Ok(false),
+            Err(e) => Err(io_err(format!("{name}: {e}"))),
+        }
+    };
+    if is_old_writers(l + 1)? {
+        return Ok(true);
+    }
+    let mut listed: Vec<u64> = Vec::new();
+    for o in objects.list(ObjKind::Log.dir()).map_err(io_err)? {
+        if let Ok(ObjName::Log { seq, epoch: e }) = ObjName::parse(&o.name) {
+            if e == epoch && seq > l + 1 {
+                listed.push(seq);
+            }
+        }
+    }
+    // newest first: a live writer's newest objects are never fences
+    for seq in listed.into_iter().rev() {
+        if is_old_writers(seq)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// One round of `fence_log`: a fence under the lowest number the old
+/// writer may still put, as one listing shows it, above `above` (the
+/// fence of the round before, if any). The old writer has at most
+/// `MAX_PUTS_IN_FLIGHT` (M) log PUTs in flight, sent only within M of its
+/// lowest object not stored, and always keeps its newest M stored objects
+/// (`durable.rs`). So with N the newest listed object of the epoch, every
+/// number up to N - M is stored (or trimmed behind a checkpoint), and a
+/// number in N-M+1..=N that the listing lacks is a PUT that may still
+/// land (or, the writer having moved on since the listing, a trimmed
+/// object: `fence_log`'s check): the candidates are those numbers, lowest
+/// first, then N+1 and up. Each `Exists` is the old writer's object (it
+/// landed after the listing): the next candidate is tried. A fence already
+/// there (an earlier taker's) among the candidates is kept.
+fn fence_round(
+    objects: &dyn ObjectStore,
+    epoch: u64,
+    by: &Lease,
+    above: Option<u64>,
+) -> io::Result<u64> {
     let mut listed = std::collections::BTreeSet::new();
     for o in objects.list(ObjKind::Log.dir()).map_err(io_err)? {
         if let Ok(ObjName::Log { seq, epoch: e }) = ObjName::parse(&o.name) {
-            if e == epoch {
+            if e == epoch && above.is_none_or(|a| seq > a) {
                 listed.insert(seq);
             }
         }
     }
     let m = MAX_PUTS_IN_FLIGHT as u64;
+    let floor = above.map_or(0, |a| a + 1);
     let (mut candidates, mut l): (Vec<u64>, u64) = match listed.last() {
         Some(&n) => {
-            let low = (n + 1).saturating_sub(m);
+            let low = (n + 1).saturating_sub(m).max(floor);
             for &i in listed.range(low..=n) {
                 let name = ObjName::Log { seq: i, epoch }.encode();
                 match objects.get(&name) {
@@ -266,7 +346,7 @@ pub fn fence_log(objects: &dyn ObjectStore, epoch: u64, by: &Lease) -> io::Resul
             let gaps = (low..=n).filter(|i| !listed.contains(i)).collect();
             (gaps, n + 1)
         }
-        None => (Vec::new(), 0),
+        None => (Vec::new(), floor),
     };
     candidates.reverse();
     let bytes = encode_fence(epoch, by.epoch, by.holder.nonce);

@@ -84,7 +84,19 @@ pub struct ObjSegOptions {
     /// Store the engine's newest checkpoint as an object after this many
     /// segment uploads (and when idle, and at a clean close).
     pub ckpt_every: usize,
+    /// The bound on local staging while uploads do not keep up (the store
+    /// down or slow): at most this many full segments wait for their
+    /// upload. A write that opens another segment then waits for an upload
+    /// (back-pressure), up to `staging_wait`, and fails after it
+    /// (`staging_room`). 0: no bound.
+    pub staging_max: usize,
+    /// How long a write waits for room in staging before it fails.
+    pub staging_wait: Duration,
 }
+
+/// `staging_max` by default: 256 segments (1 GiB of 4 MiB segments) of
+/// the cache directory's disk may wait for the store.
+pub const STAGING_MAX: usize = 256;
 
 impl Default for ObjSegOptions {
     fn default() -> Self {
@@ -94,6 +106,8 @@ impl Default for ObjSegOptions {
             retry_max: Duration::from_secs(5),
             close_wait: Duration::from_secs(30),
             ckpt_every: 16,
+            staging_max: STAGING_MAX,
+            staging_wait: Duration::from_secs(30),
         }
     }
 }
@@ -117,6 +131,10 @@ pub struct ObjStats {
     pub checkpoints_stored: AtomicU64,
     /// Their bytes.
     pub checkpoint_bytes: AtomicU64,
+    /// Writes that waited for room in staging (`staging_max` reached).
+    pub staging_waits: AtomicU64,
+    /// Writes refused after `staging_wait` without room (the volume stops).
+    pub staging_full: AtomicU64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -187,6 +205,8 @@ struct Inner {
     state: Mutex<State>,
     work: Condvar,
     idle: Condvar,
+    /// Signalled when an upload is done (room in staging, `staging_room`).
+    room: Condvar,
     /// Held shared by whoever touches the staging file's content of a slot
     /// (reads, writes, tombstones); exclusively to punch a cached copy.
     evict: RwLock<()>,
@@ -461,17 +481,20 @@ impl ObjSegStore {
                 stored,
                 ..Slot::default()
             };
-            if stored.is_none() && !read_only {
+            if stored.is_none() {
                 // a slot whose staging copy holds a chunk of ours and has no
                 // object: the engine never appends to a segment of an earlier
                 // mount, so it is as full as it will get (or free, and then
-                // its next life's first write makes this upload moot)
+                // its next life's first write makes this upload moot).
+                // Read-only (`info`, `check`): counted, never uploaded.
                 local.read_segment(s, 0, &mut first)?;
                 if chunk::peek_seq(&first, &uuid, s).is_some() {
                     slot.queued = true;
-                    cached.push_back(s);
-                    jobs.push_back(Job::Upload { seg: s, life: 0 });
                     rep.uploads_queued += 1;
+                    if !read_only {
+                        cached.push_back(s);
+                        jobs.push_back(Job::Upload { seg: s, life: 0 });
+                    }
                 }
             }
             slots.push(slot);
@@ -496,6 +519,7 @@ impl ObjSegStore {
             }),
             work: Condvar::new(),
             idle: Condvar::new(),
+            room: Condvar::new(),
             evict: RwLock::new(()),
             next_seq: AtomicU64::new(max_seq + 1),
             ckpt: Mutex::new(ck),
@@ -586,8 +610,13 @@ impl ObjSegStore {
 
     /// Slots full and waiting for their upload (or in it).
     pub fn uploads_pending(&self) -> usize {
-        let st = self.inner.state.lock();
-        st.slots.iter().filter(|s| s.queued).count()
+        Inner::pending(&self.inner.state.lock())
+    }
+
+    /// The bound on `uploads_pending` (segments; 0: none) and the segment
+    /// size, for `info` and the metrics.
+    pub fn staging_bound(&self) -> (usize, u64) {
+        (self.inner.opts.staging_max, self.inner.geo.segment_bytes())
     }
 
     /// Wait until no upload or delete is queued or running (true), at most
@@ -784,6 +813,64 @@ impl Inner {
         }
     }
 
+    /// Full segments waiting for (or in) their upload.
+    fn pending(st: &State) -> usize {
+        st.slots.iter().filter(|s| s.queued).count()
+    }
+
+    /// Room in local staging for a write that opens segment `seg` (its
+    /// current life holds nothing yet, or is stored or queued: the write
+    /// starts another segment that will wait for an upload). While
+    /// `staging_max` full segments wait for the store, the write waits for
+    /// an upload to finish (back-pressure; inline mode runs the queue once
+    /// instead), up to `staging_wait`; then it fails with a clear error.
+    /// The engine cannot take back a chunk write, so the volume stops
+    /// (EIO) on it: every FLUSH it answered is in the local file, and the
+    /// next mount uploads the segments once the store answers.
+    fn staging_room(&self, seg: u32) -> io::Result<()> {
+        let max = self.opts.staging_max;
+        if max == 0 {
+            return Ok(());
+        }
+        let opens = |st: &State| {
+            let s = &st.slots[seg as usize];
+            s.stored.is_some() || s.queued || s.written.iter().all(|&w| w == 0)
+        };
+        let mut st = self.state.lock();
+        // MUTANT: staging-unbounded s|Inner::pending(&st) < max {|true {|
+        if !opens(&st) || Inner::pending(&st) < max {
+            return Ok(());
+        }
+        self.stats.staging_waits.fetch_add(1, Ordering::Relaxed);
+        let end = Instant::now() + self.opts.staging_wait;
+        if self.opts.uploads == 0 {
+            drop(st);
+            self.run_inline();
+            st = self.state.lock();
+        } else {
+            while Inner::pending(&st) >= max && st.failed.is_none() {
+                if self.room.wait_until(&mut st, end).timed_out() {
+                    break;
+                }
+            }
+        }
+        Inner::check_failed(&st)?;
+        let n = Inner::pending(&st);
+        if n < max {
+            return Ok(());
+        }
+        self.stats.staging_full.fetch_add(1, Ordering::Relaxed);
+        Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!(
+                "{}: local staging is full: {n} segments ({} MiB) wait for their upload, the bound (--staging-max {max}); the store took none for {:?}. This write fails and the volume stops; every FLUSH answered before is durable in the cache directory, and the next mount uploads them once the store answers",
+                self.objects.describe(),
+                (n as u64 * self.geo.segment_bytes()) >> 20,
+                self.opts.staging_wait
+            ),
+        ))
+    }
+
     fn check_failed(st: &State) -> io::Result<()> {
         match &st.failed {
             Some(f) => Err(io_err(f)),
@@ -898,6 +985,7 @@ impl Inner {
             st.busy -= 1;
             if ok {
                 backoff = Duration::from_millis(50);
+                self.room.notify_all();
             } else {
                 // again later, behind what else is queued
                 st.jobs.push_back(job);
@@ -1166,6 +1254,7 @@ impl SegmentStore for ObjSegStore {
             return i.local.write(seg, block, buf); // refused there
         }
         i.check_writable()?;
+        i.staging_room(seg)?;
         let g = i.evict.read();
         let life = {
             let mut st = i.state.lock();

@@ -23,6 +23,7 @@ fn opts(cache: usize) -> ObjSegOptions {
         retry_max: Duration::from_millis(20),
         close_wait: Duration::from_secs(5),
         ckpt_every: 1,
+        ..ObjSegOptions::default()
     }
 }
 
@@ -367,4 +368,142 @@ fn a_volume_on_objects_survives_close_crash_and_gc() {
     check(&vol, &ver);
     assert!(s.wait_idle(Duration::from_secs(10)));
     check(&vol, &ver);
+}
+
+/// Staging bounded while the store is down (docs/objects.md §5.0, issue 21
+/// item 7): a store that refuses every request; writes and FLUSHes go on
+/// into staging until `staging_max` full segments wait for their upload,
+/// then the write that opens another segment fails with a clear error
+/// (inline mode: no upload can finish meanwhile) and the volume stops.
+/// Every FLUSH answered before is in the local file; once the store
+/// answers, the uploads drain and a remount reads every flushed write.
+#[test]
+fn staging_stops_at_its_bound_while_the_store_is_down_and_drains_when_it_returns() {
+    let r = Rig::new();
+    fn place(r: &Rig) -> Place<'_> {
+        Place {
+            opts: ObjSegOptions {
+                uploads: 0,
+                staging_max: 3,
+                staging_wait: Duration::from_millis(50),
+                ..opts(1_000)
+            },
+            ..r.place(1_000)
+        }
+    }
+    let s = create(r.media.clone(), place(&r), false).unwrap().0;
+    let vol = r.volume(&s);
+    let n = vol.stats().logical_bytes / BS;
+    r.objects.set_unreachable(true);
+    let mut flushed = 0u64;
+    let mut err = None;
+    for lba in 0..n {
+        let w = vol.write(lba * BS, &block(lba, 1), false);
+        let f = w.and_then(|()| if lba % 4 == 3 { vol.flush() } else { Ok(()) });
+        match f {
+            Ok(()) if lba % 4 == 3 => flushed = lba + 1,
+            Ok(()) => {}
+            Err(e) => {
+                err = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let err = err.expect("writes went on past the staging bound with the store down");
+    assert!(err.contains("staging is full"), "{err}");
+    let pending = s.uploads_pending();
+    // the bound, plus the segments the engine had open when it was reached
+    assert!((3..=3 + 4).contains(&pending), "{pending} segments waiting");
+    // (a 16-block segment holds three 4-block FLUSHes, each with a header)
+    assert!(
+        flushed >= 3 * 8,
+        "only {flushed} blocks flushed before the bound"
+    );
+    assert!(flushed < n / 2, "{flushed} of {n}: the bound never held");
+    assert!(s.stats().staging_full.load(Ordering::Relaxed) >= 1);
+    // the store answers again: the uploads drain
+    r.objects.set_unreachable(false);
+    assert!(s.wait_idle(Duration::from_secs(10)));
+    assert_eq!(s.uploads_pending(), 0);
+    drop(vol);
+    s.halt();
+    drop(s);
+    let s = open(r.media.clone(), place(&r)).unwrap().0;
+    let vol = r.volume(&s);
+    for lba in 0..flushed {
+        let mut b = vec![0u8; BLOCK_BYTES];
+        vol.read(lba * BS, &mut b).unwrap();
+        assert!(b == block(lba, 1), "flushed block {lba} lost");
+    }
+}
+
+/// The same bound with upload workers: the write that opens a segment past
+/// it waits (back-pressure) instead of failing while uploads may still
+/// finish within `staging_wait`; the store coming back lets it go on, and
+/// every write lands.
+#[test]
+fn a_write_past_the_staging_bound_waits_for_uploads_and_goes_on_when_the_store_returns() {
+    let r = Rig::new();
+    fn place(r: &Rig) -> Place<'_> {
+        Place {
+            opts: ObjSegOptions {
+                uploads: 1,
+                staging_max: 2,
+                staging_wait: Duration::from_secs(20),
+                ..opts(1_000)
+            },
+            ..r.place(1_000)
+        }
+    }
+    let s = create(r.media.clone(), place(&r), false).unwrap().0;
+    let vol = Arc::new(r.volume(&s));
+    let n = (vol.stats().logical_bytes / BS).min(16 * 12);
+    r.objects.set_unreachable(true);
+    let done = Arc::new(Mutex::new(None));
+    std::thread::spawn({
+        let (vol, done) = (vol.clone(), done.clone());
+        move || {
+            let mut r = Ok(());
+            for lba in 0..n {
+                r = vol.write(lba * BS, &block(lba, 1), false);
+                if r.is_ok() && lba % 8 == 7 {
+                    r = vol.flush();
+                }
+                if r.is_err() {
+                    break;
+                }
+            }
+            *done.lock() = Some(r.map_err(|e| e.to_string()));
+        }
+    });
+    let t = Instant::now();
+    while s.stats().staging_waits.load(Ordering::Relaxed) == 0 {
+        assert!(
+            done.lock().is_none(),
+            "the writes ended without meeting the bound"
+        );
+        assert!(t.elapsed() < Duration::from_secs(20), "no write waited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(done.lock().is_none(), "a write went on past the bound");
+    let pending = s.uploads_pending();
+    assert!((2..=2 + 4).contains(&pending), "{pending} segments waiting");
+    r.objects.set_unreachable(false);
+    while done.lock().is_none() {
+        assert!(
+            t.elapsed() < Duration::from_secs(40),
+            "the writes never went on"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(done.lock().clone(), Some(Ok(())));
+    vol.flush().unwrap();
+    assert!(s.wait_idle(Duration::from_secs(10)));
+    for lba in 0..n {
+        let mut b = vec![0u8; BLOCK_BYTES];
+        vol.read(lba * BS, &mut b).unwrap();
+        assert!(b == block(lba, 1), "block {lba}");
+    }
+    assert_eq!(s.stats().staging_full.load(Ordering::Relaxed), 0);
 }

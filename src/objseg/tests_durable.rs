@@ -21,6 +21,7 @@ fn inline() -> ObjSegOptions {
         retry_max: Duration::from_millis(20),
         close_wait: Duration::from_secs(5),
         ckpt_every: 1,
+        ..ObjSegOptions::default()
     }
 }
 
@@ -525,6 +526,10 @@ struct HeldLogPut {
     released: Mutex<bool>,
     cv: Condvar,
     on_get: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Host A's lease checks do not see a newer epoch yet (its last check
+    /// was served just before the taker's create: every step of A's below
+    /// falls within T/2 of it, which wall-clock timing cannot force).
+    blind: AtomicBool,
 }
 
 impl HeldLogPut {
@@ -536,6 +541,7 @@ impl HeldLogPut {
             released: Mutex::new(false),
             cv: Condvar::new(),
             on_get: Mutex::new(None),
+            blind: AtomicBool::new(false),
         })
     }
     fn hold(&self, index: u64) {
@@ -577,6 +583,11 @@ impl ObjectStore for HeldLogPut {
         out
     }
     fn head(&self, n: &str) -> Result<u64, ObjError> {
+        if self.blind.load(Ordering::SeqCst)
+            && matches!(ObjName::parse(n), Ok(ObjName::Epoch(e)) if e > 1)
+        {
+            return Err(ObjError::NotFound(n.into()));
+        }
         self.inner.head(n)
     }
     fn list(&self, p: &str) -> Result<Vec<crate::media::objects::ObjectInfo>, ObjError> {
@@ -876,4 +887,130 @@ fn a_restore_cut_short_by_a_log_gap_names_no_object_past_it() {
         let k = assert_prefix(&vol, &a.history, a.blocks);
         assert!(k as usize <= a.history.len(), "{r:?}");
     }
+}
+
+/// §5.6 interleaving 6, made certain: host B lists `log/` while A's PUT n
+/// is on the wire and n+1 is stored (the gap n is B's first candidate);
+/// right after the listing A's PUT n lands, A stores many more objects
+/// and trims n (it is no longer among its newest 16, and two checkpoint
+/// objects are past it), and answers FLUSHes, all within T/2 of a lease
+/// check that did not see B's epoch yet. B's fence create at n then
+/// succeeds at a deleted number below A's live chain. B must notice
+/// (A's objects above n), fence again above A's chain, and replay A's
+/// chain past the stale fence: B holds every FLUSH A answered, and A's
+/// next log PUT meets the new fence, so its next FLUSH fails. (Before the
+/// re-check, B's replay stopped at the stale fence, the lowest log object
+/// of A's epoch, losing A's answered FLUSHes, and A's next FLUSH was
+/// answered.)
+#[test]
+fn a_fence_landing_on_a_number_trimmed_after_the_takers_listing_is_put_again_above() {
+    let (a, view, n, _acked, flushes) = two_flushes_with_the_first_put_held(57);
+    view.blind.store(true, Ordering::SeqCst);
+    let objects = a.lock().objects.clone();
+    let held = ObjName::Log { seq: n, epoch: 1 }.encode();
+    let acked = Arc::new(Mutex::new(None));
+    let b_store = Arc::new(AfterLogListing {
+        inner: objects.clone(),
+        hook: Mutex::new(Some(Box::new({
+            let (a, view, acked, objects, held) = (
+                a.clone(),
+                view.clone(),
+                acked.clone(),
+                objects.clone(),
+                held.clone(),
+            );
+            move || {
+                // B has listed: n missing, n + 1 there. A's PUT n lands.
+                view.release();
+                for (_, f) in &flushes {
+                    wait_for("A's FLUSH answer", || f.lock().is_some());
+                    assert_eq!(*f.lock(), Some(true));
+                }
+                let mut a = a.lock();
+                let mut rounds = 0;
+                while objects.head(&held).is_ok() {
+                    rounds += 1;
+                    assert!(rounds < 2000, "host A never trimmed log object {n}");
+                    for _ in 0..4 {
+                        a.write_one().unwrap();
+                    }
+                    a.vol.flush().unwrap();
+                }
+                // and a few FLUSHes whose writes are only in log objects
+                for _ in 0..3 {
+                    a.write_one().unwrap();
+                    a.vol.flush().unwrap();
+                }
+                *acked.lock() = Some(a.history.len());
+            }
+        }))),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _s, vol) = host_b_on(b_store, dir.path());
+    let acked = acked.lock().take().expect("the hook ran");
+    let mut a = a.lock();
+    let l = r.log.clone().unwrap();
+    let stale = objects.get(&held).expect("B's fence at n");
+    assert!(
+        crate::format::objlog::fence_by(&stale).is_some(),
+        "B's first fence went elsewhere than the trimmed number {n}"
+    );
+    let k = assert_prefix(&vol, &a.history, a.blocks);
+    assert!(
+        k as usize >= acked,
+        "host B holds {k} writes, A's FLUSHes answered {acked} ({r:?}, log {l:?})"
+    );
+    // A, alive and (as far as its lease checks know) still the writer:
+    // its next log PUT must meet B's fence above its chain
+    a.write_one().unwrap();
+    let e = a
+        .vol
+        .flush()
+        .expect_err("A answered a FLUSH past B's mount");
+    assert!(
+        a.store
+            .lease_clock()
+            .superseded()
+            .is_some_and(|w| w.contains("fenced")),
+        "{e}"
+    );
+    // how: B's replay passed over its stale fence and ended at the new one
+    assert!(l.passed_fences >= 1 && l.fenced_by.is_some(), "{l:?}");
+}
+
+/// §5.6, the writer's side: a FLUSH is answered only under a fresh lease
+/// check. Host A's log PUT is held on the wire; host B takes the next
+/// epoch and waits 2T (what a takeover does before it lists); then the
+/// PUT lands, Ok. A must not answer that FLUSH (its last good check is
+/// older than T/2; the check now finds B's epoch): B listed already, and
+/// a FLUSH answered now would rest on the PUT's landing before B's
+/// listing, i.e. on G3, which the fence no longer needs.
+#[test]
+fn a_flush_whose_put_returns_after_a_takers_epoch_is_not_answered() {
+    let objects = Arc::new(MemObjects::new());
+    let view = HeldLogPut::new(objects.clone());
+    let mut a = HostA::on(59, Some((objects.clone(), view.clone())));
+    a.write(30, 5);
+    for _ in 0..3 {
+        a.write_one().unwrap();
+    }
+    view.hold(next_log_index(&objects));
+    let out = Arc::new(Mutex::new(None));
+    std::thread::spawn({
+        let (vol, out) = (a.vol.clone(), out.clone());
+        move || *out.lock() = Some(vol.flush().is_ok())
+    });
+    wait_for("A's log PUT on the wire", || {
+        view.arrived.load(Ordering::SeqCst)
+    });
+    let b = lease::take(&*objects, &Holder::this_process(), true).unwrap();
+    std::thread::sleep(b.term() * 2);
+    view.release();
+    wait_for("A's FLUSH answer", || out.lock().is_some());
+    assert_eq!(
+        *out.lock(),
+        Some(false),
+        "A answered a FLUSH more than T/2 after B's epoch existed"
+    );
+    assert!(a.store.lease_clock().superseded().is_some());
 }

@@ -32,6 +32,7 @@ fn inline() -> ObjSegOptions {
         retry_max: Duration::from_millis(20),
         close_wait: Duration::from_secs(5),
         ckpt_every: 1,
+        ..ObjSegOptions::default()
     }
 }
 
