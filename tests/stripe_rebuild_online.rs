@@ -9,7 +9,7 @@
 //! part rebuilt, finished, and with another member gone.
 
 use rand::{Rng, SeedableRng};
-use sluice::media::{FileMedia, Media};
+use sluice::media::{FileMedia, Loss, Media, SimMedia};
 use sluice::{CreateOptions, OpenOptions, Volume};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -381,4 +381,225 @@ fn close_stops_the_rebuild_and_the_next_mount_resumes_it() {
     )
     .unwrap();
     verify(&vol, &want, "resumed and finished, member 0 gone");
+}
+
+/// What a block may read after a power cut: its value at the last flush
+/// that returned Ok, or any value written after that flush began.
+#[derive(Default, Clone)]
+struct Model {
+    acked: HashMap<u64, Vec<u8>>,
+    pending: HashMap<u64, Vec<Vec<u8>>>,
+}
+
+impl Model {
+    fn write(&mut self, b: u64, v: Vec<u8>) {
+        self.pending.entry(b).or_default().push(v);
+    }
+    /// A flush returned Ok: everything written before it is durable.
+    fn flushed(&mut self) {
+        for (b, vs) in self.pending.drain() {
+            self.acked.insert(b, vs.last().expect("a value").clone());
+        }
+    }
+    fn check(&self, vol: &Volume, what: &str) {
+        let mut buf = vec![0u8; BS];
+        for (b, v) in &self.acked {
+            vol.read(*b * BS as u64, &mut buf)
+                .unwrap_or_else(|e| panic!("{what}: block {b}: {e}"));
+            let ok = buf == *v
+                || self
+                    .pending
+                    .get(b)
+                    .is_some_and(|p| p.iter().any(|x| *x == buf));
+            assert!(ok, "{what}: block {b} reads back wrong");
+        }
+    }
+}
+
+fn parts(sim: &Arc<SimMedia>, n: usize, len: u64) -> Vec<Arc<dyn Media>> {
+    (0..n)
+        .map(|i| Arc::new(sim.part(i as u64 * len, len)) as Arc<dyn Media>)
+        .collect()
+}
+
+fn named(ps: &[Arc<dyn Media>], which: &[usize]) -> Vec<(String, Arc<dyn Media>)> {
+    which
+        .iter()
+        .map(|&i| (format!("sim{i}"), ps[i].clone()))
+        .collect()
+}
+
+/// Power cut at random points of a rebuild running on the volume's thread
+/// while a writer thread writes and flushes (all members and the new one
+/// parts of one simulated disk: one numbered order of operations, one cut;
+/// each part its own cache). After the cut (cached writes kept in part,
+/// all, or none, torn): the mount resumes the rebuild from its record,
+/// every flushed write reads back part rebuilt; the rebuild finishes; then
+/// with each of three other members gone every flushed write reads back.
+///
+/// NOT PASSING (a finding, left for the stripe-set recovery work): it fails
+/// within a few dozen cuts, and fails the same way with the rebuild thread
+/// not started at all (writes and flushes only, on a set whose member 1 is
+/// attached and being rebuilt): after the cut and the next mount, a block
+/// whose write a FLUSH acknowledged reads back old or fails its CRC
+/// ("part rebuilt" check), so the cause is in how a set with a rebuilding
+/// member survives a power cut, not in the online walk. Run it with
+/// `cargo test --release --test stripe_rebuild_online -- --ignored`.
+#[test]
+#[ignore = "finding: a power cut on a set with a member being rebuilt loses acknowledged writes (docs/stripes.md §6)"]
+fn a_power_cut_during_an_online_rebuild_resumes_and_loses_no_flushed_write() {
+    const M: u64 = 8 << 20;
+    const N: usize = 6; // members 0..5, part 5 the new member of slot 1
+    let lost = 1usize;
+    let rounds: u64 = std::env::var("SLUICE_ONLINE_REBUILD_CUTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let det = OpenOptions {
+        background: false,
+        ..Default::default()
+    };
+    let (mut cut_in_rebuild, mut resumed_mid, mut missed) = (0u64, 0u64, 0u64);
+    // round 0 runs uncut and measures how many operations a run takes
+    let mut window = 0u64;
+    for k in 0..rounds {
+        let sim = Arc::new(SimMedia::new(M * N as u64));
+        let ps = parts(&sim, N, M);
+        let c = CreateOptions {
+            segment_bytes: 256 << 10,
+            uuid: Some([k as u8 + 1; 16]),
+            ..Default::default()
+        };
+        Volume::format_striped(named(&ps, &[0, 1, 2, 3, 4]), 1, UNIT, &c).unwrap();
+        let mut model = Model::default();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
+        let span;
+        {
+            let vol = Volume::open_striped(named(&ps, &[0, 1, 2, 3, 4]), &det).unwrap();
+            span = vol.size_bytes() / BS as u64 / 3;
+            for _ in 0..300 {
+                let b = rng.gen_range(0..span);
+                let v = random_block(&mut rng);
+                vol.write(b * BS as u64, &v, false).unwrap();
+                model.write(b, v);
+            }
+            vol.flush().unwrap();
+            model.flushed();
+            vol.close().unwrap();
+        }
+        let vol = Volume::replace_member(
+            named(&ps, &[0, 2, 3, 4]),
+            lost as u32,
+            named(&ps, &[5]).pop().unwrap(),
+            &det,
+        )
+        .unwrap();
+        let start_ops = sim.ops();
+        let cut = start_ops + rng.gen_range(1..window.max(2));
+        if window > 0 {
+            sim.cut_at_op(cut);
+        }
+        let done = AtomicBool::new(false);
+        let wseed = k * 31 + 7;
+        let (rebuilt, model_after) = std::thread::scope(|s| {
+            let w = s.spawn(|| {
+                let mut m = model.clone();
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(wseed);
+                let mut i = 0;
+                while !done.load(Ordering::Acquire) {
+                    let b = rng.gen_range(0..span);
+                    let v = random_block(&mut rng);
+                    m.write(b, v.clone());
+                    if vol.write(b * BS as u64, &v, false).is_err() {
+                        break;
+                    }
+                    i += 1;
+                    if i % 8 == 0 {
+                        if vol.flush().is_err() {
+                            break;
+                        }
+                        m.flushed();
+                    }
+                }
+                m
+            });
+            // pieces at 32 MiB/s: the rebuild spans the writer's work
+            vol.start_rebuild(Some(32 << 20)).unwrap();
+            let r = vol.wait_rebuild().expect("started");
+            done.store(true, Ordering::Release);
+            (r, w.join().unwrap())
+        });
+        let model = model_after;
+        let ops_used = sim.ops() - start_ops;
+        sim.freeze();
+        drop(vol);
+        if rebuilt.is_ok() {
+            // uncut, or the rebuild ended before the cut: the window is
+            // what such a run takes
+            missed += (window > 0) as u64;
+            window = window.max(ops_used);
+            continue;
+        }
+        cut_in_rebuild += 1;
+        let loss = [Loss::Subset, Loss::KeepAll, Loss::DropAll][k as usize % 3];
+        let what = format!(
+            "round {k}: cut at op {} of the run, {loss:?}",
+            cut - start_ops
+        );
+        let img = sim.crash_image(loss, k);
+        let after = Arc::new(SimMedia::from_image(img));
+        let ps2 = parts(&after, N, M);
+        let vol = match Volume::replace_member(
+            named(&ps2, &[0, 2, 3, 4]),
+            lost as u32,
+            named(&ps2, &[5]).pop().unwrap(),
+            &det,
+        ) {
+            Ok(vol) => {
+                let p = vol.stripe_set().unwrap().status().rebuild.unwrap();
+                if p.next_segment > 0 {
+                    resumed_mid += 1;
+                }
+                model.check(&vol, &format!("{what}: part rebuilt"));
+                vol.start_rebuild(None).unwrap();
+                let p = vol.wait_rebuild().unwrap().unwrap();
+                assert_eq!(p.next_segment, p.segment_count, "{what}");
+                vol
+            }
+            // cut while the record was being voided after the last mark:
+            // the member is whole
+            Err(e) if e.to_string().contains("whole") => {
+                Volume::open_striped(named(&ps2, &[0, 5, 2, 3, 4]), &det).unwrap()
+            }
+            Err(e) => panic!("{what}: resume: {e}"),
+        };
+        model.check(&vol, &format!("{what}: rebuilt"));
+        vol.close().unwrap();
+        drop(vol);
+        for gone in [0usize, 2, 4] {
+            let img = after.current_image();
+            let again = Arc::new(SimMedia::from_image(img));
+            let ps3 = parts(&again, N, M);
+            let members: Vec<usize> = [0usize, 5, 2, 3, 4]
+                .into_iter()
+                .filter(|&i| i != gone)
+                .collect();
+            let vol = Volume::open_striped(
+                named(&ps3, &members),
+                &OpenOptions {
+                    read_only: true,
+                    ..det.clone()
+                },
+            )
+            .unwrap_or_else(|e| panic!("{what}: member {gone} gone: {e}"));
+            model.check(&vol, &format!("{what}: rebuilt, member {gone} gone"));
+        }
+    }
+    eprintln!(
+        "online rebuild power cuts: {cut_in_rebuild} crash points in a rebuild ({resumed_mid} resumed past segment 0), {missed} runs ended before their cut"
+    );
+    assert!(
+        cut_in_rebuild * 2 >= rounds && resumed_mid * 4 >= cut_in_rebuild,
+        "{cut_in_rebuild} of {rounds} cuts landed in a rebuild, {resumed_mid} resumed mid-way"
+    );
 }

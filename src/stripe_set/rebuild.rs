@@ -109,6 +109,17 @@ impl StripeSet {
         if self.rebuilding.load(Ordering::Acquire) != m + 1 {
             return true;
         }
+        // Its scratch places: zeroed by `attach` and flushed before any
+        // metadata made the device a member, and written since only as on
+        // every member (running parity with its tag, voids). A tag a flush
+        // wrote there while the volume served during the rebuild is as
+        // valid as any: unread, a power cut left it on the member unknown
+        // to the lanes, never voided, and after the rebuild a degraded
+        // read rebuilt blocks from its stale copy (the online power-cut
+        // test, docs/stripes.md §6).
+        if off >= self.scratch_base() {
+            return true;
+        }
         let start = self.layout.member_offset;
         let end = start + self.rebuilt_rows.load(Ordering::Acquire) * self.layout.unit;
         off >= start && off.saturating_add(len as u64) <= end
