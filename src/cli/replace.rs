@@ -33,6 +33,9 @@ pub struct Args {
     pub rate: Option<u64>,
 }
 
+/// A member device as `Volume::replace_member` takes it: (name, media).
+pub type Member = (String, Arc<dyn Media>);
+
 /// The members staying (opened and locked), the slot, and the new member
 /// (opened and locked, created with the size a member needs if missing;
 /// refused if it holds data unless `force`, or is resumed when it already
@@ -43,7 +46,7 @@ pub fn prepare(
     old: &str,
     new_path: &std::path::Path,
     force: bool,
-) -> anyhow::Result<(super::stripe::Devices, u32, (String, Arc<dyn Media>))> {
+) -> anyhow::Result<(super::stripe::Devices, u32, Member)> {
     let slot: u32 = match old.parse() {
         Ok(i) => i,
         Err(_) => {
