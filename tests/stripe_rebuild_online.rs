@@ -406,11 +406,7 @@ impl Model {
         for (b, v) in &self.acked {
             vol.read(*b * BS as u64, &mut buf)
                 .unwrap_or_else(|e| panic!("{what}: block {b}: {e}"));
-            let ok = buf == *v
-                || self
-                    .pending
-                    .get(b)
-                    .is_some_and(|p| p.iter().any(|x| *x == buf));
+            let ok = buf == *v || self.pending.get(b).is_some_and(|p| p.contains(&buf));
             assert!(ok, "{what}: block {b} reads back wrong");
         }
     }
