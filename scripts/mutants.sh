@@ -380,6 +380,11 @@ apply_rebuild_data_unflushed() {
 apply_rebuild_bulk_piece_misplaced() {
   marker rebuild-bulk-piece-misplaced
 }
+apply_rebuild_unfenced() {
+  # a rebuild batch without the fence: writes going on land between its
+  # reads and its write of the new member's piece (issue 20 item 5)
+  marker rebuild-unfenced
+}
 apply_stale_member_accepted() {
   marker stale-member-accepted
 }
@@ -700,6 +705,7 @@ run heal-rewrite-skipped stripe_repair
 run rebuild-marks-before-data stripe_repair
 run rebuild-data-unflushed stripe_repair
 run rebuild-bulk-piece-misplaced stripe_repair
+run rebuild-unfenced stripe_rebuild_online
 run rebuild-record-one-place stripe_repair
 run rebuilding-member-read-early stripe_repair
 run parity-scrub-blind stripe_repair

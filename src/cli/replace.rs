@@ -1,6 +1,7 @@
 //! `sluice replace`: put a new file or device into a stripe set's slot and
 //! rebuild it (issue 20, docs/stripes.md §6), on a volume that is not
-//! served. Every member is locked before it is read or written; the new one
+//! served (`sluice serve --replace` does the same while serving, with
+//! `prepare` here). Every member is locked before it is read or written; the new one
 //! is refused if it holds data or another volume unless --force (a new
 //! member already part rebuilt for this very slot is resumed instead).
 
@@ -32,34 +33,47 @@ pub struct Args {
     pub rate: Option<u64>,
 }
 
-pub fn run(a: Args) -> anyhow::Result<i32> {
-    let slot: u32 = match a.old.parse() {
+/// A member device as `Volume::replace_member` takes it: (name, media).
+pub type Member = (String, Arc<dyn Media>);
+
+/// The members staying (opened and locked), the slot, and the new member
+/// (opened and locked, created with the size a member needs if missing;
+/// refused if it holds data unless `force`, or is resumed when it already
+/// is this slot's member part rebuilt): what `Volume::replace_member`
+/// takes. Shared by `sluice replace` and `sluice serve --replace`.
+pub fn prepare(
+    devices: &[PathBuf],
+    old: &str,
+    new_path: &std::path::Path,
+    force: bool,
+) -> anyhow::Result<(super::stripe::Devices, u32, Member)> {
+    let slot: u32 = match old.parse() {
         Ok(i) => i,
         Err(_) => {
-            let p = PathBuf::from(&a.old);
+            let p = PathBuf::from(old);
             let m = FileMedia::open_unlocked_read_only(&p)
-                .with_context(|| format!("--old {}: give its slot index if it is gone", a.old))?;
+                .with_context(|| format!("--old {}: give its slot index if it is gone", old))?;
             let (id, _) = sluice::stripe_set::open::read_member(&m)?.with_context(|| {
                 format!(
                     "--old {} is not a stripe set member: give its slot index",
-                    a.old
+                    old
                 )
             })?;
             id.member_index as u32
         }
     };
     let same = |p: &PathBuf| {
-        std::fs::canonicalize(p).ok() == std::fs::canonicalize(&a.new).ok()
+        std::fs::canonicalize(p).ok() == std::fs::canonicalize(new_path).ok()
             && std::fs::canonicalize(p).is_ok()
     };
-    if a.devices.iter().any(same) {
-        bail!("--new {} is also given as --device", a.new.display());
+    if devices.iter().any(same) {
+        bail!("--new {} is also given as --device", new_path.display());
     }
     // the members staying, without the old one (by path, or by its slot)
     let mut keep = Vec::new();
     let mut set_uuid = None;
-    for p in &a.devices {
-        if p.as_os_str() == a.old.as_str() {
+    for p in devices {
+        if p.as_os_str() == old {
             continue;
         }
         let m = FileMedia::open_unlocked_read_only(p);
@@ -79,15 +93,15 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         keep.push(p.clone());
     }
     let devs = super::stripe::open_members(&keep, false, false)?;
-    let new_media = if a.new.exists() {
-        let m = FileMedia::open(&a.new, false)
-            .with_context(|| format!("opening {}", a.new.display()))?;
+    let new_media = if new_path.exists() {
+        let m = FileMedia::open(new_path, false)
+            .with_context(|| format!("opening {}", new_path.display()))?;
         let resuming = sluice::stripe_set::open::read_member(&m)
             .ok()
             .flatten()
             .is_some_and(|(id, _)| Some(id.set_uuid) == set_uuid && id.member_index as u32 == slot);
-        if !resuming && !a.force {
-            super::create::refuse_if_holds_data(&a.new)?;
+        if !resuming && !force {
+            super::create::refuse_if_holds_data(new_path)?;
         }
         m
     } else {
@@ -96,11 +110,16 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             sluice::stripe_set::open::open(devs.clone()).context("assembling the stripe set")?;
         let need = set.member_bytes();
         drop(set);
-        eprintln!("sluice: creating {} ({})", a.new.display(), human(need));
-        FileMedia::create_new(&a.new, need)
-            .with_context(|| format!("creating {}", a.new.display()))?
+        eprintln!("sluice: creating {} ({})", new_path.display(), human(need));
+        FileMedia::create_new(new_path, need)
+            .with_context(|| format!("creating {}", new_path.display()))?
     };
-    let new: (String, Arc<dyn Media>) = (a.new.display().to_string(), Arc::new(new_media));
+    let new: (String, Arc<dyn Media>) = (new_path.display().to_string(), Arc::new(new_media));
+    Ok((devs, slot, new))
+}
+
+pub fn run(a: Args) -> anyhow::Result<i32> {
+    let (devs, slot, new) = prepare(&a.devices, &a.old, &a.new, a.force)?;
     let vol = Volume::replace_member(
         devs,
         slot,

@@ -79,6 +79,21 @@ pub struct Args {
     /// set then serves degraded and says so.
     #[arg(long = "device", value_name = "PATH", conflicts_with = "path")]
     pub devices: Vec<PathBuf>,
+    /// With --device: replace member OLD (its slot index as `info` shows
+    /// it, or its path) by NEW (a file, created with the size a member
+    /// needs if missing, or a block device), as `sluice replace` does, and
+    /// rebuild NEW in the background while serving (docs/stripes.md §6).
+    /// Progress in metrics and `sluice top`; stopping the server stops the
+    /// rebuild, and serving again with the same --replace resumes it.
+    #[arg(long, value_name = "OLD=NEW", requires = "devices")]
+    pub replace: Option<String>,
+    /// With --replace: rebuild at most this many bytes per second (default:
+    /// as fast as it goes).
+    #[arg(long, value_parser = super::parse_size, value_name = "BYTES", requires = "replace")]
+    pub rebuild_rate: Option<u64>,
+    /// With --replace: overwrite a NEW that holds data or another volume.
+    #[arg(long, requires = "replace")]
+    pub force: bool,
     /// Mount a volume whose log device is gone (none given, or none that can
     /// be opened and is this volume's): writes acknowledged only through the
     /// log are lost, and the mount says which order numbers (as `zpool
@@ -453,6 +468,25 @@ fn open_volume(
             scrub_rate: a.scrub_rate,
             ..OpenOptions::default()
         };
+        if let Some(r) = &a.replace {
+            // attached before the mount, as `sluice replace` does; the
+            // rebuild starts once the exports are up (`run`)
+            let Some((old, new)) = r.split_once('=') else {
+                bail!("--replace wants OLD=NEW (OLD a slot index or a member's path), got {r:?}");
+            };
+            if read_only {
+                bail!("--replace with --read-only: a rebuild writes");
+            }
+            let (devs, slot, new) =
+                super::replace::prepare(&a.devices, old, Path::new(new), a.force)?;
+            let name = new.0.clone();
+            let vol = Volume::replace_member(devs, slot, new, &opts)
+                .context("attaching the new member")?;
+            say!(
+                "sluice: member {slot} replaced by {name}; it is rebuilt in the background once serving"
+            );
+            return Ok(Arc::new(vol));
+        }
         return Ok(Arc::new(super::stripe::mount(&a.devices, &opts, false)?));
     }
     if let Some(hint) = super::stripe::member_hint(path) {
@@ -790,6 +824,14 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
         Ok(s) => s,
         Err(e) => return Err(leftovers.close(&exports, e.into())),
     };
+    if a.replace.is_some() {
+        // the exports are up: the rebuild runs on the volume's own thread
+        // (`close` below stops it between two batches, resumable)
+        if let Err(e) = exports[0].vol.start_rebuild(a.rebuild_rate) {
+            let e = anyhow::Error::from(e).context("starting the rebuild");
+            return Err(leftovers.close(&exports, e));
+        }
+    }
     {
         // The URI on stdout; a closed stdout loses it but does not stop the server.
         let mut out = std::io::stdout().lock();
@@ -861,6 +903,17 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
                     closed = Err(err).with_context(|| format!("closing {}", path.display()));
                 }
             }
+        }
+    }
+    if a.replace.is_some() {
+        match exports[0].vol.stripe_set().and_then(|s| s.status().rebuild) {
+            Some(p) => say!(
+                "sluice: rebuild of member {} stopped at segment {} of {}; serve (or replace) again with the same new member to resume",
+                p.slot,
+                p.next_segment,
+                p.segment_count
+            ),
+            None => say!("sluice: the replaced member is rebuilt"),
         }
     }
     if closed.is_ok() {

@@ -21,6 +21,7 @@
 //! was cut short by a power failure before the next flush: that window is
 //! the write hole docs/stripes.md §4 describes, not closed here.
 
+mod fence;
 mod heal;
 pub mod media;
 pub mod meta;
@@ -187,6 +188,10 @@ pub struct StripeSet {
     /// Held across a superblock write (`SetMedia`) and across `record`'s
     /// read-modify-write of the copies, so neither undoes the other.
     sb_lock: Mutex<()>,
+    /// While a member is being rebuilt: writes into a segment's rows hold
+    /// its slot shared, a rebuild batch holds its segments' exclusively
+    /// (`fence`).
+    fence: fence::Fence,
 }
 
 impl std::fmt::Debug for StripeSet {
@@ -228,6 +233,7 @@ impl StripeSet {
             gen: AtomicU64::new(0),
             unrecorded: AtomicBool::new(false),
             sb_lock: Mutex::new(()),
+            fence: fence::Fence::default(),
         };
         set.gen.store(set.generation(), Ordering::Relaxed);
         if set.down_count() > layout.parity as usize {
@@ -461,11 +467,39 @@ impl StripeSet {
     /// segment's next life overwrites first; a reuse barrier wiping many
     /// segments would otherwise take every lane from user rows).
     pub fn write_tombstone(&self, off: u64, buf: &[u8]) -> io::Result<()> {
+        let _fence = self.fenced(off, buf.len());
         self.write_area_as(off, buf, true)
+    }
+
+    /// Write a segment's tombstone at its wipe: what memory holds of its
+    /// rows is forgotten (`forget_segment`) and the tombstone written with
+    /// no rebuild batch of the segment between the two (`fence`).
+    pub fn wipe_segment(&self, seg: u32, tombstone: &[u8]) -> io::Result<()> {
+        let _fence = self.fenced(seg as u64 * self.shape.segment_bytes, BLOCK_BYTES);
+        self.forget_segment(seg)?;
+        self.write_area_as(seg as u64 * self.shape.segment_bytes, tombstone, true)
+    }
+
+    /// While a member is being rebuilt: hold the fence of the segments
+    /// bytes `off..off + len` of the area lie in, shared (nothing when no
+    /// member is: the flag is set only at assembly, before any write, and
+    /// cleared only when the rebuild has ended).
+    fn fenced(&self, off: u64, len: usize) -> Vec<parking_lot::RwLockReadGuard<'_, ()>> {
+        if self.rebuilding.load(Ordering::Acquire) == 0 || len == 0 {
+            return Vec::new();
+        }
+        let sb = self.shape.segment_bytes;
+        self.fence.shared(off / sb, (off + len as u64 - 1) / sb)
     }
 
     fn write_area_as(&self, off: u64, buf: &[u8], tomb: bool) -> io::Result<()> {
         self.check_area(off, buf.len())?;
+        // (a tombstone's caller, `wipe_segment`, holds the fence already)
+        let _fence = if tomb {
+            Vec::new()
+        } else {
+            self.fenced(off, buf.len())
+        };
         let l = self.layout;
         if off.is_multiple_of(self.shape.segment_bytes) && !self.rows.lock().mount_tags.is_empty() {
             // A segment's block 0 is written only when a life of it starts
@@ -687,6 +721,7 @@ impl StripeSet {
         let protect = l.parity > 0 && (l.write_unit() / BS) as usize <= scratch::MAX_ROW_BLOCKS;
         let mut wrote = !voids.is_empty();
         for row in dirty {
+            let _fence = self.fenced(row * l.write_unit(), BLOCK_BYTES);
             let Some(state) = self.rows.lock().get(row) else {
                 continue;
             };

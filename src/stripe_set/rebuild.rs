@@ -109,6 +109,17 @@ impl StripeSet {
         if self.rebuilding.load(Ordering::Acquire) != m + 1 {
             return true;
         }
+        // Its scratch places: zeroed by `attach` and flushed before any
+        // metadata made the device a member, and written since only as on
+        // every member (running parity with its tag, voids). A tag a flush
+        // wrote there while the volume served during the rebuild is as
+        // valid as any: unread, a power cut left it on the member unknown
+        // to the lanes, never voided, and after the rebuild a degraded
+        // read rebuilt blocks from its stale copy (the online power-cut
+        // test, docs/stripes.md §6).
+        if off >= self.scratch_base() {
+            return true;
+        }
         let start = self.layout.member_offset;
         let end = start + self.rebuilt_rows.load(Ordering::Acquire) * self.layout.unit;
         off >= start && off.saturating_add(len as u64) <= end
@@ -268,8 +279,9 @@ impl StripeSet {
     /// Write the rebuilt member's pieces of every row of `seg` (data units
     /// rebuilt from the rest of their row, as a degraded read would; parity
     /// units recomputed from the row's data). Not flushed: `mark_rebuilt`
-    /// flushes before it writes the record.
-    pub fn rebuild_segment(&self, seg: u32) -> io::Result<()> {
+    /// flushes before it writes the record. The caller holds the segment's
+    /// fence exclusively (`rebuild_segments`).
+    fn rebuild_segment(&self, seg: u32) -> io::Result<()> {
         let slot = self
             .rebuilding_slot()
             .ok_or_else(|| invalid("stripe set: no member is being rebuilt".into()))?;
@@ -390,10 +402,23 @@ impl StripeSet {
     /// (`rebuild_rows_bulk`, the buffers in `bufs` reused from batch to
     /// batch); otherwise segment by segment (`rebuild_segment`). Not
     /// flushed: `mark_rebuilt` flushes before it writes the record.
+    ///
+    /// Safe while writes go on (docs/stripes.md §6, "Online"): the
+    /// segments' fence is held exclusively from before the busy check to
+    /// after the write of the new member's pieces, so no write, flush
+    /// padding, parity or tombstone lands in these rows between the reads
+    /// of the other members and the write of the piece rebuilt from them.
+    /// What is written into the rows afterwards reaches the new member as
+    /// every write does (a rebuilding slot takes every write).
     pub fn rebuild_segments(&self, first: u32, end: u32, bufs: &mut RebuildBufs) -> io::Result<()> {
         let slot = self
             .rebuilding_slot()
             .ok_or_else(|| invalid("stripe set: no member is being rebuilt".into()))?;
+        if end <= first {
+            return Ok(());
+        }
+        // MUTANT: rebuild-unfenced s|self.fence.exclusive(first as u64, end as u64 - 1)|Vec::<()>::new()|
+        let _fence = self.fence.exclusive(first as u64, end as u64 - 1);
         let rps = self.layout.rows_per_segment;
         let (r0, r1) = (first as u64 * rps, end as u64 * rps);
         if self.rows_busy(r0, r1) {

@@ -76,8 +76,7 @@ impl SegmentStore for StripeStore {
     fn wipe(&self, seg: u32, tombstone: &[u8]) -> io::Result<()> {
         assert_eq!(tombstone.len(), BLOCK_BYTES, "a tombstone is one block");
         self.check_seg(seg, 0, BLOCK_BYTES)?;
-        self.set.forget_segment(seg)?;
-        self.set.write_tombstone(self.phys(seg, 0) * BS, tombstone)
+        self.set.wipe_segment(seg, tombstone)
     }
     fn discard_body(&self, seg: u32) -> io::Result<bool> {
         self.check_seg(seg, 0, 0)?;

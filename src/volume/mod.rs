@@ -497,6 +497,8 @@ pub struct Volume {
     unvouched: Vec<(u64, u64)>,
     /// The stripe set under the media (`OpenOptions::stripe_set`).
     stripe: Option<Arc<crate::stripe_set::StripeSet>>,
+    /// The member rebuild running while the volume serves (`striped.rs`).
+    rebuilder: striped::Rebuilder,
 }
 
 impl Volume {
@@ -962,6 +964,7 @@ impl Volume {
             report,
             unvouched,
             stripe: opts.stripe_set.clone(),
+            rebuilder: Default::default(),
         };
         if opts.background && !opts.read_only {
             let hk = sh.clone();
@@ -1399,6 +1402,9 @@ impl Volume {
     }
 
     fn stop_housekeeper(&self) {
+        // the rebuild first: it stops between two batches, its record at
+        // its last mark (the checkpoint `close` writes next is not its)
+        self.rebuilder.stop();
         self.sh.hk.stop();
         if let Some(h) = self.housekeeper.lock().take() {
             let _ = h.join();

@@ -166,14 +166,17 @@ impl Volume {
     }
 
     /// Rebuild the set's member being rebuilt, from its record's cursor to
-    /// the end: segments the engine holds free are only marked, the others
-    /// copied row by row (`StripeSet::rebuild_segment`) under a share of
-    /// the reuse lock (a segment is not reused while it is copied), each
-    /// marked done only after its pieces are flushed. `rate`: bytes of
-    /// member pieces per second at most (None: as fast as it goes).
-    /// `progress` sees every step. Not while the volume takes writes yet:
-    /// a write racing a copied row could be overwritten on the new member
-    /// (mount with `background: false` and serve nothing meanwhile).
+    /// the end, on the caller's thread (`sluice replace`; `start_rebuild`
+    /// runs the same walk on a thread of its own): segments the engine
+    /// holds free are only marked, the others copied
+    /// (`StripeSet::rebuild_segments`) under a share of the reuse lock (a
+    /// segment is not reused while it is copied) and the set's fence (no
+    /// write lands in their rows meanwhile), each marked done only after
+    /// its pieces are flushed. Safe while the volume takes writes. `rate`:
+    /// bytes of member pieces per second at most (None: as fast as it
+    /// goes). `progress` sees every step. Stops early (Ok, the cursor
+    /// short of the end, the record kept: the next mount resumes) when the
+    /// volume closes.
     pub fn rebuild_member(
         &self,
         rate: Option<u64>,
@@ -182,80 +185,77 @@ impl Volume {
         let Some(set) = self.stripe.clone() else {
             return Err(Error::InvalidArgument("not a stripe set".into()));
         };
-        let Some(p) = set.status().rebuild else {
+        rebuild_walk(&self.sh, &set, rate, &self.rebuilder.stop, progress)
+    }
+
+    /// Start rebuilding the member being rebuilt on a thread of its own
+    /// (`sluice-rebuild`, owned by this volume) while the volume serves:
+    /// `close` (and drop) stops it between two batches and waits for it,
+    /// the record left at the last mark (the next mount resumes there).
+    /// Progress is in the set's status (metrics, `top`, `info`).
+    pub fn start_rebuild(&self, rate: Option<u64>) -> Result<()> {
+        let Some(set) = self.stripe.clone() else {
+            return Err(Error::InvalidArgument("not a stripe set".into()));
+        };
+        if set.rebuilding_slot().is_none() {
             return Err(Error::InvalidArgument(
                 "no member of the stripe set is being rebuilt".into(),
             ));
-        };
-        let count = p.segment_count;
-        let seg_piece = set.layout.rows_per_segment * set.layout.unit;
-        let batch = set.rebuild_batch_segments();
-        let mut bufs = crate::stripe_set::rebuild::RebuildBufs::default();
-        let t0 = std::time::Instant::now();
-        let mut bytes = 0u64;
-        // the cursor moves every MARK_EVERY live segments (and at the end):
-        // one member flush and record write for the batch, not one each
-        const MARK_EVERY: u32 = 16;
-        let (mut copied, mut skipped) = (0u32, 0u32);
-        let mut seg = p.next_segment;
-        while seg < count {
-            // a run of segments alike (live: at most `batch` of them), under
-            // a share of the reuse lock: none of them is reused meanwhile
-            let (live, end) = {
-                let _r = self.sh.reuse.read();
-                let (live, end) = {
-                    let c = self.sh.core.lock();
-                    let is_live = |s: u32| {
-                        !matches!(
-                            c.segs.segs[s as usize].state,
-                            crate::segments::SegState::Free
-                        )
-                    };
-                    let live = is_live(seg);
-                    let limit = if live {
-                        batch.min(MARK_EVERY - copied)
-                    } else {
-                        count
-                    };
-                    let mut end = seg + 1;
-                    while end < count && end - seg < limit && is_live(end) == live {
-                        end += 1;
-                    }
-                    (live, end)
-                };
-                // MUTANT: rebuild-marks-before-data s|if live {|if live { set.mark_rebuilt(end, 0, 0)?;|
-                if live {
-                    set.rebuild_segments(seg, end, &mut bufs)?;
-                }
-                (live, end)
-            };
-            let done = end - seg;
-            if live {
-                copied += done;
-            } else {
-                skipped += done;
-            }
-            seg = end;
-            if seg == count || copied >= MARK_EVERY {
-                set.mark_rebuilt(seg, copied, skipped)?;
-                (copied, skipped) = (0, 0);
-                if let Some(p) = set.status().rebuild {
-                    progress(&p);
-                }
-            }
-            if live {
-                bytes += seg_piece * done as u64;
-                if let Some(rate) = rate {
-                    let due = std::time::Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
-                    if let Some(wait) = due.checked_sub(t0.elapsed()) {
-                        std::thread::sleep(wait);
-                    }
-                }
-            }
         }
-        let done = set.status().rebuild.unwrap_or(p);
-        set.finish_rebuild()?;
-        Ok(done)
+        if self.sh.opts.read_only {
+            return Err(Error::InvalidArgument(
+                "a read-only mount does not rebuild".into(),
+            ));
+        }
+        let mut h = self.rebuilder.handle.lock();
+        if h.is_some() {
+            return Err(Error::InvalidArgument(
+                "a rebuild is running already".into(),
+            ));
+        }
+        let (sh, stop) = (self.sh.clone(), self.rebuilder.stop.clone());
+        *h = Some(
+            std::thread::Builder::new()
+                .name("sluice-rebuild".into())
+                .spawn(move || {
+                    let r = rebuild_walk(&sh, &set, rate, &stop, &mut |p| {
+                        tracing::info!(
+                            "stripe set: rebuilding member {}: {} of {} segments",
+                            p.slot,
+                            p.next_segment,
+                            p.segment_count
+                        )
+                    });
+                    match &r {
+                        Ok(p) if p.next_segment < p.segment_count => tracing::warn!(
+                            "stripe set: rebuild of member {} stopped at segment {} of {} (resumes at the next mount)",
+                            p.slot,
+                            p.next_segment,
+                            p.segment_count
+                        ),
+                        Ok(p) => tracing::warn!(
+                            "stripe set: member {} rebuilt: {} segments copied, {} free ones only marked",
+                            p.slot,
+                            p.copied,
+                            p.skipped
+                        ),
+                        Err(e) => tracing::error!("stripe set: rebuild failed: {e}"),
+                    }
+                    r
+                })
+                .map_err(Error::Io)?,
+        );
+        Ok(())
+    }
+
+    /// Wait for the rebuild `start_rebuild` started and take its outcome
+    /// (None: none was started, or its outcome was taken already).
+    pub fn wait_rebuild(&self) -> Option<Result<crate::stripe_set::rebuild::Progress>> {
+        let h = self.rebuilder.handle.lock().take()?;
+        Some(
+            h.join()
+                .unwrap_or_else(|_| Err(Error::Corrupt("the rebuild thread panicked".into()))),
+        )
     }
 
     /// Check the parity of every full row of every closed segment against
@@ -450,4 +450,126 @@ fn judge(known: &Known, seg: u32, sb: u32, uuid: &[u8; 16], q: u64, b: &[u8]) ->
                 .is_ok_and(|h| &h.uuid == uuid && h.segment == seg),
         ),
     }
+}
+
+/// The rebuild thread a volume owns (`Volume::start_rebuild`) and the flag
+/// that stops it (and a walk on the caller's thread) between two batches.
+#[derive(Default)]
+pub(super) struct Rebuilder {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    handle: parking_lot::Mutex<
+        Option<std::thread::JoinHandle<Result<crate::stripe_set::rebuild::Progress>>>,
+    >,
+}
+
+impl Rebuilder {
+    /// Stop the walk at its next batch and wait for the thread (the
+    /// record stays at its last mark). The outcome stays for `wait_rebuild`
+    /// only if the thread had ended on its own; a stopped one is logged.
+    pub(super) fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(h) = self.handle.lock().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Sleep until `until` from `t0`, in slices, returning early when `stop`.
+fn pace(t0: std::time::Instant, due: std::time::Duration, stop: &std::sync::atomic::AtomicBool) {
+    while let Some(wait) = due.checked_sub(t0.elapsed()) {
+        if stop.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        std::thread::sleep(wait.min(std::time::Duration::from_millis(50)));
+    }
+}
+
+/// `Volume::rebuild_member`'s walk (docs/stripes.md §6), on any thread.
+fn rebuild_walk(
+    sh: &super::Shared,
+    set: &Arc<StripeSet>,
+    rate: Option<u64>,
+    stop: &std::sync::atomic::AtomicBool,
+    progress: &mut dyn FnMut(&crate::stripe_set::rebuild::Progress),
+) -> Result<crate::stripe_set::rebuild::Progress> {
+    let Some(p) = set.status().rebuild else {
+        return Err(Error::InvalidArgument(
+            "no member of the stripe set is being rebuilt".into(),
+        ));
+    };
+    let count = p.segment_count;
+    let seg_piece = set.layout.rows_per_segment * set.layout.unit;
+    let batch = set.rebuild_batch_segments();
+    let mut bufs = crate::stripe_set::rebuild::RebuildBufs::default();
+    let t0 = std::time::Instant::now();
+    let mut bytes = 0u64;
+    // the cursor moves every MARK_EVERY live segments (and at the end):
+    // one member flush and record write for the batch, not one each
+    const MARK_EVERY: u32 = 16;
+    let (mut copied, mut skipped) = (0u32, 0u32);
+    let mut seg = p.next_segment;
+    while seg < count {
+        if stop.load(std::sync::atomic::Ordering::Acquire) {
+            // closing: what is copied since the last mark is marked (its
+            // pieces flushed first), the rest waits for the next mount
+            if copied + skipped > 0 {
+                set.mark_rebuilt(seg, copied, skipped)?;
+            }
+            return Ok(set.status().rebuild.unwrap_or(p));
+        }
+        // a run of segments alike (live: at most `batch` of them), under
+        // a share of the reuse lock: none of them is reused meanwhile
+        let (live, end) = {
+            let _r = sh.reuse.read();
+            let (live, end) = {
+                let c = sh.core.lock();
+                let is_live = |s: u32| {
+                    !matches!(
+                        c.segs.segs[s as usize].state,
+                        crate::segments::SegState::Free
+                    )
+                };
+                let live = is_live(seg);
+                let limit = if live {
+                    batch.min(MARK_EVERY - copied)
+                } else {
+                    count
+                };
+                let mut end = seg + 1;
+                while end < count && end - seg < limit && is_live(end) == live {
+                    end += 1;
+                }
+                (live, end)
+            };
+            // MUTANT: rebuild-marks-before-data s|if live {|if live { set.mark_rebuilt(end, 0, 0)?;|
+            if live {
+                set.rebuild_segments(seg, end, &mut bufs)?;
+            }
+            (live, end)
+        };
+        let done = end - seg;
+        if live {
+            copied += done;
+        } else {
+            skipped += done;
+        }
+        seg = end;
+        if seg == count || copied >= MARK_EVERY {
+            set.mark_rebuilt(seg, copied, skipped)?;
+            (copied, skipped) = (0, 0);
+            if let Some(p) = set.status().rebuild {
+                progress(&p);
+            }
+        }
+        if live {
+            bytes += seg_piece * done as u64;
+            if let Some(rate) = rate {
+                let due = std::time::Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
+                pace(t0, due, stop);
+            }
+        }
+    }
+    let done = set.status().rebuild.unwrap_or(p);
+    set.finish_rebuild()?;
+    Ok(done)
 }

@@ -1,0 +1,603 @@
+//! Rebuilding a stripe set member while the volume takes writes (issue 20
+//! item 5, docs/stripes.md §6 "Online"). A rebuild runs on the volume's own
+//! thread (`Volume::start_rebuild`) while another thread writes random
+//! blocks and flushes the whole time; afterwards a member other than the
+//! rebuilt one is taken away and every block reads back against the model
+//! (a piece the rebuild wrote stale over newer data shows as EIO or wrong
+//! bytes). Then power is cut at random points of such a run: the next mount
+//! resumes the rebuild from its record, and every flushed write reads back,
+//! part rebuilt, finished, and with another member gone.
+
+use rand::{Rng, SeedableRng};
+use sluice::media::{FileMedia, Loss, Media, SimMedia};
+use sluice::{CreateOptions, OpenOptions, Volume};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const BS: usize = 4096;
+const UNIT: u64 = 16 << 10;
+const MEMBER: u64 = 12 << 20;
+/// Members of the small set the race test writes while rebuilding.
+const SMALL: u64 = 3 << 20;
+
+/// A member whose large reads (the rebuild's: a unit or a span of rows)
+/// wait, while `slow` is on, after reading and before returning, until some
+/// member is written in the same member byte range (rows lie at the same
+/// offsets on every member), or `WAIT` passes. That puts a write going on
+/// into every window between a rebuild's read of a row and its write of the
+/// row's piece on the new member, whenever the writer writes that row at
+/// all; with the fence the writer cannot (its write waits for the batch),
+/// and the read returns after `WAIT`.
+struct Slow {
+    inner: FileMedia,
+    slow: Arc<AtomicBool>,
+    big_reads: Arc<AtomicU64>,
+}
+
+const WAIT: Duration = Duration::from_millis(40);
+
+/// Member writes, (start, end, number), the last few thousand.
+static WRITES: parking_lot::Mutex<Vec<(u64, u64, u64)>> = parking_lot::Mutex::new(Vec::new());
+static WRITE_NO: AtomicU64 = AtomicU64::new(0);
+/// Reads a write landed in (the window was hit).
+static HIT: AtomicU64 = AtomicU64::new(0);
+
+impl Media for Slow {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if buf.len() < UNIT as usize || !self.slow.load(Ordering::Relaxed) {
+            return self.inner.read_at(buf, offset);
+        }
+        self.big_reads.fetch_add(1, Ordering::Relaxed);
+        let seen = WRITE_NO.load(Ordering::SeqCst);
+        self.inner.read_at(buf, offset)?;
+        let end = offset + buf.len() as u64;
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < WAIT {
+            let hit = WRITES
+                .lock()
+                .iter()
+                .any(|&(a, b, n)| n >= seen && a < end && offset < b);
+            if hit {
+                HIT.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let r = self.inner.write_at(buf, offset);
+        let n = WRITE_NO.fetch_add(1, Ordering::SeqCst);
+        let mut w = WRITES.lock();
+        if w.len() >= 4096 {
+            w.drain(..2048);
+        }
+        w.push((offset, offset + buf.len() as u64, n));
+        r
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+fn files(dir: &Path, n: usize) -> Vec<PathBuf> {
+    (0..n).map(|i| dir.join(format!("m{i}.img"))).collect()
+}
+
+fn devices(
+    paths: &[PathBuf],
+    slow: &Arc<AtomicBool>,
+    big: &Arc<AtomicU64>,
+) -> Vec<(String, Arc<dyn Media>)> {
+    paths
+        .iter()
+        .map(|p| {
+            let m: Arc<dyn Media> = Arc::new(Slow {
+                inner: FileMedia::open(p, false).unwrap(),
+                slow: slow.clone(),
+                big_reads: big.clone(),
+            });
+            (p.display().to_string(), m)
+        })
+        .collect()
+}
+
+fn random_block(rng: &mut rand::rngs::SmallRng) -> Vec<u8> {
+    let mut b = vec![0u8; BS];
+    rng.fill(&mut b[..]);
+    b
+}
+
+/// Random writes of 1-3 blocks into the first `span` blocks, a flush every
+/// `every` writes, until `done` (and at least `min` writes); each block's
+/// value in `want` (all flushed at the end).
+fn write_until(
+    vol: &Volume,
+    seed: u64,
+    span: u64,
+    every: usize,
+    min: usize,
+    done: &AtomicBool,
+    want: &mut HashMap<u64, Vec<u8>>,
+) -> usize {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let mut i = 0;
+    while i < min || !done.load(Ordering::Acquire) {
+        let b = rng.gen_range(0..span);
+        let n = rng.gen_range(1..4u64).min(span - b);
+        let mut buf = Vec::with_capacity(n as usize * BS);
+        for _ in 0..n {
+            buf.extend(random_block(&mut rng));
+        }
+        vol.write(b * BS as u64, &buf, false).unwrap();
+        for (k, c) in buf.chunks(BS).enumerate() {
+            want.insert(b + k as u64, c.to_vec());
+        }
+        i += 1;
+        if i % every == 0 {
+            vol.flush().unwrap();
+        }
+    }
+    vol.flush().unwrap();
+    i
+}
+
+fn verify(vol: &Volume, want: &HashMap<u64, Vec<u8>>, what: &str) {
+    let mut buf = vec![0u8; BS];
+    let mut bad = Vec::new();
+    for (b, v) in want {
+        match vol.read(*b * BS as u64, &mut buf) {
+            Ok(()) if buf == *v => {}
+            Ok(()) => bad.push(format!("block {b}: wrong bytes")),
+            Err(e) => bad.push(format!("block {b}: {e}")),
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{what}: {} of {} blocks: {:?}",
+        bad.len(),
+        want.len(),
+        &bad[..bad.len().min(8)]
+    );
+}
+
+/// A 4+1 set with data on it; member 2 replaced by a new file and rebuilt
+/// by the volume's rebuild thread while a writer thread writes and flushes
+/// the whole time (the rebuild's batch reads slowed, so writes land between
+/// a batch's reads and its write). Then, with each of two other members
+/// gone in turn, every block reads back as last written. Three rounds, a
+/// new member each. Without the fence (mutation `rebuild-unfenced`) a
+/// write inside a batch's window is overwritten on the new member by the
+/// piece rebuilt from the row as it was before the write.
+#[test]
+fn a_rebuild_while_writes_go_on_leaves_no_stale_piece() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = files(dir.path(), 5);
+    let slow = Arc::new(AtomicBool::new(false));
+    let big = Arc::new(AtomicU64::new(0));
+    {
+        let devs = paths
+            .iter()
+            .map(|p| {
+                let m: Arc<dyn Media> = Arc::new(FileMedia::create(p, SMALL).unwrap());
+                (p.display().to_string(), m)
+            })
+            .collect();
+        let c = CreateOptions {
+            segment_bytes: 256 << 10,
+            ..Default::default()
+        };
+        Volume::format_striped(devs, 1, UNIT, &c).unwrap();
+    }
+    let mut want = HashMap::new();
+    let span;
+    {
+        let vol =
+            Volume::open_striped(devices(&paths, &slow, &big), &OpenOptions::default()).unwrap();
+        // a small volume (about 40 segments), a quarter of it live: a
+        // rebuild batch (16 live segments at most) holds most of the live
+        // ones, the open segments among them
+        span = vol.size_bytes() / BS as u64 * 2 / 3;
+        let stop = AtomicBool::new(true);
+        write_until(&vol, 1, span, 40, span as usize / 2, &stop, &mut want);
+        vol.close().unwrap();
+    }
+    let lost = 2usize;
+    for round in 0..6u64 {
+        let new = dir.path().join(format!("new{round}.img"));
+        FileMedia::create(&new, SMALL).unwrap();
+        let rest: Vec<PathBuf> = (0..5)
+            .filter(|&i| i != lost)
+            .map(|i| paths[i].clone())
+            .collect();
+        let vol = Volume::replace_member(
+            devices(&rest, &slow, &big),
+            lost as u32,
+            devices(std::slice::from_ref(&new), &slow, &big)
+                .pop()
+                .unwrap(),
+            &OpenOptions::default(),
+        )
+        .unwrap();
+        let done = AtomicBool::new(false);
+        let before = big.load(Ordering::Relaxed);
+        slow.store(true, Ordering::Relaxed);
+        let (writes, p) = std::thread::scope(|s| {
+            let w = s.spawn(|| write_until(&vol, 100 + round, span, 16, 200, &done, &mut want));
+            vol.start_rebuild(None).unwrap();
+            let p = vol.wait_rebuild().expect("started");
+            done.store(true, Ordering::Release);
+            (w.join().unwrap(), p)
+        });
+        slow.store(false, Ordering::Relaxed);
+        let p = p.unwrap();
+        assert_eq!(p.next_segment, p.segment_count, "round {round}: {p:?}");
+        assert!(p.copied > 0, "round {round}: {p:?}");
+        let st = vol.stripe_set().unwrap().status();
+        assert!(!st.degraded(), "round {round}: {}", st.describe());
+        assert!(
+            big.load(Ordering::Relaxed) > before,
+            "round {round}: the rebuild read in batches"
+        );
+        eprintln!(
+            "round {round}: {writes} writes during the rebuild ({} copied, {} marked), {} rebuild reads a write landed behind",
+            p.copied, p.skipped, HIT.swap(0, Ordering::Relaxed)
+        );
+        vol.close().unwrap();
+        drop(vol);
+        paths[lost] = new;
+        for gone in [0usize, 3] {
+            let some: Vec<PathBuf> = (0..5)
+                .filter(|&i| i != gone)
+                .map(|i| paths[i].clone())
+                .collect();
+            let vol = Volume::open_striped(
+                devices(&some, &slow, &big),
+                &OpenOptions {
+                    read_only: true,
+                    background: false,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            verify(
+                &vol,
+                &want,
+                &format!("round {round}: rebuilt while written, member {gone} gone"),
+            );
+        }
+    }
+}
+
+/// `close` stops a rebuild running on the volume's thread between two
+/// batches; the record stays, so the next mount resumes where it stopped
+/// (not at 0) and finishes.
+#[test]
+fn close_stops_the_rebuild_and_the_next_mount_resumes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = files(dir.path(), 5);
+    let slow = Arc::new(AtomicBool::new(false));
+    let big = Arc::new(AtomicU64::new(0));
+    {
+        let devs = paths
+            .iter()
+            .map(|p| {
+                let m: Arc<dyn Media> = Arc::new(FileMedia::create(p, MEMBER).unwrap());
+                (p.display().to_string(), m)
+            })
+            .collect();
+        let c = CreateOptions {
+            segment_bytes: 256 << 10,
+            ..Default::default()
+        };
+        Volume::format_striped(devs, 1, UNIT, &c).unwrap();
+    }
+    let mut want = HashMap::new();
+    {
+        let vol =
+            Volume::open_striped(devices(&paths, &slow, &big), &OpenOptions::default()).unwrap();
+        let span = vol.size_bytes() / BS as u64 / 2;
+        let stop = AtomicBool::new(true);
+        write_until(&vol, 5, span, 40, span as usize, &stop, &mut want);
+        vol.close().unwrap();
+    }
+    let new = dir.path().join("new.img");
+    FileMedia::create(&new, MEMBER).unwrap();
+    let rest: Vec<PathBuf> = [0, 2, 3, 4].iter().map(|&i| paths[i].clone()).collect();
+    let newdev = || {
+        devices(std::slice::from_ref(&new), &slow, &big)
+            .pop()
+            .unwrap()
+    };
+    let vol = Volume::replace_member(
+        devices(&rest, &slow, &big),
+        1,
+        newdev(),
+        &OpenOptions::default(),
+    )
+    .unwrap();
+    // slow enough (one segment's pieces per 10 ms) that close comes first
+    let seg_piece = 4 * UNIT;
+    vol.start_rebuild(Some(seg_piece * 100)).unwrap();
+    let t0 = std::time::Instant::now();
+    let set = vol.stripe_set().unwrap().clone();
+    while set.status().rebuild.unwrap().next_segment == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t1 = std::time::Instant::now();
+    vol.close().unwrap();
+    assert!(
+        t1.elapsed() < Duration::from_secs(2),
+        "close waited {:?} for the rebuild",
+        t1.elapsed()
+    );
+    let at = set.status().rebuild.expect("not finished");
+    assert!(at.next_segment < at.segment_count, "{at:?}");
+    assert!(vol.wait_rebuild().is_none(), "close took the thread");
+    drop(vol);
+    drop(set);
+    let vol = Volume::replace_member(
+        devices(&rest, &slow, &big),
+        1,
+        newdev(),
+        &OpenOptions::default(),
+    )
+    .unwrap();
+    let again = vol.stripe_set().unwrap().status().rebuild.unwrap();
+    assert!(
+        again.next_segment >= at.next_segment && again.next_segment > 0,
+        "resumed from the record: {again:?} (stopped at {at:?})"
+    );
+    verify(&vol, &want, "part rebuilt");
+    vol.start_rebuild(None).unwrap();
+    let p = vol.wait_rebuild().unwrap().unwrap();
+    assert_eq!(p.next_segment, p.segment_count);
+    vol.close().unwrap();
+    drop(vol);
+    let some: Vec<PathBuf> = [
+        new.clone(),
+        paths[2].clone(),
+        paths[3].clone(),
+        paths[4].clone(),
+    ]
+    .to_vec();
+    let vol = Volume::open_striped(
+        devices(&some, &slow, &big),
+        &OpenOptions {
+            read_only: true,
+            background: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    verify(&vol, &want, "resumed and finished, member 0 gone");
+}
+
+/// What a block may read after a power cut: its value at the last flush
+/// that returned Ok, or any value written after that flush began.
+#[derive(Default, Clone)]
+struct Model {
+    acked: HashMap<u64, Vec<u8>>,
+    pending: HashMap<u64, Vec<Vec<u8>>>,
+}
+
+impl Model {
+    fn write(&mut self, b: u64, v: Vec<u8>) {
+        self.pending.entry(b).or_default().push(v);
+    }
+    /// A flush returned Ok: everything written before it is durable.
+    fn flushed(&mut self) {
+        for (b, vs) in self.pending.drain() {
+            self.acked.insert(b, vs.last().expect("a value").clone());
+        }
+    }
+    fn check(&self, vol: &Volume, what: &str) {
+        let mut buf = vec![0u8; BS];
+        for (b, v) in &self.acked {
+            vol.read(*b * BS as u64, &mut buf)
+                .unwrap_or_else(|e| panic!("{what}: block {b}: {e}"));
+            let ok = buf == *v || self.pending.get(b).is_some_and(|p| p.contains(&buf));
+            assert!(ok, "{what}: block {b} reads back wrong");
+        }
+    }
+}
+
+fn parts(sim: &Arc<SimMedia>, n: usize, len: u64) -> Vec<Arc<dyn Media>> {
+    (0..n)
+        .map(|i| Arc::new(sim.part(i as u64 * len, len)) as Arc<dyn Media>)
+        .collect()
+}
+
+fn named(ps: &[Arc<dyn Media>], which: &[usize]) -> Vec<(String, Arc<dyn Media>)> {
+    which
+        .iter()
+        .map(|&i| (format!("sim{i}"), ps[i].clone()))
+        .collect()
+}
+
+/// Power cut at random points of a rebuild running on the volume's thread
+/// while a writer thread writes and flushes (all members and the new one
+/// parts of one simulated disk: one numbered order of operations, one cut;
+/// each part its own cache). After the cut (cached writes kept in part,
+/// all, or none, torn): the mount resumes the rebuild from its record,
+/// every flushed write reads back part rebuilt; the rebuild finishes; then
+/// with each of three other members gone every flushed write reads back.
+///
+/// NOT PASSING (a finding, left for the stripe-set recovery work): it fails
+/// within a few dozen cuts, and fails the same way with the rebuild thread
+/// not started at all (writes and flushes only, on a set whose member 1 is
+/// attached and being rebuilt): after the cut and the next mount, a block
+/// whose write a FLUSH acknowledged reads back old or fails its CRC
+/// ("part rebuilt" check). The same writer and cut on a set with member 1
+/// simply missing lose acknowledged blocks too (3-4 rounds of 30; 0 of 30
+/// healthy): a power cut on a degraded set while writes go on, not the
+/// online walk (docs/stripes.md §0). Run it with
+/// `cargo test --release --test stripe_rebuild_online -- --ignored`.
+#[test]
+#[ignore = "finding: a power cut on a degraded set while writes go on loses acknowledged writes (docs/stripes.md §0)"]
+fn a_power_cut_during_an_online_rebuild_resumes_and_loses_no_flushed_write() {
+    const M: u64 = 8 << 20;
+    const N: usize = 6; // members 0..5, part 5 the new member of slot 1
+    let lost = 1usize;
+    let rounds: u64 = std::env::var("SLUICE_ONLINE_REBUILD_CUTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let det = OpenOptions {
+        background: false,
+        ..Default::default()
+    };
+    let (mut cut_in_rebuild, mut resumed_mid, mut missed) = (0u64, 0u64, 0u64);
+    // round 0 runs uncut and measures how many operations a run takes
+    let mut window = 0u64;
+    for k in 0..rounds {
+        let sim = Arc::new(SimMedia::new(M * N as u64));
+        let ps = parts(&sim, N, M);
+        let c = CreateOptions {
+            segment_bytes: 256 << 10,
+            uuid: Some([k as u8 + 1; 16]),
+            ..Default::default()
+        };
+        Volume::format_striped(named(&ps, &[0, 1, 2, 3, 4]), 1, UNIT, &c).unwrap();
+        let mut model = Model::default();
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
+        let span;
+        {
+            let vol = Volume::open_striped(named(&ps, &[0, 1, 2, 3, 4]), &det).unwrap();
+            span = vol.size_bytes() / BS as u64 / 3;
+            for _ in 0..300 {
+                let b = rng.gen_range(0..span);
+                let v = random_block(&mut rng);
+                vol.write(b * BS as u64, &v, false).unwrap();
+                model.write(b, v);
+            }
+            vol.flush().unwrap();
+            model.flushed();
+            vol.close().unwrap();
+        }
+        let vol = Volume::replace_member(
+            named(&ps, &[0, 2, 3, 4]),
+            lost as u32,
+            named(&ps, &[5]).pop().unwrap(),
+            &det,
+        )
+        .unwrap();
+        let start_ops = sim.ops();
+        let cut = start_ops + rng.gen_range(1..window.max(2));
+        if window > 0 {
+            sim.cut_at_op(cut);
+        }
+        let done = AtomicBool::new(false);
+        let wseed = k * 31 + 7;
+        let (rebuilt, model_after) = std::thread::scope(|s| {
+            let w = s.spawn(|| {
+                let mut m = model.clone();
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(wseed);
+                let mut i = 0;
+                while !done.load(Ordering::Acquire) {
+                    let b = rng.gen_range(0..span);
+                    let v = random_block(&mut rng);
+                    m.write(b, v.clone());
+                    if vol.write(b * BS as u64, &v, false).is_err() {
+                        break;
+                    }
+                    i += 1;
+                    if i % 8 == 0 {
+                        if vol.flush().is_err() {
+                            break;
+                        }
+                        m.flushed();
+                    }
+                }
+                m
+            });
+            // pieces at 32 MiB/s: the rebuild spans the writer's work
+            vol.start_rebuild(Some(32 << 20)).unwrap();
+            let r = vol.wait_rebuild().expect("started");
+            done.store(true, Ordering::Release);
+            (r, w.join().unwrap())
+        });
+        let model = model_after;
+        let ops_used = sim.ops() - start_ops;
+        sim.freeze();
+        drop(vol);
+        if rebuilt.is_ok() {
+            // uncut, or the rebuild ended before the cut: the window is
+            // what such a run takes
+            missed += (window > 0) as u64;
+            window = window.max(ops_used);
+            continue;
+        }
+        cut_in_rebuild += 1;
+        let loss = [Loss::Subset, Loss::KeepAll, Loss::DropAll][k as usize % 3];
+        let what = format!(
+            "round {k}: cut at op {} of the run, {loss:?}",
+            cut - start_ops
+        );
+        let img = sim.crash_image(loss, k);
+        let after = Arc::new(SimMedia::from_image(img));
+        let ps2 = parts(&after, N, M);
+        let vol = match Volume::replace_member(
+            named(&ps2, &[0, 2, 3, 4]),
+            lost as u32,
+            named(&ps2, &[5]).pop().unwrap(),
+            &det,
+        ) {
+            Ok(vol) => {
+                let p = vol.stripe_set().unwrap().status().rebuild.unwrap();
+                if p.next_segment > 0 {
+                    resumed_mid += 1;
+                }
+                model.check(&vol, &format!("{what}: part rebuilt"));
+                vol.start_rebuild(None).unwrap();
+                let p = vol.wait_rebuild().unwrap().unwrap();
+                assert_eq!(p.next_segment, p.segment_count, "{what}");
+                vol
+            }
+            // cut while the record was being voided after the last mark:
+            // the member is whole
+            Err(e) if e.to_string().contains("whole") => {
+                Volume::open_striped(named(&ps2, &[0, 5, 2, 3, 4]), &det).unwrap()
+            }
+            Err(e) => panic!("{what}: resume: {e}"),
+        };
+        model.check(&vol, &format!("{what}: rebuilt"));
+        vol.close().unwrap();
+        drop(vol);
+        for gone in [0usize, 2, 4] {
+            let img = after.current_image();
+            let again = Arc::new(SimMedia::from_image(img));
+            let ps3 = parts(&again, N, M);
+            let members: Vec<usize> = [0usize, 5, 2, 3, 4]
+                .into_iter()
+                .filter(|&i| i != gone)
+                .collect();
+            let vol = Volume::open_striped(
+                named(&ps3, &members),
+                &OpenOptions {
+                    read_only: true,
+                    ..det.clone()
+                },
+            )
+            .unwrap_or_else(|e| panic!("{what}: member {gone} gone: {e}"));
+            model.check(&vol, &format!("{what}: rebuilt, member {gone} gone"));
+        }
+    }
+    eprintln!(
+        "online rebuild power cuts: {cut_in_rebuild} crash points in a rebuild ({resumed_mid} resumed past segment 0), {missed} runs ended before their cut"
+    );
+    assert!(
+        cut_in_rebuild * 2 >= rounds && resumed_mid * 4 >= cut_in_rebuild,
+        "{cut_in_rebuild} of {rounds} cuts landed in a rebuild, {resumed_mid} resumed mid-way"
+    );
+}
