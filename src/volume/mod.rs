@@ -1636,8 +1636,10 @@ impl Shared {
             sealed.append(&mut out);
             // claimed blocks are written before the chunks sealed meanwhile
             // are handed on: a seal waits for the claims in its chunk, and
-            // in deterministic mode `submit` writes it on this thread
-            if !stream || need_space || i >= n || claims.blocks() >= STREAM_BATCH_BLOCKS {
+            // in deterministic mode `submit` writes it on this thread (no
+            // claims: handed on at once, as every request does)
+            if claims.0.is_empty() || need_space || i >= n || claims.blocks() >= STREAM_BATCH_BLOCKS
+            {
                 self.place_claims(&mut claims, recs)?;
                 self.commit.submit(std::mem::take(&mut sealed))?;
             }
