@@ -1633,23 +1633,32 @@ impl Shared {
             };
             since_checkpoint = log_bytes;
             self.pack_staged(&mut out)?;
-            sealed.append(&mut out);
-            // claimed blocks are written before the chunks sealed meanwhile
-            // are handed on: a seal waits for the claims in its chunk, and
-            // in deterministic mode `submit` writes it on this thread (no
-            // claims: handed on at once, as every request does)
-            if claims.0.is_empty() || need_space || i >= n || claims.blocks() >= STREAM_BATCH_BLOCKS
-            {
-                self.place_claims(&mut claims, recs)?;
-                self.commit.submit(std::mem::take(&mut sealed))?;
+            if !stream {
+                self.commit.submit(out)?;
+            } else {
+                sealed.append(&mut out);
+                // claimed blocks are written before the chunks sealed
+                // meanwhile are handed on: a seal waits for the claims in
+                // its chunk, and in deterministic mode `submit` writes it on
+                // this thread (no claims: handed on at once)
+                if claims.0.is_empty()
+                    || need_space
+                    || i >= n
+                    || claims.blocks() >= STREAM_BATCH_BLOCKS
+                {
+                    self.place_claims(&mut claims, recs)?;
+                    self.commit.submit(std::mem::take(&mut sealed))?;
+                }
             }
             self.hk.pace(i - start, level, headroom);
             if need_space {
                 self.wait_for_space()?;
             }
         }
-        self.place_claims(&mut claims, recs)?;
-        self.commit.submit(sealed)?;
+        if stream {
+            self.place_claims(&mut claims, recs)?;
+            self.commit.submit(sealed)?;
+        }
         self.after_append(since_checkpoint)
     }
 
