@@ -443,6 +443,18 @@ apply_ring_error_acked() {
 apply_batch_error_acked() {
   marker batch-error-acked
 }
+apply_seal_skips_claim_wait() {
+  marker seal-skips-claim-wait
+}
+apply_stream_run_ignores_holes() {
+  marker stream-run-ignores-holes
+}
+apply_streaming_off() {
+  marker streaming-off
+}
+apply_record_rewrites_placed() {
+  marker record-rewrites-placed
+}
 apply_add_mirror_unmarked() {
   marker add-mirror-unmarked
 }
@@ -722,6 +734,10 @@ run replace-loses-unclean-log log_device
 run flush-latency-unobserved observe
 run ring-error-acked intent_log
 run batch-error-acked intent_log
+run seal-skips-claim-wait streamed_writes
+run stream-run-ignores-holes streamed_writes
+run streaming-off streamed_writes
+run record-rewrites-placed streamed_writes
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
 run peek-identity-exact dst lib

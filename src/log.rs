@@ -12,7 +12,12 @@
 //! With a version 3 intent log (`LOG_INDIRECT`) some data blocks are written
 //! at their places before the seal (`Placed`): a bit is set only after that
 //! write completed, so the seal writes every block whose bit is clear (a block
-//! written twice holds the same bytes both times).
+//! written twice holds the same bytes both times). A large host write streams
+//! its own data blocks to their places (`Shared::append_run`): it *claims*
+//! them under the engine lock as it appends them, and the seal's write skips
+//! a claimed block but counts its chunk written only once every claim has
+//! ended (`Placed::wait_idle`), writing itself any claimed block whose
+//! placing write did not complete.
 //!
 //! Chunk images come from a `ChunkPool` and go back to it when the last holder
 //! (the engine's in-flight list or the commit stage's writer) lets go, so a
@@ -24,39 +29,101 @@ use crate::format::chunk::{
 use crate::format::intent::RecordEntry;
 use crate::format::BLOCK_BYTES;
 use crate::media::AlignedBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Which data blocks of an open chunk are already on the media at their
-/// places (written by a FLUSH's version 3 record, `Commit::write_record`).
+/// places (written by a FLUSH's version 3 record, `Commit::write_record`, or
+/// streamed by a large host write, `Commit::place`), and which are claimed by
+/// a placing write still in flight.
+///
+/// Invariant: `inflight` counts the claimed blocks whose placing write has not
+/// ended (`finish`); claims are taken only while the chunk is open (under the
+/// engine lock), so once it is sealed `inflight` only falls, and a seal that
+/// waited for it to reach 0 (`wait_idle`) knows every claimed block is placed
+/// or must be written by the seal itself.
 #[derive(Default)]
-pub struct Placed([AtomicU64; (chunk::MAX_CHUNK_BLOCKS as usize).div_ceil(64)]);
+pub struct Placed {
+    done: [AtomicU64; PLACED_WORDS],
+    claimed: [AtomicU64; PLACED_WORDS],
+    inflight: AtomicU32,
+    idle_lock: parking_lot::Mutex<()>,
+    idle: parking_lot::Condvar,
+}
+
+const PLACED_WORDS: usize = (chunk::MAX_CHUNK_BLOCKS as usize).div_ceil(64);
 
 impl Placed {
     /// Data blocks `from..to` were written at their places (the write completed).
     pub fn set(&self, from: u32, to: u32) {
         for i in from..to {
-            self.0[i as usize / 64].fetch_or(1 << (i % 64), Ordering::Release);
+            self.done[i as usize / 64].fetch_or(1 << (i % 64), Ordering::Release);
         }
     }
     pub fn get(&self, i: u32) -> bool {
-        self.0[i as usize / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0
+        self.done[i as usize / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0
+    }
+    /// Data block `i` will be written at its place by the caller (a streamed
+    /// host write): the seal skips it and waits for `finish`. Only while the
+    /// chunk is open.
+    pub fn claim(&self, i: u32) {
+        let bit = 1 << (i % 64);
+        let old = self.claimed[i as usize / 64].fetch_or(bit, Ordering::AcqRel);
+        assert!(old & bit == 0, "data block {i} claimed twice");
+        self.inflight.fetch_add(1, Ordering::AcqRel);
+    }
+    pub fn is_claimed(&self, i: u32) -> bool {
+        self.claimed[i as usize / 64].load(Ordering::Acquire) & (1 << (i % 64)) != 0
+    }
+    /// The placing write of claimed blocks `from..to` ended: written (`ok`:
+    /// their bits set) or not (the seal writes them).
+    pub fn finish(&self, from: u32, to: u32, ok: bool) {
+        if ok {
+            self.set(from, to);
+        }
+        let n = to - from;
+        let before = self.inflight.fetch_sub(n, Ordering::AcqRel);
+        assert!(before >= n, "more placing writes ended than began");
+        if before == n {
+            // the waiter looks at `inflight` under this lock before it sleeps
+            let _g = self.idle_lock.lock();
+            self.idle.notify_all();
+        }
+    }
+    /// Wait until no claimed block's placing write is in flight.
+    pub fn wait_idle(&self) {
+        let mut g = self.idle_lock.lock();
+        while self.inflight.load(Ordering::Acquire) > 0 {
+            self.idle.wait(&mut g);
+        }
     }
     /// Runs `[from, to)` of data indexes below `n` not yet placed.
     pub fn unplaced(&self, n: u32) -> Vec<(u32, u32)> {
-        let mut out: Vec<(u32, u32)> = Vec::new();
-        for i in 0..n {
-            if self.get(i) {
-                continue;
-            }
-            match out.last_mut() {
-                Some(r) if r.1 == i => r.1 = i + 1,
-                _ => out.push((i, i + 1)),
-            }
-        }
-        out
+        runs(n, |i| !self.get(i))
     }
+    /// Runs of data indexes below `n` neither placed nor claimed: what a
+    /// seal writes before it waits for the claims (`wait_idle`).
+    pub fn unclaimed(&self, n: u32) -> Vec<(u32, u32)> {
+        runs(n, |i| !self.get(i) && !self.is_claimed(i))
+    }
+    /// Runs of data indexes below `n` claimed but not placed: after
+    /// `wait_idle`, the blocks whose placing write failed.
+    pub fn claimed_unplaced(&self, n: u32) -> Vec<(u32, u32)> {
+        runs(n, |i| self.is_claimed(i) && !self.get(i))
+    }
+}
+
+/// Runs `[from, to)` of indexes below `n` where `f` holds.
+fn runs(n: u32, f: impl Fn(u32) -> bool) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for i in (0..n).filter(|&i| f(i)) {
+        match out.last_mut() {
+            Some(r) if r.1 == i => r.1 = i + 1,
+            _ => out.push((i, i + 1)),
+        }
+    }
+    out
 }
 
 /// Idle chunk image buffers of one volume (each `buf_len` bytes). A leaf lock,

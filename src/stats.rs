@@ -112,6 +112,9 @@ pub struct Counters {
     /// Flushes of log devices (a volume with its log in the volume counts
     /// none: its records share the media flush).
     pub log_flushes: AtomicU64,
+    /// Data blocks large host writes streamed to their places before their
+    /// chunk's seal (`Commit::place`).
+    pub streamed_blocks: AtomicU64,
     /// Write or flush errors of a log device while serving (each takes that
     /// device out of use until the next mount).
     pub log_device_errors: AtomicU64,
@@ -242,6 +245,9 @@ pub struct Stats {
     pub media_log_bytes: u64,
     /// Flushes of log devices this session (`Counters::log_flushes`).
     pub log_flushes: u64,
+    /// Data blocks large host writes streamed to their places before their
+    /// chunk's seal, this session (`Counters::streamed_blocks`).
+    pub streamed_blocks: u64,
     /// Write or flush errors of log devices this session.
     pub log_device_errors: u64,
     /// Log devices of the volume it runs without: its intent log is degraded.
@@ -313,6 +319,7 @@ impl Counters {
         s.log_records = g(&self.log_records);
         s.media_log_bytes = g(&self.media_log_bytes);
         s.log_flushes = g(&self.log_flushes);
+        s.streamed_blocks = g(&self.streamed_blocks);
         s.log_device_errors = g(&self.log_device_errors);
         s.log_devices_degraded = g(&self.log_devices_degraded);
         s.log_fallbacks = g(&self.log_fallbacks);

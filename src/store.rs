@@ -73,6 +73,16 @@ pub trait SegmentStore: Send + Sync {
     ) -> Option<io::Result<()>> {
         None
     }
+    /// Several writes, each `(seg, block, buf)` as in `write`, unordered
+    /// among themselves (a later media flush makes them durable together);
+    /// a store that can overlap them issues them together (a flat store: one
+    /// io_uring submission on O_DIRECT media, `Media::write_batch`).
+    fn write_pieces(&self, pieces: &[(u32, u32, &[u8])]) -> io::Result<()> {
+        for &(seg, block, buf) in pieces {
+            self.write(seg, block, buf)?;
+        }
+        Ok(())
+    }
     /// Read `buf.len()` bytes (whole blocks) from physical block `p` on.
     fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Several reads at once, each `(buffer, physical block)` as in `read`;
@@ -252,6 +262,13 @@ impl<M: Media> SegmentStore for FlatStore<M> {
             // MUTANT: record-without-data s|&[(buf, off), extra]|&[extra]|
             self.media.write_batch(&[(buf, off), extra])
         }))
+    }
+    fn write_pieces(&self, pieces: &[(u32, u32, &[u8])]) -> io::Result<()> {
+        let mut writes = Vec::with_capacity(pieces.len());
+        for &(seg, block, buf) in pieces {
+            writes.push((buf, self.segment_offset(seg, block, buf.len())?));
+        }
+        self.media.write_batch(&writes)
     }
     fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()> {
         let off = self.offset(p, buf.len())?;

@@ -102,6 +102,18 @@ impl Progress {
     }
 }
 
+/// A run of a streamed host write's data blocks (`Commit::place`): data
+/// indexes `from..to` of an open user chunk (its `Placed` map), the first
+/// at block `block` of `segment`, and their bytes.
+pub(in crate::volume) struct PlaceRun<'a> {
+    pub placed: Arc<crate::log::Placed>,
+    pub segment: u32,
+    pub block: u32,
+    pub from: u32,
+    pub to: u32,
+    pub bytes: &'a [u8],
+}
+
 /// The intent log devices a mount uses (`Commit::new`): each with its mirror
 /// index, how many of the volume's devices are missing, and the mask of
 /// mirrors absent (stale from this mount on).
@@ -590,13 +602,17 @@ impl Commit {
     /// Write a sealed chunk's image; returns the data bytes written. Data
     /// blocks a version 3 record already wrote at their places (`placed`)
     /// are skipped: for a chunk filled by FLUSHed writes, the header alone.
+    /// Blocks a streamed host write claimed (`Placed::claim`) are skipped
+    /// too, and the chunk counts as written only once their placing writes
+    /// have ended (`wait_idle`); a claimed block whose write failed is
+    /// written here.
     fn write_chunk(&self, s: &Sealed) -> std::io::Result<u64> {
         let Some(placed) = &s.placed else {
             self.store.write(s.segment, s.start, s.bytes())?;
             return Ok((s.blocks as u64 - 1) * BS);
         };
         let b = BLOCK_BYTES;
-        let runs = placed.unplaced(s.blocks - 1);
+        let runs = placed.unclaimed(s.blocks - 1);
         let mut data = 0;
         match runs.first() {
             // the header and the first unplaced run in one write when they touch
@@ -607,13 +623,65 @@ impl Commit {
             }
             _ => self.store.write(s.segment, s.start, &s.bytes()[..b])?,
         }
-        for &(from, to) in runs.iter().filter(|r| r.0 > 0) {
-            let (f, t) = (1 + from as usize, 1 + to as usize);
-            self.store
-                .write(s.segment, s.start + f as u32, &s.bytes()[f * b..t * b])?;
-            data += (to - from) as u64 * BS;
-        }
+        let mut write_runs = |runs: &[(u32, u32)]| -> std::io::Result<()> {
+            for &(from, to) in runs.iter().filter(|r| r.0 > 0) {
+                let (f, t) = (1 + from as usize, 1 + to as usize);
+                self.store
+                    .write(s.segment, s.start + f as u32, &s.bytes()[f * b..t * b])?;
+                data += (to - from) as u64 * BS;
+            }
+            Ok(())
+        };
+        write_runs(&runs)?;
+        // the streamed blocks: written by their host write, or here
+        // MUTANT: seal-skips-claim-wait s|placed.wait_idle();|();|
+        placed.wait_idle();
+        write_runs(&placed.claimed_unplaced(s.blocks - 1))?;
         Ok(data)
+    }
+
+    /// Write streamed data blocks of open user chunks at their places (a
+    /// large host write, `Shared::append_run`), all in one submission when
+    /// the store can: `runs` each name the chunk's `Placed` map, its data
+    /// indexes `from..to` (claimed by the caller under the engine lock),
+    /// the segment and block of the first, and the bytes. Every claim is
+    /// ended (`Placed::finish`) whatever happens, so a seal waiting for
+    /// them never hangs; a write error stops the volume (`fail`), as a
+    /// chunk write's does.
+    pub fn place(&self, runs: &[PlaceRun<'_>]) -> Result<()> {
+        let r = match self.check_failed() {
+            Err(e) => Err(e),
+            Ok(()) => {
+                let pieces: Vec<(u32, u32, &[u8])> =
+                    runs.iter().map(|r| (r.segment, r.block, r.bytes)).collect();
+                self.store.write_pieces(&pieces).map_err(|e| {
+                    let r = &runs[0];
+                    self.fail(
+                        format_args!(
+                            "writing {} streamed data blocks at segment {} block {}",
+                            runs.iter().map(|r| r.to - r.from).sum::<u32>(),
+                            r.segment,
+                            r.block
+                        ),
+                        &e,
+                    )
+                })
+            }
+        };
+        for run in runs {
+            run.placed.finish(run.from, run.to, r.is_ok());
+            if r.is_ok() {
+                Counters::add(&self.counters.media_user_data_bytes, run.bytes.len() as u64);
+                Counters::add(&self.counters.streamed_blocks, (run.to - run.from) as u64);
+            }
+        }
+        r
+    }
+
+    /// A buffer from the engine's chunk pool (content arbitrary; back with
+    /// `recycle`).
+    pub fn pool_buf(&self) -> AlignedBuf {
+        self.pool.get()
     }
 
     /// Give a buffer taken from the engine's chunk pool back to it.

@@ -23,7 +23,7 @@ use crate::format::chunk::{Chain, Kind, LsnRange, Stream, MAX_CHUNK_BLOCKS, MAX_
 use crate::format::codec::{self, Place};
 use crate::format::BLOCK_BYTES;
 use crate::geometry::Geometry;
-use crate::log::{ChunkPool, OpenChunk, Sealed};
+use crate::log::{ChunkPool, OpenChunk, Placed, Sealed};
 use crate::map::{Loc, Map, Virt};
 use crate::media::AlignedBuf;
 use crate::segments::{SegState, SegmentTable};
@@ -864,6 +864,23 @@ impl Core {
                 Loc::Unmapped | Loc::Staged { .. } | Loc::StagedVirt(..) => false,
             }
         })
+    }
+
+    /// A streamed host write (`Shared::append_run`) claims the data block
+    /// `append` just put into the open user chunk, for the placing write the
+    /// caller issues after the lock (`Placed::claim`: the seal skips it and
+    /// waits for it). Returns the chunk's map, the block's segment, its block
+    /// in the segment and its data index; None for a chunk whose places are
+    /// not final (a compressed volume's staged chunk).
+    pub fn claim_last_user_data(&mut self) -> Option<(Arc<Placed>, u32, u32, u32)> {
+        let ch = self.open[0].as_mut()?;
+        if ch.staged.is_some() || ch.packer.is_some() {
+            return None;
+        }
+        let idx = ch.data_blocks().checked_sub(1)?;
+        let placed = ch.placed.get_or_insert_with(Default::default).clone();
+        placed.claim(idx);
+        Some((placed, ch.segment, ch.start + 1 + idx, idx))
     }
 
     /// Append one block record to `stream` and point the map at it.

@@ -207,11 +207,22 @@ impl Ring {
         let (crc, data) = if v3 {
             let crc = h.encode_into(&mut image[..]);
             let placed = ch.placed.get_or_insert_with(Default::default).clone();
-            let data = (ndata > 0).then(|| {
-                let (n, from) = (
-                    ndata * BLOCK_BYTES,
-                    (1 + un.data.start as usize) * BLOCK_BYTES,
-                );
+            // blocks already at their places (a streamed host write's, an
+            // earlier record's) are not written again: the record's data is
+            // the rest, trimmed at both ends (a placed block in between is
+            // written again, the same bytes)
+            let mut w = un.data.clone();
+            // MUTANT: record-rewrites-placed s|placed.get(i)|false|
+            let done = |i: u32| placed.get(i);
+            while w.start < w.end && done(w.start) {
+                w.start += 1;
+            }
+            while w.start < w.end && done(w.end - 1) {
+                w.end -= 1;
+            }
+            let nw = w.len();
+            let data = (nw > 0).then(|| {
+                let (n, from) = (nw * BLOCK_BYTES, (1 + w.start as usize) * BLOCK_BYTES);
                 let mut buf = pool.get();
                 if buf.len() < n {
                     // (an open chunk's image is a pool buffer: not reached)
@@ -220,10 +231,10 @@ impl Ring {
                 buf[..n].copy_from_slice(&ch.image[from..from + n]);
                 PlacedData {
                     segment: ch.segment,
-                    block: ch.start + 1 + un.data.start,
+                    block: ch.start + 1 + w.start,
                     buf,
-                    from: un.data.start,
-                    to: un.data.end,
+                    from: w.start,
+                    to: w.end,
                     placed,
                 }
             });

@@ -1,0 +1,202 @@
+//! Large host writes stream their data blocks to their places before their
+//! chunk's seal (`Shared::append_run`, docs/intent-log.md §4.4): what they
+//! write is exactly the blocks they append (virtual blocks in between, a
+//! buffer not aligned for direct IO, runs across chunk boundaries), every
+//! block is written once, a crash keeps every flushed write, and a seal that
+//! races a streamed write in flight waits for it before its chunk counts as
+//! written (else a FLUSH could be answered while a block its chunk's header
+//! names is not on the media: the chunk fails its check at mount and takes
+//! the flushed writes in it along).
+
+use sluice::geometry::Geometry;
+use sluice::media::{AlignedBuf, Loss, Media, SimMedia};
+use sluice::{CreateOptions, OpenOptions, Volume};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const BS: usize = 4096;
+const LOGICAL: u64 = 2048;
+
+fn create(log: Option<u64>) -> (CreateOptions, u64) {
+    let c = CreateOptions {
+        logical_bytes: Some(LOGICAL * BS as u64),
+        overprovision: 0.25,
+        segment_bytes: 256 * BS as u64,
+        uuid: Some([5; 16]),
+        intent_log: log,
+        ..Default::default()
+    };
+    let g = Geometry::for_logical_log(LOGICAL, 256, 0.25, log.unwrap_or(0));
+    (c, g.media_bytes())
+}
+
+fn det() -> OpenOptions {
+    OpenOptions {
+        background: false,
+        checkpoint_interval_bytes: Some(1 << 30),
+        ..Default::default()
+    }
+}
+
+/// `n` blocks of data from `seed`, with a zero block at 5 and a ones block
+/// at 9 when `holes` (virtual records in the middle of a streamed run).
+fn payload(seed: u8, n: usize, holes: bool) -> Vec<u8> {
+    let mut v = vec![0u8; n * BS];
+    for (i, b) in v.chunks_exact_mut(BS).enumerate() {
+        for (j, x) in b.iter_mut().enumerate() {
+            *x = (i as u8).wrapping_mul(31) ^ (j as u8).wrapping_mul(7) ^ seed;
+        }
+        b[0] = 1; // never all zeros or all ones
+    }
+    if holes && n > 9 {
+        v[5 * BS..6 * BS].fill(0);
+        v[9 * BS..10 * BS].fill(0xff);
+    }
+    v
+}
+
+fn read(vol: &Volume, lba: u64, n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n * BS];
+    vol.read(lba * BS as u64, &mut b).unwrap();
+    b
+}
+
+#[test]
+fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
+    for log in [None, Some(1u64 << 20)] {
+        let (c, len) = create(log);
+        let media = Arc::new(SimMedia::new(len));
+        let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+        // (lba, blocks, seed, holes, aligned buffer)
+        let writes: [(u64, usize, u8, bool, bool); 5] = [
+            (0, 40, 1, true, true),
+            (100, 64, 2, false, false),
+            (300, 300, 3, true, true),  // across a chunk boundary
+            (700, 17, 4, false, false), // unaligned: streamed from a copy
+            (20, 16, 5, false, true),   // overwrites part of the first
+        ];
+        let mut expect = vec![0u8; LOGICAL as usize * BS];
+        let mut data_blocks = 0u64;
+        for &(lba, n, seed, holes, aligned) in &writes {
+            let p = payload(seed, n, holes);
+            data_blocks += p
+                .chunks_exact(BS)
+                .filter(|b| b.iter().any(|&x| x != 0) && b.iter().any(|&x| x != 0xff))
+                .count() as u64;
+            if aligned {
+                let mut a = AlignedBuf::new(p.len());
+                a.copy_from_slice(&p);
+                vol.write(lba * BS as u64, &a, false).unwrap();
+            } else {
+                // one byte off a 4 KiB boundary
+                let mut v = vec![0u8; p.len() + 1];
+                v[1..].copy_from_slice(&p);
+                vol.write(lba * BS as u64, &v[1..], false).unwrap();
+            }
+            expect[lba as usize * BS..(lba as usize + n) * BS].copy_from_slice(&p);
+        }
+        vol.flush().unwrap();
+        let s = vol.stats();
+        assert!(
+            s.streamed_blocks >= data_blocks - 2,
+            "{log:?}: {} of {data_blocks} data blocks streamed",
+            s.streamed_blocks
+        );
+        // every data block reached the media once: streamed, or (the last
+        // open chunk's, when a FLUSH record or seal wrote them) not twice
+        assert_eq!(
+            s.media_user_data_bytes,
+            data_blocks * BS as u64,
+            "{log:?}: data blocks written more than once"
+        );
+        assert_eq!(read(&vol, 0, LOGICAL as usize), expect, "{log:?} before");
+        drop(vol);
+        for loss in [Loss::DropAll, Loss::Subset, Loss::KeepAll] {
+            let m2 = Arc::new(SimMedia::from_image(media.crash_image(loss, 11)));
+            let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
+            assert_eq!(
+                read(&v2, 0, LOGICAL as usize),
+                expect,
+                "{log:?} after a crash, {loss:?}"
+            );
+        }
+    }
+}
+
+/// SimMedia whose writes of 8 or more blocks that are not chunk headers or
+/// superblocks (a streamed run) are held back `DELAY` before they reach it.
+struct SlowPlacing {
+    sim: Arc<SimMedia>,
+    started: AtomicBool,
+}
+
+const DELAY: Duration = Duration::from_millis(300);
+
+impl Media for SlowPlacing {
+    fn len(&self) -> u64 {
+        self.sim.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.sim.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if buf.len() >= 8 * BS && !buf.starts_with(b"SLUICE") {
+            self.started.store(true, Ordering::Release);
+            std::thread::sleep(DELAY);
+        }
+        self.sim.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.sim.flush()
+    }
+    fn describe(&self) -> String {
+        "slow placing".into()
+    }
+}
+
+#[test]
+fn a_flush_that_seals_a_chunk_waits_for_its_streamed_blocks_in_flight() {
+    let (c, len) = create(None);
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(SlowPlacing {
+        sim: sim.clone(),
+        started: AtomicBool::new(false),
+    });
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
+    // (the create's own writes do not count)
+    media.started.store(false, Ordering::Release);
+    let big = {
+        let p = payload(7, 32, false);
+        let mut a = AlignedBuf::new(p.len());
+        a.copy_from_slice(&p);
+        a
+    };
+    let small = payload(8, 1, false);
+    let v = vol.clone();
+    let writer = std::thread::spawn(move || v.write(0, &big, false).unwrap());
+    // the big write has appended its blocks and its placing write is held
+    let t0 = std::time::Instant::now();
+    while !media.started.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the 128 KiB write never streamed its blocks"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // a block after them in the same open chunk, then a FLUSH: it seals the
+    // chunk, whose header names the big write's blocks too
+    vol.write(1000 * BS as u64, &small, false).unwrap();
+    vol.flush().unwrap();
+    // power cut now: only what the FLUSH made durable is there
+    let img = sim.crash_image(Loss::DropAll, 3);
+    writer.join().unwrap();
+    let m2 = Arc::new(SimMedia::from_image(img));
+    let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
+    assert_eq!(
+        read(&v2, 1000, 1),
+        small,
+        "a flushed write lost: its chunk was counted written before the streamed blocks it names"
+    );
+}
