@@ -455,6 +455,9 @@ apply_streaming_off() {
 apply_record_rewrites_placed() {
   marker record-rewrites-placed
 }
+apply_streamed_write_dropped() {
+  marker streamed-write-dropped
+}
 apply_add_mirror_unmarked() {
   marker add-mirror-unmarked
 }
@@ -738,6 +741,7 @@ run seal-skips-claim-wait streamed_writes
 run stream-run-ignores-holes streamed_writes
 run streaming-off streamed_writes
 run record-rewrites-placed streamed_writes
+run streamed-write-dropped streamed_writes
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
 run peek-identity-exact dst lib

@@ -110,6 +110,13 @@ fn stripe_findings() -> bool {
 /// call. `dst_write_many` runs them.
 const WRITE_MANY_SEEDS: u64 = 1 << 21;
 
+/// Seeds from here on widen a third of their block-aligned writes to 16-48
+/// blocks, so host writes stream their data blocks to their places before
+/// their chunk seals (`Shared::append_run`, a write of 16 blocks or more on
+/// a single-media volume without compression): seed `STREAM_SEEDS + k` has
+/// the shape of seed `k`. `dst_streamed_writes` runs them.
+const STREAM_SEEDS: u64 = 1 << 22;
+
 static STRIPE_FINDINGS: AtomicBool = AtomicBool::new(false);
 const STRIPE_UNIT: u64 = 4096;
 
@@ -129,6 +136,9 @@ const STRIPE_UNIT: u64 = 4096;
 /// once, in place: `LOG_INDIRECT`), except seeds 12 mod 16, whose volume
 /// keeps version 2 records as volumes made before it do.
 fn shape_for(seed: u64) -> Shape {
+    if seed >= STREAM_SEEDS {
+        return shape_for(seed - STREAM_SEEDS);
+    }
     if seed >= WRITE_MANY_SEEDS {
         return shape_for(seed - WRITE_MANY_SEEDS);
     }
@@ -545,10 +555,37 @@ fn plan(seed: u64, sh: Shape) -> Vec<Planned> {
         client: 0,
         act: Act::Close,
     });
-    if seed >= WRITE_MANY_SEEDS {
+    if seed >= STREAM_SEEDS {
+        v = widen_writes(v, sh.blocks);
+    } else if seed >= WRITE_MANY_SEEDS {
         v = batch_writes(v);
     }
     v
+}
+
+/// `STREAM_SEEDS` plans: a block-aligned write whose data seed is 0 mod 3
+/// becomes 16-48 blocks long (the same data seed and fill; moved down when it
+/// would pass the volume's end). Draws nothing from the plan's generator.
+fn widen_writes(p: Vec<Planned>, blocks: u64) -> Vec<Planned> {
+    let bs = BS as u64;
+    p.into_iter()
+        .map(|mut x| {
+            if let Act::Io(
+                Op::Write {
+                    offset, len, seed, ..
+                },
+                _,
+            ) = &mut x.act
+            {
+                if *offset % bs == 0 && *len as u64 % bs == 0 && *seed % 3 == 0 {
+                    let nb = (16 + (*seed >> 8) % 33).min(blocks);
+                    *offset = (*offset / bs).min(blocks - nb) * bs;
+                    *len = (nb * bs) as usize;
+                }
+            }
+            x
+        })
+        .collect()
 }
 
 /// `WRITE_MANY_SEEDS` plans: runs of consecutive non-FUA writes of one
@@ -2428,6 +2465,47 @@ fn dst_write_many() {
         batches >= seeds as usize,
         "only {batches} batches in {seeds} plans"
     );
+    assert!(t.points > 0);
+}
+
+/// Streamed host writes (issue 18, `Shared::append_run`): seeds from
+/// `STREAM_SEEDS` (SLUICE_DST_STREAM_SEEDS, default 3, from
+/// SLUICE_DST_STREAM_BASE), the same record run, prefix replay at every
+/// media op, live cuts and EIO runs as the sweep, with a third of the writes
+/// 16-48 blocks long (seeds 0-2: no compression, so they stream; the
+/// shapes of seeds 3-5 are compressed volumes, whose large writes do not).
+#[test]
+fn dst_streamed_writes() {
+    let seeds = env_u64("SLUICE_DST_STREAM_SEEDS", 3);
+    let first = STREAM_SEEDS + env_u64("SLUICE_DST_STREAM_BASE", 0);
+    let stride = env_u64("SLUICE_DST_STRIDE", 1);
+    let t0 = std::time::Instant::now();
+    let (t, done, ops, fail) = run_seeds(first, seeds, u64::MAX, 2, None, None, stride);
+    println!(
+        "dst streamed writes: seeds {first}..{} ({done} seeds), {ops} media ops cut at, in {:.1}s",
+        first + done,
+        t0.elapsed().as_secs_f64()
+    );
+    print_tally(&t);
+    if let Some((seed, e)) = fail {
+        panic!("{e}\nreproduce: scripts/dst {seed}");
+    }
+    assert_eq!(done, seeds, "every seed ran");
+    // the plans must hold writes long enough to stream, on volumes that
+    // stream them (not compressed, not a stripe set)
+    let long: usize = (first..first + seeds)
+        .filter(|&s| {
+            let sh = shape_for(s);
+            !sh.compress && sh.members == 0
+        })
+        .map(|s| {
+            plan(s, shape_for(s))
+                .iter()
+                .filter(|x| matches!(&x.act, Act::Io(Op::Write { len, .. }, _) if *len >= 16 * BS))
+                .count()
+        })
+        .sum();
+    assert!(long >= 50, "only {long} writes of 16 blocks or more");
     assert!(t.points > 0);
 }
 

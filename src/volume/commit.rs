@@ -654,6 +654,7 @@ impl Commit {
             Ok(()) => {
                 let pieces: Vec<(u32, u32, &[u8])> =
                     runs.iter().map(|r| (r.segment, r.block, r.bytes)).collect();
+                // MUTANT: streamed-write-dropped s|self.store.write_pieces(&pieces)|Ok::<(), std::io::Error>(())|
                 self.store.write_pieces(&pieces).map_err(|e| {
                     let r = &runs[0];
                     self.fail(
