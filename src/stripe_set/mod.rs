@@ -683,7 +683,8 @@ impl StripeSet {
     /// the row's scratch lane (or, with no lane free, in place, counted),
     /// then a second flush. Rows completed since the last flush began have
     /// their tags voided after the first flush (their parity in place is
-    /// durable then), before the second.
+    /// durable then), before the second: older tags first, a flush, then
+    /// each row's newest (`void_oldest_first`).
     pub fn flush(&self) -> io::Result<()> {
         let (dirty, retiring, retired, dead) = {
             let mut t = self.rows.lock();
