@@ -444,7 +444,7 @@ fn named(ps: &[Arc<dyn Media>], which: &[usize]) -> Vec<(String, Arc<dyn Media>)
 /// online walk (docs/stripes.md §0). Run it with
 /// `cargo test --release --test stripe_rebuild_online -- --ignored`.
 #[test]
-#[ignore = "finding: a power cut on a degraded set while writes go on loses acknowledged writes (docs/stripes.md §0)"]
+#[ignore = "finding: after a cut during an online rebuild and the resumed rebuild, another member lost costs a flushed block (docs/stripes.md §0)"]
 fn a_power_cut_during_an_online_rebuild_resumes_and_loses_no_flushed_write() {
     const M: u64 = 8 << 20;
     const N: usize = 6; // members 0..5, part 5 the new member of slot 1
