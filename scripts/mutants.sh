@@ -316,6 +316,9 @@ apply_uncovered_block_from_stale_parity() {
 apply_completed_row_tags_kept() {
   marker completed-row-tags-kept
 }
+apply_tag_voids_unordered() {
+  marker tag-voids-unordered
+}
 apply_mixed_check_linear() {
   marker mixed-check-linear
 }
@@ -702,6 +705,7 @@ run full-row-parity-skipped lib
 run scratch-before-data-durable lib dst
 run uncovered-block-from-stale-parity lib
 run completed-row-tags-kept lib dst
+run tag-voids-unordered lib stripe_rebuild_online
 run mixed-check-linear lib dst
 run set-without-mixed-check stripe_set dst
 run member-failure-unrecorded stripe_set dst

@@ -135,6 +135,10 @@ impl SetStatus {
     }
 }
 
+/// A scratch place `(member, lane, place)` and the (row, seq) of the tag it
+/// holds (None: a dead segment's, voided in any order).
+type Owned = ((u32, u32, u32), Option<(u64, u64)>);
+
 /// A valid scratch tag found at mount (`scratch`).
 #[derive(Debug, Clone)]
 pub struct MountTag {
@@ -679,7 +683,8 @@ impl StripeSet {
     /// the row's scratch lane (or, with no lane free, in place, counted),
     /// then a second flush. Rows completed since the last flush began have
     /// their tags voided after the first flush (their parity in place is
-    /// durable then), before the second.
+    /// durable then), before the second: older tags first, a flush, then
+    /// each row's newest (`void_oldest_first`).
     pub fn flush(&self) -> io::Result<()> {
         let (dirty, retiring, retired, dead) = {
             let mut t = self.rows.lock();
@@ -702,21 +707,24 @@ impl StripeSet {
         // in place). So do the tags of segments wiped since the last flush
         // began (`dead`): their tombstones are durable now, so recovery no
         // longer reads the old chunks those tags protect.
-        let voids: Vec<(u32, u32, u32)> = {
+        let voids: Vec<Owned> = {
             let mut t = self.rows.lock();
-            let places: Vec<(u32, u32, u32)> = t
+            let places: Vec<Owned> = t
                 .place_owner
                 .iter()
-                .filter(|(_, r)| retired.contains(r))
-                .map(|(p, _)| *p)
+                .filter(|(_, (r, _))| retired.contains(r))
+                .map(|(p, o)| (*p, Some(*o)))
                 .collect();
-            for p in &places {
+            for (p, _) in &places {
                 t.place_owner.remove(p);
             }
-            places.into_iter().chain(dead).collect()
+            places
+                .into_iter()
+                .chain(dead.into_iter().map(|p| (p, None)))
+                .collect()
         };
-        // MUTANT: completed-row-tags-kept s|self.void_places(&voids)?;|let _ = &voids;|
-        self.void_places(&voids)?;
+        // MUTANT: completed-row-tags-kept s|self.void_oldest_first(&voids)?;|let _ = &voids;|
+        self.void_oldest_first(&voids)?;
         let l = self.layout;
         let protect = l.parity > 0 && (l.write_unit() / BS) as usize <= scratch::MAX_ROW_BLOCKS;
         let mut wrote = !voids.is_empty();
@@ -795,7 +803,7 @@ impl StripeSet {
             self.rows
                 .lock()
                 .place_owner
-                .insert((m, lane, st.place), row);
+                .insert((m, lane, st.place), (row, seq));
         }
         st.place ^= 1;
         st.dirty = false;
@@ -822,7 +830,7 @@ impl StripeSet {
                         continue;
                     };
                     max_seq = max_seq.max(tag.seq);
-                    t.place_owner.insert((m, lane, place), tag.row);
+                    t.place_owner.insert((m, lane, place), (tag.row, tag.seq));
                     t.mount_tags.entry(tag.row).or_default().push(MountTag {
                         seq: tag.seq,
                         which: tag.which,
@@ -864,15 +872,15 @@ impl StripeSet {
             }
         }
         self.flush_members()?;
-        let places: Vec<(u32, u32, u32)> = {
+        let places: Vec<Owned> = {
             let t = self.rows.lock();
             t.place_owner
-                .keys()
-                .chain(t.dead_places.iter())
-                .copied()
+                .iter()
+                .map(|(p, o)| (*p, Some(*o)))
+                .chain(t.dead_places.iter().map(|p| (*p, None)))
                 .collect()
         };
-        self.void_places(&places)?;
+        self.void_oldest_first(&places)?;
         self.flush_members()?;
         let mut t = self.rows.lock();
         t.place_owner.clear();
@@ -881,6 +889,44 @@ impl StripeSet {
         t.mount_tags.clear();
         t.free_lanes = (0..scratch::LANES).rev().collect();
         Ok(())
+    }
+
+    /// Void the scratch places `places` of rows whose tags are moot (their
+    /// parity in place is durable, or their segment's life ended): every
+    /// place but the newest tag of its row first (and places of dead
+    /// segments, `None`), a member flush, then the newest. A row's valid
+    /// tags are thus always all of them, its newest alone, or none, never
+    /// an older one alone: a degraded read takes a block no valid tag covers
+    /// for one no FLUSH acknowledged (`reconstruct`: zeros), and the older
+    /// tag of a completed row does not cover blocks its newer one and the
+    /// completing writes made acknowledged (docs/stripes.md §0, finding 6:
+    /// the voids in hash order lost a flushed block on a degraded set).
+    fn void_oldest_first(&self, places: &[Owned]) -> io::Result<()> {
+        let mut newest: std::collections::HashMap<u64, u64> = Default::default();
+        for (_, o) in places {
+            if let Some((row, seq)) = *o {
+                let n = newest.entry(row).or_insert(seq);
+                *n = (*n).max(seq);
+            }
+        }
+        let is_newest = |o: &Option<(u64, u64)>| o.is_some_and(|(row, seq)| newest[&row] == seq);
+        let older = |o: &Option<(u64, u64)>| !is_newest(o);
+        let first: Vec<(u32, u32, u32)> = places
+            .iter()
+            // MUTANT: tag-voids-unordered s|older(o)|true|
+            .filter(|(_, o)| older(o))
+            .map(|(p, _)| *p)
+            .collect();
+        let last: Vec<(u32, u32, u32)> = places
+            .iter()
+            .filter(|(p, o)| is_newest(o) && !first.contains(p))
+            .map(|(p, _)| *p)
+            .collect();
+        self.void_places(&first)?;
+        if !first.is_empty() && !last.is_empty() {
+            self.flush_members()?;
+        }
+        self.void_places(&last)
     }
 
     fn void_places(&self, places: &[(u32, u32, u32)]) -> io::Result<()> {

@@ -384,7 +384,7 @@ impl StripeSet {
             let at = super::scratch::place_offset(self.scratch_base(), l.unit, t.lane, t.place);
             self.mwrite(slot, &buf, at)?;
             let mut tt = self.rows.lock();
-            tt.place_owner.insert((slot, t.lane, t.place), row);
+            tt.place_owner.insert((slot, t.lane, t.place), (row, seq));
             tt.mount_tags.entry(row).or_default().push(super::MountTag {
                 seq,
                 which,

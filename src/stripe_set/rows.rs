@@ -136,8 +136,9 @@ pub(super) struct RowTable {
     /// began: their scratch tags are voided by that flush, after their
     /// parity in place is durable and before it returns.
     pub retired_rows: Vec<u64>,
-    /// Which row's tag each scratch place `(member, lane, place)` holds.
-    pub place_owner: HashMap<(u32, u32, u32), u64>,
+    /// Which row's tag each scratch place `(member, lane, place)` holds,
+    /// and the tag's seq: (row, seq).
+    pub place_owner: HashMap<(u32, u32, u32), (u64, u64)>,
     /// Places holding tags of rows whose segment's life ended
     /// (`forget_range`): voided by the next flush, after its first member
     /// flush made the segment's tombstone durable, never before (until
@@ -252,7 +253,7 @@ impl RowTable {
         let places: Vec<(u32, u32, u32)> = self
             .place_owner
             .iter()
-            .filter(|(_, r)| (first..end).contains(*r))
+            .filter(|(_, (r, _))| (first..end).contains(r))
             .map(|(p, _)| *p)
             .collect();
         for p in &places {
