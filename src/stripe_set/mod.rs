@@ -806,15 +806,36 @@ impl StripeSet {
     }
 
     /// With every member present: make the parity of every row a scratch tag
-    /// names agree with its data in place (read the row, write its parity),
-    /// flush, void the tags, flush; every lane is free again. Degraded: the
-    /// tags stay (reads need them). Not for read-only mounts.
-    pub fn resync(&self) -> io::Result<()> {
-        let rows: Vec<u64> = self.rows.lock().mount_tags.keys().copied().collect();
-        if self.down_count() > 0 || self.rows.lock().place_owner.is_empty() {
+    /// names, and of every row holding a block of `blocks` (physical
+    /// extents of the segment area: the chunks recovery found past the
+    /// checkpoint), agree with its data in place (read the row, write its
+    /// parity), flush, void the tags, flush; every lane is free again.
+    /// Degraded: nothing (the tags stay, reads need them). Not for
+    /// read-only mounts.
+    ///
+    /// Why the untagged rows (docs/stripes.md §0, finding 4): a crash can
+    /// leave a chunk no FLUSH acknowledged whole on the members while its
+    /// row's new parity in place was lost (the write hole, for data never
+    /// acknowledged). A mount with every member present reads it right,
+    /// replays it and its checkpoint adopts it: from then on it is the
+    /// volume's data, and a member lost later rebuilt it from the stale
+    /// parity (EIO; DST seed 2^20+1 after two cut recovery mounts).
+    pub fn resync(&self, blocks: &[(u64, u32)]) -> io::Result<()> {
+        let l = self.layout;
+        let mut rows: std::collections::BTreeSet<u64> =
+            self.rows.lock().mount_tags.keys().copied().collect();
+        let area_blocks = self.shape.area_bytes() / BS;
+        let row_blocks = l.write_unit() / BS;
+        // MUTANT: replayed-rows-not-resynced s|for &(p, n) in blocks {|for &(p, n) in &blocks[..0] {|
+        for &(p, n) in blocks {
+            let end = p.saturating_add(n as u64).min(area_blocks);
+            if p < end {
+                rows.extend(p / row_blocks..=(end - 1) / row_blocks);
+            }
+        }
+        if self.down_count() > 0 || (self.rows.lock().place_owner.is_empty() && rows.is_empty()) {
             return Ok(());
         }
-        let l = self.layout;
         let u = l.unit as usize;
         for row in rows {
             let mut data = AlignedBuf::new(l.write_unit() as usize);

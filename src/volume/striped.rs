@@ -118,7 +118,13 @@ impl Volume {
     pub fn open_set(set: Arc<StripeSet>, opts: &OpenOptions) -> Result<Volume> {
         // (rows partial at the last shutdown get their parity in place
         // again in `Volume::open`, after recovery: see `resync_after_mount`)
-        // MUTANT: resync-before-recovery-heal s|let mut o = opts.clone();|if !opts.read_only { set.resync()?; } let mut o = opts.clone();|
+        // a superblock copy torn on one member (not the one the engine
+        // reads) is put right before the engine writes the other copy
+        // (docs/stripes.md §0, finding 4)
+        if !opts.read_only {
+            set.repair_superblocks()?;
+        }
+        // MUTANT: resync-before-recovery-heal s|let mut o = opts.clone();|if !opts.read_only { set.resync(&[])?; } let mut o = opts.clone();|
         let mut o = opts.clone();
         o.stripe_set = Some(set.clone());
         Volume::open(Arc::new(SetMedia::new(set)), &o)
@@ -289,15 +295,18 @@ impl Volume {
 
 impl super::Shared {
     /// A read-write mount of a stripe set, after recovery and its repairs:
-    /// the rows partial at the last shutdown get their parity in place
-    /// again (`StripeSet::resync`). Not before recovery: the resync
-    /// computes parity from the data as it is on the members, so a bit
-    /// flipped in a durable block of such a row would be baked into it,
-    /// and recovery could no longer read the block right from the row's
-    /// scratch copy (docs/stripes.md §0 finding 4).
-    pub(crate) fn resync_after_mount(&self) -> Result<()> {
+    /// the rows partial at the last shutdown, and the rows holding the
+    /// chunks recovery found past the checkpoint (`replayed`: physical
+    /// extents), get their parity in place from their data
+    /// (`StripeSet::resync`), durable before the mount's checkpoint adopts
+    /// those chunks. Not before recovery: the resync computes parity from
+    /// the data as it is on the members, so a bit flipped in a durable
+    /// block of such a row would be baked into it, and recovery could no
+    /// longer read the block right from the row's scratch copy
+    /// (docs/stripes.md §0 finding 4).
+    pub(crate) fn resync_after_mount(&self, replayed: &[(u64, u32)]) -> Result<()> {
         if let (Some(set), false) = (&self.opts.stripe_set, self.opts.read_only) {
-            set.resync()?;
+            set.resync(replayed)?;
         }
         Ok(())
     }
