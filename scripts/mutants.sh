@@ -355,6 +355,9 @@ apply_superblock_copies_not_repaired() {
 apply_replayed_rows_not_resynced() {
   marker replayed-rows-not-resynced
 }
+apply_resync_bakes_failing_block() {
+  marker resync-bakes-failing-block
+}
 apply_stripe_rebuild_skips_crc() {
   # the read path's CRC check, which a rebuilt piece passes like any read
   marker read-crc
@@ -685,6 +688,7 @@ run rebuild-scratch-copies-skipped stripe_repair
 run stale-mount-tags-kept dst
 run superblock-copies-not-repaired stripe_set dst
 run replayed-rows-not-resynced dst
+run resync-bakes-failing-block dst
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run heal-ignores-crc stripe_repair
