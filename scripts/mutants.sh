@@ -352,6 +352,15 @@ apply_rebuild_scratch_copies_skipped() {
 apply_stale_mount_tags_kept() {
   marker stale-mount-tags-kept
 }
+apply_superblock_copies_not_repaired() {
+  marker superblock-copies-not-repaired
+}
+apply_replayed_rows_not_resynced() {
+  marker replayed-rows-not-resynced
+}
+apply_resync_bakes_failing_block() {
+  marker resync-bakes-failing-block
+}
 apply_stripe_rebuild_skips_crc() {
   # the read path's CRC check, which a rebuilt piece passes like any read
   marker read-crc
@@ -717,6 +726,9 @@ run runtime-header-heal-skipped stripe_set
 run resync-before-recovery-heal stripe_set dst
 run rebuild-scratch-copies-skipped stripe_repair
 run stale-mount-tags-kept dst
+run superblock-copies-not-repaired stripe_set dst
+run replayed-rows-not-resynced dst
+run resync-bakes-failing-block dst
 run stripe-rebuild-skips-crc stripe_set
 run stale-member-accepted stripe
 run heal-ignores-crc stripe_repair

@@ -198,6 +198,13 @@ pub struct Mounted {
     /// set) after they failed their check: a mount that may write repairs
     /// them in place before it writes anything else.
     pub healed: Vec<Healed>,
+    /// Physical extents `(first block, blocks)` of every chunk the walks
+    /// found at or above the checkpoint's next seq (replayed or not): a
+    /// crash may have left them on a stripe set's rows without those rows'
+    /// parity, so a writable mount with every member present puts that
+    /// parity right before its checkpoint adopts them (docs/stripes.md §0,
+    /// finding 4). Empty after a clean shutdown (nothing is walked).
+    pub replayed: Vec<(u64, u32)>,
 }
 
 /// Read and check the superblock of log device `dev` for volume `sb`: either

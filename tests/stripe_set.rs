@@ -904,3 +904,59 @@ fn a_flipped_chunk_header_is_healed_by_a_read_after_a_clean_mount() {
     }
     assert!(healed > 0, "some flipped header held live data");
 }
+
+/// docs/stripes.md §0 finding 4 (DST seed 2^20+1): the engine reads each
+/// superblock copy from the first member whose copy verifies and writes
+/// the other copy next, so a copy torn on another member by a power cut
+/// stayed torn, and the next cut mount tore that member's other copy:
+/// assembly refused it as no member. A writable mount now rewrites every
+/// superblock copy that fails its check on a member from another member's
+/// before the engine writes anything: each of the four copy places torn on
+/// one member in turn is whole on that member's media once the mount
+/// returns (flushed), and the member alone still identifies itself with
+/// its other head copy torn afterwards.
+#[test]
+fn a_superblock_copy_torn_on_one_member_is_rewritten_at_mount() {
+    use sluice::stripe_set::meta::is_superblock;
+    use sluice::stripe_set::open::read_member;
+    let ms = sim_set(4);
+    let c = CreateOptions {
+        uuid: Some([71; 16]),
+        ..create_opts()
+    };
+    Volume::format_striped(sim_devs(&ms, None), 1, UNIT, &c).unwrap();
+    let vol = Volume::open_striped(sim_devs(&ms, None), &det()).unwrap();
+    let want = scribble(&vol, 60, 5);
+    let tail = vol.stripe_set().unwrap().member_tail_offset() as usize;
+    vol.close().unwrap();
+    drop(vol);
+    let base: Vec<Vec<u8>> = ms.iter().map(|m| m.crash_image(Loss::DropAll, 1)).collect();
+    let who = 2;
+    for at in [0, BS, tail, tail + BS] {
+        let mut images = base.clone();
+        assert!(is_superblock(&images[who][at..at + BS]), "copy at {at}");
+        images[who][at + 100] ^= 0x40;
+        let sims: Vec<Arc<SimMedia>> = images
+            .into_iter()
+            .map(|i| Arc::new(SimMedia::from_image(i)))
+            .collect();
+        let vol = Volume::open_striped(sim_devs(&sims, None), &det())
+            .unwrap_or_else(|e| panic!("copy at {at} torn on member {who}: {e}"));
+        let durable = sims[who].crash_image(Loss::DropAll, 2);
+        assert!(
+            is_superblock(&durable[at..at + BS]),
+            "the mount left the superblock copy at {at} torn on member {who}"
+        );
+        verify(&vol, &want, &format!("copy at {at} torn on member {who}"));
+        drop(vol);
+        // the member's other head copy torn now: it still says who it is
+        let mut alone = durable;
+        let other = if at == BS { 0 } else { BS };
+        alone[other + 100] ^= 0x40;
+        let m = SimMedia::from_image(alone);
+        assert!(
+            read_member(&m).unwrap().is_some(),
+            "member {who} with its head copy at {other} torn after the repair of {at}"
+        );
+    }
+}

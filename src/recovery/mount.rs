@@ -232,6 +232,20 @@ impl MountCtx<'_, '_> {
             log_mirrors: self.log_mirrors,
             log_absent: self.log_absent,
             healed: self.scans.iter().flat_map(|s| s.healed.clone()).collect(),
+            replayed: self
+                .scans
+                .iter()
+                .filter_map(|s| s.walk.as_ref())
+                .flat_map(|w| w.chunks.iter())
+                .filter(|f| f.seq >= base.c_next)
+                .map(|f| {
+                    let sb = self.geo.expect("read_superblocks ran").segment_blocks as u64;
+                    (
+                        f.segment as u64 * sb + f.pos as u64,
+                        f.header.total_blocks(),
+                    )
+                })
+                .collect(),
         })
     }
 }

@@ -269,6 +269,11 @@ impl StripeSet {
         self.rows.lock().mount_tags.len()
     }
 
+    /// The rows `rows_tagged` counts.
+    pub fn tagged_rows(&self) -> Vec<u64> {
+        self.rows.lock().mount_tags.keys().copied().collect()
+    }
+
     /// Member offset of the scratch area (after the tail area).
     pub fn scratch_base(&self) -> u64 {
         self.member_tail_offset() + TAIL_AREA_BYTES
@@ -849,15 +854,35 @@ impl StripeSet {
     }
 
     /// With every member present: make the parity of every row a scratch tag
-    /// names agree with its data in place (read the row, write its parity),
-    /// flush, void the tags, flush; every lane is free again. Degraded: the
-    /// tags stay (reads need them). Not for read-only mounts.
-    pub fn resync(&self) -> io::Result<()> {
-        let rows: Vec<u64> = self.rows.lock().mount_tags.keys().copied().collect();
-        if self.down_count() > 0 || self.rows.lock().place_owner.is_empty() {
+    /// names, and of every row holding a block of `blocks` (physical
+    /// extents of the segment area: the chunks recovery found past the
+    /// checkpoint), agree with its data in place (read the row, write its
+    /// parity), flush, void the tags, flush; every lane is free again.
+    /// Degraded: nothing (the tags stay, reads need them). Not for
+    /// read-only mounts.
+    ///
+    /// Why the untagged rows (docs/stripes.md §0, finding 4): a crash can
+    /// leave a chunk no FLUSH acknowledged whole on the members while its
+    /// row's new parity in place was lost (the write hole, for data never
+    /// acknowledged). A mount with every member present reads it right,
+    /// replays it and its checkpoint adopts it: from then on it is the
+    /// volume's data, and a member lost later rebuilt it from the stale
+    /// parity (EIO; DST seed 2^20+1 after two cut recovery mounts).
+    ///
+    /// `keep`: rows of `blocks` to leave as they are (the volume found a
+    /// block in them failing its check that it could not heal: parity
+    /// recomputed from it would bake it in). Rows tags name are resynced
+    /// whatever `keep` says.
+    pub fn resync(&self, blocks: &[(u64, u32)], keep: &[u64]) -> io::Result<()> {
+        let l = self.layout;
+        let tagged: std::collections::BTreeSet<u64> =
+            self.rows.lock().mount_tags.keys().copied().collect();
+        let mut rows = self.replayed_rows(blocks);
+        rows.retain(|r| !keep.contains(r));
+        rows.extend(tagged);
+        if self.down_count() > 0 || (self.rows.lock().place_owner.is_empty() && rows.is_empty()) {
             return Ok(());
         }
-        let l = self.layout;
         let u = l.unit as usize;
         for row in rows {
             let mut data = AlignedBuf::new(l.write_unit() as usize);
@@ -927,6 +952,23 @@ impl StripeSet {
             self.flush_members()?;
         }
         self.void_places(&last)
+    }
+
+    /// The rows holding a block of `blocks` (physical extents of the
+    /// segment area: the chunks recovery found past the checkpoint), which
+    /// a writable mount with every member present resyncs (`resync`).
+    pub fn replayed_rows(&self, blocks: &[(u64, u32)]) -> std::collections::BTreeSet<u64> {
+        let area_blocks = self.shape.area_bytes() / BS;
+        let row_blocks = self.layout.write_unit() / BS;
+        let mut rows = std::collections::BTreeSet::new();
+        // MUTANT: replayed-rows-not-resynced s|for &(p, n) in blocks {|for &(p, n) in &blocks[..0] {|
+        for &(p, n) in blocks {
+            let end = p.saturating_add(n as u64).min(area_blocks);
+            if p < end {
+                rows.extend(p / row_blocks..=(end - 1) / row_blocks);
+            }
+        }
+        rows
     }
 
     fn void_places(&self, places: &[(u32, u32, u32)]) -> io::Result<()> {

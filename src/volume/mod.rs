@@ -1023,7 +1023,7 @@ impl Volume {
             sh.repair_healed(&m.healed, &uuid);
         }
         let r = sh
-            .resync_after_mount()
+            .resync_after_mount(&m.replayed)
             .and_then(|_| sh.finish_mount(&m.wipe, needs_checkpoint, m.superblock_repair))
             .and_then(|_| match (&m.log, log_start) {
                 (Some(log), Some(start)) => sh.finish_log(log, start),

@@ -118,7 +118,13 @@ impl Volume {
     pub fn open_set(set: Arc<StripeSet>, opts: &OpenOptions) -> Result<Volume> {
         // (rows partial at the last shutdown get their parity in place
         // again in `Volume::open`, after recovery: see `resync_after_mount`)
-        // MUTANT: resync-before-recovery-heal s|let mut o = opts.clone();|if !opts.read_only { set.resync()?; } let mut o = opts.clone();|
+        // a superblock copy torn on one member (not the one the engine
+        // reads) is put right before the engine writes the other copy
+        // (docs/stripes.md §0, finding 4)
+        if !opts.read_only {
+            set.repair_superblocks()?;
+        }
+        // MUTANT: resync-before-recovery-heal s|let mut o = opts.clone();|if !opts.read_only { set.resync(&[], &[])?; } let mut o = opts.clone();|
         let mut o = opts.clone();
         o.stripe_set = Some(set.clone());
         Volume::open(Arc::new(SetMedia::new(set)), &o)
@@ -289,17 +295,79 @@ impl Volume {
 
 impl super::Shared {
     /// A read-write mount of a stripe set, after recovery and its repairs:
-    /// the rows partial at the last shutdown get their parity in place
-    /// again (`StripeSet::resync`). Not before recovery: the resync
-    /// computes parity from the data as it is on the members, so a bit
-    /// flipped in a durable block of such a row would be baked into it,
-    /// and recovery could no longer read the block right from the row's
-    /// scratch copy (docs/stripes.md §0 finding 4).
-    pub(crate) fn resync_after_mount(&self) -> Result<()> {
+    /// the rows partial at the last shutdown, and the rows holding the
+    /// chunks recovery found past the checkpoint (`replayed`: physical
+    /// extents), get their parity in place from their data
+    /// (`StripeSet::resync`), durable before the mount's checkpoint adopts
+    /// those chunks. Not before recovery: the resync computes parity from
+    /// the data as it is on the members, so a bit flipped in a durable
+    /// block of such a row would be baked into it, and recovery could no
+    /// longer read the block right from the row's scratch copy
+    /// (docs/stripes.md §0 finding 4).
+    pub(crate) fn resync_after_mount(&self, replayed: &[(u64, u32)]) -> Result<()> {
         if let (Some(set), false) = (&self.opts.stripe_set, self.opts.read_only) {
-            set.resync()?;
+            let keep = self.rows_failing_checks(set, replayed);
+            set.resync(replayed, &keep)?;
         }
         Ok(())
+    }
+
+    /// Every block of the rows the mount's resync recomputes (rows a scratch
+    /// tag names, rows holding a chunk found past the checkpoint) that
+    /// fails its check (by the segment's chunk headers, below its fill) is
+    /// healed first (`heal`: from the row's scratch copy or its parity):
+    /// parity recomputed from the data as it is would bake the wrong bytes
+    /// in, and the block could never be read right again (found by the
+    /// DST: a bit flipped in a flushed block of an old chunk, which
+    /// recovery's walk does not check, answered EIO after the resync of
+    /// its row: docs/stripes.md §0 finding 4, the flip). Returns the
+    /// untagged rows where that fails: their parity stays as it is.
+    fn rows_failing_checks(&self, set: &StripeSet, replayed: &[(u64, u32)]) -> Vec<u64> {
+        let tagged = set.tagged_rows();
+        let mut rows = set.replayed_rows(replayed);
+        rows.extend(tagged.iter().copied());
+        if rows.is_empty() || set.status().degraded() {
+            return Vec::new();
+        }
+        let sb = self.geo.segment_blocks;
+        let rb = set.layout.write_unit() / crate::format::BLOCK_BYTES as u64;
+        let mut known_of: std::collections::HashMap<u32, Option<Known>> = Default::default();
+        let mut buf = crate::media::AlignedBuf::new(crate::format::BLOCK_BYTES);
+        let mut keep = Vec::new();
+        for row in rows {
+            let mut bad = false;
+            for p in row * rb..(row + 1) * rb {
+                let seg = (p / sb as u64) as u32;
+                let (fill, uuid) = {
+                    let c = self.core.lock();
+                    (c.segs.segs[seg as usize].fill, c.uuid)
+                };
+                let known = known_of
+                    .entry(seg)
+                    .or_insert_with(|| self.blocks_known(seg, fill, &uuid).map(|k| k.0));
+                let Some(known) = known else {
+                    continue;
+                };
+                let judged = match self.store.read(p, &mut buf) {
+                    Ok(()) => judge(known, seg, sb, &uuid, p, &buf),
+                    Err(_) => Some(false),
+                };
+                // MUTANT: resync-bakes-failing-block s|if judged == Some(false) && !self.heal(None, p as u32, false) {|if false {|
+                if judged == Some(false) && !self.heal(None, p as u32, false) {
+                    bad = true;
+                }
+            }
+            // a row a tag names is resynced all the same (its tags are
+            // voided with every other); healed first where it can be
+            if bad && !tagged.contains(&row) {
+                tracing::warn!(
+                    "{}: row {row} holds a block that fails its check and cannot be healed: its parity is not resynced",
+                    self.store.describe()
+                );
+                keep.push(row);
+            }
+        }
+        keep
     }
 
     /// Rewrite in place the blocks recovery read right from their rows
