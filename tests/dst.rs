@@ -584,7 +584,10 @@ fn widen_writes(p: Vec<Planned>, blocks: u64) -> Vec<Planned> {
                 _,
             ) = &mut x.act
             {
-                if *offset % bs == 0 && *len as u64 % bs == 0 && *seed % 3 == 0 {
+                if offset.is_multiple_of(bs)
+                    && (*len as u64).is_multiple_of(bs)
+                    && seed.is_multiple_of(3)
+                {
                     let nb = (16 + (*seed >> 8) % 33).min(blocks);
                     *offset = (*offset / bs).min(blocks - nb) * bs;
                     *len = (nb * bs) as usize;
