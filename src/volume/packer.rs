@@ -114,6 +114,32 @@ fn push_entry(out: &mut Vec<Entry>, lba: u64, kind: Kind, count: u32) {
     }
 }
 
+/// The records of `job`'s chunk stored as it was (every data block raw, in
+/// its staged place).
+fn raw_records(job: &PackJob) -> Vec<Rec> {
+    let mut records = Vec::with_capacity(job.crcs.len() + job.entries.len());
+    let mut idx = 0u32;
+    for e in &job.entries {
+        if e.kind == Kind::Data {
+            for k in 0..e.count {
+                records.push(Rec::Raw {
+                    lba: e.lba + k as u64,
+                    old: idx as u8,
+                    new: idx,
+                });
+                idx += 1;
+            }
+        } else {
+            records.push(Rec::Virt {
+                lba: e.lba,
+                count: e.count,
+                v: crate::map::virt_of(e.kind).expect("virtual kind"),
+            });
+        }
+    }
+    records
+}
+
 /// Pack one staged chunk (off the engine lock).
 pub fn pack(job: &PackJob, z: &mut Compressor) -> PackedChunk {
     let block = |i: usize| &job.raw[(1 + i) * BLOCK_BYTES..(2 + i) * BLOCK_BYTES];
@@ -183,39 +209,14 @@ pub fn pack(job: &PackJob, z: &mut Compressor) -> PackedChunk {
     {
         tally.fragments = 0;
         tally.stored_blocks = raw_total as u64;
-        if packed_blocks == 0 {
-            // every block stayed raw (random data, the common case here):
-            // each `Rec::Raw` above already has `new == old`
+        // every block stayed raw (random data, the common case here): each
+        // `Rec::Raw` above already has `new == old`; else rebuild them so
+        let records = if packed_blocks == 0 {
             debug_assert!(raw_of.iter().enumerate().all(|(j, &i)| i == j));
-            return PackedChunk {
-                entries: job.entries.clone(),
-                crcs: job.crcs.clone(),
-                image: None,
-                raw_blocks: raw_total as u32,
-                records,
-                tally,
-            };
-        }
-        let mut records = Vec::with_capacity(records.len());
-        let mut idx = 0u32;
-        for e in &job.entries {
-            if e.kind == Kind::Data {
-                for k in 0..e.count {
-                    records.push(Rec::Raw {
-                        lba: e.lba + k as u64,
-                        old: idx as u8,
-                        new: idx,
-                    });
-                    idx += 1;
-                }
-            } else {
-                records.push(Rec::Virt {
-                    lba: e.lba,
-                    count: e.count,
-                    v: crate::map::virt_of(e.kind).expect("virtual kind"),
-                });
-            }
-        }
+            records
+        } else {
+            raw_records(job)
+        };
         return PackedChunk {
             entries: job.entries.clone(),
             crcs: job.crcs.clone(),
