@@ -2460,19 +2460,17 @@ fn dst_seeded_sweep() {
     );
 }
 
-/// Batched writes (`Volume::write_many`, issue 22): seeds from
-/// `WRITE_MANY_SEEDS` (SLUICE_DST_WRITE_MANY_SEEDS, default 12, from
-/// SLUICE_DST_WRITE_MANY_BASE), the same record run, prefix replay at every
-/// media op, live cuts and EIO runs as the sweep, with writes batched.
-#[test]
-fn dst_write_many() {
-    let seeds = env_u64("SLUICE_DST_WRITE_MANY_SEEDS", 12);
-    let first = WRITE_MANY_SEEDS + env_u64("SLUICE_DST_WRITE_MANY_BASE", 0);
+/// Run `seeds` seeds from `base` + the env var `base_env` (default 0) as the
+/// sweep runs them (record run, prefix replay at every media op, live cuts
+/// and EIO runs), print what ran, fail on the first failing seed and when
+/// not every seed ran. Returns the tally, the first seed and the count.
+fn run_seed_range(label: &str, base: u64, base_env: &str, seeds: u64) -> (Tally, u64, u64) {
+    let first = base + env_u64(base_env, 0);
     let stride = env_u64("SLUICE_DST_STRIDE", 1);
     let t0 = std::time::Instant::now();
     let (t, done, ops, fail) = run_seeds(first, seeds, u64::MAX, 2, None, None, stride);
     println!(
-        "dst write_many: seeds {first}..{} ({done} seeds), {ops} media ops cut at, in {:.1}s",
+        "dst {label}: seeds {first}..{} ({done} seeds), {ops} media ops cut at, in {:.1}s",
         first + done,
         t0.elapsed().as_secs_f64()
     );
@@ -2481,6 +2479,21 @@ fn dst_write_many() {
         panic!("{e}\nreproduce: scripts/dst {seed}");
     }
     assert_eq!(done, seeds, "every seed ran");
+    (t, first, seeds)
+}
+
+/// Batched writes (`Volume::write_many`, issue 22): seeds from
+/// `WRITE_MANY_SEEDS` (SLUICE_DST_WRITE_MANY_SEEDS, default 12, from
+/// SLUICE_DST_WRITE_MANY_BASE), the same record run, prefix replay at every
+/// media op, live cuts and EIO runs as the sweep, with writes batched.
+#[test]
+fn dst_write_many() {
+    let (t, first, seeds) = run_seed_range(
+        "write_many",
+        WRITE_MANY_SEEDS,
+        "SLUICE_DST_WRITE_MANY_BASE",
+        env_u64("SLUICE_DST_WRITE_MANY_SEEDS", 12),
+    );
     // the plans must hold batches at all (the merge is not a no-op)
     let batches: usize = (first..first + seeds)
         .map(|s| {
@@ -2505,21 +2518,12 @@ fn dst_write_many() {
 /// shapes of seeds 3-5 are compressed volumes, whose large writes do not).
 #[test]
 fn dst_streamed_writes() {
-    let seeds = env_u64("SLUICE_DST_STREAM_SEEDS", 3);
-    let first = STREAM_SEEDS + env_u64("SLUICE_DST_STREAM_BASE", 0);
-    let stride = env_u64("SLUICE_DST_STRIDE", 1);
-    let t0 = std::time::Instant::now();
-    let (t, done, ops, fail) = run_seeds(first, seeds, u64::MAX, 2, None, None, stride);
-    println!(
-        "dst streamed writes: seeds {first}..{} ({done} seeds), {ops} media ops cut at, in {:.1}s",
-        first + done,
-        t0.elapsed().as_secs_f64()
+    let (t, first, seeds) = run_seed_range(
+        "streamed writes",
+        STREAM_SEEDS,
+        "SLUICE_DST_STREAM_BASE",
+        env_u64("SLUICE_DST_STREAM_SEEDS", 3),
     );
-    print_tally(&t);
-    if let Some((seed, e)) = fail {
-        panic!("{e}\nreproduce: scripts/dst {seed}");
-    }
-    assert_eq!(done, seeds, "every seed ran");
     // the plans must hold writes long enough to stream, on volumes that
     // stream them (not compressed, not a stripe set)
     let long: usize = (first..first + seeds)
