@@ -110,8 +110,9 @@ impl StripeSet {
             for (m, c) in copies.iter().enumerate() {
                 // (a member that cannot be read here is down or being
                 // rebuilt: not ours to write)
-                // MUTANT: superblock-copies-not-repaired s|c.as_ref().is_none_or(|b| meta::is_superblock(b))|true|
-                if c.as_ref().is_none_or(|b| meta::is_superblock(b)) {
+                let whole_or_absent = c.as_ref().is_none_or(|b| meta::is_superblock(b));
+                // MUTANT: superblock-copies-not-repaired s|if whole_or_absent {|if true {|
+                if whole_or_absent {
                     continue;
                 }
                 let mut id = self.members[m].ident;
