@@ -8,6 +8,9 @@
 #
 #   scripts/mutants.sh             # every mutation
 #   scripts/mutants.sh gap-rule    # only mutations whose name contains "gap-rule"
+#   scripts/mutants.sh --check     # apply each mutation to the copy and check it
+#                                  # changes the source, without building or testing
+#                                  # (seconds; tests/mutation_list.rs runs it in CI)
 #
 # MUTANTS_DIR (default /tmp/sluice-mutants-N, N a checksum of this checkout's
 # path, so two worktrees never share one) holds the copy and its own cargo
@@ -23,6 +26,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=${MUTANTS_DIR:-/tmp/sluice-mutants-$(printf %s "$root" | cksum | cut -d' ' -f1)}
 tree=$work/tree
 export CARGO_TARGET_DIR=$work/target
+check=0
+if [ "${1:-}" = --check ]; then
+  check=1
+  shift
+fi
 only=${1:-}
 
 mkdir -p "$work"
@@ -70,7 +78,10 @@ for d, _, files in os.walk(src):
             rest = l[at + len(tag):].strip()
             if rest.startswith("s|"):
                 parts = rest.split("|")
-                if len(parts) < 4 or parts[1] not in lines[i + 1]:
+                # s|A|B| and nothing else: A and B may not hold a '|'
+                if len(parts) != 4 or parts[3] != "" or not parts[1] or parts[1] == parts[2]:
+                    sys.exit(f"{p}:{i+1}: marker is not s|A|B| (A, B without '|', A != B)")
+                if lines[i + 1].count(parts[1]) != 1:
                     sys.exit(f"{p}:{i+2}: marker substitution does not apply")
                 lines[i + 1] = lines[i + 1].replace(parts[1], parts[2], 1)
             else:
@@ -99,10 +110,20 @@ run() {
   local rc=$?
   if [ $rc -eq 2 ]; then
     results+=("$name|not applicable (no marker)|")
+    [ "$check" = 1 ] && fail=1 # --check: a marker that went away is an error
     return
   elif [ $rc -ne 0 ]; then
     results+=("$name|MUTATION DID NOT APPLY|$out")
     fail=1
+    return
+  fi
+  if [ "$check" = 1 ]; then
+    if diff -rq "$pristine" "$tree/src" >/dev/null; then
+      results+=("$name|CHANGES NOTHING|$out")
+      fail=1
+    else
+      results+=("$name|applies|$*")
+    fi
     return
   fi
   local args=()
@@ -135,7 +156,7 @@ apply_block_crc_wrong_polynomial() {
   marker block-crc-wrong-polynomial
 }
 apply_replay_skips_crc() {
-  replace src/recovery.rs 'match chunk::verify(whole, uuid) {' 'match ChunkHeader::decode(whole) {'
+  marker replay-skips-crc
 }
 apply_gap_rule_removed() {
   replace src/recovery.rs 'if f.seq > expected && f.seq > w {' 'if f.seq > expected {'
@@ -163,6 +184,7 @@ a = """        if needs_checkpoint {
 """
 b = """        if !wipe.is_empty() {
             self.commit.wipe(wipe)?;
+            self.core.lock().segs.wiped(wipe);
         }
 """
 # the wipes move in front of the checkpoint (whatever stands between them,
@@ -255,8 +277,8 @@ apply_host_crc_of_wrong_block() {
 apply_idle_discard_skipped() {
   replace src/volume/housekeeper.rs '        if idle_ahead && idle_ms >= 1000 && self.commit.discard_enabled() {' '        if false && idle_ahead && idle_ms >= 1000 && self.commit.discard_enabled() {'
 }
-apply_log_replay_skipped() {
-  replace src/recovery.rs '        let Some((h, crc, img)) = found else {' '        let Some((h, crc, img)) = found.filter(|_| false) else {'
+apply_ring_replay_skipped() {
+  marker ring-replay-skipped
 }
 apply_record_crc_unchecked() {
   marker record-crc-unchecked
@@ -694,7 +716,7 @@ run block-crc-wrong-polynomial lib
 run write-many-order engine
 run idle-discard-skipped host_full
 run discard-unwiped superblock_ends
-run log-replay-skipped intent_log dst
+run ring-replay-skipped intent_log dst
 run record-crc-unchecked dst
 run flush-before-record dst
 run ring-freed-early intent_log dst
@@ -821,6 +843,20 @@ run staged-plan-ignores-close lib
 run gc-fragments-in-record-order compression
 run tune-off-ignored compression
 
+if [ "$check" = 1 ] && [ -z "$only" ]; then
+  # the list itself: one apply_ per name (bash keeps the last of two), and
+  # every marker in src/ reached by an apply_ (else it is never run)
+  for f in $(grep -oE '^apply_[a-z0-9_]+\(\)' "$0" | sort | uniq -d); do
+    results+=("$f|DEFINED TWICE (the first is never run)|")
+    fail=1
+  done
+  for m in $(grep -rhoE '// MUTANT: [a-z0-9-]+' "$root/src" | awk '{print $3}' | sort -u); do
+    if ! grep -qE "^  marker $m\$" "$0"; then
+      results+=("$m|MARKER WITHOUT apply_|")
+      fail=1
+    fi
+  done
+fi
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"
 for r in "${results[@]}"; do

@@ -576,6 +576,7 @@ pub fn replay_intent_log(
     let mut after_gap = false;
     // every record takes at least one sector, and a place holds one record:
     // the walk cannot go round the ring more than once
+    // MUTANT: ring-replay-skipped s|0..=ring.1 / sector|0..0|
     for _ in 0..=ring.1 / sector {
         let mut found = read_record(media, ring, at, &sb.uuid, seq, chain)?;
         let mut pos = at;
@@ -1036,6 +1037,7 @@ pub fn walk_image(
                     prev = Some(h.seq);
                     // a chunk with Packed entries: its packed tables must chain
                     // and hold the fragments its entries name
+                    // MUTANT: replay-skips-crc s|chunk::verify(whole, uuid)|ChunkHeader::decode(whole)|
                     let placed = chunk::verify(whole, uuid)
                         .and_then(|_| codec::fragments(&h, 0, &whole[BLOCK_BYTES..]));
                     match placed {
