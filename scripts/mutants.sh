@@ -657,6 +657,15 @@ apply_gc_fragments_in_record_order() {
 apply_tune_off_ignored() {
   marker tune-off-ignored
 }
+apply_direct_never_set() {
+  marker direct-never-set
+}
+apply_direct_never_samples() {
+  marker direct-never-samples
+}
+apply_direct_run_not_reset() {
+  marker direct-run-not-reset
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -820,6 +829,9 @@ run prune-past-unwritten-chunk lib
 run staged-plan-ignores-close lib
 run gc-fragments-in-record-order compression
 run tune-off-ignored compression
+run direct-never-set compression
+run direct-never-samples compression
+run direct-run-not-reset compression
 
 printf '\n%-22s | %-30s | %s\n' mutation result "first failing test (or tests run)"
 printf '%s\n' "-----------------------+--------------------------------+-----------------------------------"
