@@ -1048,3 +1048,65 @@ fn an_incompressible_stream_writes_direct_chunks_until_data_compresses_again() {
         assert!(report.is_clean(), "{log:?}: check: {report:?}");
     }
 }
+
+/// Direct chunks under the threads that ship (background housekeeper, 8
+/// writer threads, the sealing thread samples): random data turns the
+/// stream direct for nearly all its blocks, every block reads back, and the
+/// volume mounts again with them.
+#[test]
+fn threads_writing_random_data_get_direct_chunks() {
+    let blocks = 4096u64;
+    let (c, bytes) = create_opts(blocks, 0.15, Compression::Lz4, None);
+    let (_media, m) = mem(bytes);
+    let opts = sluice::OpenOptions {
+        background: true,
+        ..Default::default()
+    };
+    let vol = Arc::new(Volume::create(m(), &c, &opts).unwrap());
+    let threads = 8u64;
+    let per = blocks / threads;
+    let finals: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let vol = vol.clone();
+                s.spawn(move || {
+                    use rand::{Rng, SeedableRng};
+                    let mut r = rand::rngs::SmallRng::seed_from_u64(t + 200);
+                    let mut mine = vec![vec![0u8; BS]; per as usize];
+                    for i in 0..2000u64 {
+                        let b = r.gen_range(0..per);
+                        let data = payload(BS, t * 1_000_000 + i, Fill::Random);
+                        vol.write((t * per + b) * BS as u64, &data, false).unwrap();
+                        mine[b as usize] = data;
+                    }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    vol.flush().unwrap();
+    let z = vol.stats().compress;
+    let host = z.host_bytes / BS as u64;
+    assert!(host > 15_000, "{z:?}");
+    assert_eq!(z.fragments, 0, "{z:?}");
+    assert!(
+        z.direct_blocks * 10 >= host * 9,
+        "random data from {threads} threads: {} of {host} blocks direct",
+        z.direct_blocks
+    );
+    let check = |vol: &Volume, what: &str| {
+        let mut buf = vec![0u8; BS];
+        for (t, mine) in finals.iter().enumerate() {
+            for (b, want) in mine.iter().enumerate() {
+                let lba = t as u64 * per + b as u64;
+                vol.read(lba * BS as u64, &mut buf).unwrap();
+                assert!(buf == *want, "{what}: block {lba}");
+            }
+        }
+    };
+    check(&vol, "while mounted");
+    drop(vol); // crash after the flush
+    let vol = Volume::open(m(), &opts).unwrap();
+    check(&vol, "after a crash");
+}
