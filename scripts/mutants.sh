@@ -679,6 +679,15 @@ apply_gc_fragments_in_record_order() {
 apply_tune_off_ignored() {
   marker tune-off-ignored
 }
+apply_direct_never_set() {
+  marker direct-never-set
+}
+apply_direct_never_samples() {
+  marker direct-never-samples
+}
+apply_direct_run_not_reset() {
+  marker direct-run-not-reset
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -842,6 +851,9 @@ run prune-past-unwritten-chunk lib
 run staged-plan-ignores-close lib
 run gc-fragments-in-record-order compression
 run tune-off-ignored compression
+run direct-never-set compression
+run direct-never-samples compression
+run direct-run-not-reset compression
 
 if [ "$check" = 1 ] && [ -z "$only" ]; then
   # the list itself: one apply_ per name (bash keeps the last of two), and

@@ -296,6 +296,10 @@ pub struct CompressStats {
     pub skipped_share: f64,
     /// Those blocks.
     pub skipped_blocks: u64,
+    /// Of the skipped blocks, those stored in direct chunks: the user stream
+    /// looked incompressible, so they were not tested, only one in 16
+    /// sampled (docs/compression.md, "Direct chunks").
+    pub direct_blocks: u64,
     /// Live map entries that are fragments now (from the segment table).
     pub live_fragments: u64,
 }

@@ -944,3 +944,169 @@ fn compression_works_with_a_log_device_and_a_stripe_set_refuses_it() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Direct chunks (docs/compression.md "Direct chunks"): a user stream of
+/// random data turns direct after `DIRECT_AFTER` tested blocks (its chunks
+/// placed at open, untested, sampled), compressible data stages it again
+/// within two chunks, and data with a compressible block in every three
+/// never turns direct. Every block reads back after crashes in each mode
+/// and `check` is clean. With and without an intent log.
+#[test]
+fn an_incompressible_stream_writes_direct_chunks_until_data_compresses_again() {
+    use sluice::volume::DIRECT_AFTER;
+    for log in [None, Some(256 << 10)] {
+        let blocks = 1024u64;
+        let chunk = 31u64; // data blocks of a full chunk (32-block segments)
+        let (c, bytes) = create_opts(blocks, 0.2, Compression::Lz4, log);
+        let (media, m) = mem(bytes);
+        let opts = det_open(1 << 20);
+        let vol = Volume::create(m(), &c, &opts).unwrap();
+        let mut reference = vec![vec![0u8; BS]; blocks as usize];
+        let write = |vol: &Volume, reference: &mut Vec<Vec<u8>>, at: u64, data: &[u8]| {
+            vol.write(at * BS as u64, data, false).unwrap();
+            for (k, b) in data.chunks(BS).enumerate() {
+                reference[at as usize + k] = b.to_vec();
+            }
+        };
+
+        // 1. random data, 4-block writes: 3,000 blocks, most of them direct
+        let n1 = 3000u64;
+        for i in 0..n1 / 4 {
+            write(
+                &vol,
+                &mut reference,
+                i * 4 % blocks,
+                &payload(4 * BS, i, Fill::Random),
+            );
+        }
+        let z = vol.stats().compress;
+        assert_eq!(z.fragments, 0, "{log:?}: {z:?}");
+        // (counted at seal: the open chunk's blocks not yet)
+        let counted = z.host_bytes / BS as u64;
+        assert!(counted <= n1 && counted + chunk > n1, "{z:?}");
+        assert!(
+            z.direct_blocks + DIRECT_AFTER + 3 * chunk >= n1,
+            "{log:?}: the stream turned direct after {DIRECT_AFTER} tested blocks and a chunk or two: {z:?}"
+        );
+        assert_eq!(z.skipped_blocks, counted, "{z:?}");
+        // a crash while direct (mounts start staged)
+        vol.flush().unwrap();
+        drop(vol);
+        let vol = open(m(), &opts);
+        assert_reads(&vol, &reference, "after a crash while direct");
+        for i in 0..n1 / 4 {
+            write(
+                &vol,
+                &mut reference,
+                i * 4 % blocks,
+                &payload(4 * BS, n1 + i, Fill::Random),
+            );
+        }
+        let direct = vol.stats().compress.direct_blocks;
+        assert!(direct + DIRECT_AFTER + 3 * chunk >= n1, "{direct}");
+
+        // 2. fio-style 50% compressible blocks: compressed again after at
+        // most three chunks stored raw (the direct chunk open at the change,
+        // whose samples may all be older random blocks; the next, sampled;
+        // the one opened at its seal)
+        let n2 = 600u64;
+        let before = vol.stats().compress;
+        for i in 0..n2 / 4 {
+            let mut d = payload(4 * BS, 10_000 + i, Fill::Random);
+            for b in d.chunks_mut(BS) {
+                b[BS / 2..].fill(0);
+            }
+            write(&vol, &mut reference, i * 4 % blocks, &d);
+        }
+        let z = vol.stats().compress;
+        let frags = z.fragments - before.fragments;
+        assert!(
+            frags + 3 * chunk >= n2,
+            "{log:?}: compressible data stored raw past three chunks: {frags} of {n2} fragments"
+        );
+        assert!(z.direct_blocks - before.direct_blocks <= 3 * chunk, "{z:?}");
+
+        // 3. mixed data (a random block in three) never turns direct
+        let before = vol.stats().compress;
+        for i in 0..600u64 {
+            write(&vol, &mut reference, i * 4 % blocks, &mixed(4, 20_000 + i));
+        }
+        let z = vol.stats().compress;
+        assert_eq!(
+            z.direct_blocks, before.direct_blocks,
+            "{log:?}: mixed data turned the stream direct: {z:?}"
+        );
+        assert!(z.fragments - before.fragments >= 1500, "{z:?}");
+        assert_reads(&vol, &reference, "before the crash");
+        vol.flush().unwrap();
+        drop(vol); // crash
+        let vol = open(m(), &opts);
+        assert_reads(&vol, &reference, "after a crash");
+        vol.close().unwrap();
+        drop(vol);
+        let report = sluice::check::check(&*media);
+        assert!(report.is_clean(), "{log:?}: check: {report:?}");
+    }
+}
+
+/// Direct chunks under the threads that ship (background housekeeper, 8
+/// writer threads, the sealing thread samples): random data turns the
+/// stream direct for nearly all its blocks, every block reads back, and the
+/// volume mounts again with them.
+#[test]
+fn threads_writing_random_data_get_direct_chunks() {
+    let blocks = 4096u64;
+    let (c, bytes) = create_opts(blocks, 0.15, Compression::Lz4, None);
+    let (_media, m) = mem(bytes);
+    let opts = sluice::OpenOptions {
+        background: true,
+        ..Default::default()
+    };
+    let vol = Arc::new(Volume::create(m(), &c, &opts).unwrap());
+    let threads = 8u64;
+    let per = blocks / threads;
+    let finals: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let vol = vol.clone();
+                s.spawn(move || {
+                    use rand::{Rng, SeedableRng};
+                    let mut r = rand::rngs::SmallRng::seed_from_u64(t + 200);
+                    let mut mine = vec![vec![0u8; BS]; per as usize];
+                    for i in 0..2000u64 {
+                        let b = r.gen_range(0..per);
+                        let data = payload(BS, t * 1_000_000 + i, Fill::Random);
+                        vol.write((t * per + b) * BS as u64, &data, false).unwrap();
+                        mine[b as usize] = data;
+                    }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    vol.flush().unwrap();
+    let z = vol.stats().compress;
+    let host = z.host_bytes / BS as u64;
+    assert!(host > 15_000, "{z:?}");
+    assert_eq!(z.fragments, 0, "{z:?}");
+    assert!(
+        z.direct_blocks * 10 >= host * 9,
+        "random data from {threads} threads: {} of {host} blocks direct",
+        z.direct_blocks
+    );
+    let check = |vol: &Volume, what: &str| {
+        let mut buf = vec![0u8; BS];
+        for (t, mine) in finals.iter().enumerate() {
+            for (b, want) in mine.iter().enumerate() {
+                let lba = t as u64 * per + b as u64;
+                vol.read(lba * BS as u64, &mut buf).unwrap();
+                assert!(buf == *want, "{what}: block {lba}");
+            }
+        }
+    };
+    check(&vol, "while mounted");
+    drop(vol); // crash after the flush
+    let vol = Volume::open(m(), &opts).unwrap();
+    check(&vol, "after a crash");
+}

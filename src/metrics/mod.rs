@@ -600,6 +600,14 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_compress_direct_blocks_total",
+        "counter",
+        "Of the skipped blocks, those stored untested in direct chunks (an incompressible stream, sampled one block in 16).",
+        |x| one(x.st.compress.direct_blocks),
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_logical_bytes",
         "gauge",
         "Exported size.",

@@ -156,9 +156,27 @@ pub struct Core {
     /// promised (`user_spare` empty): 0 while the plan follows `place`
     /// (such a take may dip into the GC reserve, or find none: ENOSPC).
     pub unplanned_takes: u64,
+    /// A compressed volume's user stream looks incompressible: its user
+    /// chunks are opened at a final place, as an uncompressed volume's
+    /// (no staging, packing or placement), and only sampled after their seal
+    /// (`to_sample`). Set when `packer::DIRECT_AFTER` tested blocks in a row
+    /// were not kept (`note_packed`), cleared when a packed chunk kept one
+    /// or a sample compressed (`note_compressible`). RAM only: a mount
+    /// starts staged. The first chunk sealed after it is set is placed raw
+    /// at its seal (`seal_slot`), so the next one can open direct.
+    pub direct: bool,
+    /// Tested data blocks in a row that LZ4 did not keep.
+    incompressible_run: u64,
+    /// Sealed direct user chunks whose sample is due (image, data blocks):
+    /// taken by the sealing thread (`Shared::pack_staged`).
+    pub to_sample: Vec<(Arc<crate::media::AlignedBuf>, u32)>,
 }
 
 pub use crate::map::{kind_of, virt_of};
+
+/// Sealed direct chunks kept for their sample at most (a path that seals
+/// without sampling after cannot hold many images: the rest go unsampled).
+const MAX_TO_SAMPLE: usize = 8;
 
 impl Core {
     pub fn new(geo: Geometry, uuid: [u8; 16], map: Map, segs: SegmentTable, next_seq: u64) -> Core {
@@ -201,6 +219,9 @@ impl Core {
             packed_tally: Default::default(),
             user_spare: VecDeque::new(),
             unplanned_takes: 0,
+            direct: false,
+            incompressible_run: 0,
+            to_sample: Vec::new(),
         }
     }
 
@@ -338,7 +359,7 @@ impl Core {
         if let Some(id) = ch.staged {
             // a compressed volume's user chunk: sequenced now, packed off the
             // lock, placed in seq order (`place_ready`)
-            self.staged.push_back(super::packer::StagedChunk {
+            let mut st = super::packer::StagedChunk {
                 id,
                 seq,
                 durable_seq,
@@ -350,7 +371,28 @@ impl Core {
                 raw: Arc::new(ch.image),
                 taken: false,
                 packed: None,
-            });
+            };
+            if self.direct && self.staged.is_empty() && self.can_place(1 + st.crcs.len() as u32) {
+                // the stream turned incompressible while this chunk was
+                // open: place it raw now, untested (sampled like a direct
+                // chunk), so the next user chunk opens direct
+                let n = st.crcs.len();
+                st.packed = Some(super::packer::PackedChunk {
+                    entries: st.entries.clone(),
+                    crcs: st.crcs.clone(),
+                    image: None,
+                    raw_blocks: n as u32,
+                    records: super::packer::raw_records(&st.entries, n),
+                    tally: super::packer::Tally::untested(n as u64),
+                });
+                self.place(st, out);
+                if n > 0 && self.to_sample.len() < MAX_TO_SAMPLE {
+                    let image = out.last().expect("placed").image.clone();
+                    self.to_sample.push((image, n as u32));
+                }
+                return;
+            }
+            self.staged.push_back(st);
             return;
         }
         if let (Stream::Gc, Some(l)) = (ch.stream, ch.lsn.as_mut()) {
@@ -363,6 +405,16 @@ impl Core {
             l.first = self.sealed_lsn_end();
         }
         let sealed = ch.seal(seq, durable_seq, self.uuid, self.clock.unix_ns());
+        if self.compressed && slot == 0 && sealed.blocks > 1 {
+            // a direct user chunk of a compressed volume (`direct`): its
+            // blocks were not tested; a sample of them is, off the lock
+            let n = sealed.blocks - 1;
+            self.packed_tally
+                .add(&super::packer::Tally::untested(n as u64));
+            if self.to_sample.len() < MAX_TO_SAMPLE {
+                self.to_sample.push((sealed.image.clone(), n));
+            }
+        }
         let seg_blocks = self.seg_blocks();
         let info = &mut self.segs.segs[sealed.segment as usize];
         // chunks of a segment are sealed in place order and seq order
@@ -506,7 +558,10 @@ impl Core {
     fn open_chunk(&mut self, slot: usize, reserve: u32, room: u32) -> Result<(), NeedSpace> {
         let stream = if slot < GC0 { Stream::User } else { Stream::Gc };
         let seg_blocks = self.seg_blocks();
-        if stream == Stream::User && self.compressed {
+        // (a compressed volume's user stream that looks incompressible opens
+        // direct chunks once no staged chunk waits to be placed: `direct`)
+        let direct = self.direct && self.staged.is_empty();
+        if stream == Stream::User && self.compressed && !direct {
             return self.open_staged(reserve);
         }
         let seg = match self.open_seg[slot] {
@@ -517,14 +572,24 @@ impl Core {
                     self.close_segment(s);
                     self.open_seg[slot] = None;
                 }
+                // (a compressed volume's direct chunk first takes a segment
+                // staged chunks had taken and did not need: `user_spare`)
+                let spare = match stream {
+                    Stream::User => self.user_spare.pop_front(),
+                    Stream::Gc => None,
+                };
                 let allowed = match stream {
+                    _ if spare.is_some() => true,
                     Stream::User => self.segs.free.len() > reserve as usize,
                     Stream::Gc => !self.segs.free.is_empty(),
                 };
                 if !allowed {
                     return Err(NeedSpace);
                 }
-                let s = self.segs.take_free(stream).ok_or(NeedSpace)?;
+                let s = match spare {
+                    Some(s) => s,
+                    None => self.segs.take_free(stream).ok_or(NeedSpace)?,
+                };
                 let si = &mut self.segs.segs[s as usize];
                 si.gen = slot.saturating_sub(GC0 - 1) as u8;
                 self.open_seg[slot] = Some(s);
@@ -638,6 +703,14 @@ impl Core {
         })
     }
 
+    /// `Shared::pack_staged` has work: a staged chunk (a thread that sealed
+    /// one packs it, one that finds it waiting helps) or a direct chunk's
+    /// sample. False on an uncompressed volume and while a compressed
+    /// one's stream is direct between seals, so their writes skip the call.
+    pub fn pack_due(&self) -> bool {
+        !self.staged.is_empty() || !self.to_sample.is_empty()
+    }
+
     /// Some staged chunk is being packed by a thread (a checkpoint waits).
     pub fn staged_busy(&self) -> bool {
         self.staged.iter().any(|s| s.taken && s.packed.is_none())
@@ -673,10 +746,7 @@ impl Core {
     /// at all (the reserve is exhausted; the volume must stop).
     pub fn place_ready(&mut self, out: &mut Vec<Sealed>) -> Result<(), NeedSpace> {
         while let Some(p) = self.staged.front().and_then(|s| s.packed.as_ref()) {
-            let blocks = 1 + p.data_blocks();
-            let fits = self.open_seg[0]
-                .is_some_and(|s| self.seg_blocks() - self.segs.segs[s as usize].fill >= blocks);
-            if !fits && self.user_spare.is_empty() && self.segs.free.is_empty() {
+            if !self.can_place(1 + p.data_blocks()) {
                 // (kept staged: nothing is lost, the volume reports no space)
                 return Err(NeedSpace);
             }
@@ -684,6 +754,36 @@ impl Core {
             self.place(st, out);
         }
         Ok(())
+    }
+
+    /// Whether `place` finds room for a chunk of `blocks` (header included):
+    /// in the user segment, a segment taken for staged chunks, or a free one.
+    fn can_place(&self, blocks: u32) -> bool {
+        let fits = self.open_seg[0]
+            .is_some_and(|s| self.seg_blocks() - self.segs.segs[s as usize].fill >= blocks);
+        fits || !self.user_spare.is_empty() || !self.segs.free.is_empty()
+    }
+
+    /// A packed chunk's tally: whether the user stream turns direct (after
+    /// `DIRECT_AFTER` tested blocks in a row not kept) or stays staged.
+    fn note_packed(&mut self, t: &super::packer::Tally) {
+        // MUTANT: direct-run-not-reset s|if t.kept > 0 {|if false {|
+        if t.kept > 0 {
+            self.note_compressible();
+            return;
+        }
+        self.incompressible_run += t.blocks - t.untested;
+        if self.incompressible_run >= super::packer::DIRECT_AFTER {
+            // MUTANT: direct-never-set s|self.direct = true;|self.direct = false;|
+            self.direct = true;
+        }
+    }
+
+    /// LZ4 kept a block of the user stream (packed, or sampled from a direct
+    /// chunk): the next user chunk is staged again.
+    pub fn note_compressible(&mut self) {
+        self.incompressible_run = 0;
+        self.direct = false;
     }
 
     fn place(&mut self, st: super::packer::StagedChunk, out: &mut Vec<Sealed>) {
@@ -786,11 +886,8 @@ impl Core {
             }
         }
         t.stored_blocks = data_blocks as u64;
-        let pt = &mut self.packed_tally;
-        pt.blocks += t.blocks;
-        pt.fragments += t.fragments;
-        pt.skipped += t.skipped;
-        pt.stored_blocks += t.stored_blocks;
+        self.note_packed(&t);
+        self.packed_tally.add(&t);
         let info = &mut self.segs.segs[seg as usize];
         assert!(start >= info.fill && st.seq >= info.last_seq, "seal order");
         info.fill = start + blocks;

@@ -30,6 +30,7 @@ mod striped;
 mod tune;
 
 pub use self::logdev::{add_log_device, remove_log_device};
+pub use self::packer::{DIRECT_AFTER, SAMPLE_EVERY};
 pub use self::read::{ReadRing, RING_SLOTS};
 pub use self::scrub::ScrubOutcome;
 pub use self::tune::set_compression;
@@ -1587,7 +1588,7 @@ impl Shared {
             let start = i;
             let end = (i + per_lock).min(n);
             recs.prepare(i, end);
-            let (need_space, level, headroom, log_bytes) = {
+            let (need_space, level, headroom, log_bytes, pack_due) = {
                 let mut c = self.core.lock();
                 // one look at progress per batch: failure, durable and written marks
                 let durable = {
@@ -1635,10 +1636,18 @@ impl Shared {
                     }
                 }
                 let log_bytes = c.bytes_since_checkpoint;
-                (need, level, c.headroom_blocks(reserve), log_bytes)
+                (
+                    need,
+                    level,
+                    c.headroom_blocks(reserve),
+                    log_bytes,
+                    c.pack_due(),
+                )
             };
             since_checkpoint = log_bytes;
-            self.pack_staged(&mut out)?;
+            if pack_due {
+                self.pack_staged(&mut out)?;
+            }
             if !stream {
                 self.commit.submit(out)?;
             } else {
@@ -1927,14 +1936,35 @@ impl Shared {
         if self.geo.map_value_bytes != crate::map::VALUE_BYTES_COMPRESSED {
             return Ok(());
         }
+        let mut c = self.core.lock();
         loop {
-            let Some(job) = self.core.lock().take_pack_job() else {
+            // direct chunks sealed meanwhile are sampled here too (off the
+            // lock): one LZ4 keeps stages the stream's next chunks again
+            let samples = std::mem::take(&mut c.to_sample);
+            let job = c.take_pack_job();
+            if samples.is_empty() && job.is_none() {
                 return Ok(());
-            };
-            let packed = packer::pack_here(&job);
-            let mut c = self.core.lock();
-            c.finish_pack(job, packed);
-            c.place_ready(out).map_err(|NeedSpace| Error::NoSpace)?;
+            }
+            let pool = c.pool.clone();
+            drop(c);
+            let compressible = samples
+                .iter()
+                .any(|(image, n)| packer::sample_here(image, *n));
+            for (image, _) in samples {
+                pool.release(image);
+            }
+            let packed = job.map(|job| {
+                let p = packer::pack_here(&job);
+                (job, p)
+            });
+            c = self.core.lock();
+            if compressible {
+                c.note_compressible();
+            }
+            if let Some((job, p)) = packed {
+                c.finish_pack(job, p);
+                c.place_ready(out).map_err(|NeedSpace| Error::NoSpace)?;
+            }
         }
     }
 
@@ -2017,6 +2047,7 @@ impl Shared {
                         t.skipped as f64 / t.blocks as f64
                     },
                     skipped_blocks: t.skipped,
+                    direct_blocks: t.untested,
                     live_fragments: c.segs.segs.iter().map(|s| s.frag_live as u64).sum(),
                 }
             },

@@ -96,6 +96,36 @@ pub struct Tally {
     pub skipped: u64,
     /// Data blocks the chunk takes on the media after packing.
     pub stored_blocks: u64,
+    /// Of `blocks`, those LZ4 kept (even when the chunk was then stored
+    /// raw because packing saved no block): 0 means every tested block was
+    /// incompressible, what `Core::note_packed` counts towards direct chunks.
+    pub kept: u64,
+    /// Of `blocks` (all counted in `skipped` too), those never tested: they
+    /// went into a direct chunk while the user stream looked incompressible
+    /// (`Core::direct`; at most one in `SAMPLE_EVERY` of them was sampled).
+    pub untested: u64,
+}
+
+impl Tally {
+    /// `n` host data blocks stored raw without a test (a direct chunk).
+    pub fn untested(n: u64) -> Tally {
+        Tally {
+            blocks: n,
+            skipped: n,
+            stored_blocks: n,
+            untested: n,
+            ..Tally::default()
+        }
+    }
+
+    pub fn add(&mut self, t: &Tally) {
+        self.blocks += t.blocks;
+        self.fragments += t.fragments;
+        self.skipped += t.skipped;
+        self.stored_blocks += t.stored_blocks;
+        self.kept += t.kept;
+        self.untested += t.untested;
+    }
 }
 
 fn push_entry(out: &mut Vec<Entry>, lba: u64, kind: Kind, count: u32) {
@@ -114,12 +144,12 @@ fn push_entry(out: &mut Vec<Entry>, lba: u64, kind: Kind, count: u32) {
     }
 }
 
-/// The records of `job`'s chunk stored as it was (every data block raw, in
-/// its staged place).
-fn raw_records(job: &PackJob) -> Vec<Rec> {
-    let mut records = Vec::with_capacity(job.crcs.len() + job.entries.len());
+/// The records of a staged chunk with `entries` stored as it was (every
+/// data block raw, in its staged place).
+pub fn raw_records(entries: &[Entry], data_blocks: usize) -> Vec<Rec> {
+    let mut records = Vec::with_capacity(data_blocks + entries.len());
     let mut idx = 0u32;
-    for e in &job.entries {
+    for e in entries {
         if e.kind == Kind::Data {
             for k in 0..e.count {
                 records.push(Rec::Raw {
@@ -174,6 +204,7 @@ pub fn pack(job: &PackJob, z: &mut Compressor) -> PackedChunk {
                                 len,
                             });
                             tally.fragments += 1;
+                            tally.kept += 1;
                         }
                         None => {
                             push_entry(&mut entries, lba, Kind::Data, 1);
@@ -215,7 +246,7 @@ pub fn pack(job: &PackJob, z: &mut Compressor) -> PackedChunk {
             debug_assert!(raw_of.iter().enumerate().all(|(j, &i)| i == j));
             records
         } else {
-            raw_records(job)
+            raw_records(&job.entries, job.crcs.len())
         };
         return PackedChunk {
             entries: job.entries.clone(),
@@ -247,6 +278,38 @@ pub fn pack(job: &PackJob, z: &mut Compressor) -> PackedChunk {
         records,
         tally,
     }
+}
+
+/// Tested data blocks in a row, over the chunks a compressed volume packed,
+/// that LZ4 did not keep, after which the user stream is taken as
+/// incompressible (`Core::direct`): its next chunks are placed at open, as
+/// an uncompressed volume's, and only sampled (`sample`). Half a full chunk:
+/// a chunk of random data (255 blocks) switches, a chunk with a single
+/// compressible block in 128 does not.
+pub const DIRECT_AFTER: u64 = 128;
+
+/// A direct chunk's data blocks are sampled one in `SAMPLE_EVERY` (its
+/// data blocks 0, 16, 32, ...: at least its first), after its seal and off
+/// the lock; the first that LZ4 keeps switches the stream back to staged
+/// chunks. Compressible data written while the stream is direct is stored
+/// raw for at most the chunk that was sampled and the one opened at its
+/// seal (unless one in 16 of a chunk's blocks, at fixed places, never
+/// compresses when others do).
+pub const SAMPLE_EVERY: usize = 16;
+
+/// Whether a sealed direct chunk's image (header block, then `data_blocks`
+/// raw data blocks) holds a sampled block that LZ4 keeps (off the lock).
+pub fn sample(image: &[u8], data_blocks: u32, z: &mut Compressor) -> bool {
+    let block = |i: usize| &image[(1 + i) * BLOCK_BYTES..(2 + i) * BLOCK_BYTES];
+    let every = SAMPLE_EVERY;
+    // MUTANT: direct-never-samples s|.step_by(every)|.skip(usize::MAX)|
+    let mut sampled = (0..data_blocks as usize).step_by(every);
+    sampled.any(|i| crate::compress::worth_trying(block(i)) && z.compress(block(i)).is_some())
+}
+
+/// `sample` with this thread's compressor.
+pub fn sample_here(image: &[u8], data_blocks: u32) -> bool {
+    COMPRESSOR.with(|z| sample(image, data_blocks, &mut z.borrow_mut()))
 }
 
 thread_local! {
