@@ -414,6 +414,11 @@ apply_rebuild_data_unflushed() {
 apply_rebuild_bulk_piece_misplaced() {
   marker rebuild-bulk-piece-misplaced
 }
+apply_rebuilding_mount_not_resynced() {
+  # a mount with the member being rebuilt the only one down skips the
+  # resync again (docs/stripes.md §0 finding 7)
+  marker rebuilding-mount-not-resynced
+}
 apply_rebuild_unfenced() {
   # a rebuild batch without the fence: writes going on land between its
   # reads and its write of the new member's piece (issue 20 item 5)
@@ -768,6 +773,7 @@ run rebuild-marks-before-data stripe_repair
 run rebuild-data-unflushed stripe_repair
 run rebuild-bulk-piece-misplaced stripe_repair
 run rebuild-unfenced stripe_rebuild_online
+run rebuilding-mount-not-resynced stripe_rebuild_online
 run rebuild-record-one-place stripe_repair
 run rebuilding-member-read-early stripe_repair
 run parity-scrub-blind stripe_repair

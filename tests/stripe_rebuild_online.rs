@@ -401,14 +401,28 @@ impl Model {
             self.acked.insert(b, vs.last().expect("a value").clone());
         }
     }
-    fn check(&self, vol: &Volume, what: &str) {
+    /// The first acknowledged block (lowest number) that does not read
+    /// back as the model allows.
+    fn first_bad(&self, vol: &Volume) -> Option<String> {
         let mut buf = vec![0u8; BS];
-        for (b, v) in &self.acked {
-            vol.read(*b * BS as u64, &mut buf)
-                .unwrap_or_else(|e| panic!("{what}: block {b}: {e}"));
-            let ok = buf == *v || self.pending.get(b).is_some_and(|p| p.contains(&buf));
-            assert!(ok, "{what}: block {b} reads back wrong");
+        let mut blocks: Vec<u64> = self.acked.keys().copied().collect();
+        blocks.sort_unstable();
+        for b in blocks {
+            let v = &self.acked[&b];
+            if let Err(e) = vol.read(b * BS as u64, &mut buf) {
+                return Some(format!("block {b}: {e}"));
+            }
+            if buf != *v && !self.pending.get(&b).is_some_and(|p| p.contains(&buf)) {
+                let zero = buf.iter().all(|&x| x == 0);
+                return Some(format!(
+                    "block {b} reads back wrong (zeros: {zero}, crc {:08x}; acked crc {:08x}, {} pending)",
+                    crc32c::crc32c(&buf),
+                    crc32c::crc32c(v),
+                    self.pending.get(&b).map_or(0, |p| p.len())
+                ));
+            }
         }
+        None
     }
 }
 
@@ -433,20 +447,24 @@ fn named(ps: &[Arc<dyn Media>], which: &[usize]) -> Vec<(String, Arc<dyn Media>)
 /// every flushed write reads back part rebuilt; the rebuild finishes; then
 /// with each of three other members gone every flushed write reads back.
 ///
-/// NOT PASSING (a finding, not traced): it first failed within a few dozen
-/// cuts on a power cut on a degraded set while writes go on (docs/stripes.md
-/// §0 finding 6: a completed row's scratch tags voided in hash order; fixed,
-/// `a_power_cut_on_a_degraded_set_loses_no_flushed_write`). With that fixed
-/// it fails later: after a cut during the rebuild, the resumed rebuild
-/// finishing, and another member lost, a flushed block fails its CRC (seen
-/// once: round 4, cut at op 16149, member 2 gone, block 1642). Run it with
-/// `cargo test --release --test stripe_rebuild_online -- --ignored`.
+/// The cut falls a few hundred operations after a moment drawn from the
+/// time round 0's (uncut) rebuild took. `SLUICE_ONLINE_REBUILD_CUTS`
+/// rounds (40); `SLUICE_ONLINE_REBUILD_SAVE=DIR` saves each cut round's
+/// crash image, model and media operations for
+/// `replay_an_online_rebuild_cut`.
+///
+/// NOT PASSING (docs/stripes.md §0): finding 6 (a completed row's tags
+/// voided in hash order) and finding 7 (a mount with the member being
+/// rebuilt did not resync: `a_cut_in_a_flush_while_rebuilding_then_another_member_lost`)
+/// are fixed; it still fails within 10-40 cuts on finding 8 (scratch lanes
+/// leak: the last row of every segment keeps its lane until a wipe, so with
+/// no housekeeper most FLUSHes write their running parity in place, and a
+/// cut on the set being rebuilt loses acknowledged blocks, some read back
+/// older). Run it with `cargo test --release --test stripe_rebuild_online
+/// a_power_cut_during -- --ignored --nocapture`.
 #[test]
-#[ignore = "finding: after a cut during an online rebuild and the resumed rebuild, another member lost costs a flushed block (docs/stripes.md §0)"]
+#[ignore = "finding 8: scratch lanes leak, so FLUSHes go unprotected and a cut during the rebuild loses flushed blocks (docs/stripes.md §0)"]
 fn a_power_cut_during_an_online_rebuild_resumes_and_loses_no_flushed_write() {
-    const M: u64 = 8 << 20;
-    const N: usize = 6; // members 0..5, part 5 the new member of slot 1
-    let lost = 1usize;
     let rounds: u64 = std::env::var("SLUICE_ONLINE_REBUILD_CUTS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -455,12 +473,12 @@ fn a_power_cut_during_an_online_rebuild_resumes_and_loses_no_flushed_write() {
         background: false,
         ..Default::default()
     };
+    let (m, n, lost) = (CUT_M, CUT_N, CUT_LOST);
     let (mut cut_in_rebuild, mut resumed_mid, mut missed) = (0u64, 0u64, 0u64);
-    // round 0 runs uncut and measures how many operations a run takes
-    let mut window = 0u64;
+    let mut took = Duration::ZERO;
     for k in 0..rounds {
-        let sim = Arc::new(SimMedia::new(M * N as u64));
-        let ps = parts(&sim, N, M);
+        let sim = Arc::new(SimMedia::new(m * n as u64));
+        let ps = parts(&sim, n, m);
         let c = CreateOptions {
             segment_bytes: 256 << 10,
             uuid: Some([k as u8 + 1; 16]),
@@ -491,9 +509,16 @@ fn a_power_cut_during_an_online_rebuild_resumes_and_loses_no_flushed_write() {
         )
         .unwrap();
         let start_ops = sim.ops();
-        let cut = start_ops + rng.gen_range(1..window.max(2));
-        if window > 0 {
-            sim.cut_at_op(cut);
+        // the cut: a few hundred operations after a moment drawn from the
+        // time an uncut run's rebuild took (round 0), so cuts fall early,
+        // mid-way and late in the rebuild however fast the writer goes
+        // (the rebuild is paced, the writer is not)
+        let at = took.mul_f64(rng.gen_range(0.0..1.0));
+        let after_ops = rng.gen_range(1..500u64);
+        let mut cut = 0;
+        let save = std::env::var("SLUICE_ONLINE_REBUILD_SAVE").ok();
+        if save.is_some() {
+            sim.record();
         }
         let done = AtomicBool::new(false);
         let wseed = k * 31 + 7;
@@ -511,93 +536,445 @@ fn a_power_cut_during_an_online_rebuild_resumes_and_loses_no_flushed_write() {
                     }
                     i += 1;
                     if i % 8 == 0 {
+                        sim.mark(1 << 62);
                         if vol.flush().is_err() {
                             break;
                         }
+                        sim.mark(1 << 63);
                         m.flushed();
                     }
                 }
                 m
             });
             // pieces at 32 MiB/s: the rebuild spans the writer's work
+            let t0 = std::time::Instant::now();
             vol.start_rebuild(Some(32 << 20)).unwrap();
+            if k > 0 {
+                std::thread::sleep(at);
+                cut = sim.ops() + after_ops;
+                sim.cut_at_op(cut);
+            }
             let r = vol.wait_rebuild().expect("started");
+            if k == 0 {
+                took = t0.elapsed();
+                eprintln!(
+                    "round 0 (uncut): the rebuild took {took:?}, {} flushes found no free scratch lane",
+                    vol.stripe_set().unwrap().status().unprotected_flushes
+                );
+            }
             done.store(true, Ordering::Release);
             (r, w.join().unwrap())
         });
         let model = model_after;
-        let ops_used = sim.ops() - start_ops;
         sim.freeze();
+        if let (Some(dir), Err(_)) = (&save, &rebuilt) {
+            save_events(
+                Path::new(dir),
+                k,
+                &sim,
+                vol.stripe_set().unwrap(),
+                start_ops,
+            );
+        }
         drop(vol);
         if rebuilt.is_ok() {
-            // uncut, or the rebuild ended before the cut: the window is
-            // what such a run takes
-            missed += (window > 0) as u64;
-            window = window.max(ops_used);
+            // uncut (round 0), or the rebuild ended before the cut
+            missed += (k > 0) as u64;
             continue;
         }
         cut_in_rebuild += 1;
         let loss = [Loss::Subset, Loss::KeepAll, Loss::DropAll][k as usize % 3];
         let what = format!(
-            "round {k}: cut at op {} of the run, {loss:?}",
+            "round {k}: cut at op {} of the run ({after_ops} after {at:?} of {took:?}), {loss:?}",
             cut - start_ops
         );
         let img = sim.crash_image(loss, k);
-        let after = Arc::new(SimMedia::from_image(img));
-        let ps2 = parts(&after, N, M);
-        let vol = match Volume::replace_member(
-            named(&ps2, &[0, 2, 3, 4]),
-            lost as u32,
-            named(&ps2, &[5]).pop().unwrap(),
-            &det,
-        ) {
-            Ok(vol) => {
-                let p = vol.stripe_set().unwrap().status().rebuild.unwrap();
-                if p.next_segment > 0 {
-                    resumed_mid += 1;
-                }
-                model.check(&vol, &format!("{what}: part rebuilt"));
-                vol.start_rebuild(None).unwrap();
-                let p = vol.wait_rebuild().unwrap().unwrap();
-                assert_eq!(p.next_segment, p.segment_count, "{what}");
-                vol
-            }
-            // cut while the record was being voided after the last mark:
-            // the member is whole
-            Err(e) if e.to_string().contains("whole") => {
-                Volume::open_striped(named(&ps2, &[0, 5, 2, 3, 4]), &det).unwrap()
-            }
-            Err(e) => panic!("{what}: resume: {e}"),
-        };
-        model.check(&vol, &format!("{what}: rebuilt"));
-        vol.close().unwrap();
-        drop(vol);
-        for gone in [0usize, 2, 4] {
-            let img = after.current_image();
-            let again = Arc::new(SimMedia::from_image(img));
-            let ps3 = parts(&again, N, M);
-            let members: Vec<usize> = [0usize, 5, 2, 3, 4]
-                .into_iter()
-                .filter(|&i| i != gone)
-                .collect();
-            let vol = Volume::open_striped(
-                named(&ps3, &members),
-                &OpenOptions {
-                    read_only: true,
-                    ..det.clone()
-                },
-            )
-            .unwrap_or_else(|e| panic!("{what}: member {gone} gone: {e}"));
-            model.check(&vol, &format!("{what}: rebuilt, member {gone} gone"));
+        if let Some(dir) = &save {
+            save_cut(Path::new(dir), k, &img, &model);
+        }
+        match after_online_cut(img, &model, &what, false) {
+            Ok(mid) => resumed_mid += mid as u64,
+            Err(e) => panic!("{e}"),
         }
     }
     eprintln!(
         "online rebuild power cuts: {cut_in_rebuild} crash points in a rebuild ({resumed_mid} resumed past segment 0), {missed} runs ended before their cut"
     );
     assert!(
-        cut_in_rebuild * 2 >= rounds && resumed_mid * 4 >= cut_in_rebuild,
+        cut_in_rebuild * 3 >= rounds && (rounds < 20 || resumed_mid > 0),
         "{cut_in_rebuild} of {rounds} cuts landed in a rebuild, {resumed_mid} resumed mid-way"
     );
+}
+
+/// Parts of the online power-cut test's disk: members 0..5 of `CUT_M`
+/// bytes, part 5 the new member of slot `CUT_LOST`.
+const CUT_M: u64 = 8 << 20;
+const CUT_N: usize = 6;
+const CUT_LOST: usize = 1;
+
+/// The online power-cut test after its cut: mount the crash image `img`
+/// (the rebuild resumes from its record), check every acknowledged block
+/// part rebuilt, finish the rebuild, check again, then with each of three
+/// other members gone. Ok(true) when the record had moved past segment 0.
+/// `trace`: print the rows of the segment a failure names
+/// (`trace_rows`).
+fn after_online_cut(img: Vec<u8>, model: &Model, what: &str, trace: bool) -> Result<bool, String> {
+    let (m, n, lost) = (CUT_M, CUT_N, CUT_LOST);
+    let det = OpenOptions {
+        background: false,
+        ..Default::default()
+    };
+    let img0 = img.clone();
+    let after = Arc::new(SimMedia::from_image(img));
+    let ps2 = parts(&after, n, m);
+    let mut what = what.to_string();
+    let fail = |what: &str,
+                stage: &str,
+                e: String,
+                set: Option<&sluice::stripe_set::StripeSet>,
+                now: Vec<u8>| {
+        if let (true, Some(set)) = (trace, set) {
+            trace_rows(&img0, &now, set, m, &e);
+        }
+        Err(format!("{what}: {stage}: {e}"))
+    };
+    let mut mid = false;
+    let vol = match Volume::replace_member(
+        named(&ps2, &[0, 2, 3, 4]),
+        lost as u32,
+        named(&ps2, &[5]).pop().unwrap(),
+        &det,
+    ) {
+        Ok(vol) => {
+            let p = vol.stripe_set().unwrap().status().rebuild.unwrap();
+            mid = p.next_segment > 0;
+            what = format!("{what}, resumed at segment {}", p.next_segment);
+            if let Some(e) = model.first_bad(&vol) {
+                return fail(
+                    &what,
+                    "part rebuilt",
+                    e,
+                    vol.stripe_set().map(|s| &**s),
+                    after.current_image(),
+                );
+            }
+            vol.start_rebuild(None).unwrap();
+            let p = vol
+                .wait_rebuild()
+                .unwrap()
+                .map_err(|e| format!("{what}: rebuild: {e}"))?;
+            if p.next_segment != p.segment_count {
+                return Err(format!("{what}: the rebuild stopped at {p:?}"));
+            }
+            vol
+        }
+        // cut while the record was being voided after the last mark:
+        // the member is whole
+        Err(e) if e.to_string().contains("whole") => {
+            Volume::open_striped(named(&ps2, &[0, 5, 2, 3, 4]), &det)
+                .map_err(|e| format!("{what}: mount whole: {e}"))?
+        }
+        Err(e) => {
+            let all = named(&ps2, &[0, 5, 2, 3, 4]);
+            let set = sluice::stripe_set::open::open(all).ok();
+            return fail(
+                &what,
+                "resume",
+                e.to_string(),
+                set.as_deref(),
+                after.current_image(),
+            );
+        }
+    };
+    if let Some(e) = model.first_bad(&vol) {
+        return fail(
+            &what,
+            "rebuilt",
+            e,
+            vol.stripe_set().map(|s| &**s),
+            after.current_image(),
+        );
+    }
+    vol.close().map_err(|e| format!("{what}: close: {e}"))?;
+    drop(vol);
+    for gone in [0usize, 2, 4] {
+        let img = after.current_image();
+        let again = Arc::new(SimMedia::from_image(img));
+        let ps3 = parts(&again, n, m);
+        let members: Vec<usize> = [0usize, 5, 2, 3, 4]
+            .into_iter()
+            .filter(|&i| i != gone)
+            .collect();
+        let vol = Volume::open_striped(
+            named(&ps3, &members),
+            &OpenOptions {
+                read_only: true,
+                ..det.clone()
+            },
+        )
+        .map_err(|e| format!("{what}: member {gone} gone: {e}"))?;
+        if let Some(e) = model.first_bad(&vol) {
+            let stage = format!("rebuilt, member {gone} gone");
+            return fail(
+                &what,
+                &stage,
+                e,
+                vol.stripe_set().map(|s| &**s),
+                after.current_image(),
+            );
+        }
+    }
+    Ok(mid)
+}
+
+/// Write round `k`'s media operations since `start` (numbered as the
+/// cut counts them) to `dir/cutK.log`: each write's part, offset, length,
+/// CRC and the rows it touches, scratch tags decoded; the writer's FLUSH
+/// marks.
+fn save_events(
+    dir: &Path,
+    k: u64,
+    sim: &SimMedia,
+    set: &sluice::stripe_set::StripeSet,
+    start: u64,
+) {
+    use std::fmt::Write as _;
+    std::fs::create_dir_all(dir).unwrap();
+    let l = set.layout;
+    let uuid = set.members()[0].ident.set_uuid;
+    let sb = set.scratch_base();
+    let mut out = String::new();
+    let mut op = start;
+    for e in sim.events() {
+        match e {
+            sluice::media::SimEvent::Mark(x) if x == 1 << 62 => out.push_str("FLUSH begins\n"),
+            sluice::media::SimEvent::Mark(x) if x == 1 << 63 => out.push_str("FLUSH ok\n"),
+            sluice::media::SimEvent::Mark(_) => {}
+            sluice::media::SimEvent::Write { offset, data } => {
+                op += 1;
+                let (part, o) = (offset / CUT_M, offset % CUT_M);
+                let _ = write!(
+                    out,
+                    "op {op}: part {part} write {o}+{} crc {:08x}",
+                    data.len(),
+                    crc32c::crc32c(&data)
+                );
+                if o >= l.member_offset && o < sb {
+                    let r0 = (o - l.member_offset) / l.unit;
+                    let r1 = (o + data.len() as u64 - 1 - l.member_offset) / l.unit;
+                    let _ = write!(
+                        out,
+                        " rows {r0}..={r1} (col {})",
+                        (o - l.member_offset) % l.unit / BS as u64
+                    );
+                } else if o >= sb {
+                    match sluice::stripe_set::scratch::Tag::open(&data, &uuid) {
+                        Some(t) => {
+                            let _ = write!(
+                                out,
+                                " TAG row {} seq {} which {} covered {:?}",
+                                t.row,
+                                t.seq,
+                                t.which,
+                                t.covered
+                                    .iter()
+                                    .enumerate()
+                                    .filter(|c| *c.1)
+                                    .map(|c| c.0)
+                                    .collect::<Vec<_>>()
+                            );
+                        }
+                        None => out.push_str(" scratch, no tag"),
+                    }
+                }
+                out.push('\n');
+            }
+            sluice::media::SimEvent::FlushPart { base, .. } => {
+                op += 1;
+                let _ = writeln!(out, "op {op}: part {} flush", base / CUT_M);
+            }
+            sluice::media::SimEvent::Flush => {
+                op += 1;
+                let _ = writeln!(out, "op {op}: flush");
+            }
+        }
+    }
+    std::fs::write(dir.join(format!("cut{k}.log")), out).unwrap();
+}
+
+/// Write round `k`'s crash image and model under `dir` (for
+/// `replay_an_online_rebuild_cut`).
+fn save_cut(dir: &Path, k: u64, img: &[u8], model: &Model) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(format!("cut{k}.img")), img).unwrap();
+    let mut b = Vec::new();
+    let put = |b: &mut Vec<u8>, blk: u64, vs: &[&Vec<u8>]| {
+        b.extend(blk.to_le_bytes());
+        b.extend((vs.len() as u64).to_le_bytes());
+        for v in vs {
+            b.extend(v.iter());
+        }
+    };
+    b.extend((model.acked.len() as u64).to_le_bytes());
+    for (blk, v) in &model.acked {
+        put(&mut b, *blk, &[v]);
+    }
+    for (blk, vs) in &model.pending {
+        put(&mut b, *blk, &vs.iter().collect::<Vec<_>>());
+    }
+    std::fs::write(dir.join(format!("cut{k}.model")), b).unwrap();
+}
+
+fn load_model(path: &Path) -> Model {
+    let b = std::fs::read(path).unwrap();
+    let mut at = 0usize;
+    let u = |at: &mut usize| {
+        let v = u64::from_le_bytes(b[*at..*at + 8].try_into().unwrap());
+        *at += 8;
+        v
+    };
+    let acked = u(&mut at);
+    let mut model = Model::default();
+    let mut i = 0;
+    while at < b.len() {
+        let blk = u(&mut at);
+        let n = u(&mut at) as usize;
+        let vs: Vec<Vec<u8>> = (0..n)
+            .map(|j| b[at + j * BS..at + (j + 1) * BS].to_vec())
+            .collect();
+        at += n * BS;
+        if i < acked {
+            model.acked.insert(blk, vs[0].clone());
+        } else {
+            model.pending.insert(blk, vs);
+        }
+        i += 1;
+    }
+    model
+}
+
+/// A tracing aid, run by hand: the part after the cut of a round the
+/// online power-cut test saved (`SLUICE_ONLINE_REBUILD_SAVE=DIR`), from
+/// `SLUICE_REPLAY=DIR/cutK` (`.img`, `.model`), deterministic, printing
+/// the rows of the segment a failure names.
+#[test]
+#[ignore = "a tracing aid, run by hand"]
+fn replay_an_online_rebuild_cut() {
+    let Ok(base) = std::env::var("SLUICE_REPLAY") else {
+        panic!("set SLUICE_REPLAY=DIR/cutK");
+    };
+    let img = std::fs::read(format!("{base}.img")).unwrap();
+    let model = load_model(Path::new(&format!("{base}.model")));
+    let r = after_online_cut(img.clone(), &model, &base, true);
+    eprintln!("{r:?}");
+    if let Some(b) = std::env::var("SLUICE_REPLAY_BLOCK")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        // where the block's acknowledged and pending values lie in the
+        // crash image (part, byte offset)
+        let mut vals: Vec<(&str, &Vec<u8>)> = vec![("acked", &model.acked[&b])];
+        for v in model.pending.get(&b).into_iter().flatten() {
+            vals.push(("pending", v));
+        }
+        for (what, v) in vals {
+            let at: Vec<(u64, u64)> = img
+                .chunks(BS)
+                .enumerate()
+                .filter(|(_, c)| *c == &v[..])
+                .map(|(i, _)| ((i * BS) as u64 / CUT_M, (i * BS) as u64 % CUT_M))
+                .collect();
+            eprintln!(
+                "block {b} {what} value (crc {:08x}) at {at:?}",
+                crc32c::crc32c(v)
+            );
+        }
+    }
+    r.unwrap();
+}
+
+/// A tracing aid (`replay_an_online_rebuild_cut`): for the segment a
+/// failure message names, each row's pieces on each member (part index:
+/// slot 1 is part 5) in the crash image and after the resumed rebuild,
+/// whether the row's P agrees with its data, and the scratch tags naming
+/// the row.
+fn trace_rows(crash: &[u8], after: &[u8], set: &sluice::stripe_set::StripeSet, m: u64, msg: &str) {
+    let l = set.layout;
+    let Some(seg) = msg
+        .split("segment ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse::<u64>().ok())
+    else {
+        eprintln!("trace: no segment in {msg:?}");
+        return;
+    };
+    let part = |slot: u32| if slot == 1 { 5u64 } else { slot as u64 };
+    let u = l.unit as usize;
+    let uuid = set.members()[0].ident.set_uuid;
+    let sb = set.scratch_base();
+    eprintln!("trace: {msg}");
+    for row in seg * l.rows_per_segment..(seg + 1) * l.rows_per_segment {
+        let at = l.row_offset(row).unwrap();
+        for (name, img) in [("crash", crash), ("after", after)] {
+            let piece = |slot: u32| {
+                let o = (part(slot) * m + at) as usize;
+                &img[o..o + u]
+            };
+            let mut x = vec![0u8; u];
+            for slot in 0..l.members {
+                for (a, b) in x.iter_mut().zip(piece(slot)) {
+                    *a ^= b;
+                }
+            }
+            let bad: Vec<usize> = x
+                .chunks(BS)
+                .enumerate()
+                .filter(|(_, c)| c.iter().any(|&b| b != 0))
+                .map(|(i, _)| i)
+                .collect();
+            let crcs: Vec<String> = (0..l.members)
+                .map(|s| {
+                    format!(
+                        "{}:{:?}={:08x}",
+                        s,
+                        l.role(row, s),
+                        crc32c::crc32c(piece(s))
+                    )
+                })
+                .collect();
+            eprintln!(
+                "  row {row} {name}: parity columns disagreeing {bad:?}; {}",
+                crcs.join(" ")
+            );
+            for slot in 0..l.members {
+                for lane in 0..sluice::stripe_set::scratch::LANES {
+                    for place in 0..2 {
+                        let o = (part(slot) * m
+                            + sluice::stripe_set::scratch::place_offset(sb, l.unit, lane, place))
+                            as usize;
+                        if let Some(t) =
+                            sluice::stripe_set::scratch::Tag::open(&img[o..o + BS + u], &uuid)
+                        {
+                            if t.row == row {
+                                eprintln!(
+                                    "    tag on slot {slot} lane {lane} place {place}: seq {} which {} covered {:?}",
+                                    t.seq,
+                                    t.which,
+                                    t.covered
+                                        .iter()
+                                        .enumerate()
+                                        .filter(|c| *c.1)
+                                        .map(|c| c.0)
+                                        .collect::<Vec<_>>()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// One round of `a_power_cut_on_a_degraded_set_loses_no_flushed_write`:
@@ -784,5 +1161,112 @@ fn a_power_cut_on_a_degraded_set_loses_no_flushed_write() {
     assert!(
         failed.is_empty(),
         "seeds {failed:?} lost acknowledged writes"
+    );
+}
+
+/// One round of `a_cut_in_a_flush_while_rebuilding_then_another_member_lost`:
+/// a 4+1 set with data, member 1 replaced by part 5 (the rebuild not yet
+/// run: every piece of the new member is served degraded); `writes`
+/// random blocks and a FLUSH, `more` more and a FLUSH cut at its
+/// operation `cut` (0: uncut), loss KeepAll. Then the mount resumes the
+/// rebuild and finishes it, and with each other member gone in turn every
+/// acknowledged block reads back. Ok: the operations the cut FLUSH took
+/// (uncut) or that the round passed.
+fn rebuilding_flush_cut_round(k: u64, writes: usize, more: usize, cut: u64) -> Result<u64, String> {
+    let (m, n, lost) = (CUT_M, CUT_N, CUT_LOST);
+    let det = OpenOptions {
+        background: false,
+        ..Default::default()
+    };
+    let sim = Arc::new(SimMedia::new(m * n as u64));
+    let ps = parts(&sim, n, m);
+    let c = CreateOptions {
+        segment_bytes: 256 << 10,
+        uuid: Some([k as u8 + 1; 16]),
+        ..Default::default()
+    };
+    Volume::format_striped(named(&ps, &[0, 1, 2, 3, 4]), 1, UNIT, &c).unwrap();
+    let mut model = Model::default();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
+    let span;
+    {
+        let vol = Volume::open_striped(named(&ps, &[0, 1, 2, 3, 4]), &det).unwrap();
+        span = vol.size_bytes() / BS as u64 / 3;
+        for _ in 0..300 {
+            let b = rng.gen_range(0..span);
+            let v = random_block(&mut rng);
+            vol.write(b * BS as u64, &v, false).unwrap();
+            model.write(b, v);
+        }
+        vol.flush().unwrap();
+        model.flushed();
+        vol.close().unwrap();
+    }
+    let vol = Volume::replace_member(
+        named(&ps, &[0, 2, 3, 4]),
+        lost as u32,
+        named(&ps, &[5]).pop().unwrap(),
+        &det,
+    )
+    .unwrap();
+    let mut put = |vol: &Volume, model: &mut Model, n: usize| {
+        for _ in 0..n {
+            let b = rng.gen_range(0..span);
+            let v = random_block(&mut rng);
+            model.write(b, v.clone());
+            vol.write(b * BS as u64, &v, false).unwrap();
+        }
+    };
+    put(&vol, &mut model, writes);
+    vol.flush().unwrap();
+    model.flushed();
+    put(&vol, &mut model, more);
+    let start = sim.ops();
+    if cut > 0 {
+        sim.cut_at_op(start + cut);
+    }
+    if vol.flush().is_ok() {
+        model.flushed();
+    }
+    let used = sim.ops() - start;
+    sim.freeze();
+    drop(vol);
+    if cut == 0 {
+        return Ok(used);
+    }
+    let what = format!("seed {k}, cut at op {cut} of the FLUSH");
+    after_online_cut(sim.crash_image(Loss::KeepAll, k), &model, &what, false).map(|_| used)
+}
+
+/// A power cut in a FLUSH on a set whose member is being rebuilt, then the
+/// resumed rebuild, then another member lost: every acknowledged block
+/// reads back (docs/stripes.md §0, finding 7). At each operation of the
+/// cut FLUSH, for two seeds (single-threaded, deterministic). Before the
+/// fix the resumed mount, degraded by the member being rebuilt, adopted a
+/// chunk the cut FLUSH had written whole (never acknowledged) without
+/// resyncing its rows: the row's scratch tags, which do not cover it,
+/// stayed valid (or its parity in place stale), and after the rebuild,
+/// with another member lost, an acknowledged block's new value read as
+/// zeros (EIO). Mutation `rebuilding-mount-not-resynced`.
+#[test]
+fn a_cut_in_a_flush_while_rebuilding_then_another_member_lost() {
+    let mut failed = Vec::new();
+    let mut points = 0;
+    // (seeds 2 and 3 failed before the fix, 0, 1, 4 and 5 did not)
+    for k in 2..4u64 {
+        let (writes, more) = (5 + k as usize, 6 + 2 * k as usize);
+        let ops = rebuilding_flush_cut_round(k, writes, more, 0).expect("uncut");
+        for cut in 1..=ops {
+            points += 1;
+            if let Err(e) = rebuilding_flush_cut_round(k, writes, more, cut) {
+                eprintln!("{e}");
+                failed.push((k, cut));
+            }
+        }
+    }
+    eprintln!("{points} cut points, {} failed", failed.len());
+    assert!(
+        failed.is_empty(),
+        "(seed, cut) {failed:?} lost acknowledged writes"
     );
 }

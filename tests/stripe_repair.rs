@@ -524,10 +524,12 @@ fn a_power_cut_during_a_rebuild_resumes_and_loses_nothing() {
         assert!(lines.is_empty(), "{what}: {lines:?}");
     }
     // (a row completed since the last FLUSH loses its scratch tags at that
-    // flush, so the rebuild copies most rows in batches: about 15 writes to
-    // the new member here, each cut twice)
+    // flush, and the mount that attaches the new member resyncs the rows
+    // partial at the last close (docs/stripes.md §0 finding 7), so the
+    // rebuild copies every row in batches: 7 operations on the new member
+    // here, each cut twice)
     assert!(
-        cases >= 28 && resumed >= 27,
+        cases >= 12 && resumed + 1 >= cases,
         "only {cases} cuts landed in the rebuild, {resumed} resumed"
     );
 }

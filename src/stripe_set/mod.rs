@@ -861,6 +861,19 @@ impl StripeSet {
     /// Degraded: nothing (the tags stay, reads need them). Not for
     /// read-only mounts.
     ///
+    /// A set whose one member down is the member being rebuilt (up, taking
+    /// every write) is resynced too (docs/stripes.md §0, finding 7): each
+    /// row's data is read as any read gives it (the new member's unit at
+    /// or past the rebuild's cursor rebuilt from the rest of the row, as
+    /// the walk will rebuild it from the parity written here), its parity
+    /// written to its parity members, the new one among them. Without it
+    /// a power cut during an online rebuild left a chunk no FLUSH
+    /// acknowledged, whole on the members, adopted by the resumed mount
+    /// while the tags of its row (which do not cover it) stayed valid, or
+    /// its row's parity in place stale; after the rebuild, with another
+    /// member lost, its blocks were rebuilt as zeros or from the stale
+    /// parity (EIO).
+    ///
     /// Why the untagged rows (docs/stripes.md §0, finding 4): a crash can
     /// leave a chunk no FLUSH acknowledged whole on the members while its
     /// row's new parity in place was lost (the write hole, for data never
@@ -880,7 +893,13 @@ impl StripeSet {
         let mut rows = self.replayed_rows(blocks);
         rows.retain(|r| !keep.contains(r));
         rows.extend(tagged);
-        if self.down_count() > 0 || (self.rows.lock().place_owner.is_empty() && rows.is_empty()) {
+        // the member being rebuilt, when it is the only one down, counts
+        // as present (below)
+        let rebuilding = self.rebuilding_alone().is_some() as usize;
+        // MUTANT: rebuilding-mount-not-resynced s|self.down_count() > rebuilding|self.down_count() > 0|
+        if self.down_count() > rebuilding
+            || (self.rows.lock().place_owner.is_empty() && rows.is_empty())
+        {
             return Ok(());
         }
         let u = l.unit as usize;

@@ -90,6 +90,14 @@ impl StripeSet {
         self.rebuilding.load(Ordering::Acquire).checked_sub(1)
     }
 
+    /// The slot being rebuilt when it is up and no other member is down
+    /// (a writable mount then resyncs as with every member present:
+    /// `resync`, docs/stripes.md §0 finding 7).
+    pub fn rebuilding_alone(&self) -> Option<u32> {
+        self.rebuilding_slot()
+            .filter(|&s| self.up(s).is_some() && self.down_count() == 1)
+    }
+
     pub(super) fn progress(&self) -> Option<Progress> {
         let slot = self.rebuilding_slot()?;
         let rps = self.layout.rows_per_segment;
@@ -287,7 +295,6 @@ impl StripeSet {
             .ok_or_else(|| invalid("stripe set: no member is being rebuilt".into()))?;
         let l = self.layout;
         let u = l.unit as usize;
-        let row_bytes = l.write_unit();
         let rps = l.rows_per_segment;
         let (first, end) = (seg as u64 * rps, (seg as u64 + 1) * rps);
         if !self.rows_busy(first, end) {
@@ -300,13 +307,7 @@ impl StripeSet {
             match l.role(row, slot) {
                 Role::Data(d) => self.reconstruct(row, d, 0, &mut piece)?,
                 which => {
-                    let mut data = AlignedBuf::new(row_bytes as usize);
-                    self.read_area(row * row_bytes, &mut data)?;
-                    let units: Vec<&[u8]> = data.chunks(u).collect();
-                    let mut par: Vec<AlignedBuf> =
-                        (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
-                    let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
-                    parity::encode(&units, &mut refs).map_err(io::Error::other)?;
+                    let par = self.parity_of_row(row)?;
                     let k = if which == Role::P { 0 } else { 1 };
                     piece.copy_from_slice(&par[k]);
                 }
@@ -318,6 +319,21 @@ impl StripeSet {
             }
         }
         self.still_up(slot)
+    }
+
+    /// The parity units of `row` computed from its data as a read gives
+    /// it (each data unit from its member, or rebuilt when that member may
+    /// not be read).
+    fn parity_of_row(&self, row: u64) -> io::Result<Vec<AlignedBuf>> {
+        let l = self.layout;
+        let u = l.unit as usize;
+        let mut data = AlignedBuf::new(l.write_unit() as usize);
+        self.read_area(row * l.write_unit(), &mut data)?;
+        let units: Vec<&[u8]> = data.chunks(u).collect();
+        let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
+        let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
+        parity::encode(&units, &mut refs).map_err(io::Error::other)?;
+        Ok(par)
     }
 
     /// A row partial at the last shutdown (scratch tags found at mount)

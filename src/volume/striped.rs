@@ -326,7 +326,10 @@ impl super::Shared {
         let tagged = set.tagged_rows();
         let mut rows = set.replayed_rows(replayed);
         rows.extend(tagged.iter().copied());
-        if rows.is_empty() || set.status().degraded() {
+        // (with the member being rebuilt the only one down, rows are
+        // resynced too, `StripeSet::resync`: a block failing
+        // its check cannot be healed then, and keeps its row as it is)
+        if rows.is_empty() || (set.status().degraded() && set.rebuilding_alone().is_none()) {
             return Vec::new();
         }
         let sb = self.geo.segment_blocks;
