@@ -15,6 +15,7 @@
 //!   `fail` (one path: the reason is kept, logged once at error level, and its
 //!   errno, ENOSPC or EIO, is what every later write answers); reads go on.
 
+use super::intent::PlannedRecord;
 use super::OpenOptions;
 use crate::crc_index::CrcIndex;
 use crate::error::{Error, Failure, Result};
@@ -496,6 +497,35 @@ impl Commit {
         self.submit_within(out, HOUSEKEEPER_QUEUE_BYTES)
     }
 
+    /// `submit` that does not wait for queue space (writer threads only):
+    /// for chunks a streamed host write holds claims in, handed on before
+    /// it writes them so that their headers go out beside its data. Their
+    /// writer waits for those claims (`Placed::wait_idle`), so waiting here
+    /// for the writers to drain the queue could wait for itself; the caller
+    /// waits afterwards (`wait_queue_space`), having written its claims.
+    pub fn submit_now(&self, out: Vec<Sealed>) -> Result<()> {
+        assert!(
+            self.async_writes,
+            "only writer threads take chunks unwritten"
+        );
+        self.submit_within(out, u64::MAX)
+    }
+
+    /// Wait while the write queue holds `WRITE_QUEUE_BYTES` (as `submit`
+    /// does before it queues).
+    pub fn wait_queue_space(&self) -> Result<()> {
+        let mut q = self.writeq.lock();
+        while q.bytes >= WRITE_QUEUE_BYTES && !q.failed && !q.stop {
+            self.writeq_space.wait(&mut q);
+        }
+        if q.failed || q.stop {
+            drop(q);
+            self.check_failed()?;
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
     fn submit_within(&self, out: Vec<Sealed>, limit: u64) -> Result<()> {
         if !self.async_writes || out.is_empty() {
             return self.write_sealed(out);
@@ -648,14 +678,37 @@ impl Commit {
     /// ended (`Placed::finish`) whatever happens, so a seal waiting for
     /// them never hangs; a write error stops the volume (`fail`), as a
     /// chunk write's does.
-    pub fn place(&self, runs: &[PlaceRun<'_>]) -> Result<()> {
+    ///
+    /// `rec`: a version 3 record that names these runs' blocks (and none
+    /// that is not placed, `Ring::plan_streamed`), written in the same
+    /// submission; the record counts written only once the whole
+    /// submission has completed, so a FLUSH that waits for it finds the
+    /// data on the media too. An error there stops the volume as well
+    /// (the data's or the record's, they are not told apart). While the
+    /// log is lost (`log_lost`) the record is not written (its waiters seal).
+    pub fn place(&self, runs: &[PlaceRun<'_>], rec: Option<&PlannedRecord>) -> Result<()> {
+        let rec = rec.filter(|_| !self.log_lost());
+        assert!(
+            rec.is_none() || self.log_devs.is_empty(),
+            "a streamed write's record goes to the volume's own ring"
+        );
         let r = match self.check_failed() {
             Err(e) => Err(e),
             Ok(()) => {
                 let pieces: Vec<(u32, u32, &[u8])> =
                     runs.iter().map(|r| (r.segment, r.block, r.bytes)).collect();
-                // MUTANT: streamed-write-dropped s|self.store.write_pieces(&pieces)|Ok::<(), std::io::Error>(())|
-                self.store.write_pieces(&pieces).map_err(|e| {
+                let res = match rec {
+                    // MUTANT: streamed-write-dropped s|self.store.write_pieces(&pieces)|Ok::<(), std::io::Error>(())|
+                    None => self.store.write_pieces(&pieces),
+                    Some(r) => match self.store.write_pieces_with(&pieces, (&r.image, r.at)) {
+                        Some(res) => res,
+                        None => self
+                            .store
+                            .write_pieces(&pieces)
+                            .and_then(|_| self.media.write_at(&r.image, r.at)),
+                    },
+                };
+                res.map_err(|e| {
                     let r = &runs[0];
                     self.fail(
                         format_args!(
@@ -676,7 +729,23 @@ impl Commit {
                 Counters::add(&self.counters.streamed_blocks, (run.to - run.from) as u64);
             }
         }
+        if let (Ok(()), Some(rec)) = (&r, rec) {
+            Counters::add(&self.counters.streamed_records, 1);
+            self.record_done(rec);
+        }
         r
+    }
+
+    /// Streamed host writes may write intent log records (`place`): the
+    /// ring is the volume's own (no log devices) and still in use.
+    pub fn streams_records(&self) -> bool {
+        self.log_devs.is_empty() && !self.log_lost()
+    }
+
+    /// `blocks` streamed blocks are written from a copy (their caller's
+    /// buffer was not aligned for direct IO).
+    pub fn count_streamed_copy(&self, blocks: u64) {
+        Counters::add(&self.counters.streamed_copied_blocks, blocks);
     }
 
     /// A buffer from the engine's chunk pool (content arbitrary; back with
@@ -789,6 +858,14 @@ impl Commit {
             // written nowhere: never counted as written (its waiter seals)
             return Ok(());
         }
+        self.record_done(r);
+        Ok(())
+    }
+
+    /// Record `r` is written: count it, and move `log_written` over every
+    /// record written without a gap before it (records complete in any
+    /// order; a waiter needs all below its target).
+    fn record_done(&self, r: &PlannedRecord) {
         Counters::add(&self.counters.media_log_bytes, r.image.len() as u64);
         Counters::add(&self.counters.log_records, 1);
         let mut p = self.progress.lock();
@@ -803,7 +880,6 @@ impl Commit {
             p.wake_log = u64::MAX;
             self.progress_cv.notify_all();
         }
-        Ok(())
     }
 
     /// Group commit: return once every chunk with seq < target is durable. One

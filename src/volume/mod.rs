@@ -359,7 +359,7 @@ impl<'a> Records<'a> for HostBlocks<'a> {
 /// `zfs_immediate_write_sz`. Smaller ones stay in the chunk until its seal
 /// (a request per 4 KiB write costs more than it saves: docs/intent-log.md
 /// §4.3, write-behind).
-const STREAM_MIN_BLOCKS: u64 = 16;
+pub const STREAM_MIN_BLOCKS: u64 = 16;
 /// Streamed blocks one request claims before it writes them (and hands on
 /// the chunks it sealed meanwhile): 1 MiB.
 const STREAM_BATCH_BLOCKS: u32 = 256;
@@ -385,6 +385,13 @@ struct Claims(Vec<StreamRun>);
 impl Claims {
     fn blocks(&self) -> u32 {
         self.0.iter().map(|r| r.to - r.from).sum()
+    }
+    /// Data block `i` of the chunk whose map is `placed` is claimed here
+    /// (not yet written).
+    fn owns(&self, placed: &Arc<crate::log::Placed>, i: u32) -> bool {
+        self.0
+            .iter()
+            .any(|r| Arc::ptr_eq(&r.placed, placed) && (r.from..r.to).contains(&i))
     }
     /// Record data block `idx` of `placed` (at `block` of `segment`), the
     /// caller's record `host`.
@@ -1587,7 +1594,7 @@ impl Shared {
             let start = i;
             let end = (i + per_lock).min(n);
             recs.prepare(i, end);
-            let (need_space, level, headroom, log_bytes) = {
+            let (need_space, level, headroom, log_bytes, mut rec) = {
                 let mut c = self.core.lock();
                 // one look at progress per batch: failure, durable and written marks
                 let durable = {
@@ -1634,8 +1641,18 @@ impl Shared {
                         }
                     }
                 }
+                // the request's last blocks are in: with a version 3 ring,
+                // a record naming what the open chunk holds unlogged goes out
+                // with its data, so the FLUSH after it writes nothing but
+                // the media flush (docs/intent-log.md §4.5)
+                let rec = match stream && i >= n && !need && !claims.0.is_empty() {
+                    true if self.commit.streams_records() => {
+                        c.plan_streamed_record(&|p, idx| claims.owns(p, idx))
+                    }
+                    _ => None,
+                };
                 let log_bytes = c.bytes_since_checkpoint;
-                (need, level, c.headroom_blocks(reserve), log_bytes)
+                (need, level, c.headroom_blocks(reserve), log_bytes, rec)
             };
             since_checkpoint = log_bytes;
             self.pack_staged(&mut out)?;
@@ -1643,26 +1660,36 @@ impl Shared {
                 self.commit.submit(out)?;
             } else {
                 sealed.append(&mut out);
-                // claimed blocks are written before the chunks sealed
-                // meanwhile are handed on: a seal waits for the claims in
-                // its chunk, and in deterministic mode `submit` writes it on
-                // this thread (no claims: handed on at once)
                 if claims.0.is_empty()
                     || need_space
                     || i >= n
                     || claims.blocks() >= STREAM_BATCH_BLOCKS
                 {
-                    self.place_claims(&mut claims, recs)?;
-                    self.commit.submit(std::mem::take(&mut sealed))?;
+                    if self.commit.async_writes {
+                        // the chunks sealed meanwhile go to the writer
+                        // threads first, so their headers are written beside
+                        // the claimed blocks rather than after them (a seal
+                        // still counts its chunk written only once the claims
+                        // in it ended, `Placed::wait_idle`)
+                        self.commit.submit_now(std::mem::take(&mut sealed))?;
+                        self.place_claims(&mut claims, recs, rec.take())?;
+                        self.commit.wait_queue_space()?;
+                    } else {
+                        // deterministic mode: `submit` writes on this thread,
+                        // and its seal would wait for claims nobody writes
+                        self.place_claims(&mut claims, recs, rec.take())?;
+                        self.commit.submit(std::mem::take(&mut sealed))?;
+                    }
                 }
             }
+            assert!(rec.is_none(), "a streamed write's record left unwritten");
             self.hk.pace(i - start, level, headroom);
             if need_space {
                 self.wait_for_space()?;
             }
         }
         if stream {
-            self.place_claims(&mut claims, recs)?;
+            self.place_claims(&mut claims, recs, None)?;
             self.commit.submit(sealed)?;
         }
         self.after_append(since_checkpoint)
@@ -1673,8 +1700,14 @@ impl Shared {
     /// is aligned for direct IO, else from a copy in a pool buffer. A share
     /// of the reuse lock is held across the write, as a FLUSH's placing
     /// write holds one (`flush_path`).
-    fn place_claims<'a>(&self, claims: &mut Claims, recs: &dyn Records<'a>) -> Result<()> {
+    fn place_claims<'a>(
+        &self,
+        claims: &mut Claims,
+        recs: &dyn Records<'a>,
+        rec: Option<intent::PlannedRecord>,
+    ) -> Result<()> {
         if claims.0.is_empty() {
+            assert!(rec.is_none(), "a streamed record without streamed data");
             return Ok(());
         }
         let runs = std::mem::take(&mut claims.0);
@@ -1693,6 +1726,7 @@ impl Shared {
                     b = AlignedBuf::new(host.len());
                 }
                 b[..host.len()].copy_from_slice(host);
+                self.commit.count_streamed_copy(n);
                 bytes.push(Some(copies.len()));
                 copies.push(b);
             }
@@ -1719,8 +1753,9 @@ impl Shared {
             .collect();
         let res = {
             let _r = self.reuse.read();
-            self.commit.place(&place)
+            self.commit.place(&place, rec.as_ref())
         };
+
         drop(place);
         for b in copies {
             self.commit.recycle(b);
@@ -1987,6 +2022,8 @@ impl Shared {
             media_log_bytes: 0,
             log_flushes: 0,
             streamed_blocks: 0,
+            streamed_records: 0,
+            streamed_copied_blocks: 0,
             log_device_errors: 0,
             log_devices_degraded: 0,
             log_fallbacks: 0,
