@@ -470,9 +470,6 @@ apply_record_rewrites_placed() {
 apply_streamed_write_dropped() {
   marker streamed-write-dropped
 }
-apply_streamed_record_names_others() {
-  marker streamed-record-names-others
-}
 apply_metered_batch_unforwarded() {
   marker metered-batch-unforwarded
 }
@@ -767,7 +764,6 @@ run stream-run-ignores-holes streamed_writes
 run streaming-off streamed_writes
 run record-rewrites-placed streamed_writes
 run streamed-write-dropped streamed_writes
-run streamed-record-names-others lib
 run metered-batch-unforwarded lib
 run nbd-payload-unaligned observe
 run add-mirror-unmarked log_device

@@ -65,10 +65,22 @@ fn read(vol: &Volume, lba: u64, n: usize) -> Vec<u8> {
 
 #[test]
 fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
-    for log in [None, Some(1u64 << 20)] {
+    // deterministic mode, and with writer threads (a chunk a streamed write
+    // sealed goes to them before its claims are written: `submit_now`)
+    let modes = [
+        (None, false),
+        (Some(1u64 << 20), false),
+        (None, true),
+        (Some(1u64 << 20), true),
+    ];
+    for (log, threads) in modes {
         let (c, len) = create(log);
         let media = Arc::new(SimMedia::new(len));
-        let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+        let opts = OpenOptions {
+            background: threads,
+            ..det()
+        };
+        let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &opts).unwrap();
         // (lba, blocks, seed, holes, aligned buffer)
         let writes: [(u64, usize, u8, bool, bool); 5] = [
             (0, 40, 1, true, true),
@@ -101,7 +113,7 @@ fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
         let s = vol.stats();
         assert!(
             s.streamed_blocks >= data_blocks - 2,
-            "{log:?}: {} of {data_blocks} data blocks streamed",
+            "{log:?}/{threads}: {} of {data_blocks} data blocks streamed",
             s.streamed_blocks
         );
         // every data block reached the media once: streamed, or (the last
@@ -109,9 +121,13 @@ fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
         assert_eq!(
             s.media_user_data_bytes,
             data_blocks * BS as u64,
-            "{log:?}: data blocks written more than once"
+            "{log:?}/{threads}: data blocks written more than once"
         );
-        assert_eq!(read(&vol, 0, LOGICAL as usize), expect, "{log:?} before");
+        assert_eq!(
+            read(&vol, 0, LOGICAL as usize),
+            expect,
+            "{log:?}/{threads} before"
+        );
         drop(vol);
         for loss in [Loss::DropAll, Loss::Subset, Loss::KeepAll] {
             let m2 = Arc::new(SimMedia::from_image(media.crash_image(loss, 11)));
@@ -119,7 +135,7 @@ fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
             assert_eq!(
                 read(&v2, 0, LOGICAL as usize),
                 expect,
-                "{log:?} after a crash, {loss:?}"
+                "{log:?}/{threads} after a crash, {loss:?}"
             );
         }
     }
@@ -199,82 +215,4 @@ fn a_flush_that_seals_a_chunk_waits_for_its_streamed_blocks_in_flight() {
         small,
         "a flushed write lost: its chunk was counted written before the streamed blocks it names"
     );
-}
-
-/// With a version 3 ring in the volume, a streamed write's last batch
-/// carries a record of what the open chunk holds unlogged in its own
-/// submission (docs/intent-log.md §4.5): the FLUSH after it writes no record
-/// of its own, only the media flush, and a crash after the FLUSH keeps the
-/// write (the record replays, its data verified at its places) whatever the
-/// volatile cache lost before it.
-#[test]
-fn a_streamed_write_carries_its_record_and_the_flush_writes_none() {
-    let (c, len) = create(Some(1 << 20));
-    let media = Arc::new(SimMedia::new(len));
-    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
-    let mut expect = vec![0u8; LOGICAL as usize * BS];
-    // a small write first (its block is the FLUSH's to log), then a FLUSH,
-    // then a large write with holes in it
-    let small = payload(1, 1, false);
-    vol.write(1500 * BS as u64, &small, false).unwrap();
-    vol.flush().unwrap();
-    expect[1500 * BS..1501 * BS].copy_from_slice(&small);
-    let before = vol.stats();
-    let big = {
-        let p = payload(2, 48, true);
-        let mut a = AlignedBuf::new(p.len());
-        a.copy_from_slice(&p);
-        a
-    };
-    vol.write(100 * BS as u64, &big, false).unwrap();
-    expect[100 * BS..148 * BS].copy_from_slice(&big);
-    let after_write = vol.stats();
-    assert_eq!(
-        after_write.streamed_records - before.streamed_records,
-        1,
-        "the large write wrote one record with its data"
-    );
-    assert_eq!(after_write.log_records - before.log_records, 1);
-    vol.flush().unwrap();
-    let after_flush = vol.stats();
-    assert_eq!(
-        after_flush.log_records, after_write.log_records,
-        "the FLUSH after a streamed write wrote a record of its own"
-    );
-    assert_eq!(after_flush.media_log_bytes, after_write.media_log_bytes);
-    assert_eq!(read(&vol, 0, LOGICAL as usize), expect, "before a crash");
-    // a crash right after the FLUSH: nothing sealed the chunk, so the
-    // large write lives in the ring's record and at its places
-    for loss in [Loss::DropAll, Loss::Subset, Loss::KeepAll] {
-        let m2 = Arc::new(SimMedia::from_image(media.crash_image(loss, 5)));
-        let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
-        assert_eq!(
-            read(&v2, 0, LOGICAL as usize),
-            expect,
-            "a flushed streamed write lost after a crash, {loss:?}"
-        );
-    }
-    // a second large write, not flushed: after a crash it is there whole
-    // or not at all (its record replays only if its data verifies)
-    let big2 = {
-        let p = payload(3, 32, false);
-        let mut a = AlignedBuf::new(p.len());
-        a.copy_from_slice(&p);
-        a
-    };
-    vol.write(200 * BS as u64, &big2, false).unwrap();
-    let mut with2 = expect.clone();
-    with2[200 * BS..232 * BS].copy_from_slice(&big2);
-    // (the images are taken while the volume is open: closing it flushes)
-    let images: Vec<Vec<u8>> = (0..8).map(|s| media.crash_image(Loss::Subset, s)).collect();
-    drop(vol);
-    for (seed, img) in images.into_iter().enumerate() {
-        let m2 = Arc::new(SimMedia::from_image(img));
-        let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
-        let got = read(&v2, 0, LOGICAL as usize);
-        assert!(
-            got == expect || got == with2,
-            "seed {seed}: the volume after a crash is not a prefix of the writes"
-        );
-    }
 }

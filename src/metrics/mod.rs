@@ -819,14 +819,6 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
-        "sluice_streamed_records_total",
-        "counter",
-        "Intent log records large host writes wrote in the submission of their own data (counted in sluice_log_records_total too).",
-        |x| one(x.st.streamed_records),
-    );
-    per_volume(
-        &mut t,
-        v,
         "sluice_log_records_total",
         "counter",
         "Intent log records written (FLUSH/FUA that logged instead of sealing).",

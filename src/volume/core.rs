@@ -883,22 +883,6 @@ impl Core {
         Some((placed, ch.segment, ch.start + 1 + idx, idx))
     }
 
-    /// A version 3 record of the open user chunk's unlogged block records,
-    /// for a streamed host write to write in the submission that carries its
-    /// own data (`Ring::plan_streamed`); `ours(placed, i)`: data block `i` of
-    /// the chunk whose map is `placed` is claimed by that write, not yet
-    /// written. None without an in-volume version 3 ring, or when a block
-    /// the record would name is neither placed nor that write's.
-    pub fn plan_streamed_record(
-        &mut self,
-        ours: &dyn Fn(&Arc<Placed>, u32) -> bool,
-    ) -> Option<super::intent::PlannedRecord> {
-        let uuid = self.uuid;
-        let (ring, ch) = (self.ring.as_mut()?, self.open[0].as_mut()?);
-        let placed = ch.placed.clone()?;
-        ring.plan_streamed(ch, uuid, &self.pool, &|i| ours(&placed, i))
-    }
-
     /// Append one block record to `stream` and point the map at it.
     /// `src`: for GC relocations, where it was copied from (recorded, see format).
     pub fn append(

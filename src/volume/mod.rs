@@ -386,13 +386,6 @@ impl Claims {
     fn blocks(&self) -> u32 {
         self.0.iter().map(|r| r.to - r.from).sum()
     }
-    /// Data block `i` of the chunk whose map is `placed` is claimed here
-    /// (not yet written).
-    fn owns(&self, placed: &Arc<crate::log::Placed>, i: u32) -> bool {
-        self.0
-            .iter()
-            .any(|r| Arc::ptr_eq(&r.placed, placed) && (r.from..r.to).contains(&i))
-    }
     /// Record data block `idx` of `placed` (at `block` of `segment`), the
     /// caller's record `host`.
     fn push(&mut self, c: (Arc<crate::log::Placed>, u32, u32, u32), host: u64) {
@@ -1594,7 +1587,7 @@ impl Shared {
             let start = i;
             let end = (i + per_lock).min(n);
             recs.prepare(i, end);
-            let (need_space, level, headroom, log_bytes, mut rec) = {
+            let (need_space, level, headroom, log_bytes) = {
                 let mut c = self.core.lock();
                 // one look at progress per batch: failure, durable and written marks
                 let durable = {
@@ -1641,18 +1634,8 @@ impl Shared {
                         }
                     }
                 }
-                // the request's last blocks are in: with a version 3 ring,
-                // a record naming what the open chunk holds unlogged goes out
-                // with its data, so the FLUSH after it writes nothing but
-                // the media flush (docs/intent-log.md §4.5)
-                let rec = match stream && i >= n && !need && !claims.0.is_empty() {
-                    true if self.commit.streams_records() => {
-                        c.plan_streamed_record(&|p, idx| claims.owns(p, idx))
-                    }
-                    _ => None,
-                };
                 let log_bytes = c.bytes_since_checkpoint;
-                (need, level, c.headroom_blocks(reserve), log_bytes, rec)
+                (need, level, c.headroom_blocks(reserve), log_bytes)
             };
             since_checkpoint = log_bytes;
             self.pack_staged(&mut out)?;
@@ -1672,24 +1655,23 @@ impl Shared {
                         // still counts its chunk written only once the claims
                         // in it ended, `Placed::wait_idle`)
                         self.commit.submit_now(std::mem::take(&mut sealed))?;
-                        self.place_claims(&mut claims, recs, rec.take())?;
+                        self.place_claims(&mut claims, recs)?;
                         self.commit.wait_queue_space()?;
                     } else {
                         // deterministic mode: `submit` writes on this thread,
                         // and its seal would wait for claims nobody writes
-                        self.place_claims(&mut claims, recs, rec.take())?;
+                        self.place_claims(&mut claims, recs)?;
                         self.commit.submit(std::mem::take(&mut sealed))?;
                     }
                 }
             }
-            assert!(rec.is_none(), "a streamed write's record left unwritten");
             self.hk.pace(i - start, level, headroom);
             if need_space {
                 self.wait_for_space()?;
             }
         }
         if stream {
-            self.place_claims(&mut claims, recs, None)?;
+            self.place_claims(&mut claims, recs)?;
             self.commit.submit(sealed)?;
         }
         self.after_append(since_checkpoint)
@@ -1700,14 +1682,8 @@ impl Shared {
     /// is aligned for direct IO, else from a copy in a pool buffer. A share
     /// of the reuse lock is held across the write, as a FLUSH's placing
     /// write holds one (`flush_path`).
-    fn place_claims<'a>(
-        &self,
-        claims: &mut Claims,
-        recs: &dyn Records<'a>,
-        rec: Option<intent::PlannedRecord>,
-    ) -> Result<()> {
+    fn place_claims<'a>(&self, claims: &mut Claims, recs: &dyn Records<'a>) -> Result<()> {
         if claims.0.is_empty() {
-            assert!(rec.is_none(), "a streamed record without streamed data");
             return Ok(());
         }
         let runs = std::mem::take(&mut claims.0);
@@ -1753,9 +1729,8 @@ impl Shared {
             .collect();
         let res = {
             let _r = self.reuse.read();
-            self.commit.place(&place, rec.as_ref())
+            self.commit.place(&place)
         };
-
         drop(place);
         for b in copies {
             self.commit.recycle(b);
@@ -2022,7 +1997,6 @@ impl Shared {
             media_log_bytes: 0,
             log_flushes: 0,
             streamed_blocks: 0,
-            streamed_records: 0,
             streamed_copied_blocks: 0,
             log_device_errors: 0,
             log_devices_degraded: 0,
