@@ -497,6 +497,12 @@ apply_record_rewrites_placed() {
 apply_streamed_write_dropped() {
   marker streamed-write-dropped
 }
+apply_metered_batch_unforwarded() {
+  marker metered-batch-unforwarded
+}
+apply_nbd_payload_unaligned() {
+  marker nbd-payload-unaligned
+}
 apply_add_mirror_unmarked() {
   marker add-mirror-unmarked
 }
@@ -795,6 +801,8 @@ run stream-run-ignores-holes streamed_writes
 run streaming-off streamed_writes
 run record-rewrites-placed streamed_writes
 run streamed-write-dropped streamed_writes
+run metered-batch-unforwarded lib
+run nbd-payload-unaligned observe
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device
 run peek-identity-exact dst lib

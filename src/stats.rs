@@ -115,6 +115,9 @@ pub struct Counters {
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal (`Commit::place`).
     pub streamed_blocks: AtomicU64,
+    /// Of `streamed_blocks`, those written from a copy in a pool buffer
+    /// because the caller's buffer was not aligned for direct IO.
+    pub streamed_copied_blocks: AtomicU64,
     /// Write or flush errors of a log device while serving (each takes that
     /// device out of use until the next mount).
     pub log_device_errors: AtomicU64,
@@ -248,6 +251,8 @@ pub struct Stats {
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal, this session (`Counters::streamed_blocks`).
     pub streamed_blocks: u64,
+    /// Of `streamed_blocks`, those copied first (`Counters::streamed_copied_blocks`).
+    pub streamed_copied_blocks: u64,
     /// Write or flush errors of log devices this session.
     pub log_device_errors: u64,
     /// Log devices of the volume it runs without: its intent log is degraded.
@@ -324,6 +329,7 @@ impl Counters {
         s.media_log_bytes = g(&self.media_log_bytes);
         s.log_flushes = g(&self.log_flushes);
         s.streamed_blocks = g(&self.streamed_blocks);
+        s.streamed_copied_blocks = g(&self.streamed_copied_blocks);
         s.log_device_errors = g(&self.log_device_errors);
         s.log_devices_degraded = g(&self.log_devices_degraded);
         s.log_fallbacks = g(&self.log_fallbacks);

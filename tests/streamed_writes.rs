@@ -65,10 +65,22 @@ fn read(vol: &Volume, lba: u64, n: usize) -> Vec<u8> {
 
 #[test]
 fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
-    for log in [None, Some(1u64 << 20)] {
+    // deterministic mode, and with writer threads (a chunk a streamed write
+    // sealed goes to them before its claims are written: `submit_now`)
+    let modes = [
+        (None, false),
+        (Some(1u64 << 20), false),
+        (None, true),
+        (Some(1u64 << 20), true),
+    ];
+    for (log, threads) in modes {
         let (c, len) = create(log);
         let media = Arc::new(SimMedia::new(len));
-        let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+        let opts = OpenOptions {
+            background: threads,
+            ..det()
+        };
+        let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &opts).unwrap();
         // (lba, blocks, seed, holes, aligned buffer)
         let writes: [(u64, usize, u8, bool, bool); 5] = [
             (0, 40, 1, true, true),
@@ -101,7 +113,7 @@ fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
         let s = vol.stats();
         assert!(
             s.streamed_blocks >= data_blocks - 2,
-            "{log:?}: {} of {data_blocks} data blocks streamed",
+            "{log:?}/{threads}: {} of {data_blocks} data blocks streamed",
             s.streamed_blocks
         );
         // every data block reached the media once: streamed, or (the last
@@ -109,9 +121,13 @@ fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
         assert_eq!(
             s.media_user_data_bytes,
             data_blocks * BS as u64,
-            "{log:?}: data blocks written more than once"
+            "{log:?}/{threads}: data blocks written more than once"
         );
-        assert_eq!(read(&vol, 0, LOGICAL as usize), expect, "{log:?} before");
+        assert_eq!(
+            read(&vol, 0, LOGICAL as usize),
+            expect,
+            "{log:?}/{threads} before"
+        );
         drop(vol);
         for loss in [Loss::DropAll, Loss::Subset, Loss::KeepAll] {
             let m2 = Arc::new(SimMedia::from_image(media.crash_image(loss, 11)));
@@ -119,7 +135,7 @@ fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
             assert_eq!(
                 read(&v2, 0, LOGICAL as usize),
                 expect,
-                "{log:?} after a crash, {loss:?}"
+                "{log:?}/{threads} after a crash, {loss:?}"
             );
         }
     }

@@ -125,6 +125,8 @@ struct Row {
     read_p99_s: Option<f64>,
     host_sequential_share: f64,
     media_sequential_share: f64,
+    /// Data large host writes streamed to their places (MB/s).
+    streamed_mb_s: f64,
     log_records_per_s: f64,
     log_mb_s: f64,
     log_flushes_per_s: f64,
@@ -263,6 +265,7 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         read_p99_s: quantile(a, b, "read", 0.99),
         host_sequential_share: share(a, b, "host"),
         media_sequential_share: share(a, b, "media"),
+        streamed_mb_s: r("sluice_streamed_blocks_total") * 4096.0 / 1e6,
         log_records_per_s: r("sluice_log_records_total"),
         log_mb_s: r("sluice_log_bytes_total") / 1e6,
         log_flushes_per_s: r("sluice_log_device_flushes_total"),
@@ -306,7 +309,7 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
          host    read  {:>9.0} IOPS {:>8.1} MB/s   p99 {}\n\
          \x20       write {:>9.0} IOPS {:>8.1} MB/s   p99 {}\n\
          \x20       flush {:>9.0} /s   trim {:.0} /s   flush latency logged p50 {} p99 {}, sealed p50 {} p99 {}\n\
-         media   write {:>23.1} MB/s\n\
+         media   write {:>23.1} MB/s   streamed by large writes {:.1} MB/s\n\
          WA      now {:.2}   last minute {:.2}   session {:.2}\n\
          GC      {:.1} runs/s, {:.0} blocks moved/s\n\
          space   {} of {} segments free, live data {} of {}\n\
@@ -332,6 +335,7 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
         lat(r.flush_seal_p50_s),
         lat(r.flush_seal_p99_s),
         r.media_mb_s,
+        r.streamed_mb_s,
         r.wa_interval,
         r.wa_1m,
         r.wa_session,

@@ -34,6 +34,15 @@ pub fn io_uring_given_up() -> bool {
     uring::given_up()
 }
 
+/// `Media::write_batch` the plain way: one `write_at` after another (the
+/// trait's default, for a media that cannot overlap writes).
+pub fn write_one_by_one<M: Media + ?Sized>(m: &M, writes: &[(&[u8], u64)]) -> io::Result<()> {
+    for (buf, off) in writes {
+        m.write_at(buf, *off)?;
+    }
+    Ok(())
+}
+
 pub trait Media: Send + Sync {
     /// Size in bytes.
     fn len(&self) -> u64;
@@ -63,10 +72,7 @@ pub trait Media: Send + Sync {
     /// together; the default writes them one after another. On an error any
     /// of them may or may not have reached the media.
     fn write_batch(&self, writes: &[(&[u8], u64)]) -> io::Result<()> {
-        for (buf, off) in writes {
-            self.write_at(buf, *off)?;
-        }
-        Ok(())
+        write_one_by_one(self, writes)
     }
     /// Smallest write (and its alignment) the media takes: 512 bytes unless
     /// it is an O_DIRECT file on a device whose logical sectors are larger

@@ -25,7 +25,9 @@ use super::proto::{self, ProtoError, Request};
 use super::reply::{Conn, Release};
 use super::server::Server;
 use super::transport::{is_timeout, RecvBuf};
-use crate::volume::{ReadBuf, ReadRing};
+use crate::format::BLOCK_BYTES;
+use crate::media::AlignedBuf;
+use crate::volume::{ReadBuf, ReadRing, STREAM_MIN_BLOCKS};
 use crate::Error;
 use std::io::{self, Read};
 use std::sync::atomic::Ordering;
@@ -267,7 +269,7 @@ impl Conn {
     /// succeed; the first that was not, and every one after it (which may
     /// have been appended in part, as a failed write may), fail with its
     /// error. Each request's budget goes back with its reply.
-    pub(super) fn execute_writes(&self, batch: Vec<(Request, Vec<u8>)>) {
+    pub(super) fn execute_writes(&self, batch: Vec<(Request, Payload)>) {
         for (r, _) in &batch {
             self.record(r);
         }
@@ -303,7 +305,7 @@ impl Conn {
 
     /// Run one checked request and reply. `queue` batches the reply (reader
     /// thread); `rel` is the request's budget, given back with the reply.
-    pub(super) fn execute(&self, r: Request, payload: Vec<u8>, queue: bool, rel: Release) {
+    pub(super) fn execute(&self, r: Request, payload: Payload, queue: bool, rel: Release) {
         let fua = r.flags & proto::CMD_FLAG_FUA != 0;
         let (off, len) = (r.offset, r.length as u64);
         if r.cmd == proto::CMD_READ {
@@ -453,9 +455,9 @@ impl Server {
 
     /// Receive a WRITE's payload within `request_timeout`. None: the client
     /// went away (a half-sent write is never acknowledged).
-    fn read_payload(&self, rd: &mut RecvBuf, len: usize) -> io::Result<Option<Vec<u8>>> {
+    fn read_payload(&self, rd: &mut RecvBuf, len: usize) -> io::Result<Option<Payload>> {
         let start = Instant::now();
-        let mut payload = vec![0u8; len];
+        let mut payload = Payload::new(len);
         let mut got = 0;
         while got < len {
             match rd.read(&mut payload[got..]) {
@@ -615,7 +617,7 @@ impl Server {
             }
             // this request may wait (payload, media, pool): reads go first
             conn.submit_reads();
-            let mut payload = Vec::new();
+            let mut payload = Payload::Small(Vec::new());
             if r.cmd == proto::CMD_WRITE {
                 if rd.would_wait(r.length as usize) {
                     conn.flush_pending();
@@ -693,6 +695,47 @@ impl Server {
                 self.pool
                     .submit(Box::new(move || c.execute(r, payload, false, rel)));
             }
+        }
+    }
+}
+
+/// A WRITE's payload as received. One the volume streams to its places
+/// (`STREAM_MIN_BLOCKS` blocks or more) is read into a 4 KiB-aligned buffer,
+/// so the volume writes it from there with O_DIRECT instead of copying it
+/// into an aligned pool buffer first (`Shared::place_claims`); a smaller one
+/// is copied into the open chunk anyway and stays a `Vec`.
+pub(super) enum Payload {
+    Small(Vec<u8>),
+    Aligned(AlignedBuf),
+}
+
+impl Payload {
+    /// A zeroed payload of `len` bytes, aligned when the volume streams it.
+    pub(super) fn new(len: usize) -> Payload {
+        // MUTANT: nbd-payload-unaligned s|len >= STREAM_MIN_BLOCKS as usize * BLOCK_BYTES|false|
+        if len >= STREAM_MIN_BLOCKS as usize * BLOCK_BYTES {
+            Payload::Aligned(AlignedBuf::new(len))
+        } else {
+            Payload::Small(vec![0u8; len])
+        }
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Payload::Small(v) => v,
+            Payload::Aligned(a) => a,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Payload {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Payload::Small(v) => v,
+            Payload::Aligned(a) => a,
         }
     }
 }

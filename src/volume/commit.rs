@@ -496,6 +496,35 @@ impl Commit {
         self.submit_within(out, HOUSEKEEPER_QUEUE_BYTES)
     }
 
+    /// `submit` that does not wait for queue space (writer threads only):
+    /// for chunks a streamed host write holds claims in, handed on before
+    /// it writes them so that their headers go out beside its data. Their
+    /// writer waits for those claims (`Placed::wait_idle`), so waiting here
+    /// for the writers to drain the queue could wait for itself; the caller
+    /// waits afterwards (`wait_queue_space`), having written its claims.
+    pub fn submit_now(&self, out: Vec<Sealed>) -> Result<()> {
+        assert!(
+            self.async_writes,
+            "only writer threads take chunks unwritten"
+        );
+        self.submit_within(out, u64::MAX)
+    }
+
+    /// Wait while the write queue holds `WRITE_QUEUE_BYTES` (as `submit`
+    /// does before it queues).
+    pub fn wait_queue_space(&self) -> Result<()> {
+        let mut q = self.writeq.lock();
+        while q.bytes >= WRITE_QUEUE_BYTES && !q.failed && !q.stop {
+            self.writeq_space.wait(&mut q);
+        }
+        if q.failed || q.stop {
+            drop(q);
+            self.check_failed()?;
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
     fn submit_within(&self, out: Vec<Sealed>, limit: u64) -> Result<()> {
         if !self.async_writes || out.is_empty() {
             return self.write_sealed(out);
@@ -677,6 +706,12 @@ impl Commit {
             }
         }
         r
+    }
+
+    /// `blocks` streamed blocks are written from a copy (their caller's
+    /// buffer was not aligned for direct IO).
+    pub fn count_streamed_copy(&self, blocks: u64) {
+        Counters::add(&self.counters.streamed_copied_blocks, blocks);
     }
 
     /// A buffer from the engine's chunk pool (content arbitrary; back with

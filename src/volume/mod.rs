@@ -360,7 +360,7 @@ impl<'a> Records<'a> for HostBlocks<'a> {
 /// `zfs_immediate_write_sz`. Smaller ones stay in the chunk until its seal
 /// (a request per 4 KiB write costs more than it saves: docs/intent-log.md
 /// §4.3, write-behind).
-const STREAM_MIN_BLOCKS: u64 = 16;
+pub const STREAM_MIN_BLOCKS: u64 = 16;
 /// Streamed blocks one request claims before it writes them (and hands on
 /// the chunks it sealed meanwhile): 1 MiB.
 const STREAM_BATCH_BLOCKS: u32 = 256;
@@ -1652,17 +1652,26 @@ impl Shared {
                 self.commit.submit(out)?;
             } else {
                 sealed.append(&mut out);
-                // claimed blocks are written before the chunks sealed
-                // meanwhile are handed on: a seal waits for the claims in
-                // its chunk, and in deterministic mode `submit` writes it on
-                // this thread (no claims: handed on at once)
                 if claims.0.is_empty()
                     || need_space
                     || i >= n
                     || claims.blocks() >= STREAM_BATCH_BLOCKS
                 {
-                    self.place_claims(&mut claims, recs)?;
-                    self.commit.submit(std::mem::take(&mut sealed))?;
+                    if self.commit.async_writes {
+                        // the chunks sealed meanwhile go to the writer
+                        // threads first, so their headers are written beside
+                        // the claimed blocks rather than after them (a seal
+                        // still counts its chunk written only once the claims
+                        // in it ended, `Placed::wait_idle`)
+                        self.commit.submit_now(std::mem::take(&mut sealed))?;
+                        self.place_claims(&mut claims, recs)?;
+                        self.commit.wait_queue_space()?;
+                    } else {
+                        // deterministic mode: `submit` writes on this thread,
+                        // and its seal would wait for claims nobody writes
+                        self.place_claims(&mut claims, recs)?;
+                        self.commit.submit(std::mem::take(&mut sealed))?;
+                    }
                 }
             }
             self.hk.pace(i - start, level, headroom);
@@ -1702,6 +1711,7 @@ impl Shared {
                     b = AlignedBuf::new(host.len());
                 }
                 b[..host.len()].copy_from_slice(host);
+                self.commit.count_streamed_copy(n);
                 bytes.push(Some(copies.len()));
                 copies.push(b);
             }
@@ -2017,6 +2027,7 @@ impl Shared {
             media_log_bytes: 0,
             log_flushes: 0,
             streamed_blocks: 0,
+            streamed_copied_blocks: 0,
             log_device_errors: 0,
             log_devices_degraded: 0,
             log_fallbacks: 0,
