@@ -870,18 +870,45 @@ struct Ran {
 /// turns incompressible and its chunks direct (docs/compression.md "Direct
 /// chunks"), and the mixed data after it must stage them again.
 fn for_shape(op: Op, sh: Shape, random_phase: bool) -> Op {
+    let bs = BS as u64;
     match op {
+        // (widened to whole blocks: a sub-block write into a block still
+        // mostly zeros compresses, and one kept block restarts the run)
         Op::Write {
             offset,
             len,
             seed,
             fill: Fill::Random | Fill::Ones,
-        } if sh.compress && random_phase => Op::Write {
+        } if sh.compress && random_phase => {
+            let first = offset / bs * bs;
+            let end = (offset + len as u64).div_ceil(bs) * bs;
+            Op::Write {
+                offset: first,
+                len: (end - first) as usize,
+                seed,
+                fill: Fill::Random,
+            }
+        }
+        // (and so are zeroes and trims: a block partly zeroed compresses)
+        Op::Zero {
             offset,
             len,
-            seed,
-            fill: Fill::Random,
-        },
+            may_trim,
+        } if sh.compress && random_phase => {
+            let first = offset / bs * bs;
+            Op::Zero {
+                offset: first,
+                len: (offset + len).div_ceil(bs) * bs - first,
+                may_trim,
+            }
+        }
+        Op::Trim { offset, len } if sh.compress && random_phase => {
+            let first = offset / bs * bs;
+            Op::Trim {
+                offset: first,
+                len: (offset + len).div_ceil(bs) * bs - first,
+            }
+        }
         Op::Write {
             offset,
             len,
@@ -898,12 +925,11 @@ fn for_shape(op: Op, sh: Shape, random_phase: bool) -> Op {
 }
 
 /// Ops `RANDOM_PHASE.0..RANDOM_PHASE.1` of a plan (and of the threaded runs,
-/// counted by ticket) write random data on compressed shapes, with no clean
-/// close among them; plans hold 600-900 ops, so mixed data follows. Meant
-/// to pass `DIRECT_AFTER` (128) tested blocks in a row, it does not on the
-/// default seeds (the sweep prints 0 blocks in direct chunks: sub-block
-/// writes into mostly-zero blocks compress and reset the run, among other
-/// things not traced), so direct chunks are not in this sweep yet.
+/// counted by ticket) write random data in whole blocks (and zero and trim
+/// whole blocks) on compressed shapes, with no clean close among them, so
+/// the user stream passes
+/// `DIRECT_AFTER` (128) tested blocks in a row and turns direct; plans hold
+/// 600-900 ops, so mixed data follows and must stage chunks again.
 const RANDOM_PHASE: (usize, usize) = (150, 500);
 
 fn random_phase(i: usize) -> bool {
@@ -2481,9 +2507,10 @@ fn dst_seeded_sweep() {
         done < 6 || t.fragments > 0,
         "compressed seeds must write compressible data: the packer placed no fragment"
     );
-    // (not asserted: on the default seeds the random phase reached no
-    // direct chunk, 0 blocks; docs/compression.md "Direct chunks" says why
-    // that leaves direct chunks out of this sweep)
+    assert!(
+        done < 6 || t.direct > 0,
+        "compressed seeds' random phase must turn the user stream direct: no block went into a direct chunk"
+    );
     assert!(
         t.ring_fallbacks > 0,
         "the sweep must fail a write into the intent log ring in a live run"
