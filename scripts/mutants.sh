@@ -319,6 +319,9 @@ apply_completed_row_tags_kept() {
 apply_tag_voids_unordered() {
   marker tag-voids-unordered
 }
+apply_scratch_voids_in_hash_order() {
+  marker scratch-voids-in-hash-order
+}
 apply_mixed_check_linear() {
   marker mixed-check-linear
 }
@@ -715,6 +718,7 @@ run scratch-before-data-durable lib dst
 run uncovered-block-from-stale-parity lib
 run completed-row-tags-kept lib dst
 run tag-voids-unordered lib stripe_rebuild_online
+run scratch-voids-in-hash-order dst
 run mixed-check-linear lib dst
 run set-without-mixed-check stripe_set dst
 run member-failure-unrecorded stripe_set dst
