@@ -3286,6 +3286,24 @@ fn dst_regression_stripe_cut_recovery_mount_then_members_lost() {
     }
 }
 
+/// Regression (found by a strict sweep with the findings flag on,
+/// docs/stripes.md §0 finding 8): seed 2^20+14, RAID-5 of 3, a cut during a
+/// housekeeper step, then a bit flipped in the seq field of segment 9's
+/// block 0 on member 0 (a chunk older than the checkpoint, read as claiming
+/// seq 1048714): recovery healed block 0 only into a chunk newer than the
+/// checkpoint, so the flip stayed damage past it and the mount refused.
+/// Passes since any header of the segment is block 0's right bytes;
+/// mutation `block-zero-heal-needs-new-seq` (killed by
+/// tests/stripe_set.rs's `a_flipped_seq_in_an_old_chunk_header_...`).
+#[test]
+fn dst_regression_stripe_flipped_old_header_after_a_cut() {
+    STRIPE_FINDINGS.with(|f| f.set(true));
+    let seed = STRIPE_SEEDS + 14;
+    if let Err(e) = run_seed(seed, 1, false, None) {
+        panic!("{e}\nreproduce: {}", reproduce(seed, 1, None));
+    }
+}
+
 /// Regression (found by this test, `stripe-flush-acked-after-member-flush-
 /// failed`): a live power cut fails one member's flush first; the set took
 /// that for the member's failure and acknowledged the FLUSH on the others
