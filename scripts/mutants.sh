@@ -341,6 +341,15 @@ apply_completed_row_tags_kept() {
 apply_tag_voids_unordered() {
   marker tag-voids-unordered
 }
+apply_scratch_voids_in_hash_order() {
+  marker scratch-voids-in-hash-order
+}
+apply_block_zero_heal_needs_new_seq() {
+  marker block-zero-heal-needs-new-seq
+}
+apply_resync_skips_header_heal() {
+  marker resync-skips-header-heal
+}
 apply_mixed_check_linear() {
   marker mixed-check-linear
 }
@@ -757,6 +766,9 @@ run scratch-before-data-durable lib dst
 run uncovered-block-from-stale-parity lib
 run completed-row-tags-kept lib dst
 run tag-voids-unordered lib stripe_rebuild_online
+run scratch-voids-in-hash-order dst
+run block-zero-heal-needs-new-seq stripe_set
+run resync-skips-header-heal stripe_set
 run mixed-check-linear lib dst
 run set-without-mixed-check stripe_set dst
 run member-failure-unrecorded stripe_set dst

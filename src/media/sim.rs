@@ -57,6 +57,8 @@ struct State {
     power_off: bool,
     /// Write numbers (counted among writes only) that fail with EIO.
     fail_writes: BTreeSet<u64>,
+    /// Offsets of the writes (and discards) `fail_writes` failed, in order.
+    failed: Vec<u64>,
     writes: u64,
     flips: BTreeSet<u64>,
     log: Option<Vec<SimEvent>>,
@@ -87,6 +89,7 @@ impl SimMedia {
                 cut_at: None,
                 power_off: false,
                 fail_writes: BTreeSet::new(),
+                failed: Vec::new(),
                 writes: 0,
                 flips: BTreeSet::new(),
                 log: None,
@@ -125,6 +128,12 @@ impl SimMedia {
     /// power stays on.
     pub fn fail_write(&self, n: u64) {
         self.st.lock().fail_writes.insert(n);
+    }
+    /// Offsets of the writes `fail_write` failed so far, in order (which
+    /// device of a part-split media took the EIO is known only here: the
+    /// order of writes to different parts may differ from a recorded run's).
+    pub fn failed_writes(&self) -> Vec<u64> {
+        self.st.lock().failed.clone()
     }
     /// Flip bit 0 of the byte at `offset` on every read of it.
     pub fn flip_on_read(&self, offset: u64) {
@@ -346,6 +355,7 @@ impl Media for SimMedia {
         let w = s.writes;
         s.writes += 1;
         if s.fail_writes.contains(&w) {
+            s.failed.push(offset);
             return Err(io::Error::other(format!("simulated EIO on write {w}")));
         }
         if let Some(l) = s.log.as_mut() {
@@ -385,6 +395,7 @@ impl Media for SimMedia {
         let w = s.writes;
         s.writes += 1;
         if s.fail_writes.contains(&w) {
+            s.failed.push(offset);
             return Err(io::Error::other(format!(
                 "simulated EIO on discard (write {w})"
             )));

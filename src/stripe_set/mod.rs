@@ -955,6 +955,12 @@ impl StripeSet {
         }
         let is_newest = |o: &Option<(u64, u64)>| o.is_some_and(|(row, seq)| newest[&row] == seq);
         let older = |o: &Option<(u64, u64)>| !is_newest(o);
+        // in place order, not the order of the `HashMap`s the places come
+        // from: one run writes the same member ops in the same order (the
+        // simulator fails, cuts and replays by op number; finding 9)
+        let mut places = places.to_vec();
+        // MUTANT: scratch-voids-in-hash-order s|places.sort_unstable();|();|
+        places.sort_unstable();
         let first: Vec<(u32, u32, u32)> = places
             .iter()
             // MUTANT: tag-voids-unordered s|older(o)|true|

@@ -233,7 +233,11 @@ impl RowTable {
     /// their lanes to `retiring` (free after that flush).
     pub fn forget_range(&mut self, first: u64, end: u64) {
         let dead = |r: &u64| (first..end).contains(r);
-        let lanes: Vec<u64> = self.row_lane.keys().copied().filter(dead).collect();
+        let mut lanes: Vec<u64> = self.row_lane.keys().copied().filter(dead).collect();
+        // row order, not hash order: the lanes go back to `free_lanes` in
+        // this order, and which lane a row takes next decides where its
+        // tag is written (a seed of the simulator writes the same bytes)
+        lanes.sort_unstable();
         for r in lanes {
             let l = self.row_lane.remove(&r).expect("present");
             self.retiring.push(l);

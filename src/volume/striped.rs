@@ -345,9 +345,22 @@ impl super::Shared {
                     let c = self.core.lock();
                     (c.segs.segs[seg as usize].fill, c.uuid)
                 };
-                let known = known_of
-                    .entry(seg)
-                    .or_insert_with(|| self.blocks_known(seg, fill, &uuid).map(|k| k.0));
+                let known = known_of.entry(seg).or_insert_with(|| {
+                    let (k, end) = self.blocks_known(seg, fill, &uuid)?;
+                    if end >= fill {
+                        return Some(k);
+                    }
+                    // The walk stopped at a header that fails its check
+                    // (a bit flipped on one member): everything from it on
+                    // counts as unknown and would be baked into the parity
+                    // as it is. Heal it first (`heal` heals the headers its
+                    // walk stops at), then walk again (docs/stripes.md §0
+                    // finding 10).
+                    let hp = seg as u64 * sb as u64 + end as u64;
+                    // MUTANT: resync-skips-header-heal s|self.heal(None, hp as u32, false);|let _ = hp;|
+                    self.heal(None, hp as u32, false);
+                    self.blocks_known(seg, fill, &uuid).map(|k| k.0)
+                });
                 let Some(known) = known else {
                     continue;
                 };
