@@ -171,13 +171,12 @@ impl Inner {
             }
             let mut ready = true;
             for &(slot, life) in &p.waits {
-                let s = &st.slots[slot as usize];
-                match s.last_stored {
-                    // that life's object (the slot may have moved on since:
-                    // the object's delete waits for captures taken after it
-                    // was asked for, this one is older)
-                    // MUTANT: pending-ckpt-names-another-life s|Some((l, r)) if l == life => {|Some((l, r)) if l >= life => {|
-                    Some((l, r)) if l == life => {
+                match st.ckpt_waits.get(&slot) {
+                    // that life's object, recorded by its upload (the slot
+                    // may have moved on since: the object's delete waits for
+                    // captures taken after it was asked for, this one is
+                    // older)
+                    Some(&(l, Some(r))) if l == life => {
                         p.obj.slots[slot as usize] = Some(SlotObject {
                             seq: r.seq,
                             epoch: r.epoch,
@@ -185,10 +184,11 @@ impl Inner {
                         })
                     }
                     _ if st.rescued.iter().any(|x| (x.0, x.1) == (slot, life)) => {}
-                    _ if s.life != life => {
-                        // the engine moved on before that life was stored:
-                        // the capture's data for that slot is nowhere; a
-                        // later capture (the next try) takes its place
+                    _ if st.slots[slot as usize].life != life => {
+                        // the engine moved on before that life was stored,
+                        // and its blocks could not be kept: the capture's
+                        // data for that slot is nowhere; a later capture
+                        // (the next try) takes its place
                         st.ckpt_waits.clear();
                         st.rescued.clear();
                         drop(st);
@@ -291,7 +291,13 @@ impl Inner {
                     }
                 })
                 .collect();
-            (seq, self.next_seq.load(Ordering::SeqCst), refs, partial, waits)
+            (
+                seq,
+                self.next_seq.load(Ordering::SeqCst),
+                refs,
+                partial,
+                waits,
+            )
         };
         let body = body_bytes_with(
             self.geo.logical_blocks,
@@ -352,10 +358,20 @@ impl Inner {
         if !waits.is_empty() {
             {
                 let mut st = self.state.lock();
-                if waits.iter().any(|&(slot, life)| {
-                    let s = &st.slots[slot as usize];
-                    s.life != life && s.last_stored.is_none_or(|(l, _)| l != life)
-                }) {
+                // a life stored during the reads: its object (recorded at
+                // its upload, kept across the slot's later lives)
+                let known: Vec<(u32, (u64, Option<ObjRef>))> = waits
+                    .iter()
+                    .map(|&(slot, life)| {
+                        let s = &st.slots[slot as usize];
+                        let r = s.last_stored.filter(|(l, _)| *l == life).map(|x| x.1);
+                        (slot, (life, r))
+                    })
+                    .collect();
+                if known
+                    .iter()
+                    .any(|&(slot, (life, r))| r.is_none() && st.slots[slot as usize].life != life)
+                {
                     // one moved on during the reads (before new_life could
                     // know to keep its blocks): taken again later
                     self.stats
@@ -364,7 +380,7 @@ impl Inner {
                     return false;
                 }
                 st.rescued.clear();
-                st.ckpt_waits = waits.iter().copied().collect();
+                st.ckpt_waits = known.into_iter().collect();
             }
             ck.pending = Some(Pending {
                 seq,

@@ -199,10 +199,11 @@ struct State {
     failed: Option<String>,
     /// Deletes waiting for checkpoint objects that no longer need them.
     deferred: Vec<ckpt::Deferred>,
-    /// Slot -> life a pending checkpoint capture waits to see stored
-    /// (`ckpt.rs`); a new life of one before its upload first copies the
+    /// Slot -> (life, its object once stored) a pending checkpoint
+    /// capture waits for (`ckpt.rs`): the upload of that life records its
+    /// object here; a new life of the slot before that first copies the
     /// old life's blocks into `rescued`, which the capture then carries.
-    ckpt_waits: HashMap<u32, u64>,
+    ckpt_waits: HashMap<u32, (u64, Option<ObjRef>)>,
     rescued: Vec<(u32, u64, Vec<u8>)>,
 }
 
@@ -903,12 +904,9 @@ impl Inner {
     /// naming it durably, and only then is the object queued for deletion.
     fn new_life(&self, st: &mut State, seg: u32) -> io::Result<()> {
         let s = &st.slots[seg as usize];
-        // MUTANT: waited-life-not-rescued s|if st.ckpt_waits.get(&seg) == Some(&s.life)|if false|
-        if st.ckpt_waits.get(&seg) == Some(&s.life)
-            && s.stored.is_none()
-            && s.local
-            && st.rescued.len() < ckpt::RESCUE_MAX
-        {
+        let waited = matches!(st.ckpt_waits.get(&seg), Some(&(l, None)) if l == s.life);
+        // MUTANT: waited-life-not-rescued s|if waited|if false|
+        if waited && s.stored.is_none() && s.local && st.rescued.len() < ckpt::RESCUE_MAX {
             // a pending capture needs this life and its upload has not
             // landed: its blocks (still in staging: nothing of the next
             // life is written yet) go with the capture instead
@@ -1178,6 +1176,12 @@ impl Inner {
                 st.table.path().display()
             ));
             return true;
+        }
+        if let Some(w) = st.ckpt_waits.get_mut(&seg) {
+            // MUTANT: pending-ckpt-names-another-life s|if w.0 == life {|if w.0 <= life {|
+            if w.0 == life {
+                w.1 = Some(r);
+            }
         }
         let s = &mut st.slots[seg as usize];
         s.stored = Some(r);

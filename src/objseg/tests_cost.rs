@@ -9,8 +9,8 @@
 
 use super::tests_recover::{assert_prefix, host_b, wblock};
 use super::*;
-use crate::media::objects::{MemObjects, ObjectInfo};
 use crate::format::objckpt::ObjCheckpoint;
+use crate::media::objects::{MemObjects, ObjectInfo};
 use crate::media::MemMedia;
 use crate::{CreateOptions, OpenOptions, StoreHandle, Volume};
 use std::ops::Range;
@@ -27,16 +27,28 @@ struct Lagging {
     permits: Mutex<u64>,
     cv: Condvar,
     open: AtomicBool,
+    /// The next segment PUT whose bytes start so fails once.
+    refuse_once: Mutex<Option<Vec<u8>>>,
 }
 
 impl Lagging {
-    /// Let uploads run until `pending` (full segments waiting) is down to
-    /// `lag`: the store keeps pace with the segments the engine fills
-    /// (host writes and GC's), `lag` behind.
-    fn keep_lag(&self, pending: u64, lag: u64) {
-        let mut p = self.permits.lock();
-        *p = (*p).max(pending.saturating_sub(lag));
-        self.cv.notify_all();
+    /// Let uploads run until the full segments waiting are down to `lag`,
+    /// and wait for that: the store keeps pace with the segments the
+    /// engine fills (host writes and GC's), `lag` behind, whatever the
+    /// machine's speed.
+    fn keep_lag(&self, store: &ObjSegStore, lag: u64) {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let pending = store.uploads_pending() as u64;
+            if pending <= lag || Instant::now() > end {
+                return;
+            }
+            let mut p = self.permits.lock();
+            *p = (*p).max(pending - lag);
+            self.cv.notify_all();
+            drop(p);
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
     fn open_wide(&self) {
         self.open.store(true, Ordering::SeqCst);
@@ -55,6 +67,12 @@ impl ObjectStore for Lagging {
                 }
             }
             *p = p.saturating_sub(1);
+            drop(p);
+            let mut r = self.refuse_once.lock();
+            if r.as_ref().is_some_and(|x| bytes.starts_with(x)) {
+                *r = None;
+                return Err(ObjError::Store("refused once by the test".into()));
+            }
         }
         self.inner.put_new(name, bytes)
     }
@@ -126,6 +144,7 @@ impl LagHost {
             permits: Mutex::new(0),
             cv: Condvar::new(),
             open: AtomicBool::new(false),
+            refuse_once: Mutex::new(None),
         });
         let dir = tempfile::tempdir().unwrap();
         let store = create_in_mode(
@@ -176,7 +195,7 @@ impl LagHost {
 /// Write `passes` x the logical size in uniform random 4 KiB blocks, a
 /// FLUSH every 64, with uploads trailing by `lag` segments (1 upload
 /// worker, cache 0), a checkpoint every 16 segments of log; clean close.
-pub(super) fn measure(lag: u64, passes: u64, store_durable: bool) -> Cost {
+pub(super) fn measure(lag: u64, passes: u64, store_durable: bool) -> (Cost, u64) {
     let LagHost {
         lagging,
         store,
@@ -197,7 +216,7 @@ pub(super) fn measure(lag: u64, passes: u64, store_durable: bool) -> Cost {
             vol.flush().unwrap();
         }
         if i % per_seg == per_seg - 1 {
-            lagging.keep_lag(store.uploads_pending() as u64, lag);
+            lagging.keep_lag(&store, lag);
         }
     }
     vol.flush().unwrap();
@@ -229,7 +248,7 @@ pub(super) fn measure(lag: u64, passes: u64, store_durable: bool) -> Cost {
         store.stats().checkpoint_rescued.load(Ordering::Relaxed),
         checkpoints
     );
-    c
+    (c, store.stats().checkpoint_rescued.load(Ordering::Relaxed))
 }
 
 #[test]
@@ -242,8 +261,12 @@ fn checkpoint_objects_cost_little_while_uploads_lag() {
     // objects, whatever the uploads' lag. Before wave 12 a capture also
     // carried every full segment waiting for its upload: 12 of them here
     // (measured: ckpt 0.87, total 2.73).
-    let c = measure(12, 3, false);
+    let (c, rescued) = measure(12, 3, false);
     assert!(c.ckpt < 0.15, "checkpoint objects cost {c:?}");
+    assert_eq!(
+        rescued, 0,
+        "the engine reused segments before their upload: the lag was not kept"
+    );
     assert!(c.log == 0.0, "{c:?}");
     // segment objects: each host block once, GC's moves once more, the
     // partly filled segments once at the close
@@ -255,7 +278,7 @@ fn checkpoint_objects_cost_little_while_uploads_lag() {
 
 #[test]
 fn store_durable_mode_sends_the_log_once_more_and_no_more() {
-    let c = measure(12, 2, true);
+    let (c, _) = measure(12, 2, true);
     // the FLUSH log carries each written block once (plus its records'
     // headers and the engine's metadata writes); checkpoint objects as in
     // the local-log mode, plus this mode's first one (carried whole)
@@ -282,15 +305,13 @@ fn a_vanished_host_leaves_a_prefix_while_uploads_lag() {
         x ^= x << 17;
         let lba = x % a.blocks;
         history.push(lba);
-        a.vol
-            .write(lba * BS, &wblock(lba, i + 1), false)
-            .unwrap();
+        a.vol.write(lba * BS, &wblock(lba, i + 1), false).unwrap();
         if i % 64 == 63 {
             a.vol.flush().unwrap();
         }
         if i % a.per_seg == a.per_seg - 1 {
             let s = i / a.per_seg;
-            a.lagging.keep_lag(a.store.uploads_pending() as u64, lag);
+            a.lagging.keep_lag(&a.store, lag);
             if s % 7 == 6 {
                 // let the worker catch up to its permits first
                 std::thread::sleep(Duration::from_millis(5));
@@ -330,13 +351,21 @@ fn a_capture_waiting_for_an_upload_carries_a_segment_reused_before_it_landed() {
     a.vol.write(0, &wblock(0, 1), false).unwrap();
     a.vol.flush().unwrap();
     a.vol.checkpoint().unwrap();
-    // a slot the engine does not use, filled by hand: its upload holds
-    let q = s.segment_count() - 1;
+    // two slots the engine does not use, filled by hand; q's upload is
+    // held by the store, q2's first try will be refused
+    let (q, q2) = (s.segment_count() - 1, s.segment_count() - 2);
     let sb = s.segment_blocks() as usize;
-    let img: Vec<u8> = (0..sb * BLOCK_BYTES).map(|i| (i / 4096) as u8 ^ 7).collect();
+    let fill = |seed: u8| -> Vec<u8> {
+        (0..sb * BLOCK_BYTES)
+            .map(|i| (i / 4096) as u8 ^ seed)
+            .collect()
+    };
+    let (img, img2, img3) = (fill(7), fill(9), fill(0x55));
+    *a.lagging.refuse_once.lock() = Some(img2[..64].to_vec());
     s.write(q, 0, &img).unwrap();
+    s.write(q2, 0, &img2).unwrap();
     assert!(s.inner.state.lock().slots[q as usize].queued);
-    assert!(!s.inner.try_checkpoint(true), "stored before its upload");
+    assert!(!s.inner.try_checkpoint(true), "stored before its uploads");
     let waiting = s
         .inner
         .ckpt
@@ -345,20 +374,25 @@ fn a_capture_waiting_for_an_upload_carries_a_segment_reused_before_it_landed() {
         .as_ref()
         .map(|p| p.seq)
         .expect("no capture waits");
-    // the slot's next life before the upload lands, and that life stored
+    // q's next life before its upload lands; that life is stored before
+    // q2 (whose first PUT is refused), so the capture completes after it
     let mut tomb = AlignedBuf::new(BLOCK_BYTES);
     let uuid = s.inner.state.lock().table.uuid;
     chunk::tombstone(&mut tomb, &uuid, q);
     s.wipe(q, &tomb).unwrap();
-    let img2: Vec<u8> = img.iter().map(|b| b ^ 0x55).collect();
-    s.write(q, 0, &img2).unwrap();
+    s.write(q, 0, &img3).unwrap();
     a.lagging.open_wide();
     assert!(s.wait_idle(Duration::from_secs(10)));
     assert!(s.stored(q).is_some(), "the next life was not stored");
+    assert!(s.stored(q2).is_some(), "q2 was not stored");
+    assert!(
+        s.stats().upload_retries.load(Ordering::Relaxed) >= 1,
+        "q2's upload was not refused once: the order this test needs did not happen"
+    );
     s.inner.try_checkpoint(true);
     assert!(s.inner.ckpt.lock().pending.is_none());
     // the capture was stored, carrying the life it was taken with (the
-    // next life's object would be another's data under its map)
+    // next life's object would be other data under its map)
     let name = ObjName::Checkpoint {
         seq: waiting,
         epoch: s.epoch(),
@@ -379,6 +413,11 @@ fn a_capture_waiting_for_an_upload_carries_a_segment_reused_before_it_landed() {
     assert!(
         carried.is_some_and(|(_, b)| *b == img),
         "{name} does not carry segment {q}'s captured life"
+    );
+    assert_eq!(
+        c.slots[q2 as usize].map(|o| o.seq),
+        s.stored(q2).map(|o| o.seq),
+        "{name} does not name q2's object"
     );
     assert_eq!(s.stats().checkpoint_rescued.load(Ordering::Relaxed), 1);
     a.store.halt();

@@ -379,7 +379,8 @@ fn a_volume_with_an_intent_log_moves_hosts_as_a_prefix_and_its_lost_log_is_named
     drop(s);
     let dir = tempfile::tempdir().unwrap();
     let r = recover::restore(&*objects, dir.path(), false).unwrap();
-    let media: Arc<dyn Media> = Arc::new(FileMedia::open(&dir.path().join("volume"), false).unwrap());
+    let media: Arc<dyn Media> =
+        Arc::new(FileMedia::open(&dir.path().join("volume"), false).unwrap());
     let s = open(
         media.clone(),
         Place {
@@ -403,5 +404,9 @@ fn a_volume_with_an_intent_log_moves_hosts_as_a_prefix_and_its_lost_log_is_named
     let note = r.intent_log_lost.expect("no word on the intent log");
     assert!(note.contains("nothing is lost"), "{note}");
     let k2 = assert_prefix(&vol, &history, a.blocks);
-    assert_eq!(k2 as usize, history.len(), "host B closed cleanly: nothing lost");
+    assert_eq!(
+        k2 as usize,
+        history.len(),
+        "host B closed cleanly: nothing lost"
+    );
 }
