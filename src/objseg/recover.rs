@@ -30,6 +30,12 @@
 //!    names an object for first brings that object into the staging slot
 //!    and clears the record (the write starts or continues its new life).
 //!
+//! 6. A volume with an intent log: its ring was on the lost host, never in
+//!    the store; the rebuilt ring is empty (a new sparse file), so the
+//!    engine's mount replays none of it, and `Restored::intent_log_lost`
+//!    says what that loses (the writes after the cut; which ones only the
+//!    lost log knew).
+//!
 //! Invariant: the rebuilt volume is the checkpoint plus a run of segment
 //! objects that starts where its table ends, so the engine's replay over it
 //! gives a prefix of the write stream; every object the rebuilt table names
