@@ -235,7 +235,7 @@ pub(super) fn measure(lag: u64, passes: u64, store_durable: bool) -> (Cost, u64)
     };
     eprintln!(
         "store bytes per host byte (lag {lag} segments, {passes} x {} MiB logical, {} mode): seg {:.3} ckpt {:.3} log {:.3} total {:.3}; GC moved {:.3} blocks per host block; {} checkpoint objects ({} captures raced, {} dropped waiting, {} reused segments carried; {} engine checkpoints)",
-        blocks * BS >> 20,
+        (blocks * BS) >> 20,
         if store_durable { "store-durable" } else { "local-log" },
         c.seg,
         c.ckpt,
