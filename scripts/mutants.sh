@@ -611,6 +611,18 @@ apply_log_replay_skipped() {
 apply_log_deleted_before_ckpt() {
   marker log-deleted-before-ckpt
 }
+apply_ckpt_put_before_its_uploads() {
+  marker ckpt-put-before-its-uploads
+}
+apply_pending_ckpt_names_another_life() {
+  marker pending-ckpt-names-another-life
+}
+apply_waited_life_not_rescued() {
+  marker waited-life-not-rescued
+}
+apply_queued_segments_carried() {
+  marker queued-segments-carried
+}
 apply_fence_skipped() {
   marker fence-skipped
 }
@@ -844,6 +856,10 @@ run roll-forward-past-gap lib
 run flush-acked-before-log-put lib objects_crash
 run log-replay-skipped lib
 run log-deleted-before-ckpt lib
+run ckpt-put-before-its-uploads lib
+run pending-ckpt-names-another-life lib
+run waited-life-not-rescued lib
+run queued-segments-carried lib
 run fence-skipped lib
 run fenced-put-taken-as-ok lib
 run flush-gate-skipped lib

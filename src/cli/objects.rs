@@ -266,6 +266,9 @@ impl StoreArgs {
         for n in &r.notes {
             say!("sluice: {store}: {n}");
         }
+        if let Some(lost) = &r.intent_log_lost {
+            say!("sluice: {store}: {lost}");
+        }
         say!(
             "sluice: {store}: rebuilt {} from {} and {} segment object(s) after it ({})",
             self.dir()?.display(),

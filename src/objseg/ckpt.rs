@@ -3,16 +3,22 @@
 //! (checked every `ckpt_every` segment uploads, on an idle worker's tick and
 //! at a clean close), this store captures it (the superblock naming it, its
 //! image, the slot table as of a moment no later than the engine's next
-//! slot reuse, and the written blocks of the slots with data and no object
-//! yet: the open segments) and puts it as the write-once object `ckpt/N-E`
+//! slot reuse, and the written blocks of the open segments: slots with data
+//! that are not full yet) and puts it as the write-once object `ckpt/N-E`
 //! (N from a counter monotonic over the volume's life, E the lease's epoch).
-//! A host with an empty cache directory mounts from the newest one
-//! (`recover.rs`).
+//! A full segment still waiting for its upload is not carried: the capture
+//! waits (`Pending`) until that life's object is stored and names it, so a
+//! store that lags the writes costs no copies (issue 21 wave 12: carrying
+//! them cost 1.77 store bytes per host byte). A host with an empty cache
+//! directory mounts from the newest one (`recover.rs`).
 //!
 //! Invariants:
 //! - a checkpoint object holds, for every slot whose data its image needs,
 //!   the object holding that data or the data itself (a capture whose reads
 //!   the engine's next superblock write overlapped is dropped);
+//! - a checkpoint object is put only once every segment object it names is
+//!   stored; a capture waiting for a full segment's upload is dropped if
+//!   that slot starts another life first (its data is then nowhere);
 //! - an object is deleted only after two checkpoint objects captured after
 //!   the delete was asked for are stored, and while neither of the newest
 //!   two stored ones nor the slot table names it: a mount from the newest
@@ -37,6 +43,11 @@ use std::sync::atomic::Ordering;
 /// Checkpoint objects kept (the newest and the one a damaged newest falls
 /// back to).
 pub const KEEP: usize = 2;
+
+/// At most this many waited-for segments are copied into a pending
+/// capture when the engine reuses them before their upload (memory bound);
+/// past it the capture is dropped and taken again.
+pub const RESCUE_MAX: usize = 16;
 
 /// A delete waiting for checkpoint objects that no longer need its object.
 pub(super) struct Deferred {
@@ -66,6 +77,32 @@ pub(super) struct CkptState {
     uploads_at_last: u64,
     /// Oldest first, at most KEEP.
     pub stored: VecDeque<StoredCkpt>,
+    /// A capture waiting for full segments' uploads (at most one).
+    pub pending: Option<Pending>,
+}
+
+/// A capture that names full segments by the objects their uploads will
+/// store: put once every one of them is stored (`Inner::complete`).
+pub(super) struct Pending {
+    pub seq: u64,
+    obj: ObjCheckpoint,
+    /// (slot, life) of each full segment it waits for.
+    waits: Vec<(u32, u64)>,
+    next_seq: u64,
+    uploads: u64,
+}
+
+/// What became of a pending capture.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// Put (or none was pending).
+    Stored,
+    /// Still waiting for an upload.
+    Waiting,
+    /// A slot it waits for started another life: dropped.
+    Dropped,
+    /// The put failed: tried again later.
+    Failed,
 }
 
 impl CkptState {
@@ -92,6 +129,10 @@ impl Inner {
         let Some(mut ck) = self.ckpt.try_lock() else {
             return false;
         };
+        match self.complete(&mut ck) {
+            Outcome::Waiting | Outcome::Failed => return false,
+            Outcome::Stored | Outcome::Dropped => {}
+        }
         let uploads = self.stats.uploaded_objects.load(Ordering::Relaxed);
         if !force && uploads < ck.uploads_at_last + self.opts.ckpt_every.max(1) as u64 {
             return false;
@@ -106,8 +147,87 @@ impl Inner {
             return false;
         }
         let mut ck = self.ckpt.lock();
+        // a fresh capture carries every slot it needs and supersedes a
+        // pending one (names stay in capture order)
+        ck.pending = None;
+        {
+            let mut st = self.state.lock();
+            st.ckpt_waits.clear();
+            st.rescued.clear();
+        }
         let uploads = self.stats.uploaded_objects.load(Ordering::Relaxed);
         self.capture(&mut ck, uploads, true)
+    }
+
+    /// The pending capture, put if every upload it waits for is stored.
+    pub(super) fn complete(&self, ck: &mut CkptState) -> Outcome {
+        let Some(p) = ck.pending.as_mut() else {
+            return Outcome::Stored;
+        };
+        {
+            let mut st = self.state.lock();
+            if st.failed.is_some() {
+                return Outcome::Failed;
+            }
+            let mut ready = true;
+            for &(slot, life) in &p.waits {
+                match st.ckpt_waits.get(&slot) {
+                    // that life's object, recorded by its upload (the slot
+                    // may have moved on since: the object's delete waits for
+                    // captures taken after it was asked for, this one is
+                    // older)
+                    Some(&(l, Some(r))) if l == life => {
+                        p.obj.slots[slot as usize] = Some(SlotObject {
+                            seq: r.seq,
+                            epoch: r.epoch,
+                            crc: r.crc,
+                        })
+                    }
+                    _ if st.rescued.iter().any(|x| (x.0, x.1) == (slot, life)) => {}
+                    _ if st.slots[slot as usize].life != life => {
+                        // the engine moved on before that life was stored,
+                        // and its blocks could not be kept: the capture's
+                        // data for that slot is nowhere; a later capture
+                        // (the next try) takes its place
+                        st.ckpt_waits.clear();
+                        st.rescued.clear();
+                        drop(st);
+                        ck.pending = None;
+                        self.stats
+                            .checkpoint_waits_dropped
+                            .fetch_add(1, Ordering::Relaxed);
+                        return Outcome::Dropped;
+                    }
+                    _ => ready = false,
+                }
+            }
+            // MUTANT: ckpt-put-before-its-uploads s|if !ready {|if !ready && false {|
+            if !ready {
+                return Outcome::Waiting;
+            }
+            // the rescued lives that no object holds are carried
+            let named: Vec<u32> = p
+                .waits
+                .iter()
+                .filter(|(slot, _)| p.obj.slots[*slot as usize].is_some())
+                .map(|w| w.0)
+                .collect();
+            st.ckpt_waits.clear();
+            for (slot, life, bytes) in std::mem::take(&mut st.rescued) {
+                if p.waits.contains(&(slot, life)) && !named.contains(&slot) {
+                    self.stats
+                        .checkpoint_rescued
+                        .fetch_add(1, Ordering::Relaxed);
+                    p.obj.partials.push((slot, bytes));
+                }
+            }
+        }
+        let p = ck.pending.take().expect("pending");
+        if self.put_capture(ck, p.seq, p.obj, p.next_seq, p.uploads) {
+            Outcome::Stored
+        } else {
+            Outcome::Failed
+        }
     }
 
     fn capture(&self, ck: &mut CkptState, uploads: u64, fresh: bool) -> bool {
@@ -130,15 +250,30 @@ impl Inner {
         // The slot table as of now: the checkpoint `a` names was made before
         // this point, and (checked below: the superblock did not change
         // until after the reads) no slot it needs started a new life since.
-        let (seq, seg_start, refs, partial) = {
+        let (seq, seg_start, refs, partial, waits) = {
             let st = self.state.lock();
             let seq = self.ckpt_next.fetch_add(1, Ordering::SeqCst);
             let refs: Vec<Option<ObjRef>> = st.slots.iter().map(|s| s.stored).collect();
+            // full segments waiting for their upload: named once stored
+            // (a fresh capture, which must not wait: carried)
+            // MUTANT: queued-segments-carried s|let carry_queued = fresh;|let carry_queued = true;|
+            let carry_queued = fresh;
+            let waits: Vec<(u32, u64)> = if carry_queued {
+                Vec::new()
+            } else {
+                st.slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.stored.is_none() && s.local && s.queued)
+                    .map(|(i, s)| (i as u32, s.life))
+                    .collect()
+            };
             let partial: Vec<(u32, u32)> = st
                 .slots
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| s.stored.is_none() && s.local)
+                .filter(|(_, s)| carry_queued || !s.queued)
                 .filter_map(|(i, s)| {
                     // blocks up to the highest written in this life; a slot
                     // queued from an earlier mount: all of it
@@ -156,7 +291,13 @@ impl Inner {
                     }
                 })
                 .collect();
-            (seq, self.next_seq.load(Ordering::SeqCst), refs, partial)
+            (
+                seq,
+                self.next_seq.load(Ordering::SeqCst),
+                refs,
+                partial,
+                waits,
+            )
         };
         let body = body_bytes_with(
             self.geo.logical_blocks,
@@ -192,6 +333,7 @@ impl Inner {
         let b = crate::recovery::read_superblocks(&*self.media).map(|r| r.sb);
         if b.as_ref().map_or(true, |b| b.generation != a.generation) {
             // the engine moved on under the reads: the next call tries anew
+            self.stats.checkpoint_races.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         let obj = ObjCheckpoint {
@@ -213,6 +355,56 @@ impl Inner {
             partials,
             log_start,
         };
+        if !waits.is_empty() {
+            {
+                let mut st = self.state.lock();
+                // a life stored during the reads: its object (recorded at
+                // its upload, kept across the slot's later lives)
+                let known: Vec<(u32, (u64, Option<ObjRef>))> = waits
+                    .iter()
+                    .map(|&(slot, life)| {
+                        let s = &st.slots[slot as usize];
+                        let r = s.last_stored.filter(|(l, _)| *l == life).map(|x| x.1);
+                        (slot, (life, r))
+                    })
+                    .collect();
+                if known
+                    .iter()
+                    .any(|&(slot, (life, r))| r.is_none() && st.slots[slot as usize].life != life)
+                {
+                    // one moved on during the reads (before new_life could
+                    // know to keep its blocks): taken again later
+                    self.stats
+                        .checkpoint_waits_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    return false;
+                }
+                st.rescued.clear();
+                st.ckpt_waits = known.into_iter().collect();
+            }
+            ck.pending = Some(Pending {
+                seq,
+                obj,
+                waits,
+                next_seq: a.checkpoint_next_seq,
+                uploads,
+            });
+            return matches!(self.complete(ck), Outcome::Stored);
+        }
+        self.put_capture(ck, seq, obj, a.checkpoint_next_seq, uploads)
+    }
+
+    /// Put a capture whose named segment objects are all stored as
+    /// `ckpt/seq-E`; then trim the older ones and release deletes.
+    fn put_capture(
+        &self,
+        ck: &mut CkptState,
+        seq: u64,
+        obj: ObjCheckpoint,
+        next_seq: u64,
+        uploads: u64,
+    ) -> bool {
+        let log_start = obj.log_start;
         let name = ObjName::Checkpoint {
             seq,
             epoch: self.lease.epoch,
@@ -224,9 +416,8 @@ impl Inner {
         }
         if let Err(e) = self.objects.put_new(&name, &bytes) {
             tracing::warn!(
-                "{}: checkpoint object {name} (log below {}): {e}; trying again later",
+                "{}: checkpoint object {name} (log below {next_seq}): {e}; trying again later",
                 self.objects.describe(),
-                a.checkpoint_next_seq
             );
             return false;
         }
@@ -236,7 +427,7 @@ impl Inner {
         self.stats
             .checkpoint_bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        ck.last_next_seq = Some(a.checkpoint_next_seq);
+        ck.last_next_seq = Some(next_seq);
         ck.uploads_at_last = uploads;
         ck.stored.push_back(StoredCkpt {
             seq,

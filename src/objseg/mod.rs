@@ -131,6 +131,15 @@ pub struct ObjStats {
     pub checkpoints_stored: AtomicU64,
     /// Their bytes.
     pub checkpoint_bytes: AtomicU64,
+    /// Captures dropped because the engine wrote a superblock under their
+    /// reads (`ckpt.rs`; taken again at the next try).
+    pub checkpoint_races: AtomicU64,
+    /// Captures dropped while waiting for a full segment's upload, its
+    /// slot having started another life first.
+    pub checkpoint_waits_dropped: AtomicU64,
+    /// Full segments a pending capture carried because the engine reused
+    /// them before their upload landed.
+    pub checkpoint_rescued: AtomicU64,
     /// Writes that waited for room in staging (`staging_max` reached).
     pub staging_waits: AtomicU64,
     /// Writes refused after `staging_wait` without room (the volume stops).
@@ -153,6 +162,10 @@ struct Slot {
     /// The sequence number this life's upload tries (the same name on every
     /// try, so a create that landed unanswered is found as ours).
     try_seq: Option<u64>,
+    /// The last life stored and its object, kept across new lives: a
+    /// checkpoint capture waiting for that life's upload names it
+    /// (`ckpt.rs`) even when the slot moved on before it looked.
+    last_stored: Option<(u64, ObjRef)>,
 }
 
 impl Slot {
@@ -186,6 +199,12 @@ struct State {
     failed: Option<String>,
     /// Deletes waiting for checkpoint objects that no longer need them.
     deferred: Vec<ckpt::Deferred>,
+    /// Slot -> (life, its object once stored) a pending checkpoint
+    /// capture waits for (`ckpt.rs`): the upload of that life records its
+    /// object here; a new life of the slot before that first copies the
+    /// old life's blocks into `rescued`, which the capture then carries.
+    ckpt_waits: HashMap<u32, (u64, Option<ObjRef>)>,
+    rescued: Vec<(u32, u64, Vec<u8>)>,
 }
 
 struct Inner {
@@ -516,6 +535,8 @@ impl ObjSegStore {
                 table,
                 failed: None,
                 deferred,
+                ckpt_waits: HashMap::new(),
+                rescued: Vec::new(),
             }),
             work: Condvar::new(),
             idle: Condvar::new(),
@@ -882,6 +903,18 @@ impl Inner {
     /// its staging copy): if an object holds its last life, the table stops
     /// naming it durably, and only then is the object queued for deletion.
     fn new_life(&self, st: &mut State, seg: u32) -> io::Result<()> {
+        let s = &st.slots[seg as usize];
+        let waited = matches!(st.ckpt_waits.get(&seg), Some(&(l, None)) if l == s.life);
+        // MUTANT: waited-life-not-rescued s|if waited|if false|
+        if waited && s.stored.is_none() && s.local && st.rescued.len() < ckpt::RESCUE_MAX {
+            // a pending capture needs this life and its upload has not
+            // landed: its blocks (still in staging: nothing of the next
+            // life is written yet) go with the capture instead
+            let mut buf = AlignedBuf::new(self.geo.segment_bytes() as usize);
+            self.local.read_segment(seg, 0, &mut buf)?;
+            let life = s.life;
+            st.rescued.push((seg, life, buf.to_vec()));
+        }
         let s = &mut st.slots[seg as usize];
         s.life += 1;
         s.written.iter_mut().for_each(|w| *w = 0);
@@ -1144,8 +1177,15 @@ impl Inner {
             ));
             return true;
         }
+        if let Some(w) = st.ckpt_waits.get_mut(&seg) {
+            // MUTANT: pending-ckpt-names-another-life s|if w.0 == life {|if w.0 <= life {|
+            if w.0 == life {
+                w.1 = Some(r);
+            }
+        }
         let s = &mut st.slots[seg as usize];
         s.stored = Some(r);
+        s.last_stored = Some((life, r));
         s.queued = false;
         s.try_seq = None;
         true
@@ -1509,6 +1549,8 @@ pub fn open(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_cost;
 #[cfg(test)]
 mod tests_durable;
 #[cfg(test)]

@@ -30,6 +30,12 @@
 //!    names an object for first brings that object into the staging slot
 //!    and clears the record (the write starts or continues its new life).
 //!
+//! 6. A volume with an intent log: its ring was on the lost host, never in
+//!    the store; the rebuilt ring is empty (a new sparse file), so the
+//!    engine's mount replays none of it, and `Restored::intent_log_lost`
+//!    says what that loses (the writes after the cut; which ones only the
+//!    lost log knew).
+//!
 //! Invariant: the rebuilt volume is the checkpoint plus a run of segment
 //! objects that starts where its table ends, so the engine's replay over it
 //! gives a prefix of the write stream; every object the rebuilt table names
@@ -65,6 +71,9 @@ pub struct Restored {
     pub notes: Vec<String>,
     /// Store-durable mode: what the FLUSH log replay applied.
     pub log: Option<super::durable::Replayed>,
+    /// The volume has an intent log, which the store does not hold: what
+    /// its loss loses (None: no intent log).
+    pub intent_log_lost: Option<String>,
 }
 
 /// The volume the store holds, ready to write.
@@ -118,6 +127,7 @@ pub fn restore(objects: &dyn ObjectStore, dir: &Path, takeover: bool) -> crate::
     let r = plan(objects).and_then(|mut p| write(&mut p, dir, epoch, objects).map(|l| (p, l)));
     match r {
         Ok((p, log)) => Ok(Restored {
+            intent_log_lost: intent_log_lost(&p),
             checkpoint: p.checkpoint,
             epoch,
             rolled: p.rolled,
@@ -131,6 +141,41 @@ pub fn restore(objects: &dyn ObjectStore, dir: &Path, takeover: bool) -> crate::
             Err(e.into())
         }
     }
+}
+
+/// A volume with an intent log (`create --intent-log`, or `--log-device`)
+/// mounted from the store alone: the records in its ring were on the lost
+/// host (its cache directory, or its log device), never in the store. What
+/// is rebuilt is the main log as far as the store holds it: a prefix of the
+/// write stream, as for a volume without one (the engine's mount finds the
+/// rebuilt ring empty and replays nothing from it). Lost: every write after
+/// that prefix, FLUSHed or not, whether its FLUSH was answered from the
+/// ring or by a sealed chunk. The ring named those writes; the store does
+/// not, so how many and which blocks is not known here (`zpool import -m`
+/// says as much of a lost log device).
+fn intent_log_lost(p: &Plan) -> Option<String> {
+    if !p.sb.has_intent_log() {
+        return None;
+    }
+    let place = match p.sb.log_device() {
+        Some((uuid, _)) => format!(
+            "on its log device (log {}), which this host does not have: serve it with --log-device-missing-ok",
+            uuid.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+        None => "in the lost host's cache directory (the ring in its metadata file); this host's ring starts empty".to_string(),
+    };
+    if p.sb.is_clean() {
+        // a clean close seals every chunk: the log holds nothing more
+        return Some(format!(
+            "the volume's intent log was {place}. {} was captured after a clean close, whose main log holds every write the log did: nothing is lost",
+            p.checkpoint
+        ));
+    }
+    Some(format!(
+        "the volume's intent log was {place}. The store holds the write stream up to the last chunk in {} and the {} segment object(s) rolled forward over; the writes after it that the lost host acknowledged (a FLUSH answered from its intent log, or a chunk it never uploaded) are lost. How many and which blocks only that log knew: the rebuilt volume is a prefix of the write stream, nothing after the cut",
+        p.checkpoint,
+        p.rolled.len()
+    ))
 }
 
 /// One checkpoint object, verified: Err says why it is unusable.
@@ -148,12 +193,8 @@ fn verify(
     {
         return Err("its superblock is another volume's or another geometry's".into());
     }
-    if sb.log_device().is_some() || sb.has_intent_log() {
-        return Err(
-            "the volume has an intent log: a mount from the store alone is not built for it yet"
-                .into(),
-        );
-    }
+    // (a volume with an intent log mounts too: its records were only on
+    // the lost host, `restore` reports what that loses)
     let body = body_bytes_with(sb.logical_blocks, sb.segment_count, sb.map_value_bytes()) as usize;
     if c.image.len() != BLOCK_BYTES + body {
         return Err(format!(

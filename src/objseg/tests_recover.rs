@@ -48,11 +48,17 @@ struct HostA {
 
 impl HostA {
     fn new() -> HostA {
+        HostA::with(None)
+    }
+
+    /// Host A, its volume with an intent log ring of this many bytes.
+    fn with(intent_log: Option<u64>) -> HostA {
         let media: Arc<dyn Media> = Arc::new(MemMedia::new(4 << 20));
         Volume::format(
             &*media,
             &CreateOptions {
                 segment_bytes: SEG,
+                intent_log,
                 ..CreateOptions::default()
             },
         )
@@ -118,7 +124,7 @@ impl HostA {
 }
 
 /// Host B: rebuild `dir` from `objects`, attach, mount.
-fn host_b(
+pub(super) fn host_b(
     objects: Arc<MemObjects>,
     dir: &Path,
 ) -> crate::Result<(recover::Restored, Arc<ObjSegStore>, Volume)> {
@@ -317,4 +323,90 @@ fn roll_forward_ends_at_a_sequence_gap() {
         );
     }
     assert_prefix(&vol, &a.history, a.blocks);
+}
+
+#[test]
+fn a_volume_with_an_intent_log_moves_hosts_as_a_prefix_and_its_lost_log_is_named() {
+    // host A: an intent log ring in its metadata file (FLUSHes answered
+    // from the ring), dropped without a close: its ring is lost with it
+    let mut a = HostA::with(Some(256 << 10));
+    let ring = crate::recovery::read_superblocks(&*a.store.media())
+        .unwrap()
+        .sb
+        .log_ring();
+    assert!(ring.is_some(), "host A's volume has no intent log ring");
+    a.write(1500, 21);
+    a.store.halt();
+    let objects = Arc::new(a.objects.snapshot());
+    // the lease rules hold: host A never released its epoch
+    let dir = tempfile::tempdir().unwrap();
+    let e = recover::restore(&*objects, dir.path(), false)
+        .expect_err("a volume whose writer never released it restored without --takeover")
+        .to_string();
+    assert!(e.contains("held by epoch"), "{e}");
+    // host B: an empty cache directory, no intent log of host A's
+    let dir = tempfile::tempdir().unwrap();
+    let (r, s, vol) = host_b(objects.clone(), dir.path()).unwrap();
+    let k = assert_prefix(&vol, &a.history, a.blocks);
+    let lost = r
+        .intent_log_lost
+        .clone()
+        .expect("the intent log's loss is not reported");
+    assert!(
+        lost.contains("intent log")
+            && lost.contains(&r.checkpoint)
+            && lost.contains("are lost")
+            && !lost.contains("nothing is lost"),
+        "{lost}"
+    );
+    eprintln!("{k} of {} writes back: {lost}", a.history.len());
+    assert!(k > 0, "nothing came back ({r:?})");
+    // host B's own intent log works: it writes, FLUSHes, closes cleanly,
+    // and host C (another empty cache directory) gets every write of both
+    let mut history = a.history[..k as usize].to_vec();
+    for j in 0..300u64 {
+        let lba = (j * 7919) % a.blocks;
+        history.push(lba);
+        vol.write(lba * BS, &wblock(lba, history.len() as u64), false)
+            .unwrap();
+        if j % 16 == 15 {
+            vol.flush().unwrap();
+        }
+    }
+    vol.flush().unwrap();
+    vol.close().unwrap();
+    assert_eq!(s.finish().unwrap(), 0);
+    drop(s);
+    let dir = tempfile::tempdir().unwrap();
+    let r = recover::restore(&*objects, dir.path(), false).unwrap();
+    let media: Arc<dyn Media> =
+        Arc::new(FileMedia::open(&dir.path().join("volume"), false).unwrap());
+    let s = open(
+        media.clone(),
+        Place {
+            objects: objects.clone(),
+            dir: dir.path(),
+            takeover: false,
+            opts: inline(),
+        },
+    )
+    .unwrap()
+    .0;
+    let vol = Volume::open(
+        media,
+        &OpenOptions {
+            background: false,
+            store: Some(StoreHandle(s.clone())),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    let note = r.intent_log_lost.expect("no word on the intent log");
+    assert!(note.contains("nothing is lost"), "{note}");
+    let k2 = assert_prefix(&vol, &history, a.blocks);
+    assert_eq!(
+        k2 as usize,
+        history.len(),
+        "host B closed cleanly: nothing lost"
+    );
 }
