@@ -902,14 +902,8 @@ impl StripeSet {
         {
             return Ok(());
         }
-        let u = l.unit as usize;
         for row in rows {
-            let mut data = AlignedBuf::new(l.write_unit() as usize);
-            self.read_area(row * l.write_unit(), &mut data)?;
-            let units: Vec<&[u8]> = data.chunks(u).collect();
-            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
-            let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
-            parity::encode(&units, &mut refs).map_err(io::Error::other)?;
+            let par = self.parity_of_row(row)?;
             let base = l.row_offset(row).expect("row inside the set");
             for (i, p) in par.iter().enumerate() {
                 self.mwrite(self.shard_member(row, l.data_members() + i as u32), p, base)?;

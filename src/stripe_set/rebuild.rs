@@ -324,7 +324,7 @@ impl StripeSet {
     /// The parity units of `row` computed from its data as a read gives
     /// it (each data unit from its member, or rebuilt when that member may
     /// not be read).
-    fn parity_of_row(&self, row: u64) -> io::Result<Vec<AlignedBuf>> {
+    pub(super) fn parity_of_row(&self, row: u64) -> io::Result<Vec<AlignedBuf>> {
         let l = self.layout;
         let u = l.unit as usize;
         let mut data = AlignedBuf::new(l.write_unit() as usize);
