@@ -482,6 +482,9 @@ apply_stale_mirror_replayed() {
 apply_mirror_first_chain_kept() {
   marker mirror-first-chain-kept
 }
+apply_placed_record_without_places_ends_quietly() {
+  marker placed-record-without-places-ends-quietly
+}
 apply_replace_loses_unclean_log() {
   marker replace-loses-unclean-log
 }
@@ -896,6 +899,7 @@ run tune-off-ignored compression
 run direct-never-set compression
 run direct-never-samples compression
 run direct-run-not-reset compression
+run placed-record-without-places-ends-quietly intent_log
 
 if [ "$check" = 1 ] && [ -z "$only" ]; then
   # the list itself: one apply_ per name (bash keeps the last of two), and

@@ -599,6 +599,24 @@ pub fn replay_intent_log(
             // have been reused since its chunk was sealed and durable.
             let data = match places {
                 Some((m, geo)) => read_placed(m, geo, &h)?,
+                // A log device's ring and an object-store or stripe-set
+                // volume's ring are never indirect (`Volume::open` makes a
+                // ring indirect only over the flat store, `create` sets
+                // LOG_INDIRECT only for the in-volume ring): a verified
+                // record here that places its data is a bug or a volume
+                // this build does not understand, never a torn FLUSH, so
+                // ending the log quietly would drop acknowledged writes.
+                // A salvage mount ends the log there (counted as unverified
+                // placed data).
+                // MUTANT: placed-record-without-places-ends-quietly s|None if !salvage =>|None if false =>|
+                None if !salvage => {
+                    return Err(Error::Corrupt(format!(
+                        "intent log record seq {seq} places its data in the volume's segments \
+                         (a version 3 record), but this log cannot hold such records (a log \
+                         device, an object store's or a stripe set's ring); refusing to end \
+                         the log before it (salvage ends it there)"
+                    )))
+                }
                 None => None,
             };
             match data.filter(|d| crate::format::intent::verify_placed(&h, d).is_ok()) {

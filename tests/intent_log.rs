@@ -533,6 +533,30 @@ fn v3_record_and_its_data_torn_apart_and_a_cut_during_re_homing() {
         }
     }
     assert!(start_moved && ops > 3, "{mount_ev:?}");
+    // The same ring replayed without the volume's places (as a log device's,
+    // an object store's or a stripe set's ring is, which never hold version
+    // 3 records): a verified record that places data there refuses, naming
+    // it, instead of ending the log quietly before acknowledged writes; a
+    // salvage replay ends the log there.
+    let sb = sluice::format::superblock::Superblock::decode(&both[..BS]).unwrap();
+    let img = SimMedia::from_image(both.clone());
+    let ring_at = (g.log_offset, g.log_bytes);
+    let replay = |places: Option<(&dyn Media, &Geometry)>, salvage: bool| {
+        let mut rules = sluice::recovery::RecoveryRules::default();
+        sluice::recovery::replay_intent_log(&img, ring_at, &sb, 0, salvage, places, &mut rules)
+    };
+    let with_places = replay(Some((&img, &g)), false).unwrap();
+    assert_eq!(
+        with_places.records, 2,
+        "both records replay with their places"
+    );
+    let err = replay(None, false).unwrap_err().to_string();
+    assert!(err.contains("version 3 record"), "{err}");
+    let salvaged = replay(None, true).unwrap();
+    assert_eq!(
+        salvaged.records, 0,
+        "salvage ends the log at the first placed record"
+    );
     // a power cut at every media operation of that mount (each prefix, its
     // unflushed writes kept or dropped): the flushed writes survive and a
     // later mount replays again or finds them in the main log
