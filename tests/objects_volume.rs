@@ -488,6 +488,14 @@ fn kill_9_of_serve_under_writes_keeps_every_flushed_write() {
         "0.2",
     ]));
     assert!(top.contains(" objects up="), "{top}");
+    // staging's bound, as the scrape gives it (0: none)
+    let bound = get("sluice_objects_staging_max");
+    let want = if bound > 0.0 {
+        format!(" staging=<={bound:.0}")
+    } else {
+        " staging=unbounded".to_string()
+    };
+    assert!(top.contains(&want), "want {want:?} in {top}");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     let code =

@@ -159,6 +159,12 @@ struct ObjRow {
     stores: f64,
     uploads_in_flight: f64,
     uploads_pending: f64,
+    /// The bound on `uploads_pending` (`--staging-max`; 0: none).
+    staging_max: f64,
+    /// Writes that waited for room in staging, and writes refused after
+    /// `--staging-wait` (the store down or slow), per second.
+    staging_waits_per_s: f64,
+    staging_full_per_s: f64,
     upload_mb_s: f64,
     deletes_per_s: f64,
     gets_per_s: f64,
@@ -186,6 +192,9 @@ fn obj_row(a: &Sample, b: &Sample, dt: f64) -> ObjRow {
             .count() as f64,
         uploads_in_flight: sum(b, "sluice_objects_uploads_in_flight"),
         uploads_pending: sum(b, "sluice_objects_uploads_pending"),
+        staging_max: sum(b, "sluice_objects_staging_max"),
+        staging_waits_per_s: d("sluice_objects_staging_waits_total") / dt,
+        staging_full_per_s: d("sluice_objects_staging_full_total") / dt,
         upload_mb_s: d("sluice_objects_uploaded_bytes_total") / dt / 1e6,
         deletes_per_s: d("sluice_objects_deleted_total") / dt,
         gets_per_s: gets / dt,
@@ -194,15 +203,33 @@ fn obj_row(a: &Sample, b: &Sample, dt: f64) -> ObjRow {
     }
 }
 
+/// Staging's bound and pressure: `<=N` (or `unbounded`), then the writes that
+/// waited for room and those refused, per second, when there were any.
+fn staging(o: &ObjRow) -> String {
+    let mut t = if o.staging_max > 0.0 {
+        format!("<={:.0}", o.staging_max)
+    } else {
+        "unbounded".into()
+    };
+    if o.staging_waits_per_s > 0.0 {
+        t += &format!(" waits={:.1}/s", o.staging_waits_per_s);
+    }
+    if o.staging_full_per_s > 0.0 {
+        t += &format!(" REFUSED={:.1}/s", o.staging_full_per_s);
+    }
+    t
+}
+
 /// The screen's object-store line (empty without a store).
 fn obj_line(o: &ObjRow) -> String {
     if o.stores == 0.0 {
         return String::new();
     }
     format!(
-        "objects uploads {:.0} in flight, {:.0} pending, {:.1} MB/s   deletes {:.1}/s   GETs {:.0}/s mean {}   cache hits {}\n",
+        "objects uploads {:.0} in flight, {:.0} pending (staging {}), {:.1} MB/s   deletes {:.1}/s   GETs {:.0}/s mean {}   cache hits {}\n",
         o.uploads_in_flight,
         o.uploads_pending,
+        staging(o),
         o.upload_mb_s,
         o.deletes_per_s,
         o.gets_per_s,
@@ -426,9 +453,10 @@ fn line(r: &Row) -> String {
         if r.objects.stores > 0.0 {
             let o = &r.objects;
             format!(
-                " objects up={:.0}+{:.0}pending {:.1}MB/s del={:.1}/s get={:.0}/s mean={} hits={}",
+                " objects up={:.0}+{:.0}pending staging={} {:.1}MB/s del={:.1}/s get={:.0}/s mean={} hits={}",
                 o.uploads_in_flight,
                 o.uploads_pending,
+                staging(o).replace(' ', ","),
                 o.upload_mb_s,
                 o.deletes_per_s,
                 o.gets_per_s,
