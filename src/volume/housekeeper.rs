@@ -52,8 +52,10 @@ const PACE_SLEEP_MIN_NS: u64 = 20_000;
 /// Pacing: a thread that sleeps pays for at least this much of the admitted
 /// rate at once (`Housekeeper::pace`). With 32 writers the sleep is then
 /// about 32 quanta (~1 ms) once per quantum's blocks, instead of 32 slots
-/// every write; below ~20K blocks/s a block's slot alone is longer.
+/// every write; below ~30K blocks/s a block's slot alone is longer.
 const PACE_QUANTUM_NS: u64 = 32_000;
+/// Pacing: most blocks one sleep pays for ahead.
+const PACE_PREPAY_MAX: u64 = 16;
 
 /// `PACE_QUANTUM_NS`, or `SLUICE_PACE_QUANTUM_US` (microseconds; 0: one
 /// sleep per append batch, as before issue 22's change) for measurements.
@@ -66,8 +68,6 @@ fn pace_quantum_ns() -> u64 {
             .map_or(PACE_QUANTUM_NS, |us| us.min(10_000) * 1000)
     })
 }
-/// Pacing: most blocks one sleep pays for ahead.
-const PACE_PREPAY_MAX: u64 = 16;
 
 thread_local! {
     /// Blocks this thread paid for ahead in its last pacing sleep, and the
