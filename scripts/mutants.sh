@@ -705,6 +705,10 @@ apply_crc_load_off_by_one() {
 apply_prune_past_unwritten_chunk() {
   marker prune-past-unwritten-chunk
 }
+apply_pace_prepaid_free() {
+  # blocks a pacing sleep lets by on credit take no slot: the rate is exceeded
+  marker pace-prepaid-free
+}
 apply_staged_plan_ignores_close() {
   marker staged-plan-ignores-close
 }
@@ -900,6 +904,7 @@ run direct-never-set compression
 run direct-never-samples compression
 run direct-run-not-reset compression
 run placed-record-without-places-ends-quietly intent_log
+run pace-prepaid-free lib
 
 if [ "$check" = 1 ] && [ -z "$only" ]; then
   # the list itself: one apply_ per name (bash keeps the last of two), and

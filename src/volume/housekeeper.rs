@@ -14,7 +14,9 @@
 //!   for a housekeeper round (`wait_for_space`) instead of cleaning itself;
 //! - pacing: while free segments are below the clean-ahead mark, each append
 //!   batch waits for a slot from a rate that follows what GC frees (`pace`), so
-//!   waiting is spread thinly over every write instead of stalling a few;
+//!   waiting is spread thinly over every write instead of stalling a few; a
+//!   writer that sleeps pays for a quantum of slots at once and spends that
+//!   credit on its next appends (one sleep per few 4 KiB writes);
 //! - the log written since the last checkpoint is bounded: past twice the
 //!   interval, writers wait for the housekeeper's checkpoint.
 //!
@@ -44,6 +46,37 @@ use std::time::{Duration, Instant};
 /// a mount, which cannot know what was given back already, a pass may find
 /// thousands of candidates).
 const DISCARD_BATCH: usize = 64;
+
+/// Pacing: a slot less than this far ahead is taken without sleeping.
+const PACE_SLEEP_MIN_NS: u64 = 20_000;
+/// Pacing: a thread that sleeps pays for at least this much of the admitted
+/// rate at once (`Housekeeper::pace`). With 32 writers the sleep is then
+/// about 32 quanta (~1 ms) once per quantum's blocks, instead of 32 slots
+/// every write; below ~30K blocks/s a block's slot alone is longer.
+const PACE_QUANTUM_NS: u64 = 32_000;
+/// Pacing: most blocks one sleep pays for ahead.
+const PACE_PREPAY_MAX: u64 = 16;
+
+/// `PACE_QUANTUM_NS`, or `SLUICE_PACE_QUANTUM_US` (microseconds; 0: one
+/// sleep per append batch, as before issue 22's change) for measurements.
+fn pace_quantum_ns() -> u64 {
+    static Q: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *Q.get_or_init(|| {
+        std::env::var("SLUICE_PACE_QUANTUM_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(PACE_QUANTUM_NS, |us| us.min(10_000) * 1000)
+    })
+}
+
+thread_local! {
+    /// Blocks this thread paid for ahead in its last pacing sleep, and the
+    /// pacer (its `Housekeeper`'s address) they were paid to. Spent by the
+    /// thread's next appends to that volume; worth at most
+    /// `PACE_PREPAY_MAX` blocks, so a stale entry (another volume at a
+    /// reused address) lets at most that many blocks by unpaced.
+    static PREPAID: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
 
 #[derive(Default)]
 struct Wake {
@@ -186,6 +219,15 @@ impl Housekeeper {
     /// (`headroom` blocks of the mark's): balance at half the mark, slower
     /// below it. The scale follows headroom block by block, so the admitted
     /// rate moves smoothly instead of in steps of a segment.
+    ///
+    /// A thread that has to sleep pays for at least `PACE_QUANTUM_NS` of the
+    /// rate at once (up to `PACE_PREPAY_MAX` blocks), and its next appends
+    /// spend that prepaid credit (`PREPAID`, per thread) without a slot or a
+    /// sleep: one sleep per quantum instead of one per 4 KiB write. A sleep
+    /// and its wake-up cost a few us of system time, which at 140K paced
+    /// writes/s was most of a write's CPU (issue 22, docs/benchmarks.md).
+    /// The admitted rate is unchanged: every block still takes its share of
+    /// the slots; only who sleeps, and how often, changes.
     pub fn pace(&self, blocks: u64, level: u32, headroom: u64) {
         if !self.threaded || level >= self.clean_mark || blocks == 0 {
             return;
@@ -194,27 +236,61 @@ impl Housekeeper {
         if gc_rate <= 0.0 {
             return;
         }
+        let me = self as *const Self as usize;
+        let (owner, credit) = PREPAID.with(|c| c.get());
+        let credit = if owner == me { credit } else { 0 };
         let mark_blocks = self.clean_mark as f64 * self.segment_blocks as f64;
         let scale = (2.0 * headroom as f64 / mark_blocks).clamp(0.125, 2.0);
-        let rate = gc_rate * scale;
-        let step = (blocks as f64 * 1e9 / rate) as u64;
+        let per_block = 1e9 / (gc_rate * scale);
         let now = self.now_ns();
+        let (slot, credit) = self.take_slot(credit, blocks, per_block, now, pace_quantum_ns());
+        PREPAID.with(|c| c.set((me, credit)));
+        if let Some(slot) = slot.filter(|&s| s > now + PACE_SLEEP_MIN_NS) {
+            std::thread::sleep(Duration::from_nanos(slot - now));
+        }
+    }
+
+    /// The bookkeeping of `pace` at time `now` (ns since `started`), for a
+    /// thread holding `credit` prepaid blocks: the slot its `blocks` start
+    /// at (None: the credit covered them) and its credit after. A thread
+    /// whose slot lies ahead (it will sleep) takes slots for at least
+    /// `quantum` ns of the rate, up to `PACE_PREPAY_MAX` blocks beyond its
+    /// own, and keeps the extra as credit. `next_slot_ns` moves by
+    /// `per_block` for every block, prepaid or not.
+    fn take_slot(
+        &self,
+        credit: u64,
+        blocks: u64,
+        per_block: f64,
+        now: u64,
+        quantum: u64,
+    ) -> (Option<u64>, u64) {
+        if credit >= blocks {
+            return (None, credit - blocks);
+        }
+        let blocks = blocks - credit;
         let mut cur = self.next_slot_ns.load(Ordering::Relaxed);
-        let slot = loop {
+        loop {
             // a slot never lies more than 100 ms ahead: the rate is a guess
             let start = cur.max(now).min(now + 100_000_000);
+            let extra = if start > now + PACE_SLEEP_MIN_NS {
+                ((quantum as f64 / per_block) as u64)
+                    .saturating_sub(blocks)
+                    .min(PACE_PREPAY_MAX)
+            } else {
+                0
+            };
+            // MUTANT: pace-prepaid-free s|(blocks + extra) as f64|blocks as f64|
+            let step = ((blocks + extra) as f64 * per_block) as u64;
             match self.next_slot_ns.compare_exchange_weak(
                 cur,
                 start + step,
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => break start,
+                Ok(_) => return (Some(start), extra),
                 Err(c) => cur = c,
             }
-        };
-        if slot > now + 20_000 {
-            std::thread::sleep(Duration::from_nanos(slot - now));
         }
     }
 }
@@ -790,5 +866,51 @@ impl Shared {
             Counters::add(&self.counters.gc_class_blocks_moved[k], moved.0 + moved.1);
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Prepaid pacing keeps the rate: every block a sleeping thread pays
+    /// for ahead moves the shared slot by its share, and spending the
+    /// credit moves it no further (mutation `pace-prepaid-free`).
+    #[test]
+    fn a_pacing_sleep_pays_for_every_block_it_lets_by() {
+        let hk = Housekeeper::new(2, 8, 256, 1 << 30, true);
+        let per_block = 1000.0; // ns: 1M blocks/s
+        hk.next_slot_ns.store(1_000_000, Ordering::Relaxed);
+        // 1 ms ahead: this thread sleeps, and pays for a quantum of 16 blocks
+        let (slot, credit) = hk.take_slot(0, 1, per_block, 0, 16_000);
+        assert_eq!((slot, credit), (Some(1_000_000), 15));
+        assert_eq!(hk.next_slot_ns.load(Ordering::Relaxed), 1_016_000);
+        // its next 15 blocks go by on the credit, taking no slot
+        let mut credit = credit;
+        for _ in 0..15 {
+            let (slot, c) = hk.take_slot(credit, 1, per_block, 0, 16_000);
+            assert_eq!(slot, None);
+            credit = c;
+        }
+        assert_eq!(credit, 0);
+        assert_eq!(hk.next_slot_ns.load(Ordering::Relaxed), 1_016_000);
+        // a batch of 5 with 2 blocks of credit left pays for 3 of them
+        hk.next_slot_ns.store(0, Ordering::Relaxed);
+        let (slot, c) = hk.take_slot(2, 5, per_block, 0, 32_000);
+        // not ahead of now: no sleep, so nothing prepaid
+        assert_eq!((slot, c), (Some(0), 0));
+        assert_eq!(hk.next_slot_ns.load(Ordering::Relaxed), 3_000);
+        // quantum 0 (one sleep per append, as before): nothing prepaid
+        hk.next_slot_ns.store(1_000_000, Ordering::Relaxed);
+        let (_, c) = hk.take_slot(0, 1, per_block, 0, 0);
+        assert_eq!(c, 0);
+        assert_eq!(hk.next_slot_ns.load(Ordering::Relaxed), 1_001_000);
+        // at most PACE_PREPAY_MAX blocks ahead, however slow a block's slot is not
+        let (_, c) = hk.take_slot(0, 1, 10.0, 0, 32_000);
+        assert_eq!(c, PACE_PREPAY_MAX);
+        assert_eq!(
+            hk.next_slot_ns.load(Ordering::Relaxed),
+            1_001_000 + (1 + PACE_PREPAY_MAX) * 10
+        );
     }
 }
