@@ -785,7 +785,7 @@ run scratch-before-data-durable lib dst
 run uncovered-block-from-stale-parity lib
 run completed-row-tags-kept lib dst
 run close-hook-skipped stripe_set
-run closed-rows-unfinished-at-flush stripe_set
+run closed-rows-unfinished-at-flush lib
 run tag-voids-unordered lib stripe_rebuild_online
 run scratch-voids-in-hash-order dst
 run block-zero-heal-needs-new-seq stripe_set
