@@ -338,6 +338,13 @@ apply_uncovered_block_from_stale_parity() {
 apply_completed_row_tags_kept() {
   marker completed-row-tags-kept
 }
+# a closed segment's last row finished and its lane retired (finding 8)
+apply_close_hook_skipped() {
+  marker close-hook-skipped
+}
+apply_closed_rows_unfinished_at_flush() {
+  marker closed-rows-unfinished-at-flush
+}
 apply_tag_voids_unordered() {
   marker tag-voids-unordered
 }
@@ -784,6 +791,8 @@ run full-row-parity-skipped lib
 run scratch-before-data-durable lib dst
 run uncovered-block-from-stale-parity lib
 run completed-row-tags-kept lib dst
+run close-hook-skipped stripe_set
+run closed-rows-unfinished-at-flush lib
 run tag-voids-unordered lib stripe_rebuild_online
 run scratch-voids-in-hash-order dst
 run block-zero-heal-needs-new-seq stripe_set

@@ -93,6 +93,15 @@ pub trait SegmentStore: Send + Sync {
     /// Write `tombstone` (one block, `chunk::tombstone`) over the first block
     /// of `seg`. Not durable until the media flush.
     fn wipe(&self, seg: u32, tombstone: &[u8]) -> io::Result<()>;
+    /// The engine closed `seg` with its first `fill` blocks written (or
+    /// sealed to be written): no block at or past `fill` is written in this
+    /// life of the segment (until `wipe`). Called under the engine lock, so
+    /// memory only, no IO. A parity set finishes the segment's last partial
+    /// row (its blocks past `fill` padded with zeros, its parity in place)
+    /// once every block below `fill` in it has landed, and frees the
+    /// row's scratch lane (docs/stripes.md §0 finding 8); flat and object
+    /// stores do nothing.
+    fn closed(&self, _seg: u32, _fill: u32) {}
     /// Give the space of `seg`'s body (every block but the first, which holds
     /// its tombstone) back to the host or device. Ok(false): this store cannot
     /// discard (nothing done). Advisory: the body may afterwards read as

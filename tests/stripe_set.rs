@@ -8,6 +8,7 @@
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use sluice::compress::Compression;
 use sluice::media::{FileMedia, Loss, Media, SimMedia};
 use sluice::{CreateOptions, OpenOptions, Volume};
 use std::collections::HashMap;
@@ -1008,5 +1009,98 @@ fn a_superblock_copy_torn_on_one_member_is_rewritten_at_mount() {
             read_member(&m).unwrap().is_some(),
             "member {who} with its head copy at {other} torn after the repair of {at}"
         );
+    }
+}
+
+/// docs/stripes.md §0 finding 8: a long run on a RAID-5 (4+1) set that
+/// closes well over 100 segments with no segment wiped (sequential 12 KiB
+/// writes, a FLUSH every second write: chunks of 7 blocks, so a segment of
+/// 64 closes at 63 and most FLUSHes find a partial row) never runs out of
+/// scratch lanes: every closed segment's last row (which the engine never
+/// fills) gets its parity in place and gives its lane back. Before the fix
+/// each such row held its lane until its segment's wipe, and from the 17th
+/// closed segment on every FLUSH wrote a partial row's parity in place,
+/// unprotected. Also on a compressed volume (half of each block zeros):
+/// its chunks are placed after packing and a segment closes when the next
+/// one does not fit, often with its last chunk already written (the row is
+/// then finished by the next FLUSH, `finish_closed_rows`). Then a power cut
+/// (only flushed bytes survive) and each member lost in turn: every write
+/// reads back.
+#[test]
+fn a_long_run_closing_many_segments_never_runs_out_of_scratch_lanes() {
+    for compression in [Compression::Off, Compression::Lz4] {
+        let ms: Vec<Arc<SimMedia>> = (0..5).map(|_| Arc::new(SimMedia::new(24 << 20))).collect();
+        let c = CreateOptions {
+            uuid: Some([77; 16]),
+            compression,
+            ..create_opts()
+        };
+        Volume::format_striped(sim_devs(&ms, None), 1, UNIT, &c).unwrap();
+        let vol = Volume::open_striped(sim_devs(&ms, None), &det()).unwrap();
+        let seg_bytes = create_opts().segment_bytes;
+        // (compressed: about half the bytes reach the members)
+        let total = if compression == Compression::Off {
+            110
+        } else {
+            200
+        } * seg_bytes;
+        assert!(
+            total < vol.size_bytes(),
+            "the run fits without GC (no wipe): {total} of {}",
+            vol.size_bytes()
+        );
+        let mut rng = SmallRng::seed_from_u64(8);
+        let mut want: HashMap<u64, Vec<u8>> = HashMap::new();
+        let w = 3 * BS;
+        for (i, off) in (0..total).step_by(w).enumerate() {
+            let mut buf = vec![0u8; w];
+            rng.fill(&mut buf[..]);
+            if compression == Compression::Lz4 {
+                for b in buf.chunks_mut(BS) {
+                    b[BS / 2..].fill(0);
+                }
+            }
+            vol.write(off, &buf, false).unwrap();
+            for (k, b) in buf.chunks(BS).enumerate() {
+                want.insert(off / BS as u64 + k as u64, b.to_vec());
+            }
+            if i % 2 == 1 {
+                vol.flush().unwrap();
+            }
+        }
+        vol.flush().unwrap();
+        let st = vol.stripe_set().unwrap().status();
+        let closed = vol.stats().segments_closed;
+        eprintln!(
+            "{compression:?}: {} MiB written, {closed} segments closed, {} partial rows flushed unprotected",
+            total >> 20,
+            st.unprotected_flushes
+        );
+        assert!(closed >= 100, "{closed} segments closed");
+        assert_eq!(
+            st.unprotected_flushes, 0,
+            "{compression:?}: scratch lanes ran out: partial rows flushed with their parity in place, unprotected"
+        );
+        for m in &ms {
+            m.freeze();
+        }
+        drop(vol);
+        let images: Vec<Vec<u8>> = ms
+            .iter()
+            .enumerate()
+            .map(|(i, m)| m.crash_image(Loss::DropAll, i as u64))
+            .collect();
+        for lost in 0..5 {
+            let copies: Vec<Arc<SimMedia>> = images
+                .iter()
+                .map(|im| Arc::new(SimMedia::from_image(im.clone())))
+                .collect();
+            let vol = Volume::open_striped(sim_devs(&copies, Some(lost)), &det()).unwrap();
+            verify(
+                &vol,
+                &want,
+                &format!("{compression:?}: member {lost} lost after the cut"),
+            );
+        }
     }
 }

@@ -591,16 +591,23 @@ impl StripeSet {
         tomb: bool,
     ) -> io::Result<bool> {
         let mut st = state.lock();
-        if !self.rows.lock().is_current(row, state) {
-            return Ok(false);
-        }
+        let end = {
+            let t = self.rows.lock();
+            if !t.is_current(row, state) {
+                return Ok(false);
+            }
+            t.closing.get(&row).copied()
+        };
         // a tombstone into a row holding nothing else keeps it tombstone-only
         st.tomb_only = tomb && st.is_empty();
         st.put(in_row, data);
         self.write_data(row, in_row, data)?;
-        if st.full() {
-            // MUTANT: full-row-parity-skipped s|self.write_parity(row, &mut st, false)?;|st.dirty = false;|
-            self.write_parity(row, &mut st, false)?;
+        // whole, or the last write into a closed segment's last row: the
+        // rest of it padded, its parity in place, its lane retired (its
+        // tags voided by the next flush, after that parity is durable)
+        if st.done(end) {
+            // MUTANT: full-row-parity-skipped s|self.write_parity(row, &mut st, true)?;|st.dirty = false;|
+            self.write_parity(row, &mut st, true)?;
             self.rows.lock().complete(row);
         } else {
             st.dirty = true;
@@ -691,6 +698,12 @@ impl StripeSet {
     /// durable then), before the second: older tags first, a flush, then
     /// each row's newest (`void_oldest_first`).
     pub fn flush(&self) -> io::Result<()> {
+        // Closed segments' last rows whose blocks are all in: finished
+        // first, so that this flush makes their parity in place durable
+        // and voids their tags before it returns (it may acknowledge their
+        // last blocks, which their tags do not cover)
+        // MUTANT: closed-rows-unfinished-at-flush s|self.finish_closed_rows()?;|();|
+        self.finish_closed_rows()?;
         let (dirty, retiring, retired, dead) = {
             let mut t = self.rows.lock();
             (
@@ -771,6 +784,63 @@ impl StripeSet {
         // record) is stale on the others before anything is acknowledged
         // MUTANT: member-failure-unrecorded s|self.record_failures()|Ok::<(), io::Error>(())|
         self.record_failures()
+    }
+
+    /// The engine closed segment `seg` with its first `fill` blocks
+    /// written or on their way (`SegmentStore::closed`; memory only: called
+    /// under the engine lock). The segment's last row, when `fill` ends
+    /// inside it, will get no more blocks: it is finished (blocks past
+    /// `fill` padded with zeros, its parity in place: `write_parity` of
+    /// every column) by the write that brings its last block below `fill`
+    /// (`fill_row`), or, when they are all in already, by the next flush
+    /// (`finish_closed_rows`), and its lane retires as a full row's does.
+    /// Without this such a row kept its scratch lane until the segment's
+    /// wipe, and a volume closing more than `LANES` segments between
+    /// wipes flushed partial rows unprotected (docs/stripes.md §0,
+    /// finding 8).
+    pub fn segment_closed(&self, seg: u32, fill: u32) {
+        let l = self.layout;
+        if l.parity == 0 || fill == 0 {
+            return;
+        }
+        let rb = l.write_unit() / BS;
+        let last = seg as u64 * (self.shape.segment_bytes / BS) + fill as u64 - 1;
+        let row = last / rb;
+        let end = (last + 1 - row * rb) as usize;
+        if end as u64 == rb {
+            return;
+        }
+        let mut t = self.rows.lock();
+        t.closing.insert(row, end);
+        if t.get(row).is_some() {
+            t.finishing.insert(row);
+        }
+    }
+
+    /// Finish the closing rows (`segment_closed`) whose blocks below their
+    /// segment's fill are all in: pad, parity in place, complete (their
+    /// lanes retire, their tags are voided once that parity is durable).
+    fn finish_closed_rows(&self) -> io::Result<()> {
+        let rows = std::mem::take(&mut self.rows.lock().finishing);
+        for row in rows {
+            let _fence = self.fenced(row * self.layout.write_unit(), BLOCK_BYTES);
+            let Some(state) = self.rows.lock().get(row) else {
+                continue;
+            };
+            let mut st = state.lock();
+            let end = {
+                let t = self.rows.lock();
+                if !t.is_current(row, &state) {
+                    continue;
+                }
+                t.closing.get(&row).copied()
+            };
+            if end.is_some() && st.done(end) {
+                self.write_parity(row, &mut st, true)?;
+                self.rows.lock().complete(row);
+            }
+        }
+        Ok(())
     }
 
     /// Write `st`'s running parity (every column; blocks not written count

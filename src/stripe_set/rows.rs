@@ -88,6 +88,18 @@ impl RowState {
         self.written == self.blocks.len()
     }
 
+    /// Every data block of the row written, or (`end`: a closed segment's
+    /// last row, which the engine writes only below block `end`) every
+    /// block below `end`: nothing more will be written into the row.
+    pub fn done(&self, end: Option<usize>) -> bool {
+        self.full()
+            || end.is_some_and(|e| {
+                self.blocks[..e.min(self.blocks.len())]
+                    .iter()
+                    .all(|b| matches!(b, Some(Blk::Data(_))))
+            })
+    }
+
     /// Does any data unit hold a block at column `c`?
     pub fn column_used(&self, c: usize, ub: usize, units: usize) -> bool {
         (0..units).any(|u| matches!(self.blocks[u * ub + c], Some(Blk::Data(_))))
@@ -149,6 +161,14 @@ pub(super) struct RowTable {
     /// Valid tags found at mount, by row: (seq, which, member, lane, place,
     /// covered). Used by degraded reads until a resync makes them moot.
     pub mount_tags: HashMap<u64, Vec<super::MountTag>>,
+    /// The last row of each segment the engine closed part way into it
+    /// (`StripeSet::segment_closed`): the blocks below which it writes the
+    /// row (the rest is never written in this life). The row is finished
+    /// (padded, its parity in place) once those blocks are in (`done`).
+    pub closing: HashMap<u64, usize>,
+    /// Closing rows a flush looks at first: their blocks may all be in
+    /// already (they were when their segment closed).
+    pub finishing: BTreeSet<u64>,
 }
 
 impl RowTable {
@@ -211,6 +231,8 @@ impl RowTable {
     pub fn complete(&mut self, row: u64) {
         self.states.remove(&row);
         self.dirty.remove(&row);
+        self.closing.remove(&row);
+        self.finishing.remove(&row);
         if let Some(l) = self.row_lane.remove(&row) {
             self.retiring.push(l);
             self.retired_rows.push(row);
@@ -243,6 +265,9 @@ impl RowTable {
             self.retiring.push(l);
         }
         self.states.retain(|r, _| !dead(r));
+        self.closing.retain(|r, _| !dead(r));
+        self.finishing.retain(|r| !dead(r));
+        self.retire_mount_lanes(first, end);
         self.mount_tags.retain(|r, _| !dead(r));
         self.void_places(first, end);
         self.evicted.retain(|r| !(first..end).contains(r));
@@ -268,14 +293,41 @@ impl RowTable {
 
     /// Tags found at mount for rows `first..end` speak for an older life of
     /// their segment: forget them, and void their places at the next flush
-    /// (`dead_places`; their lanes stay taken, as every mount tag's lane).
+    /// (`dead_places`; their lanes free after it, `retire_mount_lanes`).
     pub fn drop_mount_tags(&mut self, first: u64, end: u64) {
         let dead = |r: &u64| (first..end).contains(r);
         if !self.mount_tags.keys().any(dead) {
             return;
         }
+        self.retire_mount_lanes(first, end);
         self.mount_tags.retain(|r, _| !dead(r));
         self.void_places(first, end);
+    }
+
+    /// The lanes of tags found at mount for rows `first..end` (about to be
+    /// dropped, their places voided by the next flush) go to `retiring`:
+    /// free after that flush, as a completed row's. A lane's valid tags
+    /// at mount are one row's (a lane is free again only after its
+    /// previous row's voids were flushed), so no live row's tag is in
+    /// them. Without this a degraded mount (no resync) never got those
+    /// lanes back.
+    fn retire_mount_lanes(&mut self, first: u64, end: u64) {
+        let mut lanes: Vec<u32> = self
+            .mount_tags
+            .iter()
+            .filter(|(r, _)| (first..end).contains(*r))
+            .flat_map(|(_, tags)| tags.iter().map(|t| t.lane))
+            .collect();
+        lanes.sort_unstable();
+        lanes.dedup();
+        for l in lanes {
+            if !self.free_lanes.contains(&l)
+                && !self.retiring.contains(&l)
+                && !self.row_lane.values().any(|&x| x == l)
+            {
+                self.retiring.push(l);
+            }
+        }
     }
 
     /// Drop clean states beyond `KEEP_ROWS`, least recently used first.

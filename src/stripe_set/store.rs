@@ -78,6 +78,11 @@ impl SegmentStore for StripeStore {
         self.check_seg(seg, 0, BLOCK_BYTES)?;
         self.set.wipe_segment(seg, tombstone)
     }
+    fn closed(&self, seg: u32, fill: u32) {
+        if seg < self.set.shape.segment_count && fill <= self.segment_blocks {
+            self.set.segment_closed(seg, fill);
+        }
+    }
     fn discard_body(&self, seg: u32) -> io::Result<bool> {
         self.check_seg(seg, 0, 0)?;
         // Not built for stripe sets: a discarded body would read as zeros or

@@ -635,3 +635,68 @@ fn voiding_a_completed_rows_tags_never_leaves_the_older_tag_alone() {
     }
     assert!(images > events.len(), "some prefixes had unflushed writes");
 }
+
+/// docs/stripes.md §0 finding 8: a segment the engine closes one block
+/// short of its end (`SegmentStore::closed`) has a last row that no write
+/// completes. Once its blocks below the fill are in, it is finished (the
+/// rest padded, parity in place) and the flush after that voids its tags
+/// and gives its lane back: whether the close comes before the last write
+/// (the write finishes it) or after (the flush does, before its first
+/// member flush). A cut after that flush and a lost data member: no tag
+/// left, every block reads back from the parity in place.
+#[test]
+fn a_closed_segments_last_row_is_finished_and_gives_its_lane_back() {
+    use crate::media::{Loss, SimMedia};
+    for close_first in [false, true] {
+        let (sims, pl) = sim_set(b"unit-test-set-08");
+        let set = &pl.set;
+        let store = StripeStore::new(set.clone());
+        let sb = store.segment_blocks();
+        let rb = (set.layout.write_unit() / BS) as u32;
+        let first = sb - rb;
+        let row = (first / rb) as u64;
+        // the row's first block, flushed: a scratch tag holds its lane
+        store.write(0, first, &[0x55u8; BLOCK_BYTES]).unwrap();
+        set.flush().unwrap();
+        assert_eq!(set.rows.lock().row_lane.len(), 1, "a lane taken");
+        let rest = vec![0x66u8; (rb - 2) as usize * BLOCK_BYTES];
+        if close_first {
+            store.closed(0, sb - 1);
+            store.write(0, first + 1, &rest).unwrap();
+        } else {
+            store.write(0, first + 1, &rest).unwrap();
+            store.closed(0, sb - 1);
+        }
+        set.flush().unwrap();
+        let what = if close_first {
+            "closed, then its last write"
+        } else {
+            "its last write, then closed"
+        };
+        let t = set.rows.lock();
+        assert!(
+            t.row_lane.is_empty() && t.free_lanes.len() == scratch::LANES as usize,
+            "{what}: the row's lane was not given back"
+        );
+        drop(t);
+        let images: Vec<Arc<dyn Media>> = sims
+            .iter()
+            .map(|m| {
+                Arc::new(SimMedia::from_image(m.crash_image(Loss::DropAll, 1))) as Arc<dyn Media>
+            })
+            .collect();
+        let deg = from_images(set, &images, set.layout.data_member(row, 0) as usize);
+        assert_eq!(
+            deg.rows_tagged(),
+            0,
+            "{what}: the finished row's tags survived"
+        );
+        let mut got = vec![0u8; (rb - 1) as usize * BLOCK_BYTES];
+        deg.read_area((sb - rb) as u64 * BS, &mut got).unwrap();
+        assert!(
+            got[..BLOCK_BYTES].iter().all(|&b| b == 0x55)
+                && got[BLOCK_BYTES..].iter().all(|&b| b == 0x66),
+            "{what}: the row reads back wrong with its first member lost"
+        );
+    }
+}

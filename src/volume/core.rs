@@ -170,6 +170,10 @@ pub struct Core {
     /// Sealed direct user chunks whose sample is due (image, data blocks):
     /// taken by the sealing thread (`Shared::pack_staged`).
     pub to_sample: Vec<(Arc<crate::media::AlignedBuf>, u32)>,
+    /// The segment store, told of every segment the engine closes
+    /// (`SegmentStore::closed`, a memory-only call): None in tests of the
+    /// engine alone.
+    pub closes: Option<Arc<dyn crate::store::SegmentStore>>,
 }
 
 pub use crate::map::{kind_of, virt_of};
@@ -222,6 +226,7 @@ impl Core {
             direct: false,
             incompressible_run: 0,
             to_sample: Vec::new(),
+            closes: None,
         }
     }
 
@@ -453,6 +458,13 @@ impl Core {
     }
 
     fn close_segment(&mut self, seg: u32) {
+        // the store learns the segment's final fill: a parity set finishes
+        // its last partial row and frees that row's scratch lane
+        // (docs/stripes.md §0 finding 8; memory only, under this lock)
+        if let Some(store) = &self.closes {
+            // MUTANT: close-hook-skipped s|store.closed(seg, self.segs.segs[seg as usize].fill);|let _ = store;|
+            store.closed(seg, self.segs.segs[seg as usize].fill);
+        }
         let before = self.segs.pending.len();
         self.segs.close(seg);
         if self.segs.pending.len() > before {

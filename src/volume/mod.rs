@@ -971,6 +971,7 @@ impl Volume {
             (None, Some(set)) => striped::store(set, &geo)?,
             (None, None) => Arc::new(FlatStore::new(media.clone(), &geo)),
         };
+        core.closes = Some(store.clone());
         let commit = Arc::new(Commit::new(
             commit::Places {
                 media: media.clone(),
