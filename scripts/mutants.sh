@@ -126,12 +126,13 @@ run() {
     fi
     return
   fi
-  local args=()
+  # every run with the features scripts/test builds (librados among them,
+  # which install-deps installs): one dependency build serves them all, and
+  # a target directory copied from the suite's is reused as it is
+  local args=(--features rados)
   for t in "$@"; do
     if [ "$t" = lib ]; then
       args+=(--lib)  # the library's unit tests
-    elif [ "$t" = objects_rados ]; then
-      args+=(--features rados --test "$t")  # built only with librados
     else
       args+=(--test "$t")
     fi
