@@ -69,10 +69,16 @@ fn errno() -> i32 {
 
 impl AioReads {
     /// A context for `entries` reads of `fd` at once (plus the wake-ups).
+    /// Every context counts against the system's `fs.aio-max-nr` (65,536 by
+    /// default; the kernel counts twice what is asked): when it is used up
+    /// this fails (EAGAIN) and the caller uses an io_uring instead.
     pub(super) fn new(fd: RawFd, entries: u32) -> io::Result<AioReads> {
         let mut ctx: u64 = 0;
+        // a few events over `entries` for the wake-ups (a refused read
+        // holds none in the kernel, so its wake-up takes its place)
+        let events = entries as libc::c_long + 8;
         // SAFETY: io_setup writes the context id into `ctx`.
-        let r = unsafe { libc::syscall(libc::SYS_io_setup, entries as libc::c_long * 2, &mut ctx) };
+        let r = unsafe { libc::syscall(libc::SYS_io_setup, events, &mut ctx) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
