@@ -43,6 +43,9 @@
 #         COMPRESS_PCT=N: every writer's data is fio's buffer_compress_percentage=N
 #           with buffer_compress_chunk=4k (each 4 KiB block N% compressible; the
 #           prefill too), for every server; unset: fio's default random data.
+#         CHRT=N: run every server and fio at SCHED_FIFO priority N (root): on a
+#           machine shared with builds it keeps the other load from preempting
+#           the run, so it measures what a quiet machine would (docs/nbd.md);
 #         NUMJOBS=1: fio jobs of the randwrite and randread cases (each at iodepth 32/NUMJOBS);
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
@@ -59,6 +62,8 @@ QD=$(( 32 / NUMJOBS )); [ "$QD" -ge 1 ] || QD=1
 DATA=(--refill_buffers)
 [ -n "${COMPRESS_PCT:-}" ] && DATA=(--refill_buffers "--buffer_compress_percentage=$COMPRESS_PCT" --buffer_compress_chunk=4k)
 SLUICE=${SLUICE:-target/release/sluice}
+RT=()
+[ -n "${CHRT:-}" ] && RT=(chrt -f "$CHRT")
 ARGS=("$@")
 [ ${#ARGS[@]} -eq 0 ] && ARGS=(randwrite randread fsync)
 CASES=()
@@ -172,21 +177,21 @@ start_server() {
         fi
         # the fresh zero-filled file is the script's own: --force past the probe
         "$bin" create "$img" --force "${create[@]}" >/dev/null
-        "$bin" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
+        "${RT[@]}" "$bin" serve "$img" --socket "$SOCK" "${extra[@]}" >/dev/null 2>"$DIR/sluice.log" &
         SERVER_PID=$! ;;
     qemu-nbd)
-        qemu-nbd -f raw --cache=none --aio=native --shared=16 --persistent -k "$SOCK" "$img" &
+        "${RT[@]}" qemu-nbd -f raw --cache=none --aio=native --shared=16 --persistent -k "$SOCK" "$img" &
         SERVER_PID=$! ;;
     nbdkit)
-        nbdkit --foreground -U "$SOCK" file "file=$img" &
+        "${RT[@]}" nbdkit --foreground -U "$SOCK" file "file=$img" &
         SERVER_PID=$! ;;
     nbdkit-nocache)
         # the file plugin told to keep its data out of the page cache
-        nbdkit --foreground -U "$SOCK" file "file=$img" cache=none &
+        "${RT[@]}" nbdkit --foreground -U "$SOCK" file "file=$img" cache=none &
         SERVER_PID=$! ;;
     nbdkit-memory)
         # no media at all: what fio + libnbd + a fast server reach on this machine
-        nbdkit --foreground -U "$SOCK" memory "size=${SIZE_MB}M" &
+        "${RT[@]}" nbdkit --foreground -U "$SOCK" memory "size=${SIZE_MB}M" &
         SERVER_PID=$! ;;
     sluice-s3|sluice-s3-durable)
         # a fresh prefix and cache per start; the zero-filled file is unused
@@ -224,7 +229,7 @@ run_fio() {  # name, extra fio args...
     # (never a previous run's figures: the output goes first, and a failed fio stops the run)
     rm -f "$DIR/fio-$name.json"
     # shellcheck disable=SC2046
-    fio --name="$name" $(target) \
+    "${RT[@]}" fio --name="$name" $(target) \
         --bs=4k --runtime="$RUNTIME" --time_based \
         --group_reporting --output-format=json --output="$DIR/fio-$name.json" "$@" >/dev/null 2>&1 ||
         { echo "bench-nbd: fio failed on $CUR ($name)" >&2; exit 1; }

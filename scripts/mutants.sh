@@ -202,6 +202,10 @@ apply_read_crc() {
 apply_ring_skips_verify() {
   marker ring-skips-verify
 }
+apply_aio_refused_read_succeeds() {
+  # a read io_submit refused completes as a whole block read, not its errno
+  marker aio-refused-read-succeeds
+}
 apply_ring_fragments_not_unpacked() {
   # a ring read of fragments answers without unpacking (or checking) them
   marker ring-fragments-not-unpacked
@@ -750,6 +754,7 @@ run file-flush-noop volatile_cache
 run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
 run ring-skips-verify nbd_verified_reads
+run aio-refused-read-succeeds lib
 run ring-fragments-not-unpacked compression
 run scrub-skips-fragments compression
 run ring-holds-no-reuse-share verified_reads

@@ -326,7 +326,7 @@ impl Media for FileMedia {
         Ok(())
     }
     fn uring_reads(&self, entries: u32) -> Option<io::Result<super::UringReads>> {
-        Some(super::UringReads::new(&self.file, entries))
+        Some(super::UringReads::new(&self.file, entries, self.direct))
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_range(self.len, offset, buf.len())?;

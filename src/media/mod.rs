@@ -5,6 +5,7 @@
 //! flush was called survives power loss. Nothing else is promised: unflushed
 //! writes may be lost, reordered or torn (FaultMedia simulates exactly that).
 
+mod aio;
 mod aligned;
 mod fault;
 mod file;

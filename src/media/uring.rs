@@ -4,7 +4,8 @@
 //! way (`write_batch`: a version 3 FLUSH's data and record, one submission and
 //! one wake-up instead of two). And `UringReads`: a ring
 //! whose reads are submitted by one thread and reaped by another as they
-//! complete (the NBD server's reads).
+//! complete (the NBD server's reads; on O_DIRECT files it is Linux native AIO,
+//! `aio.rs`, whose completions wake the reaping thread directly).
 //!
 //! Each thread keeps its own small ring (created on first use). Where io_uring is
 //! unavailable (old kernel, seccomp, `io_uring_disabled`), `read_batch` says so
@@ -235,6 +236,11 @@ fn drain(ring: &mut IoUring, mut n: usize) {
 /// A ring for reads that are submitted by one thread and completed on another
 /// (the NBD server's reads: its reader submits each READ as it arrives, a
 /// completion thread reaps them in the order the device finishes them).
+/// On an O_DIRECT file it is Linux native AIO (`aio.rs`: a completion wakes
+/// the reaping thread straight from the interrupt); elsewhere, or where AIO
+/// cannot be set up (or `SLUICE_READ_RING=uring`), an io_uring (whose
+/// completions are posted by task work on the submitting thread, which is
+/// woken for it first).
 ///
 /// Owns: the ring. The submission side (`push`, `submit`, `wake`) and the
 /// completion side (`wait`) each take their own mutex, so each side is used
@@ -246,11 +252,18 @@ fn drain(ring: &mut IoUring, mut n: usize) {
 /// given to `push` stays allocated and unmoved until `wait` returned its
 /// completion.
 pub struct UringReads {
-    ring: IoUring,
-    fd: std::os::unix::io::RawFd,
-    sq: parking_lot::Mutex<()>,
-    cq: parking_lot::Mutex<()>,
+    backend: Backend,
     entries: u32,
+}
+
+enum Backend {
+    Uring {
+        ring: IoUring,
+        fd: std::os::unix::io::RawFd,
+        sq: parking_lot::Mutex<()>,
+        cq: parking_lot::Mutex<()>,
+    },
+    Aio(super::aio::AioReads),
 }
 
 /// io_uring_enter(2): wait for completions.
@@ -261,19 +274,44 @@ pub const WAKE: u64 = u64::MAX;
 
 impl UringReads {
     /// A ring of `entries` submissions for reads of `file` (which must outlive
-    /// the ring). Err: io_uring is unavailable or the ring cannot be set up
-    /// (the caller reads the synchronous way).
-    pub fn new(file: &File, entries: u32) -> io::Result<UringReads> {
+    /// the ring); `direct`: the file is open with O_DIRECT (AIO is used then).
+    /// Err: neither AIO nor io_uring can be set up (the caller reads the
+    /// synchronous way).
+    pub fn new(file: &File, entries: u32, direct: bool) -> io::Result<UringReads> {
+        let want_aio = direct && std::env::var("SLUICE_READ_RING").map_or(true, |v| v != "uring");
+        if want_aio {
+            match super::aio::AioReads::new(file.as_raw_fd(), entries) {
+                Ok(a) => {
+                    return Ok(UringReads {
+                        backend: Backend::Aio(a),
+                        entries,
+                    })
+                }
+                Err(e) => {
+                    tracing::debug!("AIO context not available ({e}): reads through io_uring")
+                }
+            }
+        }
         if UNAVAILABLE.load(Ordering::Relaxed) {
             return Err(io::Error::other("io_uring is unavailable"));
         }
         Ok(UringReads {
-            ring: IoUring::new(entries)?,
-            fd: file.as_raw_fd(),
-            sq: parking_lot::Mutex::new(()),
-            cq: parking_lot::Mutex::new(()),
+            backend: Backend::Uring {
+                ring: IoUring::new(entries)?,
+                fd: file.as_raw_fd(),
+                sq: parking_lot::Mutex::new(()),
+                cq: parking_lot::Mutex::new(()),
+            },
             entries,
         })
+    }
+
+    /// "aio" or "io_uring": what carries the reads.
+    pub fn engine(&self) -> &'static str {
+        match self.backend {
+            Backend::Aio(_) => "aio",
+            Backend::Uring { .. } => "io_uring",
+        }
     }
 
     /// Reads that may be in flight at once (one submission slot stays free
@@ -290,22 +328,33 @@ impl UringReads {
     /// read's completion, and the caller must keep within `capacity()`.
     pub unsafe fn push(&self, buf: *mut u8, len: u32, offset: u64, user: u64) -> io::Result<()> {
         debug_assert_ne!(user, WAKE);
-        let e = opcode::Read::new(types::Fd(self.fd), buf, len)
+        let (ring, fd, sq) = match &self.backend {
+            Backend::Aio(a) => {
+                a.push(buf, len, offset, user);
+                return Ok(());
+            }
+            Backend::Uring { ring, fd, sq, .. } => (ring, *fd, sq),
+        };
+        let e = opcode::Read::new(types::Fd(fd), buf, len)
             .offset(offset)
             .build()
             .user_data(user);
-        let _g = self.sq.lock();
+        let _g = sq.lock();
         // SAFETY: one submitter at a time (the `sq` lock); the entry's buffer
         // is the caller's promise above.
-        unsafe { self.ring.submission_shared().push(&e) }
+        unsafe { ring.submission_shared().push(&e) }
             .map_err(|_| io::Error::other("io_uring submission queue full"))
     }
 
     /// Hand every queued read to the kernel.
     pub fn submit(&self) -> io::Result<()> {
-        let _g = self.sq.lock();
+        let (ring, sq) = match &self.backend {
+            Backend::Aio(a) => return a.submit(),
+            Backend::Uring { ring, sq, .. } => (ring, sq),
+        };
+        let _g = sq.lock();
         loop {
-            match self.ring.submitter().submit() {
+            match ring.submitter().submit() {
                 Ok(_) => return Ok(()),
                 Err(e) if transient(&e) => std::thread::yield_now(),
                 Err(e) => return Err(e),
@@ -315,11 +364,15 @@ impl UringReads {
 
     /// Make a `wait` in progress (or the next one) return a `WAKE` completion.
     pub fn wake(&self) -> io::Result<()> {
+        let (ring, sq) = match &self.backend {
+            Backend::Aio(a) => return a.poke(),
+            Backend::Uring { ring, sq, .. } => (ring, sq),
+        };
         {
-            let _g = self.sq.lock();
+            let _g = sq.lock();
             let e = opcode::Nop::new().build().user_data(WAKE);
             // SAFETY: a no-op carries no buffer; one submitter at a time.
-            unsafe { self.ring.submission_shared().push(&e) }
+            unsafe { ring.submission_shared().push(&e) }
                 .map_err(|_| io::Error::other("io_uring submission queue full"))?;
         }
         self.submit()
@@ -328,11 +381,15 @@ impl UringReads {
     /// Wait for at least one completion and append every completion ready as
     /// `(user, result)` (bytes read, or a negative errno) to `out`.
     pub fn wait(&self, out: &mut Vec<(u64, i32)>) -> io::Result<()> {
-        let _g = self.cq.lock();
+        let (ring, cq) = match &self.backend {
+            Backend::Aio(a) => return a.wait(out),
+            Backend::Uring { ring, cq, .. } => (ring, cq),
+        };
+        let _g = cq.lock();
         let before = out.len();
         loop {
             // SAFETY: one consumer at a time (the `cq` lock).
-            for cqe in unsafe { self.ring.completion_shared() } {
+            for cqe in unsafe { ring.completion_shared() } {
                 out.push((cqe.user_data(), cqe.result()));
             }
             if out.len() > before {
@@ -340,8 +397,7 @@ impl UringReads {
             }
             // SAFETY: no submission (0), wait for one completion, no argument.
             let r = unsafe {
-                self.ring
-                    .submitter()
+                ring.submitter()
                     .enter::<libc::sigset_t>(0, 1, IORING_ENTER_GETEVENTS, None)
             };
             match r {
