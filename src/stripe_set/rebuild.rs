@@ -35,7 +35,8 @@ use std::sync::Arc;
 pub const REBUILD_BATCH_BYTES: u64 = 8 << 20;
 
 /// Bytes of one member a bulk rebuild reads, rebuilds and writes as one
-/// piece of its pipeline (`rebuild_rows_bulk`): 1 MiB, whole rows.
+/// piece of its pipeline (`rebuild_rows_bulk`) at most: 1 MiB, whole rows
+/// (and at most a quarter of the run).
 pub const REBUILD_PIPE_BYTES: u64 = 1 << 20;
 
 /// Buffers a rebuild reuses from batch to batch: a span per member, the
@@ -492,8 +493,13 @@ impl StripeSet {
         let dn = l.data_members() as usize;
         let span = ((end - first) * l.unit) as usize;
         let base = l.row_offset(first).expect("row inside the set");
-        // rows per piece: whole rows, at least one
-        let rpp = (REBUILD_PIPE_BYTES / l.unit).max(1) as usize;
+        // rows per piece: whole rows, at most REBUILD_PIPE_BYTES and at
+        // most a quarter of the run, so a short run (a small set's, the
+        // tests') is pipelined too; at least one
+        let rows = (end - first) as usize;
+        let rpp = ((REBUILD_PIPE_BYTES / l.unit) as usize)
+            .min(rows.div_ceil(4))
+            .max(1);
         let piece = rpp * u;
         let pieces = span.div_ceil(piece);
         bufs.fit(n, slot as usize, l.parity as usize, span, u);
