@@ -435,6 +435,11 @@ apply_rebuild_data_unflushed() {
 apply_rebuild_bulk_piece_misplaced() {
   marker rebuild-bulk-piece-misplaced
 }
+apply_rebuild_pipe_piece_early() {
+  # a pipelined rebuild rebuilds a piece before every member's part of it
+  # is read (issue 20 item 5)
+  marker rebuild-pipe-piece-early
+}
 apply_rebuilding_mount_not_resynced() {
   # a mount with the member being rebuilt the only one down skips the
   # resync again (docs/stripes.md §0 finding 7)
@@ -824,6 +829,7 @@ run heal-rewrite-skipped stripe_repair
 run rebuild-marks-before-data stripe_repair
 run rebuild-data-unflushed stripe_repair
 run rebuild-bulk-piece-misplaced stripe_repair
+run rebuild-pipe-piece-early stripe_repair
 run rebuild-unfenced stripe_rebuild_online
 run rebuilding-mount-not-resynced stripe_rebuild_online
 run rebuild-record-one-place stripe_repair

@@ -264,6 +264,10 @@ pub struct Stats {
     pub stripe_members_down: u64,
     /// Pieces a stripe set rebuilt from the rest of their row this mount.
     pub stripe_reconstructed: u64,
+    /// Reads a stripe set issued to its members this mount (the mount's
+    /// own, reads, GC and rebuild; a write-only workload adds none: the
+    /// bench reports it over a run, docs/stripes.md §0).
+    pub stripe_member_reads: u64,
     /// Blocks a stripe set healed from their row after a CRC failure.
     pub stripe_healed: u64,
     /// A stripe set member being rebuilt: segments done of `.._total`

@@ -540,6 +540,17 @@ pub fn render(r: &Report) -> String {
                 st.map(|s| s.gc_runs).unwrap_or(0)
             );
         }
+        if let (Some(a), Some(b)) = (&t.stats_before, &t.stats_after) {
+            if t.description.contains("stripe set") {
+                let _ = writeln!(
+                    o,
+                    "{}: stripe set member reads over the run {} (GC runs {})",
+                    t.target,
+                    b.stripe_member_reads.saturating_sub(a.stripe_member_reads),
+                    b.gc_runs.saturating_sub(a.gc_runs)
+                );
+            }
+        }
     }
     o
 }

@@ -34,6 +34,11 @@ use std::sync::Arc;
 /// batch then hold `members + 1` times that.
 pub const REBUILD_BATCH_BYTES: u64 = 8 << 20;
 
+/// Bytes of one member a bulk rebuild reads, rebuilds and writes as one
+/// piece of its pipeline (`rebuild_rows_bulk`) at most: 1 MiB, whole rows
+/// (and at most a quarter of the run).
+pub const REBUILD_PIPE_BYTES: u64 = 1 << 20;
+
 /// Buffers a rebuild reuses from batch to batch: a span per member, the
 /// new member's span, and one unit per parity unit for other pieces
 /// lost. (Fresh buffers for every segment spent more time on page faults
@@ -55,10 +60,13 @@ impl Default for RebuildBufs {
 }
 
 impl RebuildBufs {
-    /// Make room for `n` members' spans of `span` bytes and `p` spare units.
-    fn fit(&mut self, n: usize, p: usize, span: usize, unit: usize) {
+    /// Make room for `n` members' spans of `span` bytes (none for member
+    /// `skip`, the one rebuilt: it is not read) and `p` spare units.
+    fn fit(&mut self, n: usize, skip: usize, p: usize, span: usize, unit: usize) {
         if self.spans.len() != n || self.out.len() < span {
-            self.spans = (0..n).map(|_| AlignedBuf::new(span)).collect();
+            self.spans = (0..n)
+                .map(|m| AlignedBuf::new(if m == skip { 0 } else { span }))
+                .collect();
             self.out = AlignedBuf::new(span);
         }
         if self.spare.len() != p || self.spare.first().is_some_and(|b| b.len() < unit) {
@@ -464,8 +472,14 @@ impl StripeSet {
     /// member) read from every other member at once (one thread each, so
     /// members on separate devices are read in parallel), each row's piece
     /// rebuilt from the rest of the row in place in the buffers
-    /// (parity::reconstruct: the same for a data, P or Q piece), the span
-    /// written in one write.
+    /// (parity::reconstruct: the same for a data, P or Q piece), and
+    /// written. Pipelined in pieces of `REBUILD_PIPE_BYTES` per member:
+    /// each reader hands a piece over as soon as it is read and goes on
+    /// with the next, so a piece is rebuilt and written to the new member
+    /// while the next ones are read (one batch read, then rebuilt, then
+    /// written, left the members idle for a third of the time: the
+    /// profile in docs/stripes.md §0). The whole span stays under the
+    /// caller's fence until the last piece is written.
     fn rebuild_rows_bulk(
         &self,
         slot: u32,
@@ -479,63 +493,101 @@ impl StripeSet {
         let dn = l.data_members() as usize;
         let span = ((end - first) * l.unit) as usize;
         let base = l.row_offset(first).expect("row inside the set");
-        bufs.fit(n, l.parity as usize, span, u);
+        // rows per piece: whole rows, at most REBUILD_PIPE_BYTES and at
+        // most a quarter of the run, so a short run (a small set's, the
+        // tests') is pipelined too; at least one
+        let rows = (end - first) as usize;
+        let rpp = ((REBUILD_PIPE_BYTES / l.unit) as usize)
+            .min(rows.div_ceil(4))
+            .max(1);
+        let piece = rpp * u;
+        let pieces = span.div_ceil(piece);
+        bufs.fit(n, slot as usize, l.parity as usize, span, u);
         let RebuildBufs { spans, out, spare } = bufs;
-        let ok: Vec<bool> = std::thread::scope(|s| {
-            let reads: Vec<_> = spans
-                .iter_mut()
-                .enumerate()
-                .map(|(m, b)| {
-                    let m = m as u32;
-                    (m != slot && self.up(m).is_some())
-                        .then(|| s.spawn(move || self.mread(m, &mut b[..span], base).is_ok()))
-                })
-                .collect();
-            reads
-                .into_iter()
-                .map(|h| {
-                    h.is_some_and(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                })
-                .collect()
-        });
-        let lost_members = ok.iter().filter(|&&o| !o).count();
-        if lost_members > l.parity as usize {
-            return Err(io::Error::other(format!(
-                "stripe set: rows {first}..{end} cannot be rebuilt: {lost_members} of their members are down, parity {}",
-                l.parity
-            )));
-        }
-        let mut lost = Vec::with_capacity(n);
-        for (k, row) in (first..end).enumerate() {
-            let at = k * u..(k + 1) * u;
-            let mut by_member: Vec<Option<&mut [u8]>> = spans
-                .iter_mut()
-                .zip(&ok)
-                .map(|(b, &ok)| ok.then(|| &mut b[at.clone()]))
-                .collect();
-            let mut mine = Some(&mut out[at.clone()]);
-            let mut spare = spare.iter_mut();
-            lost.clear();
-            let mut shards: Vec<&mut [u8]> = Vec::with_capacity(n);
-            for i in 0..n {
-                let m = self.shard_member(row, i as u32) as usize;
-                match by_member[m].take() {
-                    Some(piece) => shards.push(piece),
-                    None => {
-                        lost.push(i);
-                        // MUTANT: rebuild-bulk-piece-misplaced s|if m == slot as usize {|if mine.is_some() {|
-                        let to = if m == slot as usize {
-                            mine.take().expect("one piece of the row on the new member")
-                        } else {
-                            &mut spare.next().expect("a spare per parity unit")[..u]
-                        };
-                        shards.push(to);
-                    }
+        std::thread::scope(|s| -> io::Result<()> {
+            // (member, piece index, the piece read or None when the read failed)
+            let (tx, rx) = std::sync::mpsc::channel::<(usize, usize, Option<&mut [u8]>)>();
+            let mut readers = 0usize;
+            for (m, b) in spans.iter_mut().enumerate() {
+                if m == slot as usize || self.up(m as u32).is_none() {
+                    continue;
                 }
+                readers += 1;
+                let tx = tx.clone();
+                s.spawn(move || {
+                    for (j, p) in b[..span].chunks_mut(piece).enumerate() {
+                        let ok = self.mread(m as u32, p, base + (j * piece) as u64).is_ok();
+                        if tx.send((m, j, ok.then_some(p))).is_err() {
+                            return; // the writer gave up (an error): stop reading
+                        }
+                    }
+                });
             }
-            parity::reconstruct(&mut shards, dn, &lost).map_err(io::Error::other)?;
-        }
-        self.mwrite(slot, &out[..span], base)?;
+            drop(tx);
+            let mut got: Vec<Vec<Option<&mut [u8]>>> = (0..pieces)
+                .map(|_| (0..n).map(|_| None).collect())
+                .collect();
+            let mut arrived = vec![0usize; pieces];
+            let mut outs = out[..span].chunks_mut(piece);
+            let mut next = 0usize;
+            let mut lost = Vec::with_capacity(n);
+            while next < pieces {
+                // MUTANT: rebuild-pipe-piece-early s|if arrived[next] < readers {|if arrived[next] + 1 < readers {|
+                if arrived[next] < readers {
+                    let (m, j, p) = rx.recv().map_err(|_| {
+                        io::Error::other("stripe set: a rebuild reader stopped early")
+                    })?;
+                    got[j][m] = p;
+                    arrived[j] += 1;
+                    continue;
+                }
+                let j = next;
+                next += 1;
+                let o = outs.next().expect("an output piece per piece");
+                let members_lost = (0..n)
+                    .filter(|&m| m != slot as usize && got[j][m].is_none())
+                    .count()
+                    + 1;
+                if members_lost > l.parity as usize {
+                    let r0 = first + (j * rpp) as u64;
+                    return Err(io::Error::other(format!(
+                        "stripe set: rows {r0}..{} cannot be rebuilt: {members_lost} of their members are down, parity {}",
+                        (r0 + rpp as u64).min(end),
+                        l.parity
+                    )));
+                }
+                for (k, at) in (0..o.len()).step_by(u).enumerate() {
+                    let row = first + (j * rpp + k) as u64;
+                    let mut by_member: Vec<Option<&mut [u8]>> = got[j]
+                        .iter_mut()
+                        .map(|p| p.as_deref_mut().map(|p| &mut p[at..at + u]))
+                        .collect();
+                    let mut mine = Some(&mut o[at..at + u]);
+                    let mut spare = spare.iter_mut();
+                    lost.clear();
+                    let mut shards: Vec<&mut [u8]> = Vec::with_capacity(n);
+                    for i in 0..n {
+                        let m = self.shard_member(row, i as u32) as usize;
+                        match by_member[m].take() {
+                            Some(p) => shards.push(p),
+                            None => {
+                                lost.push(i);
+                                // MUTANT: rebuild-bulk-piece-misplaced s|if m == slot as usize {|if mine.is_some() {|
+                                let to = if m == slot as usize {
+                                    mine.take().expect("one piece of the row on the new member")
+                                } else {
+                                    &mut spare.next().expect("a spare per parity unit")[..u]
+                                };
+                                shards.push(to);
+                            }
+                        }
+                    }
+                    parity::reconstruct(&mut shards, dn, &lost).map_err(io::Error::other)?;
+                }
+                self.mwrite(slot, o, base + (j * piece) as u64)?;
+            }
+            Ok(())
+        })?;
         self.still_up(slot)
     }
 

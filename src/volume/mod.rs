@@ -1427,6 +1427,7 @@ impl Volume {
             let st = set.status();
             s.stripe_members_down = st.down.len() as u64;
             s.stripe_reconstructed = st.reconstructed;
+            s.stripe_member_reads = st.member_reads;
             s.stripe_healed = st.healed;
             if let Some(p) = st.rebuild {
                 s.stripe_rebuild_done = p.next_segment as u64;
@@ -2034,6 +2035,7 @@ impl Shared {
             log_fallbacks: 0,
             stripe_members_down: 0,
             stripe_reconstructed: 0,
+            stripe_member_reads: 0,
             stripe_healed: 0,
             stripe_rebuild_done: 0,
             stripe_rebuild_total: 0,
