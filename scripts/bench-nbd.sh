@@ -22,6 +22,7 @@
 #        (server "sluice-pool" = sluice with every request on the worker pool;
 #         "sluice-noring" = sluice with READs in pool batches, not the read ring;
 #         "sluice-base" = the build $SLUICE_BASE (A/B);
+#         "sluice-base-lz4" = $SLUICE_BASE on a volume created with --compress lz4;
 #         "sluice-ilog" = sluice on a volume created with --intent-log;
 #         "sluice-lz4" = sluice on a volume created with --compress lz4 (issue 19;
 #           pair it with COMPRESS_PCT, and compare with "sluice" in the same run);
@@ -157,7 +158,7 @@ start_server() {
     rm -f "$DIR/sluice.log"
     fresh_file "$img"
     case $srv in
-    sluice|sluice-pool|sluice-noring|sluice-base|sluice-ilog|sluice-logdev|sluice-lz4)
+    sluice|sluice-pool|sluice-noring|sluice-base|sluice-base-lz4|sluice-ilog|sluice-logdev|sluice-lz4)
         # sluice keeps ~10% of its file for GC and metadata: same file, smaller export.
         # sluice-pool: every request through the worker pool (no inline writes).
         # sluice-noring: READs in worker-pool batches instead of the read ring.
@@ -167,9 +168,9 @@ start_server() {
         local extra=() create=() bin=$SLUICE
         [ "$srv" = sluice-pool ] && extra=(--no-inline-writes)
         [ "$srv" = sluice-noring ] && extra=(--no-read-ring)
-        [ "$srv" = sluice-base ] && bin=${SLUICE_BASE:?set SLUICE_BASE to the other build}
+        case $srv in sluice-base|sluice-base-lz4) bin=${SLUICE_BASE:?set SLUICE_BASE to the other build} ;; esac
         [ "$srv" = sluice-ilog ] && create=(--intent-log)
-        [ "$srv" = sluice-lz4 ] && create=(--compress lz4)
+        case $srv in sluice-lz4|sluice-base-lz4) create=(--compress lz4) ;; esac
         if [ "$srv" = sluice-logdev ]; then
             rm -f "$LOGDEV_MNT/log.img"
             create=(--log-device "$LOGDEV_MNT/log.img")

@@ -707,6 +707,9 @@ apply_objckpt_reserved_unchecked() {
 apply_fragment_raw_crc_unchecked() {
   marker fragment-raw-crc-unchecked
 }
+apply_lz4_short_output_accepted() {
+  marker lz4-short-output-accepted
+}
 apply_gc_moves_dead_fragment() {
   marker gc-moves-dead-fragment
 }
@@ -914,6 +917,7 @@ run fragment-place-off-by-one lib
 run packed-chain-unchecked lib
 run crc-load-off-by-one verified_reads
 run fragment-raw-crc-unchecked compression lib
+run lz4-short-output-accepted lib
 run gc-moves-dead-fragment compression
 run gc-drops-live-fragment compression
 run place-unconditional lib

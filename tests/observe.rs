@@ -361,6 +361,127 @@ fn info_shows_the_live_counters_of_the_server_holding_the_volume() {
     c.disconnect();
 }
 
+/// 4 KiB writes at blocks `first..first + n` (modulo the 64 MiB volume):
+/// random bytes, except that one block in `zero_tail_every` on average (0:
+/// none) is half zeros (kept by LZ4).
+fn data_writes(c: &NbdClient, first: u64, n: u64, seed: u64, zero_tail_every: u64) {
+    let blocks = (64u64 << 20) / 4096;
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut buf = vec![0u8; 4096];
+    for i in 0..n {
+        for w in buf.chunks_exact_mut(8) {
+            w.copy_from_slice(&next().to_le_bytes());
+        }
+        if zero_tail_every > 0 && next() % zero_tail_every == 0 {
+            buf[2048..].fill(0);
+        }
+        c.write(((first + i) % blocks) * 4096, &buf).unwrap();
+    }
+}
+
+/// The number just before the first `unit` in `out`.
+fn number_before(out: &str, unit: &str) -> f64 {
+    let end = out
+        .find(unit)
+        .unwrap_or_else(|| panic!("no {unit:?} in {out}"));
+    let start = out[..end]
+        .rfind(|ch: char| !(ch.is_ascii_digit() || ch == '.'))
+        .map_or(0, |k| k + 1);
+    out[start..end]
+        .parse()
+        .unwrap_or_else(|e| panic!("{:?} before {unit:?}: {e}", &out[start..end]))
+}
+
+/// A compressed volume stores an incompressible user stream in direct
+/// chunks (part of the skipped share): `top` (plain line and JSON) and `info`
+/// (live line) show that share beside the skipped share. First a stream with
+/// a compressible block now and then (skipped, never direct), then one of
+/// random data only (mostly direct).
+#[test]
+fn info_and_top_show_the_share_stored_in_direct_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN)
+        .args(["create", "v.img", "--size", "64M", "--compress", "lz4"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (_srv, uri, addr) = start(dir.path());
+
+    // top, while a client writes the mixed stream
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, uri) = (stop.clone(), uri.clone());
+        std::thread::spawn(move || {
+            let c = NbdClient::connect(&uri).unwrap();
+            let mut seed = 11;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                data_writes(&c, seed * 200, 200, seed, 4);
+                seed += 1;
+            }
+            c.disconnect();
+        })
+    };
+    let top = |json: bool| {
+        let mut args = vec!["top", &addr, "--count", "1", "--interval", "0.5"];
+        if json {
+            args.push("--json");
+        }
+        let o = Command::new(BIN).args(&args).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let plain = top(false);
+    let row: serde_json::Value = serde_json::from_str(top(true).trim()).unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let after = |key: &str| {
+        let at = plain
+            .find(key)
+            .unwrap_or_else(|| panic!("no {key} in {plain}"));
+        number_before(&plain[at..], "%")
+    };
+    assert!(after(" skipped=") >= 40.0, "{plain}");
+    assert_eq!(after(" direct="), 0.0, "{plain}");
+    assert!(
+        row["compress_skipped_share"].as_f64().unwrap() >= 0.4,
+        "{row}"
+    );
+    assert_eq!(row["compress_direct_share"].as_f64(), Some(0.0), "{row}");
+
+    // info, after random data only
+    let c = NbdClient::connect(&uri).unwrap();
+    data_writes(&c, 0, 3000, 5, 0);
+    c.flush().unwrap();
+    let m = scrape(&addr);
+    let (direct, host) = (
+        m["sluice_compress_direct_blocks_total"],
+        m["sluice_compress_host_bytes_total"] / 4096.0,
+    );
+    assert!(direct >= 2000.0, "{direct} blocks direct");
+    let o = Command::new(BIN)
+        .args(["info", "v.img", "--metrics", &addr])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("live          compression:"))
+        .unwrap_or_else(|| panic!("no compression line in {out}"));
+    let shown = number_before(line, "% in direct chunks");
+    let want = 100.0 * direct / host;
+    assert!((shown - want).abs() < 0.051, "{line}: {want:.1}% expected");
+    assert!(shown < number_before(line, "% skipped"), "{line}");
+    c.disconnect();
+}
+
 #[test]
 fn bench_json_carries_the_access_pattern_random_in_front_sequential_behind() {
     use sluice::bench::target::{self, OpenSpec, TargetSpec};

@@ -435,7 +435,7 @@ pub fn check_packed(data: &[u8]) {
     let mut raw = vec![0u8; BLOCK_BYTES];
     if unpack(block, next, slot, &mut raw).is_ok() {
         let table = Table::decode(block).expect("unpack accepted a table decode refuses");
-        assert_eq!(crc32c::crc32c(&raw), table.slots[slot as usize].raw_crc);
+        assert_eq!(crc32c::crc32c(&raw), table.slots()[slot as usize].raw_crc);
     }
     // the run's fragment list: every place inside the run, spans only into
     // a block of the run, and each one's table agrees
@@ -446,7 +446,7 @@ pub fn check_packed(data: &[u8]) {
             let b = f.place.block as usize;
             assert!(b < blocks && (!f.place.spans || b + 1 < blocks));
             let t = Table::decode(&run[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES]).unwrap();
-            let s = t.slots[f.place.slot as usize];
+            let s = t.slots()[f.place.slot as usize];
             assert_eq!(
                 (s.len, s.raw_crc, s.spans()),
                 (f.len, f.raw_crc, f.place.spans)

@@ -462,11 +462,12 @@ pub fn run_info(mut a: InfoArgs) -> anyhow::Result<i32> {
                 if zh > 0.0 {
                     let zs = g("sluice_compress_stored_bytes_total");
                     println!(
-                        "live          compression: {} host bytes stored in {} (ratio {:.3}), {:.1}% skipped as incompressible",
+                        "live          compression: {} host bytes stored in {} (ratio {:.3}), {:.1}% skipped as incompressible ({:.1}% in direct chunks)",
                         human(zh as u64),
                         human(zs as u64),
                         zs / zh,
-                        100.0 * g("sluice_compress_skipped_blocks_total") * 4096.0 / zh
+                        100.0 * g("sluice_compress_skipped_blocks_total") * 4096.0 / zh,
+                        100.0 * g("sluice_compress_direct_blocks_total") * 4096.0 / zh
                     );
                 }
                 // MUTANT: info-fallback-hidden s|> 0.0|> f64::MAX|

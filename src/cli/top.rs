@@ -149,6 +149,9 @@ struct Row {
     compress_host_mb_s: f64,
     compress_stored_mb_s: f64,
     compress_skipped_share: f64,
+    /// Share of the host blocks stored untested in direct chunks (an
+    /// incompressible stream; part of the skipped share).
+    compress_direct_share: f64,
     /// Segments in an object store (`serve --store`): 0 stores, no line.
     objects: ObjRow,
 }
@@ -308,6 +311,14 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
                 0.0
             }
         },
+        compress_direct_share: {
+            let host = d("sluice_compress_host_bytes_total") / 4096.0;
+            if host > 0.0 {
+                d("sluice_compress_direct_blocks_total") / host
+            } else {
+                0.0
+            }
+        },
         objects: obj_row(a, b, dt),
         flush_log_p50_s: flush_quantile(a, b, "log", 0.5),
         flush_log_p99_s: flush_quantile(a, b, "log", 0.99),
@@ -383,17 +394,19 @@ fn screen(addr: &str, export: &str, r: &Row) -> String {
 }
 
 /// `top`'s line for a compressed volume: host and stored bytes packed over
-/// the interval, their ratio, the share the entropy sample skipped.
+/// the interval, their ratio, the share the entropy sample skipped and, of
+/// it, the share stored untested in direct chunks.
 fn compress_line(r: &Row) -> String {
     if r.compress_host_mb_s <= 0.0 {
         return String::new();
     }
     format!(
-        "compress host {:.1} MB/s stored {:.1} MB/s (ratio {:.2}), {:.0}% skipped as incompressible\n",
+        "compress host {:.1} MB/s stored {:.1} MB/s (ratio {:.2}), {:.0}% skipped as incompressible ({:.0}% in direct chunks)\n",
         r.compress_host_mb_s,
         r.compress_stored_mb_s,
         r.compress_stored_mb_s / r.compress_host_mb_s,
-        r.compress_skipped_share * 100.0
+        r.compress_skipped_share * 100.0,
+        r.compress_direct_share * 100.0
     )
 }
 
@@ -432,7 +445,7 @@ fn log_state(r: &Row) -> String {
 
 fn line(r: &Row) -> String {
     format!(
-        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={} flush p99 log={} seal={} log={:.0}/s{}{}",
+        "t={:.0}s r={:.0}/s w={:.0}/s w={:.1}MB/s media={:.1}MB/s WA now={:.2} 1m={:.2} gc={:.1}/s free={}/{} seq host={:.0}% media={:.0}% p99w={} flush p99 log={} seal={} log={:.0}/s{}{}{}",
         r.time_s,
         r.read_iops,
         r.write_iops,
@@ -464,6 +477,16 @@ fn line(r: &Row) -> String {
                 o.cache_hit_share
                     .map(|h| format!("{:.0}%", h * 100.0))
                     .unwrap_or_else(|| "-".into())
+            )
+        } else {
+            String::new()
+        },
+        if r.compress_host_mb_s > 0.0 {
+            format!(
+                " lz4 ratio={:.2} skipped={:.0}% direct={:.0}%",
+                r.compress_stored_mb_s / r.compress_host_mb_s,
+                r.compress_skipped_share * 100.0,
+                r.compress_direct_share * 100.0
             )
         } else {
             String::new()

@@ -10,6 +10,7 @@ pub mod chunk;
 pub mod codec;
 pub mod intent;
 pub mod logdev;
+pub mod lz4;
 pub mod objckpt;
 pub mod objlog;
 pub mod objname;

@@ -72,12 +72,20 @@ impl Slot {
     }
 }
 
-/// The decoded table of one packed block.
+/// The decoded table of one packed block (inline: a read decodes one or two
+/// tables per fragment, and an allocation each cost more than the decode).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
     pub spill: u16,
-    pub slots: Vec<Slot>,
+    count: usize,
+    slots: [Slot; MAX_SLOTS],
 }
+
+const NO_SLOT: Slot = Slot {
+    offset: 0,
+    len: 0,
+    raw_crc: 0,
+};
 
 impl Table {
     /// Decode and check the table of `block` (exactly BLOCK_BYTES).
@@ -100,8 +108,8 @@ impl Table {
             return Err(invalid("packed.spill", spill.to_string()));
         }
         let mut next = PAYLOAD_START + spill as usize;
-        let mut slots = Vec::with_capacity(count);
-        for i in 0..count {
+        let mut slots = [NO_SLOT; MAX_SLOTS];
+        for (i, place) in slots[..count].iter_mut().enumerate() {
             let at = SLOTS_AT + i * SLOT_BYTES;
             let slot = Slot {
                 offset: get_u16(block, at),
@@ -127,21 +135,31 @@ impl Table {
                 ));
             }
             next = slot.offset as usize + slot.len as usize;
-            slots.push(slot);
+            *place = slot;
         }
-        // the unused part of the table is zero (so a table cannot hide bytes)
+        // the unused part of the table is zero (so a table cannot hide bytes;
+        // whole slots, a word each)
         if block[SLOTS_AT + count * SLOT_BYTES..PAYLOAD_START]
-            .iter()
-            .any(|&b| b != 0)
+            .chunks_exact(SLOT_BYTES)
+            .any(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")) != 0)
         {
             return Err(invalid("packed.table", "unused slots not zero"));
         }
-        Ok(Table { spill, slots })
+        Ok(Table {
+            spill,
+            count,
+            slots,
+        })
+    }
+
+    /// The slots in use, in order.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots[..self.count]
     }
 
     /// Bytes of the last fragment that continue in the next block.
     pub fn spill_out(&self) -> usize {
-        self.slots.last().map_or(0, |s| {
+        self.slots().last().map_or(0, |s| {
             (s.offset as usize + s.len as usize).saturating_sub(BLOCK_BYTES)
         })
     }
@@ -186,7 +204,7 @@ pub fn fragments_of(blocks: &[u8]) -> Result<Vec<Found>, FormatError> {
             ));
         }
         spill_in = t.spill_out();
-        for (i, s) in t.slots.iter().enumerate() {
+        for (i, s) in t.slots().iter().enumerate() {
             out.push(Found {
                 place: Place {
                     block: b as u32,
@@ -314,9 +332,9 @@ pub fn fragment<'a>(
 ) -> Result<(&'a [u8], u32), FormatError> {
     let table = Table::decode(block)?;
     let s = *table
-        .slots
+        .slots()
         .get(slot as usize)
-        .ok_or_else(|| invalid("packed.slot", format!("{slot} of {}", table.slots.len())))?;
+        .ok_or_else(|| invalid("packed.slot", format!("{slot} of {}", table.count)))?;
     let start = s.offset as usize;
     let end = start + s.len as usize;
     if !s.spans() {
@@ -335,6 +353,7 @@ pub fn fragment<'a>(
         ));
     }
     out.clear();
+    out.reserve_exact(s.len as usize);
     out.extend_from_slice(&block[start..]);
     out.extend_from_slice(&next[PAYLOAD_START..PAYLOAD_START + rest]);
     Ok((out.as_slice(), s.raw_crc))
@@ -350,16 +369,9 @@ pub fn unpack(
     assert_eq!(raw.len(), BLOCK_BYTES, "unpack fills one block");
     let mut joined = Vec::new();
     let (bytes, crc) = fragment(block, next, slot, &mut joined)?;
-    match lz4_flex::block::decompress_into(bytes, raw) {
-        Ok(BLOCK_BYTES) => {}
-        Ok(n) => {
-            return Err(invalid(
-                "packed.fragment",
-                format!("decompresses to {n} bytes"),
-            ))
-        }
-        Err(e) => return Err(invalid("packed.fragment", e.to_string())),
-    }
+    // (our decoder, not lz4_flex's: a run of one byte is a fill there, not a
+    // byte loop; `format::lz4`)
+    super::lz4::decode(bytes, raw).map_err(|e| invalid("packed.fragment", e.to_string()))?;
     // MUTANT: fragment-raw-crc-unchecked s|crc32c::crc32c(raw) != crc|false|
     if crc32c::crc32c(raw) != crc {
         return Err(FormatError::Checksum);

@@ -567,6 +567,8 @@ pub(crate) struct Shared {
     /// (`append_run`): the segments are a flat store on the volume's media
     /// (a stripe set writes rows, an object store whole segments).
     stream_places: bool,
+    /// Buffers for the packed blocks of fragment reads (read.rs).
+    packed_bufs: read::PackedBufs,
 }
 
 pub struct Volume {
@@ -1012,6 +1014,7 @@ impl Volume {
                 threaded,
             ),
             stream_places: opts.store.is_none() && opts.stripe_set.is_none(),
+            packed_bufs: read::PackedBufs::new(),
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;

@@ -56,6 +56,44 @@ fn phys_of(loc: Loc) -> u32 {
 
 const BS: u64 = BLOCK_BYTES as u64;
 
+/// Buffers for the packed blocks of fragment reads, reused. A read of one
+/// fragment needs one block, or two when it spans; a fresh aligned buffer
+/// costs an allocation and its zeroing (8 KiB), more than the fragment's
+/// decode. A buffer handed out holds what an earlier read left in it: its
+/// user reads from the media every byte it then verifies and parses.
+pub(crate) struct PackedBufs(Mutex<Vec<AlignedBuf>>);
+
+impl PackedBufs {
+    /// Blocks of a pooled buffer (a fragment touches at most two).
+    const BLOCKS: usize = 2;
+    /// Buffers kept (at most one per read in flight is in use).
+    const KEEP: usize = 64;
+
+    pub(crate) fn new() -> PackedBufs {
+        PackedBufs(Mutex::new(Vec::new()))
+    }
+
+    /// A buffer of at least `blocks` blocks (exactly that many when more
+    /// than a pooled one holds; empty for none).
+    fn get(&self, blocks: usize) -> AlignedBuf {
+        if blocks == 0 || blocks > Self::BLOCKS {
+            return AlignedBuf::new(blocks * BLOCK_BYTES);
+        }
+        let reused = self.0.lock().pop();
+        reused.unwrap_or_else(|| AlignedBuf::new(Self::BLOCKS * BLOCK_BYTES))
+    }
+
+    /// Give back a buffer `get` made.
+    fn put(&self, buf: AlignedBuf) {
+        if buf.len() == Self::BLOCKS * BLOCK_BYTES {
+            let mut free = self.0.lock();
+            if free.len() < Self::KEEP {
+                free.push(buf);
+            }
+        }
+    }
+}
+
 impl Shared {
     pub(crate) fn read_blocks(&self, first: u64, out: &mut [u8]) -> Result<()> {
         let mut reqs = [(first, out)];
@@ -303,10 +341,11 @@ impl Shared {
         frags: &[FragRead],
     ) -> Result<Option<(u64, Loc)>> {
         let total: usize = frags.iter().map(|&(_, l)| frag_blocks(l).1).sum();
-        let mut buf = AlignedBuf::new(total * BLOCK_BYTES);
+        let mut pooled = self.packed_bufs.get(total);
+        let buf = &mut pooled[..total * BLOCK_BYTES];
         {
             let mut io: Vec<(&mut [u8], u64)> = Vec::with_capacity(frags.len());
-            let mut rest: &mut [u8] = &mut buf;
+            let mut rest: &mut [u8] = &mut *buf;
             for &(_, loc) in frags {
                 let (p, n) = frag_blocks(loc);
                 let (mine, tail) = std::mem::take(&mut rest).split_at_mut(n * BLOCK_BYTES);
@@ -315,7 +354,9 @@ impl Shared {
             }
             self.store.read_batch(&mut io)?;
         }
-        Ok(self.unpack_fragments(first, out, frags, &buf))
+        let failed = self.unpack_fragments(first, out, frags, buf);
+        self.packed_bufs.put(pooled);
+        Ok(failed)
     }
 
     /// `packed` holds the packed blocks of `frags` end to end, as read from
@@ -610,7 +651,7 @@ impl<T: Send> ReadRing<T> {
         // into `packed`, end to end, tagged runs.len() + its index; `finish`
         // verifies and unpacks them.
         let packed_blocks: usize = frags.iter().map(|&(_, l)| frag_blocks(l).1).sum();
-        let mut packed = AlignedBuf::new(packed_blocks * BLOCK_BYTES);
+        let mut packed = sh.packed_bufs.get(packed_blocks);
         let pbase = packed.as_mut_ptr();
         let mut at = 0;
         for (k, &(_, loc)) in frags.iter().enumerate() {
@@ -809,6 +850,7 @@ impl<T: Send> ReadRing<T> {
         })();
         // SAFETY: this read's share, taken in `start`, released once.
         unsafe { sh.reuse.force_unlock_read() };
+        sh.packed_bufs.put(packed);
         match res {
             Ok(()) => {
                 Counters::add(&sh.counters.host_read_bytes, buf.len as u64);
