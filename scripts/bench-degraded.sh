@@ -24,7 +24,8 @@ THREADS=${THREADS:-1,32}
 DIR=${DIR:-/var/tmp/sluice-bench-degraded}
 SLUICE=$(realpath "${SLUICE:-target/release/sluice}")
 [ -x "$SLUICE" ] || { echo "bench-degraded: build first: cargo build --release" >&2; exit 2; }
-mkdir -p "$DIR"
+. "$(dirname "$0")/bench-dir.sh"
+own_dir bench-degraded
 trap 'rm -rf "$DIR"/h "$DIR"/d "$DIR"/round-*.json' EXIT
 cd "$DIR"
 rm -rf h d

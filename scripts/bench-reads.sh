@@ -24,7 +24,8 @@ THREADS=${THREADS:-1,32}
 DIR=${DIR:-/var/tmp/sluice-bench-reads}
 SLUICE=$(realpath "${SLUICE:-target/release/sluice}")
 [ -x "$SLUICE" ] || { echo "bench-reads: build first: cargo build --release" >&2; exit 2; }
-mkdir -p "$DIR"
+. "$(dirname "$0")/bench-dir.sh"
+own_dir bench-reads
 trap 'rm -f "$DIR"/*.img "$DIR"/round-*.json' EXIT
 cd "$DIR"
 targets=("verified=sluice:v.img" "unverified=sluice-noverify:n.img" "raw=file:r.img")

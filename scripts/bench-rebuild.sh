@@ -28,7 +28,8 @@ DIR=${DIR:-/var/tmp/sluice-bench-rebuild}
 SLUICE=$(realpath "${SLUICE:-target/release/sluice}")
 BEFORE=${BEFORE:+$(realpath "$BEFORE")}
 [ -x "$SLUICE" ] || { echo "bench-rebuild: build first: cargo build --release" >&2; exit 2; }
-mkdir -p "$DIR"
+. "$(dirname "$0")/bench-dir.sh"
+own_dir bench-rebuild
 trap 'rm -rf "$DIR"/m "$DIR"/keep "$DIR"/copy.img "$DIR"/new.img' EXIT
 cd "$DIR"
 rm -rf m keep copy.img new.img

@@ -26,7 +26,8 @@ SECONDS_PER=${SECONDS_PER:-6}
 DIR=${DIR:-/var/tmp/sluice-bench-stripe-write}
 SLUICE=$(realpath "${SLUICE:-target/release/sluice}")
 [ -x "$SLUICE" ] || { echo "bench-stripe-write: build first: cargo build --release" >&2; exit 2; }
-mkdir -p "$DIR"
+. "$(dirname "$0")/bench-dir.sh"
+own_dir bench-stripe-write
 trap 'rm -rf "$DIR"/m' EXIT
 cd "$DIR"
 r5="raid5=sluice-stripe:m/p0,m/p1,m/p2,m/p3,m/p4;parity=1"
