@@ -426,6 +426,61 @@ impl Model {
     }
 }
 
+/// A RAID-5 of 5 `CUT_M`-byte parts of one `SimMedia` (`CUT_N` parts: the
+/// sixth is the replacement), 300 random writes flushed and closed, then
+/// member `CUT_LOST` replaced by part 5: the rebuild starts at this open.
+/// The rounds of the online power-cut tests start here.
+struct Rebuilding {
+    sim: Arc<SimMedia>,
+    vol: Volume,
+    model: Model,
+    rng: rand::rngs::SmallRng,
+    /// Writes go to blocks below this (a third of the volume).
+    span: u64,
+}
+
+fn rebuilding(k: u64, det: &OpenOptions) -> Rebuilding {
+    let (m, n, lost) = (CUT_M, CUT_N, CUT_LOST);
+    let sim = Arc::new(SimMedia::new(m * n as u64));
+    let ps = parts(&sim, n, m);
+    let c = CreateOptions {
+        segment_bytes: 256 << 10,
+        uuid: Some([k as u8 + 1; 16]),
+        ..Default::default()
+    };
+    Volume::format_striped(named(&ps, &[0, 1, 2, 3, 4]), 1, UNIT, &c).unwrap();
+    let mut model = Model::default();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
+    let span;
+    {
+        let vol = Volume::open_striped(named(&ps, &[0, 1, 2, 3, 4]), det).unwrap();
+        span = vol.size_bytes() / BS as u64 / 3;
+        for _ in 0..300 {
+            let b = rng.gen_range(0..span);
+            let v = random_block(&mut rng);
+            vol.write(b * BS as u64, &v, false).unwrap();
+            model.write(b, v);
+        }
+        vol.flush().unwrap();
+        model.flushed();
+        vol.close().unwrap();
+    }
+    let vol = Volume::replace_member(
+        named(&ps, &[0, 2, 3, 4]),
+        lost as u32,
+        named(&ps, &[5]).pop().unwrap(),
+        det,
+    )
+    .unwrap();
+    Rebuilding {
+        sim,
+        vol,
+        model,
+        rng,
+        span,
+    }
+}
+
 fn parts(sim: &Arc<SimMedia>, n: usize, len: u64) -> Vec<Arc<dyn Media>> {
     (0..n)
         .map(|i| Arc::new(sim.part(i as u64 * len, len)) as Arc<dyn Media>)
@@ -477,44 +532,19 @@ fn a_power_cut_during_an_online_rebuild_resumes_and_loses_no_flushed_write() {
         background: false,
         ..Default::default()
     };
-    let (m, n, lost) = (CUT_M, CUT_N, CUT_LOST);
     let (mut cut_in_rebuild, mut resumed_mid, mut missed) = (0u64, 0u64, 0u64);
     let mut took = Duration::ZERO;
     for k in 0..rounds {
         if cut_in_rebuild >= cuts {
             break;
         }
-        let sim = Arc::new(SimMedia::new(m * n as u64));
-        let ps = parts(&sim, n, m);
-        let c = CreateOptions {
-            segment_bytes: 256 << 10,
-            uuid: Some([k as u8 + 1; 16]),
-            ..Default::default()
-        };
-        Volume::format_striped(named(&ps, &[0, 1, 2, 3, 4]), 1, UNIT, &c).unwrap();
-        let mut model = Model::default();
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
-        let span;
-        {
-            let vol = Volume::open_striped(named(&ps, &[0, 1, 2, 3, 4]), &det).unwrap();
-            span = vol.size_bytes() / BS as u64 / 3;
-            for _ in 0..300 {
-                let b = rng.gen_range(0..span);
-                let v = random_block(&mut rng);
-                vol.write(b * BS as u64, &v, false).unwrap();
-                model.write(b, v);
-            }
-            vol.flush().unwrap();
-            model.flushed();
-            vol.close().unwrap();
-        }
-        let vol = Volume::replace_member(
-            named(&ps, &[0, 2, 3, 4]),
-            lost as u32,
-            named(&ps, &[5]).pop().unwrap(),
-            &det,
-        )
-        .unwrap();
+        let Rebuilding {
+            sim,
+            vol,
+            model,
+            mut rng,
+            span,
+        } = rebuilding(k, &det);
         let start_ops = sim.ops();
         // the cut: a few hundred operations after a moment drawn from the
         // time an uncut run's rebuild took (round 0), so cuts fall early,
@@ -1187,42 +1217,17 @@ fn a_power_cut_on_a_degraded_set_loses_no_flushed_write() {
 /// acknowledged block reads back. Ok: the operations the cut FLUSH took
 /// (uncut) or that the round passed.
 fn rebuilding_flush_cut_round(k: u64, writes: usize, more: usize, cut: u64) -> Result<u64, String> {
-    let (m, n, lost) = (CUT_M, CUT_N, CUT_LOST);
     let det = OpenOptions {
         background: false,
         ..Default::default()
     };
-    let sim = Arc::new(SimMedia::new(m * n as u64));
-    let ps = parts(&sim, n, m);
-    let c = CreateOptions {
-        segment_bytes: 256 << 10,
-        uuid: Some([k as u8 + 1; 16]),
-        ..Default::default()
-    };
-    Volume::format_striped(named(&ps, &[0, 1, 2, 3, 4]), 1, UNIT, &c).unwrap();
-    let mut model = Model::default();
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(k);
-    let span;
-    {
-        let vol = Volume::open_striped(named(&ps, &[0, 1, 2, 3, 4]), &det).unwrap();
-        span = vol.size_bytes() / BS as u64 / 3;
-        for _ in 0..300 {
-            let b = rng.gen_range(0..span);
-            let v = random_block(&mut rng);
-            vol.write(b * BS as u64, &v, false).unwrap();
-            model.write(b, v);
-        }
-        vol.flush().unwrap();
-        model.flushed();
-        vol.close().unwrap();
-    }
-    let vol = Volume::replace_member(
-        named(&ps, &[0, 2, 3, 4]),
-        lost as u32,
-        named(&ps, &[5]).pop().unwrap(),
-        &det,
-    )
-    .unwrap();
+    let Rebuilding {
+        sim,
+        vol,
+        mut model,
+        mut rng,
+        span,
+    } = rebuilding(k, &det);
     let mut put = |vol: &Volume, model: &mut Model, n: usize| {
         for _ in 0..n {
             let b = rng.gen_range(0..span);
