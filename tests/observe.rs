@@ -23,6 +23,17 @@ impl Drop for Serve {
     }
 }
 
+/// `sluice create ARGS` in `dir`, which must succeed.
+fn create(dir: &std::path::Path, args: &[&str]) {
+    let o = Command::new(BIN)
+        .arg("create")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 /// Start `serve --create --metrics 127.0.0.1:0`; returns the server, its NBD URI
 /// and its metrics address.
 fn start(dir: &std::path::Path) -> (Serve, String, String) {
@@ -180,12 +191,7 @@ fn top_json_reports_live_rates() {
 #[test]
 fn top_shows_the_intent_log() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(BIN)
-        .args(["create", "v.img", "--size", "64M", "--intent-log"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    create(dir.path(), &["v.img", "--size", "64M", "--intent-log"]);
     let (_srv, uri, addr) = start(dir.path());
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
@@ -240,12 +246,7 @@ fn flush_latency_histogram_counts_the_flushes_by_path() {
     let big = vec![0x5au8; 64 * 4096];
     // with an intent log
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(BIN)
-        .args(["create", "v.img", "--size", "64M", "--intent-log"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    create(dir.path(), &["v.img", "--size", "64M", "--intent-log"]);
     let (srv, uri, addr) = start(dir.path());
     let c = NbdClient::connect(&uri).unwrap();
     let (small_n, big_n) = (30u64, 12u64);
@@ -406,12 +407,7 @@ fn number_before(out: &str, unit: &str) -> f64 {
 #[test]
 fn info_and_top_show_the_share_stored_in_direct_chunks() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(BIN)
-        .args(["create", "v.img", "--size", "64M", "--compress", "lz4"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    create(dir.path(), &["v.img", "--size", "64M", "--compress", "lz4"]);
     let (_srv, uri, addr) = start(dir.path());
 
     // top, while a client writes the mixed stream
@@ -610,12 +606,7 @@ fn no_access_pattern_turns_only_the_pattern_counters_off() {
 #[test]
 fn every_export_has_its_own_labelled_volume_counters() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(BIN)
-        .args(["create", "w.img", "--size", "32M"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    create(dir.path(), &["w.img", "--size", "32M"]);
     let (_srv, _uri, addr) = start_with(dir.path(), &["-x", "a", "--export", "b=w.img"]);
     let b = format!(
         "nbd+unix:///b?socket={}",
