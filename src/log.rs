@@ -130,6 +130,8 @@ fn runs(n: u32, f: impl Fn(u32) -> bool) -> Vec<(u32, u32)> {
 /// held only to push or pop.
 pub struct ChunkPool {
     buf_len: usize,
+    /// Idle bytes kept at most (`POOL_BYTES` unless `with_cap`).
+    cap_bytes: usize,
     bufs: Mutex<Vec<AlignedBuf>>,
 }
 
@@ -143,8 +145,14 @@ pub const POOL_BYTES: usize = 256 << 20;
 
 impl ChunkPool {
     pub fn new(buf_len: usize) -> ChunkPool {
+        ChunkPool::with_cap(buf_len, POOL_BYTES)
+    }
+
+    /// A pool that keeps at most `cap_bytes` of idle buffers.
+    pub fn with_cap(buf_len: usize, cap_bytes: usize) -> ChunkPool {
         ChunkPool {
             buf_len,
+            cap_bytes,
             bufs: Mutex::new(Vec::new()),
         }
     }
@@ -162,7 +170,7 @@ impl ChunkPool {
             return;
         }
         let mut bufs = self.bufs.lock().unwrap_or_else(|e| e.into_inner());
-        if bufs.len() * self.buf_len < POOL_BYTES {
+        if bufs.len() * self.buf_len < self.cap_bytes {
             bufs.push(buf);
         }
     }

@@ -22,6 +22,7 @@ use crate::crc_index::{self, Expect};
 use crate::error::{Error, Result};
 use crate::format::chunk::block_crc;
 use crate::format::BLOCK_BYTES;
+use crate::log::ChunkPool;
 use crate::map::{Loc, Virt};
 use crate::media::{AlignedBuf, UringReads, URING_WAKE};
 use crate::segments::SegState;
@@ -61,7 +62,7 @@ const BS: u64 = BLOCK_BYTES as u64;
 /// costs an allocation and its zeroing (8 KiB), more than the fragment's
 /// decode. A buffer handed out holds what an earlier read left in it: its
 /// user reads from the media every byte it then verifies and parses.
-pub(crate) struct PackedBufs(Mutex<Vec<AlignedBuf>>);
+pub(crate) struct PackedBufs(ChunkPool);
 
 impl PackedBufs {
     /// Blocks of a pooled buffer (a fragment touches at most two).
@@ -70,7 +71,8 @@ impl PackedBufs {
     const KEEP: usize = 64;
 
     pub(crate) fn new() -> PackedBufs {
-        PackedBufs(Mutex::new(Vec::new()))
+        let len = Self::BLOCKS * BLOCK_BYTES;
+        PackedBufs(ChunkPool::with_cap(len, Self::KEEP * len))
     }
 
     /// A buffer of at least `blocks` blocks (exactly that many when more
@@ -79,18 +81,12 @@ impl PackedBufs {
         if blocks == 0 || blocks > Self::BLOCKS {
             return AlignedBuf::new(blocks * BLOCK_BYTES);
         }
-        let reused = self.0.lock().pop();
-        reused.unwrap_or_else(|| AlignedBuf::new(Self::BLOCKS * BLOCK_BYTES))
+        self.0.get()
     }
 
-    /// Give back a buffer `get` made.
+    /// Give back a buffer `get` made (one of another size is dropped).
     fn put(&self, buf: AlignedBuf) {
-        if buf.len() == Self::BLOCKS * BLOCK_BYTES {
-            let mut free = self.0.lock();
-            if free.len() < Self::KEEP {
-                free.push(buf);
-            }
-        }
+        self.0.put(buf)
     }
 }
 
