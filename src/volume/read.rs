@@ -551,11 +551,6 @@ impl<T: Send> ReadRing<T> {
         len > 0 && (last - first + 1) as usize <= self.io.capacity()
     }
 
-    /// Media reads queued by `start` and not submitted yet.
-    pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
-    }
-
     /// Start reading `len` bytes at byte `offset` (any alignment). The map is
     /// looked up now; blocks in memory and virtual blocks are copied now; the
     /// media reads are queued for `submit`. Some: the read is answered already
