@@ -99,6 +99,14 @@ const STRIPE_SEEDS: u64 = 1 << 20;
 /// partial rows' parity in place, unprotected.
 const STRIPE_LANES_SEEDS: u64 = STRIPE_SEEDS + (1 << 19);
 
+/// Stripe seeds from here up to `STRIPE_LANES_SEEDS` (`dst_stripe_rings`)
+/// create their set with an intent log in the volume (the smallest ring, 64
+/// KiB; version 2 records, the only kind a set takes): the ring lives in the
+/// head area every member mirrors, so a FLUSH that finds few blocks logs
+/// them and leaves the chunk and its partial row open (docs/stripes.md §4),
+/// and a member lost after a cut must cost no record.
+const STRIPE_RING_SEEDS: u64 = STRIPE_SEEDS + (1 << 18);
+
 /// SLUICE_DST_STRIPE_FINDINGS=1: stripe seeds also cut power during the
 /// recovery mount. Off by default in `dst_stripe_sets` only so that the
 /// stripe regression seeds keep drawing the streams that reach their crash
@@ -164,6 +172,11 @@ fn shape_for(seed: u64) -> Shape {
             members: if raid6 { 4 } else { 3 },
             parity: if raid6 { 2 } else { 1 },
             blocks: if seed >= STRIPE_LANES_SEEDS { 320 } else { 64 },
+            intent_log: if (STRIPE_RING_SEEDS..STRIPE_LANES_SEEDS).contains(&seed) {
+                64 << 10
+            } else {
+                0
+            },
             ..SHAPE
         };
     }
@@ -1022,7 +1035,10 @@ fn run_plan(media: &Arc<SimMedia>, vol: Volume, sh: Shape, p: &[Planned]) -> Ran
             direct += v.stats().compress.direct_blocks;
             unprotected += unprotected_of(v);
         }
-        if do_act(&mut vol, media, sh, &x.act).is_err() {
+        if let Err(e) = do_act(&mut vol, media, sh, &x.act) {
+            if std::env::var("SLUICE_DST_TRACE_STOP").is_ok_and(|v| v == "1") {
+                eprintln!("dst: op {i} ({:?}) failed: {e}", x.act);
+            }
             return Ran {
                 started: i + 1,
                 acked: i,
@@ -2294,7 +2310,10 @@ fn run_seed(
                     _ => None,
                 }));
             }
+            // (on a stripe set the ring is in the head area every member
+            // mirrors: an EIO there fails the member, as anywhere else)
             ring_write = sh.log_devices == 0
+                && sh.members == 0
                 && media_ops[fail_at..]
                     .iter()
                     .find(|e| matches!(e, SimEvent::Write { .. }))
@@ -2962,6 +2981,43 @@ fn dst_stripe_lanes() {
     assert_eq!(
         t.stripe_unprotected, 0,
         "scratch lanes ran out: partial rows flushed unprotected"
+    );
+}
+
+/// Stripe sets with an intent log in the volume (`STRIPE_RING_SEEDS`: seed
+/// +0 a RAID-5 of 3, +1 a RAID-6 of 4): power cut anywhere, then members
+/// lost and bits flipped on one, as `dst_stripe_sets` does; the records in
+/// the mirrored head area must replay, and every flushed write read back.
+#[test]
+fn dst_stripe_rings() {
+    let seeds = env_u64("SLUICE_DST_STRIPE_RING_SEEDS", 2);
+    let first = STRIPE_RING_SEEDS + env_u64("SLUICE_DST_STRIPE_RING_BASE", 0);
+    let stride = env_u64("SLUICE_DST_STRIDE", 3);
+    let t0 = std::time::Instant::now();
+    let (t, done, ops, fail) = run_seeds(first, seeds, u64::MAX, 2, None, None, stride);
+    let rule = |name: &str| t.rules.get(name).copied().unwrap_or(0);
+    println!(
+        "dst stripe rings: seeds {first}..{} ({done} seeds), {ops} media ops cut at, in {:.1}s; {} crash points, {} final mounts with members lost, {} after a bit flip ({} blocks healed, {} reads EIO, {} of flushed blocks); {} records replayed",
+        first + done,
+        t0.elapsed().as_secs_f64(),
+        t.stripe_points,
+        t.stripe_degraded,
+        t.stripe_flips,
+        t.stripe_healed,
+        t.eio,
+        t.eio_flushed,
+        rule("log_record_replayed"),
+    );
+    if let Some((seed, e)) = fail {
+        panic!("{e}\nreproduce: {}", reproduce(seed, stride, None));
+    }
+    assert_eq!(done, seeds, "every seed ran");
+    assert!(t.stripe_degraded > 0, "final mounts with a member lost");
+    assert!(t.stripe_flips > 0, "final mounts after a bit flip");
+    assert_eq!(t.eio_flushed, 0, "reads of flushed blocks answered EIO");
+    assert!(
+        rule("log_record_replayed") > 0,
+        "no intent log record was replayed on a stripe set"
     );
 }
 
