@@ -47,6 +47,9 @@
 #         CHRT=N: run every server and fio at SCHED_FIFO priority N (root): on a
 #           machine shared with builds it keeps the other load from preempting
 #           the run, so it measures what a quiet machine would (docs/nbd.md);
+#         REGION_MB=N: fio reads and writes only the first N MiB of each export
+#           (default: all of it); with SIZE_MB well above it, a short randwrite
+#           run on a fresh volume never needs GC (how much of a gap is GC's);
 #         NUMJOBS=1: fio jobs of the randwrite and randread cases (each at iodepth 32/NUMJOBS);
 #         "nbdkit-nocache" = nbdkit file cache=none; "nbdkit-memory" = nbdkit's RAM
 #         plugin, no media: the ceiling of the client and protocol on this machine)
@@ -219,7 +222,9 @@ export_size() { nbdinfo --size "nbd+unix:///?socket=$SOCK"; }
 # fio's target: the NBD export, or the file itself for "raw".
 target() {
     if [ "$CUR" = raw ]; then
-        echo "--ioengine=libaio --direct=1 --filename=$RAW_FILE --size=${SIZE_MB}M"
+        echo "--ioengine=libaio --direct=1 --filename=$RAW_FILE --size=${REGION_MB:-$SIZE_MB}M"
+    elif [ -n "${REGION_MB:-}" ]; then
+        echo "--ioengine=nbd --uri=nbd+unix:///?socket=$SOCK --size=${REGION_MB}M"
     else
         echo "--ioengine=nbd --uri=nbd+unix:///?socket=$SOCK --size=$(export_size)"
     fi
@@ -386,5 +391,5 @@ if [ ${#WAM[@]} -gt 0 ]; then
     done
     echo "(WA: median of the server's own figure at close: media bytes, log device and metadata included, per host byte)"
 fi
-echo "(fio --ioengine=nbd over a Unix socket, 4 KiB, ${RUNTIME}s per run, ${SIZE_MB} MiB backing files in $DIR; median of $ROUNDS round(s))"
+echo "(fio --ioengine=nbd over a Unix socket, 4 KiB, ${RUNTIME}s per run, ${SIZE_MB} MiB backing files in $DIR${REGION_MB:+, fio on the first $REGION_MB MiB}; median of $ROUNDS round(s))"
 echo "(randread: only peers whose reads reach the device are run: raw = fio libaio O_DIRECT QD32 on the file, qemu-nbd --cache=none, nbdkit file cache=none; nbdkit's default cache and nbdkit memory answer from RAM)"

@@ -571,6 +571,9 @@ apply_quick_test_threshold() {
 apply_write_batch_takes_fua() {
   marker write-batch-takes-fua
 }
+apply_nbd_flush_skipped() {
+  marker nbd-flush-skipped
+}
 apply_chain_below_checkpoint() {
   marker chain-below-checkpoint
 }
@@ -757,7 +760,7 @@ done
 run replay-skips-crc corruption header_flips
 run gap-rule-removed recovery_rules
 run watermark-ignored recovery_rules header_flips
-run nbd-drops-fua volatile_cache
+run nbd-drops-fua volatile_cache nbd_durable_replies
 run file-flush-noop volatile_cache
 run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
@@ -870,7 +873,8 @@ run info-fallback-hidden intent_log
 run chain-room-unchecked lib
 run chain-after-slot-fallback lib
 run chain-below-checkpoint lib
-run write-batch-takes-fua volatile_cache
+run write-batch-takes-fua volatile_cache nbd_durable_replies
+run nbd-flush-skipped nbd_durable_replies
 run quick-test-threshold lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3

@@ -313,6 +313,7 @@ impl Conn {
         let t0 = crate::metrics::start();
         let res = match r.cmd {
             proto::CMD_WRITE => self.vol.write(off, &payload, fua),
+            // MUTANT: nbd-flush-skipped s|self.vol.flush()|Ok(())|
             proto::CMD_FLUSH => self.vol.flush(),
             proto::CMD_TRIM => self.vol.trim(off, len, fua),
             proto::CMD_WRITE_ZEROES => {
