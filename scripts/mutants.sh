@@ -750,6 +750,15 @@ apply_direct_never_samples() {
 apply_direct_run_not_reset() {
   marker direct-run-not-reset
 }
+apply_wake_without_chain() {
+  marker wake-without-chain
+}
+apply_baton_kept() {
+  marker baton-kept
+}
+apply_hk_shares_request_condvar() {
+  marker hk-shares-request-condvar
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -934,6 +943,9 @@ run direct-never-samples compression
 run direct-run-not-reset compression
 run placed-record-without-places-ends-quietly intent_log
 run pace-prepaid-free lib
+run wake-without-chain lib
+run baton-kept lib
+run hk-shares-request-condvar lib
 
 if [ "$check" = 1 ] && [ -z "$only" ]; then
   # the list itself: one apply_ per name (bash keeps the last of two), and

@@ -11,6 +11,9 @@
 //! - the superblock's generation rises by one per write, alternating copies, and
 //!   its `durable_seq` never falls;
 //! - once `failed` is set, no further media write is started by this stage;
+//! - no thread sleeps for write queue room below its limit unless a waiter
+//!   woken for that limit is on its way, and that one passes the wake on
+//!   (`Waiters`): one wake per chunk popped, none lost;
 //! - every media write or flush error of the write side stops the volume through
 //!   `fail` (one path: the reason is kept, logged once at error level, and its
 //!   errno, ENOSPC or EIO, is what every later write answers); reads go on.
@@ -26,7 +29,7 @@ use crate::log::{ChunkPool, Sealed};
 use crate::media::{AlignedBuf, Media};
 use crate::stats::Counters;
 use crate::store::SegmentStore;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -130,6 +133,29 @@ struct WriteQueue {
     bytes: u64,
     stop: bool,
     failed: bool,
+    /// Request threads waiting for `bytes < WRITE_QUEUE_BYTES`.
+    room: Waiters,
+    /// The housekeeper waiting for `bytes < HOUSEKEEPER_QUEUE_BYTES` (a
+    /// condvar of its own: a waiter woken for room it may not use would
+    /// swallow the wake of a request thread that may).
+    hk_room: Waiters,
+}
+
+/// Threads waiting for room in the write queue below one limit, and the
+/// one wake in flight among them (a baton: the waiter it reaches passes it
+/// on, `Commit::pass_room`, while room is left). Kept under the queue's lock.
+///
+/// Invariant (whenever the lock is free): no waiter sleeps while the queue
+/// is below its limit unless a woken one (`woken`) is yet to run, and that
+/// one passes the wake on when it has taken its room. So a writer thread's
+/// pop wakes one sleeper, not all of them (the thundering herd of a
+/// `notify_all` per chunk), and no wake is lost.
+#[derive(Default)]
+struct Waiters {
+    /// Waiting and not yet woken.
+    asleep: usize,
+    /// Woken by `pass_room` and not yet run (0 or 1).
+    woken: usize,
 }
 
 /// The commit stage. Request threads reach it only through `submit` (hand over
@@ -157,8 +183,11 @@ pub(in crate::volume) struct Commit {
     writeq: Mutex<WriteQueue>,
     /// Writer threads wait here for chunks (one wake per queued chunk).
     writeq_work: Condvar,
-    /// Submitters wait here while the queue is full.
+    /// Request threads wait here while the queue is full (`WriteQueue::room`).
     writeq_space: Condvar,
+    /// The housekeeper waits here while the queue holds its share
+    /// (`WriteQueue::hk_room`).
+    writeq_hk_space: Condvar,
     /// Writer threads run (background mode): `submit` queues instead of writing.
     pub async_writes: bool,
     /// Freed segments are discarded (`OpenOptions::discard`); turned off for
@@ -282,6 +311,7 @@ impl Commit {
             writeq: Mutex::new(WriteQueue::default()),
             writeq_work: Condvar::new(),
             writeq_space: Condvar::new(),
+            writeq_hk_space: Condvar::new(),
             async_writes: opts.background && !opts.read_only,
             discard_on: AtomicBool::new(opts.discard && !opts.read_only),
             log_devs: log_devs
@@ -478,6 +508,7 @@ impl Commit {
         self.writeq.lock().stop = true;
         self.writeq_work.notify_all();
         self.writeq_space.notify_all();
+        self.writeq_hk_space.notify_all();
         for h in writers {
             let _ = h.join();
         }
@@ -514,15 +545,10 @@ impl Commit {
     /// does before it queues).
     pub fn wait_queue_space(&self) -> Result<()> {
         let mut q = self.writeq.lock();
-        while q.bytes >= WRITE_QUEUE_BYTES && !q.failed && !q.stop {
-            self.writeq_space.wait(&mut q);
-        }
-        if q.failed || q.stop {
-            drop(q);
-            self.check_failed()?;
-            return Err(Error::Closed);
-        }
-        Ok(())
+        let r = self.wait_room(&mut q, WRITE_QUEUE_BYTES);
+        // it took no room: what woke it goes on to the next waiter
+        self.pass_room(&mut q);
+        r
     }
 
     fn submit_within(&self, out: Vec<Sealed>, limit: u64) -> Result<()> {
@@ -531,19 +557,77 @@ impl Commit {
         }
         let mut q = self.writeq.lock();
         for s in out {
-            while q.bytes >= limit && !q.failed && !q.stop {
-                self.writeq_space.wait(&mut q);
-            }
-            if q.failed || q.stop {
-                drop(q);
-                self.check_failed()?;
-                return Err(Error::Closed);
-            }
+            self.wait_room(&mut q, limit)?;
             q.bytes += s.bytes().len() as u64;
             q.chunks.push_back(s);
             self.writeq_work.notify_one();
         }
+        self.pass_room(&mut q);
         Ok(())
+    }
+
+    /// Wait (queue lock held, released while asleep) until the queue holds
+    /// less than `limit` bytes; Err once the queue stopped or failed (whose
+    /// paths wake every waiter). `limit` is `WRITE_QUEUE_BYTES` (request
+    /// threads), `HOUSEKEEPER_QUEUE_BYTES` or no limit (`submit_now`).
+    fn wait_room(&self, q: &mut MutexGuard<'_, WriteQueue>, limit: u64) -> Result<()> {
+        while q.bytes >= limit && !q.failed && !q.stop {
+            // MUTANT: hk-shares-request-condvar s|limit < WRITE_QUEUE_BYTES|false|
+            let hk = limit < WRITE_QUEUE_BYTES;
+            let (w, cv) = match hk {
+                true => (&mut q.hk_room, &self.writeq_hk_space),
+                false => (&mut q.room, &self.writeq_space),
+            };
+            w.asleep += 1;
+            cv.wait(q);
+            if q.failed || q.stop {
+                break;
+            }
+            // parking_lot wakes no waiter spuriously: this is the baton
+            let w = match hk {
+                true => &mut q.hk_room,
+                false => &mut q.room,
+            };
+            // MUTANT: baton-kept s|w.woken -= 1;|();|
+            w.woken -= 1;
+        }
+        if q.failed || q.stop {
+            // `check_failed` takes `progress`: not under the queue's lock
+            MutexGuard::unlocked(q, || self.check_failed())?;
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    /// A waiter leaves (it queued its chunks, or found room and queues
+    /// none): while room is left below a limit and nobody woken is on the
+    /// way, wake the next sleeper of that limit (one: each takes its room,
+    /// then passes the wake on, so no wake is lost and no herd forms).
+    fn pass_room(&self, q: &mut MutexGuard<'_, WriteQueue>) {
+        // MUTANT: wake-without-chain s|self.wake_room(q);|();|
+        self.wake_room(q);
+    }
+
+    /// Wake one sleeper of each limit the queue is below, unless one woken
+    /// before is still on its way (it passes the wake on): after a writer
+    /// thread's pop and when a waiter leaves.
+    fn wake_room(&self, q: &mut WriteQueue) {
+        for (w, limit, cv) in [
+            (&mut q.room, WRITE_QUEUE_BYTES, &self.writeq_space),
+            (
+                &mut q.hk_room,
+                HOUSEKEEPER_QUEUE_BYTES,
+                &self.writeq_hk_space,
+            ),
+        ] {
+            if q.bytes < limit && w.asleep > 0 && w.woken == 0 {
+                w.asleep -= 1;
+                w.woken += 1;
+                // under the lock: parking_lot moves the sleeper to the
+                // lock's queue, and our unlock wakes it (one futex wake)
+                cv.notify_one();
+            }
+        }
     }
 
     /// A writer thread: write queued chunks until told to stop and the queue is empty.
@@ -554,6 +638,8 @@ impl Commit {
                 loop {
                     if let Some(s) = q.chunks.pop_front() {
                         q.bytes -= s.bytes().len() as u64;
+                        // one sleeper per chunk's room, not all of them
+                        self.wake_room(&mut q);
                         break s;
                     }
                     if q.stop || q.failed {
@@ -562,8 +648,6 @@ impl Commit {
                     self.writeq_work.wait(&mut q);
                 }
             };
-            // cheap when nobody waits (parking_lot checks an atomic first)
-            self.writeq_space.notify_all();
             if self.write_sealed(vec![s]).is_err() {
                 // the volume has failed (write_sealed said why); wake everyone
                 let mut q = self.writeq.lock();
@@ -573,6 +657,7 @@ impl Commit {
                 drop(q);
                 self.writeq_work.notify_all();
                 self.writeq_space.notify_all();
+                self.writeq_hk_space.notify_all();
                 return;
             }
         }
@@ -1101,5 +1186,330 @@ impl Commit {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The write queue's wake-up protocol (`WriteQueue::room`, `hk_room`),
+    //! driven through a segment store whose writes wait at a gate: the test
+    //! decides when a writer thread finishes a chunk and pops the next.
+    use super::*;
+    use crate::media::{MemMedia, UringReads};
+    use crate::store::Piece;
+    use crate::volume::CreateOptions;
+    use std::io;
+    use std::time::{Duration, Instant};
+
+    /// Chunk writes wait here until the test lets one through.
+    #[derive(Default)]
+    struct Gate {
+        /// (writes that may pass, writes waiting, writes passed)
+        st: std::sync::Mutex<(u64, usize, u64)>,
+        cv: std::sync::Condvar,
+    }
+
+    impl Gate {
+        fn pass(&self, n: u64) {
+            self.st.lock().unwrap().0 += n;
+            self.cv.notify_all();
+        }
+        fn waiting(&self) -> usize {
+            self.st.lock().unwrap().1
+        }
+        fn passed(&self) -> u64 {
+            self.st.lock().unwrap().2
+        }
+    }
+
+    struct GatedStore {
+        geo: Geometry,
+        gate: Arc<Gate>,
+    }
+
+    impl SegmentStore for GatedStore {
+        fn segment_blocks(&self) -> u32 {
+            self.geo.segment_blocks
+        }
+        fn segment_count(&self) -> u32 {
+            self.geo.segment_count
+        }
+        fn write_unit(&self) -> u64 {
+            BS
+        }
+        fn write(&self, _seg: u32, _block: u32, _buf: &[u8]) -> io::Result<()> {
+            let mut st = self.gate.st.lock().unwrap();
+            st.1 += 1;
+            while st.0 == 0 {
+                st = self.gate.cv.wait(st).unwrap();
+            }
+            st.0 -= 1;
+            st.1 -= 1;
+            st.2 += 1;
+            Ok(())
+        }
+        fn read(&self, _p: u64, _buf: &mut [u8]) -> io::Result<()> {
+            Err(io::Error::other("not in this test"))
+        }
+        fn read_batch(&self, _reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
+            Err(io::Error::other("not in this test"))
+        }
+        fn wipe(&self, _seg: u32, _tombstone: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+        fn discard_body(&self, _seg: u32) -> io::Result<bool> {
+            Ok(false)
+        }
+        fn locate(&self, _p: u64, _blocks: u32, _f: &mut dyn FnMut(Piece)) {}
+        fn uring_reads(&self, _entries: u32) -> Option<io::Result<UringReads>> {
+            None
+        }
+        fn describe(&self) -> String {
+            "gated test store".into()
+        }
+    }
+
+    /// Chunks of 1 MiB (the largest): 32 fill the queue, 24 the housekeeper's share.
+    const CHUNK_BLOCKS: u32 = 256;
+
+    struct Rig {
+        commit: Arc<Commit>,
+        gate: Arc<Gate>,
+        writers: Vec<JoinHandle<()>>,
+        image: Arc<AlignedBuf>,
+        seq: std::sync::atomic::AtomicU64,
+    }
+
+    impl Rig {
+        /// A commit stage in background mode (two writer threads) over a
+        /// closed gate.
+        fn new() -> Rig {
+            let create = CreateOptions {
+                logical_bytes: Some(64 << 20),
+                segment_bytes: 2 * CHUNK_BLOCKS as u64 * BS,
+                ..Default::default()
+            };
+            let media: Arc<dyn Media> = Arc::new(MemMedia::new(128 << 20));
+            let sb = crate::volume::Volume::format(&*media, &create).unwrap();
+            let geo = Geometry::from_superblock(&sb);
+            let gate = Arc::new(Gate::default());
+            let store = Arc::new(GatedStore {
+                geo,
+                gate: gate.clone(),
+            });
+            let opts = OpenOptions {
+                background: true,
+                ..Default::default()
+            };
+            let commit = Arc::new(Commit::new(
+                Places {
+                    media,
+                    store,
+                    logs: LogDeviceSet {
+                        devs: Vec::new(),
+                        missing: 0,
+                        absent: 0,
+                    },
+                },
+                geo,
+                Arc::new(Counters::default()),
+                Arc::new(CrcIndex::new(&geo, sb.uuid)),
+                Arc::new(ChunkPool::new(CHUNK_BLOCKS as usize * BLOCK_BYTES)),
+                sb,
+                0,
+                &opts,
+            ));
+            assert!(commit.async_writes);
+            let writers = commit.start_writers().unwrap();
+            Rig {
+                commit,
+                gate,
+                writers,
+                image: Arc::new(AlignedBuf::new(CHUNK_BLOCKS as usize * BLOCK_BYTES)),
+                seq: Default::default(),
+            }
+        }
+
+        /// The next chunk (1 MiB), in seq order.
+        fn chunk(&self) -> Sealed {
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            Sealed {
+                seq,
+                stream: Stream::User,
+                segment: (seq / 2) as u32 % self.commit.geo.segment_count,
+                start: (seq % 2) as u32 * CHUNK_BLOCKS,
+                blocks: CHUNK_BLOCKS,
+                image: self.image.clone(),
+                placed: None,
+            }
+        }
+
+        /// Both writer threads wait at the gate and the queue is full: 34
+        /// chunks submitted, 2 being written.
+        fn fill(&self) {
+            for _ in 0..34 {
+                self.commit.submit(vec![self.chunk()]).unwrap();
+            }
+            until("both writers at the gate", || self.gate.waiting() == 2);
+            assert_eq!(self.commit.writeq.lock().bytes, WRITE_QUEUE_BYTES);
+        }
+
+        /// (request threads, housekeepers) asleep for room.
+        fn asleep(&self) -> (usize, usize) {
+            let q = self.commit.writeq.lock();
+            (q.room.asleep, q.hk_room.asleep)
+        }
+
+        /// The protocol's invariant, seen under the queue's lock: nobody
+        /// sleeps while the queue is below their limit unless a woken waiter
+        /// is on its way.
+        fn check_no_lost_wake(&self) {
+            let q = self.commit.writeq.lock();
+            for (w, limit, who) in [
+                (&q.room, WRITE_QUEUE_BYTES, "request thread"),
+                (&q.hk_room, HOUSEKEEPER_QUEUE_BYTES, "housekeeper"),
+            ] {
+                assert!(
+                    !(q.bytes < limit && w.asleep > 0 && w.woken == 0),
+                    "lost wake-up: {} {who}(s) asleep with {} bytes queued, limit {limit}",
+                    w.asleep,
+                    q.bytes
+                );
+            }
+        }
+
+        /// Let every write through, and check every chunk was written.
+        fn drain(self, threads: Vec<std::thread::JoinHandle<Result<()>>>) {
+            self.gate.pass(u64::MAX / 2);
+            for t in threads {
+                let r = joined(t, "a submitter");
+                r.unwrap();
+            }
+            let n = self.seq.load(Ordering::Relaxed);
+            until("every chunk written", || {
+                self.commit.progress.lock().written_through == n
+            });
+            self.commit.stop_writer_threads(self.writers);
+            assert_eq!(self.gate.passed(), n);
+        }
+    }
+
+    /// The harness's watchdog: wait (polling) until `f` holds; a minute
+    /// without it is a hang (a lost wake-up), not slowness.
+    fn until(what: &str, f: impl Fn() -> bool) {
+        let t0 = Instant::now();
+        while !f() {
+            assert!(t0.elapsed() < Duration::from_secs(60), "hung: never {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn joined<T>(t: std::thread::JoinHandle<T>, who: &str) -> T {
+        until(&format!("{who} returned"), || t.is_finished());
+        t.join().unwrap()
+    }
+
+    /// A waiter woken for room it does not take (`wait_queue_space`, as a
+    /// streamed write's after placing its claims) passes the wake on to the
+    /// next waiter, which takes the room: one chunk's pop frees room for one
+    /// chunk, and wakes one thread, not all.
+    #[test]
+    fn a_waiter_that_takes_no_room_passes_the_wake_on() {
+        let rig = Rig::new();
+        rig.fill();
+        let c = rig.commit.clone();
+        let a = std::thread::spawn(move || c.wait_queue_space());
+        until("A asleep", || rig.asleep().0 == 1);
+        let mut subs = Vec::new();
+        for n in 2..=3 {
+            let c = rig.commit.clone();
+            let s = rig.chunk();
+            subs.push(std::thread::spawn(move || c.submit(vec![s])));
+            until("the submitters asleep", || rig.asleep().0 == n);
+        }
+        rig.check_no_lost_wake();
+        // one chunk written: its writer pops the next, room for one chunk
+        rig.gate.pass(1);
+        joined(a, "the waiter that takes no room").unwrap();
+        rig.check_no_lost_wake();
+        // the first submitter got that room (parking_lot wakes in the order
+        // they slept); the second sleeps on a full queue
+        joined(subs.remove(0), "the submitter A passed the wake to").unwrap();
+        until("both writers at the gate again", || rig.gate.waiting() == 2);
+        assert_eq!(rig.asleep(), (1, 0));
+        assert_eq!(rig.commit.writeq.lock().bytes, WRITE_QUEUE_BYTES);
+        rig.check_no_lost_wake();
+        // two more written: the last submitter goes on, the queue has room
+        rig.gate.pass(2);
+        joined(subs.remove(0), "the last submitter").unwrap();
+        until("writers at the gate", || rig.gate.waiting() == 2);
+        assert_eq!(rig.asleep(), (0, 0));
+        rig.check_no_lost_wake();
+        rig.drain(subs);
+    }
+
+    /// The housekeeper waits for its lower limit on a condvar of its own: a
+    /// pop that leaves room for a request thread but not for it wakes the
+    /// request thread (one shared condvar with one wake would have woken the
+    /// housekeeper, which slept again: the request thread's wake lost), and
+    /// the housekeeper goes on once the queue is below its share.
+    #[test]
+    fn the_housekeepers_limit_swallows_no_request_threads_wake() {
+        let rig = Rig::new();
+        rig.fill();
+        let c = rig.commit.clone();
+        let s = rig.chunk();
+        let hk = std::thread::spawn(move || c.submit_housekeeping(vec![s]));
+        until("the housekeeper asleep", || rig.asleep() == (0, 1));
+        let c = rig.commit.clone();
+        let s = rig.chunk();
+        let user = std::thread::spawn(move || c.submit(vec![s]));
+        until("the request thread asleep", || rig.asleep() == (1, 1));
+        rig.gate.pass(1);
+        joined(user, "the request thread").unwrap();
+        until("both writers at the gate again", || rig.gate.waiting() == 2);
+        assert_eq!(rig.asleep(), (0, 1), "the housekeeper waits for its share");
+        rig.check_no_lost_wake();
+        // down to the housekeeper's share: 32 MiB queued now, 8 chunks out
+        // leave 24 MiB (still its limit), the 9th lets it queue its chunk
+        rig.gate.pass(8);
+        until("8 more written", || {
+            rig.gate.passed() == 9 && rig.gate.waiting() == 2
+        });
+        assert_eq!(rig.asleep(), (0, 1));
+        rig.check_no_lost_wake();
+        rig.gate.pass(1);
+        joined(hk, "the housekeeper").unwrap();
+        rig.check_no_lost_wake();
+        rig.drain(Vec::new());
+    }
+
+    /// Many threads sealing into a full queue at once, with waiters of
+    /// both kinds and ones that take no room: every one finishes, and the
+    /// invariant holds whenever the test looks.
+    #[test]
+    fn many_waiters_of_both_kinds_all_finish() {
+        let rig = Arc::new(Rig::new());
+        rig.fill();
+        let mut threads = Vec::new();
+        for i in 0..24 {
+            let c = rig.commit.clone();
+            if i % 4 == 1 {
+                threads.push(std::thread::spawn(move || c.wait_queue_space()));
+                continue;
+            }
+            let chunks: Vec<Sealed> = (0..1 + i % 3).map(|_| rig.chunk()).collect();
+            threads.push(std::thread::spawn(move || match i % 4 {
+                0 => c.submit_housekeeping(chunks),
+                _ => c.submit(chunks),
+            }));
+        }
+        for _ in 0..200 {
+            rig.gate.pass(1);
+            rig.check_no_lost_wake();
+            std::thread::yield_now();
+        }
+        let rig = Arc::into_inner(rig).expect("only the test holds the rig");
+        rig.drain(threads);
     }
 }
