@@ -559,6 +559,12 @@ apply_ring_removed_before_homed() {
 apply_info_fallback_hidden() {
   marker info-fallback-hidden
 }
+apply_flush_covers_announced() {
+  marker flush-covers-announced
+}
+apply_company_wait_alone() {
+  marker company-wait-alone
+}
 apply_chain_room_unchecked() {
   marker chain-room-unchecked
 }
@@ -880,6 +886,8 @@ run chain-not-written recovery_rules
 run ring-removed-before-homed log_device
 run info-fallback-hidden intent_log
 run chain-room-unchecked lib
+run flush-covers-announced group_commit
+run company-wait-alone group_commit
 run chain-after-slot-fallback lib
 run chain-below-checkpoint lib
 run write-batch-takes-fua volatile_cache nbd_durable_replies

@@ -112,6 +112,9 @@ pub struct Counters {
     /// Flushes of log devices (a volume with its log in the volume counts
     /// none: its records share the media flush).
     pub log_flushes: AtomicU64,
+    /// Media flushes that first waited for another FLUSH's chunk or record
+    /// to be written (group commit, `Commit::company_wait`).
+    pub group_commit_waits: AtomicU64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal (`Commit::place`).
     pub streamed_blocks: AtomicU64,
@@ -248,6 +251,8 @@ pub struct Stats {
     pub media_log_bytes: u64,
     /// Flushes of log devices this session (`Counters::log_flushes`).
     pub log_flushes: u64,
+    /// Media flushes that first waited for company (`Counters::group_commit_waits`).
+    pub group_commit_waits: u64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal, this session (`Counters::streamed_blocks`).
     pub streamed_blocks: u64,
@@ -332,6 +337,7 @@ impl Counters {
         s.log_records = g(&self.log_records);
         s.media_log_bytes = g(&self.media_log_bytes);
         s.log_flushes = g(&self.log_flushes);
+        s.group_commit_waits = g(&self.group_commit_waits);
         s.streamed_blocks = g(&self.streamed_blocks);
         s.streamed_copied_blocks = g(&self.streamed_copied_blocks);
         s.log_device_errors = g(&self.log_device_errors);

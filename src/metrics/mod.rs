@@ -827,6 +827,14 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_group_commit_waits_total",
+        "counter",
+        "Media flushes that first waited for another FLUSH's chunk or record to be written (group commit).",
+        |x| one(x.st.group_commit_waits),
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_log_records_total",
         "counter",
         "Intent log records written (FLUSH/FUA that logged instead of sealing).",

@@ -56,6 +56,12 @@ pub(in crate::volume) fn persist_start(commit: &Commit, start: LogStart) -> Resu
 
 const BS: u64 = BLOCK_BYTES as u64;
 
+/// Group commit (`Commit::company_wait`): a flusher waits for the chunks and
+/// records other FLUSHes are writing for at most this percent of a recent
+/// media flush's time, and never more than `COMPANY_WAIT_MAX`.
+const COMPANY_WAIT_PCT: u64 = 50;
+const COMPANY_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Bytes of sealed chunks that may wait for a writer before appends block.
 pub(in crate::volume) const WRITE_QUEUE_BYTES: u64 = 32 << 20;
 /// The housekeeper's share of the queue: its chunks (GC output, barrier and
@@ -92,6 +98,15 @@ pub(in crate::volume) struct Progress {
     wake_log: u64,
     log_completed: BTreeSet<u64>,
     pub log_durable: u64,
+    /// The highest chunk target and record target a FLUSH announced before
+    /// writing its sealed chunk or its record (`announce`). A flusher that
+    /// finds them above what is written knows company is on its way, and
+    /// waits a little for it (group commit, `company_wait`).
+    announced: u64,
+    announced_log: u64,
+    /// Recent media flush time (ns, a moving average): the scale of the
+    /// group commit's wait.
+    flush_ns: u64,
 }
 
 impl Progress {
@@ -178,6 +193,11 @@ pub(in crate::volume) struct Commit {
     /// `progress.failed` is set (read without the lock by every request).
     has_failed: AtomicBool,
     progress_cv: Condvar,
+    /// Waiters for the media flush in progress to end (`flush_covering_log`)
+    /// wait here, apart from the waiters for chunks or records to be written
+    /// (`progress_cv`): a record written does not wake the waiters of a flush
+    /// it cannot change, nor a flush's end the waiters for writes.
+    flush_cv: Condvar,
     /// The superblock as last written (leaf lock).
     pub sb: Mutex<Superblock>,
     writeq: Mutex<WriteQueue>,
@@ -305,8 +325,12 @@ impl Commit {
                 wake_log: u64::MAX,
                 log_completed: BTreeSet::new(),
                 log_durable: 0,
+                announced: 0,
+                announced_log: 0,
+                flush_ns: 0,
             }),
             progress_cv: Condvar::new(),
+            flush_cv: Condvar::new(),
             sb: Mutex::new(sb),
             writeq: Mutex::new(WriteQueue::default()),
             writeq_work: Condvar::new(),
@@ -394,7 +418,7 @@ impl Commit {
         }
         // record waiters must stop waiting for records that will not come
         let _p = self.progress.lock();
-        self.progress_cv.notify_all();
+        self.wake_all();
     }
 
     /// Each log device (mirror order) and whether it is still in use.
@@ -463,7 +487,7 @@ impl Commit {
         }
         let kept = p.failed.clone().expect("set above");
         drop(p);
-        self.progress_cv.notify_all();
+        self.wake_all();
         if first {
             tracing::error!(
                 "volume stopped, writes now answer {}, reads of stored data go on: {}",
@@ -926,6 +950,53 @@ impl Commit {
         Ok(())
     }
 
+    /// A FLUSH is about to write the chunks below `target` or the records
+    /// below `rec_target`, and will then wait for them to be durable: a
+    /// flusher that starts meanwhile may wait for them to be written, so that
+    /// one media flush covers both (`company_wait`).
+    pub fn announce(&self, target: u64, rec_target: u64) {
+        let mut p = self.progress.lock();
+        p.announced = p.announced.max(target);
+        p.announced_log = p.announced_log.max(rec_target);
+    }
+
+    /// Group commit's wait for company (ZFS's `zfs_commit_timeout_pct`): a
+    /// flusher about to start a media flush while another FLUSH's chunk or
+    /// record is being written (`announce`) waits for those writes, at most
+    /// `COMPANY_WAIT_PCT` percent of a recent media flush, so that its flush
+    /// covers them too instead of that FLUSH waiting for this flush and then
+    /// starting one of its own. Alone (nothing announced beyond what is
+    /// written: QD1) it does not wait at all. Returns with the lock held;
+    /// the caller checks everything again. Only a delay: what the flush then
+    /// covers is still read after the wait (`written_through`, `log_written`).
+    fn company_wait(&self, p: &mut parking_lot::MutexGuard<'_, Progress>) {
+        let chunks = p.announced > p.written_through;
+        let records = p.announced_log > p.log_written;
+        // MUTANT: company-wait-alone s|let alone = !chunks && !records;|let alone = false;|
+        let alone = !chunks && !records;
+        if alone || p.flush_ns == 0 {
+            return;
+        }
+        let budget = std::time::Duration::from_nanos(p.flush_ns * COMPANY_WAIT_PCT / 100);
+        let deadline = std::time::Instant::now() + budget.min(COMPANY_WAIT_MAX);
+        let (upto, log_upto) = (p.announced, p.announced_log);
+        if chunks {
+            p.wake_written = p.wake_written.min(upto);
+        }
+        if records {
+            p.wake_log = p.wake_log.min(log_upto);
+        }
+        Counters::add(&self.counters.group_commit_waits, 1);
+        while (p.written_through < upto || p.log_written < log_upto)
+            && p.failed.is_none()
+            && !self.log_lost()
+        {
+            if self.progress_cv.wait_until(p, deadline).timed_out() {
+                break;
+            }
+        }
+    }
+
     /// Group commit: return once every chunk with seq < target is durable. One
     /// media flush serves every caller whose chunks were written before it began.
     pub fn flush_covering(&self, target: u64) -> Result<()> {
@@ -939,6 +1010,7 @@ impl Commit {
     /// log device failed, `log_lost`): the caller must seal instead.
     pub fn flush_covering_log(&self, target: u64, rec_target: u64) -> Result<bool> {
         let mut p = self.progress.lock();
+        let mut waited = false;
         loop {
             if let Some(f) = &p.failed {
                 return Err(Error::Failed(f.clone()));
@@ -968,12 +1040,21 @@ impl Commit {
             if p.flushing > 0 && (p.flushing >= most || p.flushing_upto >= target) {
                 // a flush in progress covers this target, or as many run
                 // as the media takes: each wakes everyone when it ends
-                self.progress_cv.wait(&mut p);
+                self.flush_cv.wait(&mut p);
+                continue;
+            }
+            if !waited {
+                // once per call: then flush whatever has come
+                waited = true;
+                self.company_wait(&mut p);
                 continue;
             }
             p.flushing += 1;
             let upto = p.written_through;
             p.flushing_upto = p.flushing_upto.max(upto);
+            // what this flush covers is what is written now, never what
+            // is announced (a record still in flight is the next flush's)
+            // MUTANT: flush-covers-announced s|let log_upto = p.log_written;|let log_upto = p.log_written.max(p.announced_log);|
             let log_upto = p.log_written;
             // with log devices, the media flush is for chunks and the log
             // devices' for records: each only when it has something to make
@@ -981,6 +1062,7 @@ impl Commit {
             let main = self.log_devs.is_empty() || upto > p.durable;
             let logs = !self.log_devs.is_empty() && log_upto > p.log_durable && !lost;
             drop(p);
+            let began = std::time::Instant::now();
             let mut r = Ok(());
             if main {
                 r = self.media.flush();
@@ -993,14 +1075,22 @@ impl Commit {
                         p = self.progress.lock();
                         p.flushing -= 1;
                         drop(p);
-                        self.progress_cv.notify_all();
+                        self.wake_all();
                         return Err(e);
                     }
                 },
                 false => r.is_ok(),
             };
+            let took = began.elapsed().as_nanos() as u64;
             p = self.progress.lock();
             p.flushing -= 1;
+            if main {
+                // a moving average (1/8 weight) of the media flush's time
+                p.flush_ns = match p.flush_ns {
+                    0 => took,
+                    f => f - f / 8 + took / 8,
+                };
+            }
             match r {
                 Ok(()) => {
                     assert!(upto <= p.written_through, "durable passes written");
@@ -1014,8 +1104,15 @@ impl Commit {
                     return Err(self.fail("media flush", &e));
                 }
             }
-            self.progress_cv.notify_all();
+            self.flush_cv.notify_all();
         }
+    }
+
+    /// Wake every waiter of `flush_covering_log` (the volume failed, or the
+    /// intent log was lost): each checks its condition again.
+    fn wake_all(&self) {
+        self.progress_cv.notify_all();
+        self.flush_cv.notify_all();
     }
 
     /// Write the superblock (next generation, alternate copy) and flush it.

@@ -1801,6 +1801,11 @@ impl Shared {
         // Write the sealed chunk here rather than through the queue: the caller
         // waits for it anyway, and a hand-off to a writer thread costs two wakeups.
         // (A compressed volume's chunk is packed and placed here first.)
+        // about to write: a FLUSH starting a media flush meanwhile may wait
+        // for this one's writes so its flush covers them (group commit)
+        if !out.is_empty() || rec.is_some() {
+            self.commit.announce(target, rec_target);
+        }
         self.pack_staged(&mut out)?;
         self.commit.write_sealed(out)?;
         if let Some(r) = &rec {
@@ -2031,6 +2036,7 @@ impl Shared {
             log_records: 0,
             media_log_bytes: 0,
             log_flushes: 0,
+            group_commit_waits: 0,
             streamed_blocks: 0,
             streamed_copied_blocks: 0,
             log_device_errors: 0,
