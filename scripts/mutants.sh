@@ -395,6 +395,14 @@ apply_rebuild_scratch_copies_skipped() {
 apply_stale_mount_tags_kept() {
   marker stale-mount-tags-kept
 }
+# a degraded mount's lanes of tags found at mount, back when their
+# segment's life ends, and only those (h14-stripes)
+apply_retire_mount_lanes_skipped() {
+  marker retire-mount-lanes-skipped
+}
+apply_retire_mount_lanes_any_row() {
+  marker retire-mount-lanes-any-row
+}
 apply_superblock_copies_not_repaired() {
   marker superblock-copies-not-repaired
 }
@@ -822,6 +830,8 @@ run runtime-header-heal-skipped stripe_set
 run resync-before-recovery-heal stripe_set dst
 run rebuild-scratch-copies-skipped stripe_repair
 run stale-mount-tags-kept dst
+run retire-mount-lanes-skipped lib
+run retire-mount-lanes-any-row lib
 run superblock-copies-not-repaired stripe_set dst
 run replayed-rows-not-resynced dst
 run resync-bakes-failing-block dst

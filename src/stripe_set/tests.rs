@@ -700,3 +700,95 @@ fn a_closed_segments_last_row_is_finished_and_gives_its_lane_back() {
         );
     }
 }
+
+/// A degraded mount does not resync, so the lanes of the tags it found stay
+/// taken until their rows' segment starts a new life (`retire_mount_lanes`,
+/// through the wipe's `forget_range` and the tombstone's
+/// `drop_mount_tags`): every lane holds a tag, member 0 is lost, every
+/// segment but one is wiped and the flush after gives their lanes back,
+/// and only theirs: sixteen new partial rows on the kept row's P member
+/// then find exactly the lanes wiped (one flushed unprotected) and none of
+/// them overwrites the kept row's copy, which a degraded read of its block
+/// on the lost member still rebuilds from.
+#[test]
+fn a_degraded_mount_gets_back_the_lanes_of_wiped_segments_and_only_theirs() {
+    use crate::media::{Loss, SimMedia};
+    let (sims, pl) = sim_set(b"unit-test-set-09");
+    let set = &pl.set;
+    let store = StripeStore::new(set.clone());
+    let l = set.layout;
+    let ub = (UNIT / BS) as u32;
+    let rb = 2 * ub;
+    let rps = l.rows_per_segment;
+    let lanes = scratch::LANES;
+    assert!(store.segment_count() >= 2 * lanes, "room for the new rows");
+    let blk = |s: u32| vec![s as u8 + 1; BLOCK_BYTES];
+    // row 1 of segments 0..LANES: the first block of each data unit, flushed
+    for s in 0..lanes {
+        store.write(s, rb, &blk(s)).unwrap();
+        store.write(s, rb + ub, &blk(s)).unwrap();
+    }
+    set.flush().unwrap();
+    assert!(
+        set.rows.lock().free_lanes.is_empty(),
+        "every lane holds a tag"
+    );
+    let lost = 0u32;
+    let images: Vec<Arc<dyn Media>> = sims
+        .iter()
+        .map(|m| Arc::new(SimMedia::from_image(m.crash_image(Loss::DropAll, 1))) as Arc<dyn Media>)
+        .collect();
+    let deg = Arc::new(from_images(set, &images, lost as usize));
+    let p_of = |s: u32| l.parity_member(s as u64 * rps + 1, 0).unwrap();
+    // the tags on member 0 are not read: those lanes are free at mount
+    let read: Vec<u32> = (0..lanes).filter(|&s| p_of(s) != lost).collect();
+    assert_eq!(deg.rows_tagged(), read.len());
+    assert_eq!(
+        deg.rows.lock().free_lanes.len(),
+        (lanes as usize) - read.len()
+    );
+    let keep = read[0];
+    let kp = p_of(keep);
+    let dstore = StripeStore::new(deg.clone());
+    for s in (0..lanes).filter(|&s| s != keep) {
+        dstore.wipe(s, &[0x77u8; BLOCK_BYTES]).unwrap();
+    }
+    deg.flush().unwrap();
+    assert_eq!(
+        deg.rows.lock().free_lanes.len(),
+        lanes as usize - 1,
+        "the wiped segments' lanes come back, the kept row's does not"
+    );
+    // sixteen new partial rows whose P member is the kept row's
+    let mut n = 0;
+    for s in lanes..store.segment_count() {
+        if n == lanes {
+            break;
+        }
+        let Some(j) = (1..rps).find(|&j| l.parity_member(s as u64 * rps + j, 0) == Some(kp)) else {
+            continue;
+        };
+        dstore
+            .write(s, j as u32 * rb, &[0x99u8; BLOCK_BYTES])
+            .unwrap();
+        n += 1;
+    }
+    assert_eq!(n, lanes);
+    deg.flush().unwrap();
+    assert_eq!(
+        deg.status().unprotected_flushes,
+        1,
+        "the new rows find exactly the lanes of the wiped segments"
+    );
+    // the kept row's block on the lost member, from its scratch copy
+    let row = keep as u64 * rps + 1;
+    let d = (0..2).find(|&d| l.data_member(row, d) == lost).unwrap();
+    let mut got = vec![0u8; BLOCK_BYTES];
+    deg.read_area(store.phys(keep, rb + d * ub) * BS, &mut got)
+        .unwrap();
+    assert!(
+        got == blk(keep),
+        "a flushed block of a row tagged at mount reads wrong: its lane was given to another row"
+    );
+}
+
