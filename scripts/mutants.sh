@@ -403,6 +403,13 @@ apply_retire_mount_lanes_skipped() {
 apply_retire_mount_lanes_any_row() {
   marker retire-mount-lanes-any-row
 }
+# member flushes at once, each failure taken (h14-stripes)
+apply_member_flushes_serial() {
+  marker member-flushes-serial
+}
+apply_parallel_flush_error_dropped() {
+  marker parallel-flush-error-dropped
+}
 apply_superblock_copies_not_repaired() {
   marker superblock-copies-not-repaired
 }
@@ -832,6 +839,8 @@ run rebuild-scratch-copies-skipped stripe_repair
 run stale-mount-tags-kept dst
 run retire-mount-lanes-skipped lib
 run retire-mount-lanes-any-row lib
+run member-flushes-serial lib
+run parallel-flush-error-dropped lib
 run superblock-copies-not-repaired stripe_set dst
 run replayed-rows-not-resynced dst
 run resync-bakes-failing-block dst

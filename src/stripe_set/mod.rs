@@ -678,15 +678,40 @@ impl StripeSet {
         Ok(())
     }
 
+    /// Flush every member up. When every one of them can flush beside the
+    /// others (`Media::flush_overlaps`: files and devices), all at once,
+    /// one thread each, so a FLUSH waits for the slowest member's
+    /// `fdatasync`, not for their sum; else (the simulator's members, whose
+    /// operations are numbered in one order that a seed must repeat) one
+    /// after another in member order, stopping at the first error the
+    /// parity cannot cover. Either way the errors are then taken in member
+    /// order: each failing member is taken out of use (`fail`), and the
+    /// flush fails only when more members are down than the parity covers
+    /// (the rest's flush counts: the set's data is on them).
     fn flush_members(&self) -> io::Result<()> {
-        for m in 0..self.layout.members {
-            if let Some(media) = self.up(m) {
+        let up: Vec<(u32, &Arc<dyn Media>)> = (0..self.layout.members)
+            .filter_map(|m| self.up(m).map(|media| (m, media)))
+            .collect();
+        // MUTANT: member-flushes-serial s|up.len() < 2 |up.len() > 0 |
+        if up.len() < 2 || !up.iter().all(|(_, media)| media.flush_overlaps()) {
+            for (m, media) in up {
                 if let Err(e) = media.flush() {
                     self.fail(m, e)?;
                 }
             }
+            return Ok(());
         }
-        Ok(())
+        let results = flush_together(&up);
+        let mut first = None;
+        for ((m, _), r) in up.iter().zip(results) {
+            if let Err(e) = r {
+                // MUTANT: parallel-flush-error-dropped s|self.fail(*m, e)|Ok::<(), io::Error>(())|
+                if let Err(e) = self.fail(*m, e) {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Make every completed write durable. Rows a write left partial get
@@ -1262,6 +1287,33 @@ impl StripeSet {
         out.copy_from_slice(&shards[d as usize]);
         Ok(())
     }
+}
+
+/// Flush each of `members` on a thread of its own (the first on this one),
+/// every result in the order given. A thread that cannot be started
+/// flushes on this thread instead; one that panics is an error.
+fn flush_together(members: &[(u32, &Arc<dyn Media>)]) -> Vec<io::Result<()>> {
+    std::thread::scope(|s| {
+        let others: Vec<_> = members[1..]
+            .iter()
+            .map(|&(m, media)| {
+                std::thread::Builder::new()
+                    .name(format!("sluice-flush-{m}"))
+                    .spawn_scoped(s, move || media.flush())
+                    .map_err(|_| media)
+            })
+            .collect();
+        let mut out = vec![members[0].1.flush()];
+        for t in others {
+            out.push(match t {
+                Ok(h) => h
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("a member flush panicked"))),
+                Err(media) => media.flush(),
+            });
+        }
+        out
+    })
 }
 
 #[cfg(test)]

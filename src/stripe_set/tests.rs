@@ -792,3 +792,117 @@ fn a_degraded_mount_gets_back_the_lanes_of_wiped_segments_and_only_theirs() {
     );
 }
 
+/// A member whose flush can be held until every member's flush has begun
+/// (`Gate`), or fail; `flush_overlaps` as a file's.
+struct Overlapping {
+    inner: MemMedia,
+    gate: Arc<Gate>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Default)]
+struct Gate {
+    armed: std::sync::atomic::AtomicBool,
+    /// Flushes begun since armed; the most seen running at once.
+    state: Mutex<(usize, usize, usize)>,
+    cv: parking_lot::Condvar,
+}
+
+impl Gate {
+    /// Count a flush in, wait (at most 5 s: a serial caller must not hang
+    /// the test, it fails it) until `n` have begun, count it out.
+    fn pass(&self, n: usize) {
+        if !self.armed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut s = self.state.lock();
+        s.0 += 1;
+        s.1 += 1;
+        s.2 = s.2.max(s.1);
+        self.cv.notify_all();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while s.0 < n && !self.cv.wait_until(&mut s, until).timed_out() {}
+        s.1 -= 1;
+    }
+}
+
+impl Media for Overlapping {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.gate.pass(5);
+        if self.fail.load(Ordering::Acquire) {
+            return Err(io::Error::other("flush refused (test)"));
+        }
+        self.inner.flush()
+    }
+    fn flush_overlaps(&self) -> bool {
+        true
+    }
+    fn describe(&self) -> String {
+        "overlapping test member".into()
+    }
+}
+
+/// Members that flush beside each other are flushed at once (all five
+/// flushes begun before any ends); a member whose flush fails is taken out
+/// of use and the flush stands while the parity covers the members down,
+/// then fails.
+#[test]
+fn members_are_flushed_at_once_and_a_failed_flush_fails_its_member() {
+    let gate = Arc::new(Gate::default());
+    let media: Vec<Arc<Overlapping>> = (0..5)
+        .map(|_| {
+            Arc::new(Overlapping {
+                inner: MemMedia::new(8 << 20),
+                gate: gate.clone(),
+                fail: false.into(),
+            })
+        })
+        .collect();
+    let devs = media
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (format!("o{i}"), m.clone() as Arc<dyn Media>))
+        .collect();
+    let pl = plan(
+        devs,
+        &PlanOptions {
+            parity: 1,
+            unit: UNIT,
+            segment_bytes: 256 << 10,
+            logical_bytes: None,
+            overprovision: 0.1,
+            log_bytes: 0,
+            set_uuid: Some(*b"unit-test-set-10"),
+        },
+    )
+    .unwrap();
+    let set = &pl.set;
+    set.set_formatting(false);
+    gate.armed.store(true, Ordering::Release);
+    set.flush_members().unwrap();
+    assert_eq!(
+        gate.state.lock().2,
+        5,
+        "the members' flushes ran one after another"
+    );
+    gate.armed.store(false, Ordering::Release);
+    media[2].fail.store(true, Ordering::Release);
+    set.flush_members().unwrap();
+    let down: Vec<u32> = set.status().down.iter().map(|d| d.0).collect();
+    assert_eq!(down, vec![2], "the member whose flush failed is out of use");
+    media[3].fail.store(true, Ordering::Release);
+    assert!(
+        set.flush_members().is_err(),
+        "two members down on a RAID-5 set: the flush fails"
+    );
+    assert_eq!(set.status().down.len(), 2);
+}
