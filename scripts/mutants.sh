@@ -410,6 +410,13 @@ apply_member_flushes_serial() {
 apply_parallel_flush_error_dropped() {
   marker parallel-flush-error-dropped
 }
+# fused parity kernels and the reused parity buffers (h14-stripes)
+apply_fused_mul2_wrong_reduction() {
+  marker fused-mul2-wrong-reduction
+}
+apply_scratch_copy_column_stale() {
+  marker scratch-copy-column-stale
+}
 apply_superblock_copies_not_repaired() {
   marker superblock-copies-not-repaired
 }
@@ -841,6 +848,8 @@ run retire-mount-lanes-skipped lib
 run retire-mount-lanes-any-row lib
 run member-flushes-serial lib
 run parallel-flush-error-dropped lib
+run fused-mul2-wrong-reduction lib parity
+run scratch-copy-column-stale lib stripe_set
 run superblock-copies-not-repaired stripe_set dst
 run replayed-rows-not-resynced dst
 run resync-bakes-failing-block dst

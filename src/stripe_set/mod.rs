@@ -21,6 +21,7 @@
 //! was cut short by a power failure before the next flush: that window is
 //! the write hole docs/stripes.md §4 describes, not closed here.
 
+mod bufs;
 mod fence;
 mod heal;
 pub mod media;
@@ -196,6 +197,8 @@ pub struct StripeSet {
     /// its slot shared, a rebuild batch holds its segments' exclusively
     /// (`fence`).
     fence: fence::Fence,
+    /// Parity buffers reused from row to row.
+    bufs: bufs::BufPool,
 }
 
 impl std::fmt::Debug for StripeSet {
@@ -238,6 +241,7 @@ impl StripeSet {
             unrecorded: AtomicBool::new(false),
             sb_lock: Mutex::new(()),
             fence: fence::Fence::default(),
+            bufs: bufs::BufPool::new(layout.unit),
         };
         set.gen.store(set.generation(), Ordering::Relaxed);
         if set.down_count() > layout.parity as usize {
@@ -562,12 +566,15 @@ impl StripeSet {
             self.write_data(row, 0, data)?;
             let u = l.unit as usize;
             let units: Vec<&[u8]> = data.chunks(u).collect();
-            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
-            let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
-            parity::encode(&units, &mut refs).map_err(io::Error::other)?;
+            let mut par: Vec<bufs::PoolBuf> = (0..l.parity).map(|_| self.bufs.take()).collect();
+            encode_into(&units, &mut par, 0..u)?;
             let base = l.row_offset(row).expect("row inside the set");
             for (i, p) in par.iter().enumerate() {
-                self.mwrite(self.shard_member(row, l.data_members() + i as u32), p, base)?;
+                self.mwrite(
+                    self.shard_member(row, l.data_members() + i as u32),
+                    &p[..u],
+                    base,
+                )?;
             }
             return Ok(());
         }
@@ -661,15 +668,12 @@ impl StripeSet {
                 c += 1;
             }
             let len = (c - c0) * BLOCK_BYTES;
-            let units: Vec<Vec<u8>> = (0..d).map(|u| st.gather(u * ub + c0, c - c0)).collect();
-            let refs: Vec<&[u8]> = units.iter().map(|v| v.as_slice()).collect();
-            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(len)).collect();
-            let mut prefs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
-            parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
+            let mut par: Vec<bufs::PoolBuf> = (0..l.parity).map(|_| self.bufs.take()).collect();
+            encode_columns(st, d, ub, c0..c, &mut par, 0)?;
             for (i, p) in par.iter().enumerate() {
                 self.mwrite(
                     self.shard_member(row, (d + i) as u32),
-                    p,
+                    &p[..len],
                     base + (c0 as u64) * BS,
                 )?;
             }
@@ -875,16 +879,9 @@ impl StripeSet {
         let u = l.unit as usize;
         let ub = u / BLOCK_BYTES;
         let d = l.data_members() as usize;
-        let units: Vec<Vec<u8>> = (0..d).map(|k| st.gather(k * ub, ub)).collect();
-        let refs: Vec<&[u8]> = units.iter().map(|v| v.as_slice()).collect();
-        let mut places: Vec<AlignedBuf> = (0..l.parity)
-            .map(|_| AlignedBuf::new(BLOCK_BYTES + u))
-            .collect();
-        {
-            let mut prefs: Vec<&mut [u8]> =
-                places.iter_mut().map(|p| &mut p[BLOCK_BYTES..]).collect();
-            parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
-        }
+        let mut places: Vec<bufs::PoolBuf> = (0..l.parity).map(|_| self.bufs.take()).collect();
+        // MUTANT: scratch-copy-column-stale s|0..ub,|0..ub - 1,|
+        encode_columns(st, d, ub, 0..ub, &mut places, BLOCK_BYTES)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let covered = st.covered();
         let set_uuid = self.members[0].ident.set_uuid;
@@ -899,7 +896,7 @@ impl StripeSet {
             }
             .seal(buf);
             let m = self.shard_member(row, (d + i) as u32);
-            self.mwrite(m, buf, at)?;
+            self.mwrite(m, &buf[..BLOCK_BYTES + u], at)?;
             self.rows
                 .lock()
                 .place_owner
@@ -1287,6 +1284,44 @@ impl StripeSet {
         out.copy_from_slice(&shards[d as usize]);
         Ok(())
     }
+}
+
+/// The parity of `data` (one slice per data unit, `range.len()` bytes each)
+/// into `range` of each of `par` (P, then Q when there are two).
+fn encode_into(
+    data: &[&[u8]],
+    par: &mut [bufs::PoolBuf],
+    range: std::ops::Range<usize>,
+) -> io::Result<()> {
+    match par {
+        [p] => parity::encode_p(data, &mut p[range]),
+        [p, q] => parity::encode_pq(data, &mut p[range.clone()], &mut q[range]),
+        _ => parity::encode(data, &mut []),
+    }
+    .map_err(io::Error::other)
+}
+
+/// The parity of the row `st` holds (`d` data units of `ub` blocks; a block
+/// not written, or only padded, counts as zero) at block columns `cols`,
+/// each column's into `par` from byte `at` on, one block after another:
+/// from the blocks as memory holds them, nothing gathered or zeroed.
+fn encode_columns(
+    st: &rows::RowState,
+    d: usize,
+    ub: usize,
+    cols: std::ops::Range<usize>,
+    par: &mut [bufs::PoolBuf],
+    at: usize,
+) -> io::Result<()> {
+    static ZERO: [u8; BLOCK_BYTES] = [0; BLOCK_BYTES];
+    let mut refs: Vec<&[u8]> = Vec::with_capacity(d);
+    for (k, c) in cols.enumerate() {
+        refs.clear();
+        refs.extend((0..d).map(|u| st.block(u * ub + c).unwrap_or(&ZERO)));
+        let o = at + k * BLOCK_BYTES;
+        encode_into(&refs, par, o..o + BLOCK_BYTES)?;
+    }
+    Ok(())
 }
 
 /// Flush each of `members` on a thread of its own (the first on this one),
