@@ -809,8 +809,9 @@ struct Gate {
 }
 
 impl Gate {
-    /// Count a flush in, wait (at most 5 s: a serial caller must not hang
-    /// the test, it fails it) until `n` have begun, count it out.
+    /// Count a flush in, wait (at most 20 s: a serial caller must not hang
+    /// the test, it fails it; a loaded machine starts threads well within
+    /// it) until `n` have begun, count it out.
     fn pass(&self, n: usize) {
         if !self.armed.load(Ordering::Acquire) {
             return;
@@ -820,7 +821,7 @@ impl Gate {
         s.1 += 1;
         s.2 = s.2.max(s.1);
         self.cv.notify_all();
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while s.0 < n && !self.cv.wait_until(&mut s, until).timed_out() {}
         s.1 -= 1;
     }
