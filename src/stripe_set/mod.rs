@@ -199,7 +199,18 @@ pub struct StripeSet {
     fence: fence::Fence,
     /// Parity buffers reused from row to row.
     bufs: bufs::BufPool,
+    /// A flushing thread per member slot, started on first use and kept
+    /// (`flush_together`).
+    flushers: Mutex<Vec<Option<std::sync::mpsc::Sender<FlushJob>>>>,
 }
+
+/// A member flush handed to a member's flushing thread: the media, the
+/// slot, and where the result goes.
+type FlushJob = (
+    Arc<dyn Media>,
+    u32,
+    std::sync::mpsc::Sender<(u32, io::Result<()>)>,
+);
 
 impl std::fmt::Debug for StripeSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -242,6 +253,7 @@ impl StripeSet {
             sb_lock: Mutex::new(()),
             fence: fence::Fence::default(),
             bufs: bufs::BufPool::new(layout.unit),
+            flushers: Mutex::new(Vec::new()),
         };
         set.gen.store(set.generation(), Ordering::Relaxed);
         if set.down_count() > layout.parity as usize {
@@ -705,7 +717,7 @@ impl StripeSet {
             }
             return Ok(());
         }
-        let results = flush_together(&up);
+        let results = self.flush_together(&up);
         let mut first = None;
         for ((m, _), r) in up.iter().zip(results) {
             if let Err(e) = r {
@@ -1324,31 +1336,60 @@ fn encode_columns(
     Ok(())
 }
 
-/// Flush each of `members` on a thread of its own (the first on this one),
-/// every result in the order given. A thread that cannot be started
-/// flushes on this thread instead; one that panics is an error.
-fn flush_together(members: &[(u32, &Arc<dyn Media>)]) -> Vec<io::Result<()>> {
-    std::thread::scope(|s| {
-        let others: Vec<_> = members[1..]
-            .iter()
-            .map(|&(m, media)| {
-                std::thread::Builder::new()
-                    .name(format!("sluice-flush-{m}"))
-                    .spawn_scoped(s, move || media.flush())
-                    .map_err(|_| media)
-            })
-            .collect();
-        let mut out = vec![members[0].1.flush()];
-        for t in others {
-            out.push(match t {
-                Ok(h) => h
-                    .join()
-                    .unwrap_or_else(|_| Err(io::Error::other("a member flush panicked"))),
-                Err(media) => media.flush(),
-            });
+impl StripeSet {
+    /// Flush each of `members` at once: the first on this thread, each
+    /// other on its slot's flushing thread (started on first use and kept:
+    /// on ext4 here, `fdatasync`s of five files from threads kept were
+    /// several times quicker than from a new thread each per flush, which
+    /// the first version did; docs/benchmarks.md, last section); every
+    /// result in the order given. A thread that cannot be started, or is
+    /// gone, is replaced by a flush on this thread.
+    fn flush_together(&self, members: &[(u32, &Arc<dyn Media>)]) -> Vec<io::Result<()>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut sent = Vec::new();
+        let mut out: Vec<Option<io::Result<()>>> = (0..members.len()).map(|_| None).collect();
+        for (i, &(m, media)) in members.iter().enumerate().skip(1) {
+            match self.flusher(m) {
+                Some(f) if f.send((media.clone(), m, tx.clone())).is_ok() => sent.push(i),
+                _ => out[i] = Some(media.flush()),
+            }
         }
-        out
-    })
+        drop(tx);
+        out[0] = Some(members[0].1.flush());
+        for _ in 0..sent.len() {
+            let Ok((m, r)) = rx.recv() else {
+                break;
+            };
+            if let Some(i) = members.iter().position(|&(x, _)| x == m) {
+                out[i] = Some(r);
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(io::Error::other("a member flush thread ended"))))
+            .collect()
+    }
+
+    /// Slot `m`'s flushing thread, started now if it is not yet; None when
+    /// it cannot be.
+    fn flusher(&self, m: u32) -> Option<std::sync::mpsc::Sender<FlushJob>> {
+        let mut f = self.flushers.lock();
+        if f.len() <= m as usize {
+            f.resize(m as usize + 1, None);
+        }
+        if f[m as usize].is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<FlushJob>();
+            std::thread::Builder::new()
+                .name(format!("sluice-flush-{m}"))
+                .spawn(move || {
+                    for (media, m, reply) in rx {
+                        let _ = reply.send((m, media.flush()));
+                    }
+                })
+                .ok()?;
+            f[m as usize] = Some(tx);
+        }
+        f[m as usize].clone()
+    }
 }
 
 #[cfg(test)]
