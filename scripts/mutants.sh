@@ -395,6 +395,28 @@ apply_rebuild_scratch_copies_skipped() {
 apply_stale_mount_tags_kept() {
   marker stale-mount-tags-kept
 }
+# a degraded mount's lanes of tags found at mount, back when their
+# segment's life ends, and only those (h14-stripes)
+apply_retire_mount_lanes_skipped() {
+  marker retire-mount-lanes-skipped
+}
+apply_retire_mount_lanes_any_row() {
+  marker retire-mount-lanes-any-row
+}
+# member flushes at once, each failure taken (h14-stripes)
+apply_member_flushes_serial() {
+  marker member-flushes-serial
+}
+apply_parallel_flush_error_dropped() {
+  marker parallel-flush-error-dropped
+}
+# fused parity kernels and the reused parity buffers (h14-stripes)
+apply_fused_mul2_wrong_reduction() {
+  marker fused-mul2-wrong-reduction
+}
+apply_scratch_copy_column_stale() {
+  marker scratch-copy-column-stale
+}
 apply_superblock_copies_not_repaired() {
   marker superblock-copies-not-repaired
 }
@@ -840,6 +862,12 @@ run runtime-header-heal-skipped stripe_set
 run resync-before-recovery-heal stripe_set dst
 run rebuild-scratch-copies-skipped stripe_repair
 run stale-mount-tags-kept dst
+run retire-mount-lanes-skipped lib
+run retire-mount-lanes-any-row lib
+run member-flushes-serial lib
+run parallel-flush-error-dropped lib
+run fused-mul2-wrong-reduction lib parity
+run scratch-copy-column-stale lib stripe_set
 run superblock-copies-not-repaired stripe_set dst
 run replayed-rows-not-resynced dst
 run resync-bakes-failing-block dst

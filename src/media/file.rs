@@ -349,6 +349,9 @@ impl Media for FileMedia {
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
+    fn flush_overlaps(&self) -> bool {
+        true
+    }
     fn size_now(&self) -> io::Result<u64> {
         if self.block_device {
             // a block device does not shrink under an open descriptor

@@ -94,6 +94,15 @@ pub trait Media: Send + Sync {
     fn flush_parallelism(&self) -> usize {
         1
     }
+    /// May this media's `flush` run on another thread beside other media's
+    /// flushes (a stripe set flushes its members at once when every one
+    /// says so)? FileMedia: yes (an `fdatasync`, a device round trip).
+    /// Default no: the simulator's media number every operation in one
+    /// order (a cut, a failure and a replay are chosen by that number), so
+    /// their flushes are issued one after another, in member order.
+    fn flush_overlaps(&self) -> bool {
+        false
+    }
     /// Human-readable description (path, O_DIRECT or not).
     fn describe(&self) -> String;
     fn is_empty(&self) -> bool {
@@ -151,6 +160,9 @@ macro_rules! forward_media {
             }
             fn flush_parallelism(&self) -> usize {
                 (**self).flush_parallelism()
+            }
+            fn flush_overlaps(&self) -> bool {
+                (**self).flush_overlaps()
             }
             fn describe(&self) -> String {
                 (**self).describe()

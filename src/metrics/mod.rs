@@ -205,6 +205,9 @@ impl<M: Media> Media for MeteredMedia<M> {
     fn flush_parallelism(&self) -> usize {
         self.inner.flush_parallelism()
     }
+    fn flush_overlaps(&self) -> bool {
+        self.inner.flush_overlaps()
+    }
     fn describe(&self) -> String {
         self.inner.describe()
     }

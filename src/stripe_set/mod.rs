@@ -21,6 +21,7 @@
 //! was cut short by a power failure before the next flush: that window is
 //! the write hole docs/stripes.md §4 describes, not closed here.
 
+mod bufs;
 mod fence;
 mod heal;
 pub mod media;
@@ -196,7 +197,20 @@ pub struct StripeSet {
     /// its slot shared, a rebuild batch holds its segments' exclusively
     /// (`fence`).
     fence: fence::Fence,
+    /// Parity buffers reused from row to row.
+    bufs: bufs::BufPool,
+    /// A flushing thread per member slot, started on first use and kept
+    /// (`flush_together`).
+    flushers: Mutex<Vec<Option<std::sync::mpsc::Sender<FlushJob>>>>,
 }
+
+/// A member flush handed to a member's flushing thread: the media, the
+/// slot, and where the result goes.
+type FlushJob = (
+    Arc<dyn Media>,
+    u32,
+    std::sync::mpsc::Sender<(u32, io::Result<()>)>,
+);
 
 impl std::fmt::Debug for StripeSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -238,6 +252,8 @@ impl StripeSet {
             unrecorded: AtomicBool::new(false),
             sb_lock: Mutex::new(()),
             fence: fence::Fence::default(),
+            bufs: bufs::BufPool::new(layout.unit),
+            flushers: Mutex::new(Vec::new()),
         };
         set.gen.store(set.generation(), Ordering::Relaxed);
         if set.down_count() > layout.parity as usize {
@@ -562,12 +578,15 @@ impl StripeSet {
             self.write_data(row, 0, data)?;
             let u = l.unit as usize;
             let units: Vec<&[u8]> = data.chunks(u).collect();
-            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(u)).collect();
-            let mut refs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
-            parity::encode(&units, &mut refs).map_err(io::Error::other)?;
+            let mut par: Vec<bufs::PoolBuf> = (0..l.parity).map(|_| self.bufs.take()).collect();
+            encode_into(&units, &mut par, 0..u)?;
             let base = l.row_offset(row).expect("row inside the set");
             for (i, p) in par.iter().enumerate() {
-                self.mwrite(self.shard_member(row, l.data_members() + i as u32), p, base)?;
+                self.mwrite(
+                    self.shard_member(row, l.data_members() + i as u32),
+                    &p[..u],
+                    base,
+                )?;
             }
             return Ok(());
         }
@@ -661,15 +680,12 @@ impl StripeSet {
                 c += 1;
             }
             let len = (c - c0) * BLOCK_BYTES;
-            let units: Vec<Vec<u8>> = (0..d).map(|u| st.gather(u * ub + c0, c - c0)).collect();
-            let refs: Vec<&[u8]> = units.iter().map(|v| v.as_slice()).collect();
-            let mut par: Vec<AlignedBuf> = (0..l.parity).map(|_| AlignedBuf::new(len)).collect();
-            let mut prefs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
-            parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
+            let mut par: Vec<bufs::PoolBuf> = (0..l.parity).map(|_| self.bufs.take()).collect();
+            encode_columns(st, d, ub, c0..c, &mut par, 0)?;
             for (i, p) in par.iter().enumerate() {
                 self.mwrite(
                     self.shard_member(row, (d + i) as u32),
-                    p,
+                    &p[..len],
                     base + (c0 as u64) * BS,
                 )?;
             }
@@ -678,15 +694,40 @@ impl StripeSet {
         Ok(())
     }
 
+    /// Flush every member up. When every one of them can flush beside the
+    /// others (`Media::flush_overlaps`: files and devices), all at once,
+    /// one thread each, so a FLUSH waits for the slowest member's
+    /// `fdatasync`, not for their sum; else (the simulator's members, whose
+    /// operations are numbered in one order that a seed must repeat) one
+    /// after another in member order, stopping at the first error the
+    /// parity cannot cover. Either way the errors are then taken in member
+    /// order: each failing member is taken out of use (`fail`), and the
+    /// flush fails only when more members are down than the parity covers
+    /// (the rest's flush counts: the set's data is on them).
     fn flush_members(&self) -> io::Result<()> {
-        for m in 0..self.layout.members {
-            if let Some(media) = self.up(m) {
+        let up: Vec<(u32, &Arc<dyn Media>)> = (0..self.layout.members)
+            .filter_map(|m| self.up(m).map(|media| (m, media)))
+            .collect();
+        // MUTANT: member-flushes-serial s|up.len() < 2 |up.len() > 0 |
+        if up.len() < 2 || !up.iter().all(|(_, media)| media.flush_overlaps()) {
+            for (m, media) in up {
                 if let Err(e) = media.flush() {
                     self.fail(m, e)?;
                 }
             }
+            return Ok(());
         }
-        Ok(())
+        let results = self.flush_together(&up);
+        let mut first = None;
+        for ((m, _), r) in up.iter().zip(results) {
+            if let Err(e) = r {
+                // MUTANT: parallel-flush-error-dropped s|self.fail(*m, e)|Ok::<(), io::Error>(())|
+                if let Err(e) = self.fail(*m, e) {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Make every completed write durable. Rows a write left partial get
@@ -850,16 +891,9 @@ impl StripeSet {
         let u = l.unit as usize;
         let ub = u / BLOCK_BYTES;
         let d = l.data_members() as usize;
-        let units: Vec<Vec<u8>> = (0..d).map(|k| st.gather(k * ub, ub)).collect();
-        let refs: Vec<&[u8]> = units.iter().map(|v| v.as_slice()).collect();
-        let mut places: Vec<AlignedBuf> = (0..l.parity)
-            .map(|_| AlignedBuf::new(BLOCK_BYTES + u))
-            .collect();
-        {
-            let mut prefs: Vec<&mut [u8]> =
-                places.iter_mut().map(|p| &mut p[BLOCK_BYTES..]).collect();
-            parity::encode(&refs, &mut prefs).map_err(io::Error::other)?;
-        }
+        let mut places: Vec<bufs::PoolBuf> = (0..l.parity).map(|_| self.bufs.take()).collect();
+        // MUTANT: scratch-copy-column-stale s|0..ub,|0..ub - 1,|
+        encode_columns(st, d, ub, 0..ub, &mut places, BLOCK_BYTES)?;
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let covered = st.covered();
         let set_uuid = self.members[0].ident.set_uuid;
@@ -874,7 +908,7 @@ impl StripeSet {
             }
             .seal(buf);
             let m = self.shard_member(row, (d + i) as u32);
-            self.mwrite(m, buf, at)?;
+            self.mwrite(m, &buf[..BLOCK_BYTES + u], at)?;
             self.rows
                 .lock()
                 .place_owner
@@ -1261,6 +1295,100 @@ impl StripeSet {
             .map_err(io::Error::other)?;
         out.copy_from_slice(&shards[d as usize]);
         Ok(())
+    }
+}
+
+/// The parity of `data` (one slice per data unit, `range.len()` bytes each)
+/// into `range` of each of `par` (P, then Q when there are two).
+fn encode_into(
+    data: &[&[u8]],
+    par: &mut [bufs::PoolBuf],
+    range: std::ops::Range<usize>,
+) -> io::Result<()> {
+    match par {
+        [p] => parity::encode_p(data, &mut p[range]),
+        [p, q] => parity::encode_pq(data, &mut p[range.clone()], &mut q[range]),
+        _ => parity::encode(data, &mut []),
+    }
+    .map_err(io::Error::other)
+}
+
+/// The parity of the row `st` holds (`d` data units of `ub` blocks; a block
+/// not written, or only padded, counts as zero) at block columns `cols`,
+/// each column's into `par` from byte `at` on, one block after another:
+/// from the blocks as memory holds them, nothing gathered or zeroed.
+fn encode_columns(
+    st: &rows::RowState,
+    d: usize,
+    ub: usize,
+    cols: std::ops::Range<usize>,
+    par: &mut [bufs::PoolBuf],
+    at: usize,
+) -> io::Result<()> {
+    static ZERO: [u8; BLOCK_BYTES] = [0; BLOCK_BYTES];
+    let mut refs: Vec<&[u8]> = Vec::with_capacity(d);
+    for (k, c) in cols.enumerate() {
+        refs.clear();
+        refs.extend((0..d).map(|u| st.block(u * ub + c).unwrap_or(&ZERO)));
+        let o = at + k * BLOCK_BYTES;
+        encode_into(&refs, par, o..o + BLOCK_BYTES)?;
+    }
+    Ok(())
+}
+
+impl StripeSet {
+    /// Flush each of `members` at once: the first on this thread, each
+    /// other on its slot's flushing thread (started on first use and kept:
+    /// on ext4 here, `fdatasync`s of five files from threads kept were
+    /// several times quicker than from a new thread each per flush, which
+    /// the first version did; docs/benchmarks.md, last section); every
+    /// result in the order given. A thread that cannot be started, or is
+    /// gone, is replaced by a flush on this thread.
+    fn flush_together(&self, members: &[(u32, &Arc<dyn Media>)]) -> Vec<io::Result<()>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut sent = Vec::new();
+        let mut out: Vec<Option<io::Result<()>>> = (0..members.len()).map(|_| None).collect();
+        for (i, &(m, media)) in members.iter().enumerate().skip(1) {
+            match self.flusher(m) {
+                Some(f) if f.send((media.clone(), m, tx.clone())).is_ok() => sent.push(i),
+                _ => out[i] = Some(media.flush()),
+            }
+        }
+        drop(tx);
+        out[0] = Some(members[0].1.flush());
+        for _ in 0..sent.len() {
+            let Ok((m, r)) = rx.recv() else {
+                break;
+            };
+            if let Some(i) = members.iter().position(|&(x, _)| x == m) {
+                out[i] = Some(r);
+            }
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(io::Error::other("a member flush thread ended"))))
+            .collect()
+    }
+
+    /// Slot `m`'s flushing thread, started now if it is not yet; None when
+    /// it cannot be.
+    fn flusher(&self, m: u32) -> Option<std::sync::mpsc::Sender<FlushJob>> {
+        let mut f = self.flushers.lock();
+        if f.len() <= m as usize {
+            f.resize(m as usize + 1, None);
+        }
+        if f[m as usize].is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<FlushJob>();
+            std::thread::Builder::new()
+                .name(format!("sluice-flush-{m}"))
+                .spawn(move || {
+                    for (media, m, reply) in rx {
+                        let _ = reply.send((m, media.flush()));
+                    }
+                })
+                .ok()?;
+            f[m as usize] = Some(tx);
+        }
+        f[m as usize].clone()
     }
 }
 

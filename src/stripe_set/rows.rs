@@ -315,6 +315,7 @@ impl RowTable {
         let mut lanes: Vec<u32> = self
             .mount_tags
             .iter()
+            // MUTANT: retire-mount-lanes-any-row s|(first..end).contains(*r)|(0..u64::MAX).contains(*r)|
             .filter(|(r, _)| (first..end).contains(*r))
             .flat_map(|(_, tags)| tags.iter().map(|t| t.lane))
             .collect();
@@ -325,6 +326,7 @@ impl RowTable {
                 && !self.retiring.contains(&l)
                 && !self.row_lane.values().any(|&x| x == l)
             {
+                // MUTANT: retire-mount-lanes-skipped s|self.retiring.push(l);|let _ = l;|
                 self.retiring.push(l);
             }
         }

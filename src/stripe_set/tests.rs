@@ -700,3 +700,210 @@ fn a_closed_segments_last_row_is_finished_and_gives_its_lane_back() {
         );
     }
 }
+
+/// A degraded mount does not resync, so the lanes of the tags it found stay
+/// taken until their rows' segment starts a new life (`retire_mount_lanes`,
+/// through the wipe's `forget_range` and the tombstone's
+/// `drop_mount_tags`): every lane holds a tag, member 0 is lost, every
+/// segment but one is wiped and the flush after gives their lanes back,
+/// and only theirs: sixteen new partial rows on the kept row's P member
+/// then find exactly the lanes wiped (one flushed unprotected) and none of
+/// them overwrites the kept row's copy, which a degraded read of its block
+/// on the lost member still rebuilds from.
+#[test]
+fn a_degraded_mount_gets_back_the_lanes_of_wiped_segments_and_only_theirs() {
+    use crate::media::{Loss, SimMedia};
+    let (sims, pl) = sim_set(b"unit-test-set-09");
+    let set = &pl.set;
+    let store = StripeStore::new(set.clone());
+    let l = set.layout;
+    let ub = (UNIT / BS) as u32;
+    let rb = 2 * ub;
+    let rps = l.rows_per_segment;
+    let lanes = scratch::LANES;
+    assert!(store.segment_count() >= 2 * lanes, "room for the new rows");
+    let blk = |s: u32| vec![s as u8 + 1; BLOCK_BYTES];
+    // row 1 of segments 0..LANES: the first block of each data unit, flushed
+    for s in 0..lanes {
+        store.write(s, rb, &blk(s)).unwrap();
+        store.write(s, rb + ub, &blk(s)).unwrap();
+    }
+    set.flush().unwrap();
+    assert!(
+        set.rows.lock().free_lanes.is_empty(),
+        "every lane holds a tag"
+    );
+    let lost = 0u32;
+    let images: Vec<Arc<dyn Media>> = sims
+        .iter()
+        .map(|m| Arc::new(SimMedia::from_image(m.crash_image(Loss::DropAll, 1))) as Arc<dyn Media>)
+        .collect();
+    let deg = Arc::new(from_images(set, &images, lost as usize));
+    let p_of = |s: u32| l.parity_member(s as u64 * rps + 1, 0).unwrap();
+    // the tags on member 0 are not read: those lanes are free at mount
+    let read: Vec<u32> = (0..lanes).filter(|&s| p_of(s) != lost).collect();
+    assert_eq!(deg.rows_tagged(), read.len());
+    assert_eq!(
+        deg.rows.lock().free_lanes.len(),
+        (lanes as usize) - read.len()
+    );
+    let keep = read[0];
+    let kp = p_of(keep);
+    let dstore = StripeStore::new(deg.clone());
+    for s in (0..lanes).filter(|&s| s != keep) {
+        dstore.wipe(s, &[0x77u8; BLOCK_BYTES]).unwrap();
+    }
+    deg.flush().unwrap();
+    assert_eq!(
+        deg.rows.lock().free_lanes.len(),
+        lanes as usize - 1,
+        "the wiped segments' lanes come back, the kept row's does not"
+    );
+    // sixteen new partial rows whose P member is the kept row's
+    let mut n = 0;
+    for s in lanes..store.segment_count() {
+        if n == lanes {
+            break;
+        }
+        let Some(j) = (1..rps).find(|&j| l.parity_member(s as u64 * rps + j, 0) == Some(kp)) else {
+            continue;
+        };
+        dstore
+            .write(s, j as u32 * rb, &[0x99u8; BLOCK_BYTES])
+            .unwrap();
+        n += 1;
+    }
+    assert_eq!(n, lanes);
+    deg.flush().unwrap();
+    assert_eq!(
+        deg.status().unprotected_flushes,
+        1,
+        "the new rows find exactly the lanes of the wiped segments"
+    );
+    // the kept row's block on the lost member, from its scratch copy
+    let row = keep as u64 * rps + 1;
+    let d = (0..2).find(|&d| l.data_member(row, d) == lost).unwrap();
+    let mut got = vec![0u8; BLOCK_BYTES];
+    deg.read_area(store.phys(keep, rb + d * ub) * BS, &mut got)
+        .unwrap();
+    assert!(
+        got == blk(keep),
+        "a flushed block of a row tagged at mount reads wrong: its lane was given to another row"
+    );
+}
+
+/// A member whose flush can be held until every member's flush has begun
+/// (`Gate`), or fail; `flush_overlaps` as a file's.
+struct Overlapping {
+    inner: MemMedia,
+    gate: Arc<Gate>,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Default)]
+struct Gate {
+    armed: std::sync::atomic::AtomicBool,
+    /// Flushes begun since armed; the most seen running at once.
+    state: Mutex<(usize, usize, usize)>,
+    cv: parking_lot::Condvar,
+}
+
+impl Gate {
+    /// Count a flush in, wait (at most 20 s: a serial caller must not hang
+    /// the test, it fails it; a loaded machine starts threads well within
+    /// it) until `n` have begun, count it out.
+    fn pass(&self, n: usize) {
+        if !self.armed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut s = self.state.lock();
+        s.0 += 1;
+        s.1 += 1;
+        s.2 = s.2.max(s.1);
+        self.cv.notify_all();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while s.0 < n && !self.cv.wait_until(&mut s, until).timed_out() {}
+        s.1 -= 1;
+    }
+}
+
+impl Media for Overlapping {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.gate.pass(5);
+        if self.fail.load(Ordering::Acquire) {
+            return Err(io::Error::other("flush refused (test)"));
+        }
+        self.inner.flush()
+    }
+    fn flush_overlaps(&self) -> bool {
+        true
+    }
+    fn describe(&self) -> String {
+        "overlapping test member".into()
+    }
+}
+
+/// Members that flush beside each other are flushed at once (all five
+/// flushes begun before any ends); a member whose flush fails is taken out
+/// of use and the flush stands while the parity covers the members down,
+/// then fails.
+#[test]
+fn members_are_flushed_at_once_and_a_failed_flush_fails_its_member() {
+    let gate = Arc::new(Gate::default());
+    let media: Vec<Arc<Overlapping>> = (0..5)
+        .map(|_| {
+            Arc::new(Overlapping {
+                inner: MemMedia::new(8 << 20),
+                gate: gate.clone(),
+                fail: false.into(),
+            })
+        })
+        .collect();
+    let devs = media
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (format!("o{i}"), m.clone() as Arc<dyn Media>))
+        .collect();
+    let pl = plan(
+        devs,
+        &PlanOptions {
+            parity: 1,
+            unit: UNIT,
+            segment_bytes: 256 << 10,
+            logical_bytes: None,
+            overprovision: 0.1,
+            log_bytes: 0,
+            set_uuid: Some(*b"unit-test-set-10"),
+        },
+    )
+    .unwrap();
+    let set = &pl.set;
+    set.set_formatting(false);
+    gate.armed.store(true, Ordering::Release);
+    set.flush_members().unwrap();
+    assert_eq!(
+        gate.state.lock().2,
+        5,
+        "the members' flushes ran one after another"
+    );
+    gate.armed.store(false, Ordering::Release);
+    media[2].fail.store(true, Ordering::Release);
+    set.flush_members().unwrap();
+    let down: Vec<u32> = set.status().down.iter().map(|d| d.0).collect();
+    assert_eq!(down, vec![2], "the member whose flush failed is out of use");
+    media[3].fail.store(true, Ordering::Release);
+    assert!(
+        set.flush_members().is_err(),
+        "two members down on a RAID-5 set: the flush fails"
+    );
+    assert_eq!(set.status().down.len(), 2);
+}
