@@ -19,7 +19,10 @@
 //! data equals what reconstruction from the other members of the row gives
 //! (data + zero padding agree with P and Q), unless a later write to the row
 //! was cut short by a power failure before the next flush: that window is
-//! the write hole docs/stripes.md §4 describes, not closed here.
+//! the write hole docs/stripes.md §4 describes, not closed here. One
+//! exception: a row holding only a segment's tombstone keeps its old
+//! parity (a degraded read rebuilds the old life's block, never a torn
+//! mix of the two: `flush`, docs/stripes.md §0 finding 11).
 
 mod fence;
 mod heal;
@@ -471,10 +474,12 @@ impl StripeSet {
     }
 
     /// Write a segment's tombstone (one block at its start, `StripeStore::
-    /// wipe`): a row holding nothing else gets its running parity in place,
-    /// not a scratch lane (its only content is that block, which the
-    /// segment's next life overwrites first; a reuse barrier wiping many
-    /// segments would otherwise take every lane from user rows).
+    /// wipe`): a row holding nothing else gets no scratch lane (a reuse
+    /// barrier wiping many segments would otherwise take every lane from
+    /// user rows) and no parity at all: its parity stays the old life's,
+    /// so a degraded read rebuilds the old life's block whole, as a wipe
+    /// that did not land (`flush`; docs/stripes.md §0, finding 11). The
+    /// segment's next life overwrites the block first.
     pub fn write_tombstone(&self, off: u64, buf: &[u8]) -> io::Result<()> {
         let _fence = self.fenced(off, buf.len());
         self.write_area_as(off, buf, true)
@@ -755,7 +760,21 @@ impl StripeSet {
             if !st.dirty {
                 continue;
             }
-            let lane = if protect && !st.tomb_only {
+            if st.tomb_only {
+                // A segment's tombstone alone: its data is durable (the
+                // member flush above) and its parity stays the old life's
+                // (docs/stripes.md §0, finding 11). A degraded read of it
+                // rebuilds the old life's block 0 whole, as a wipe that
+                // did not land; any write of the row's parity or padding
+                // in place would be torn by a power cut into sectors of the
+                // old header (its seq intact) mixed with garbage, a header
+                // that fails its check below the durable point, and
+                // recovery refused the mount.
+                // MUTANT: tomb-parity-in-place s|st.dirty = false;|self.write_parity(row, &mut st, false)?;|
+                st.dirty = false;
+                continue;
+            }
+            let lane = if protect {
                 self.rows.lock().lane_for(row)
             } else {
                 None
@@ -764,9 +783,7 @@ impl StripeSet {
                 // MUTANT: partial-row-parity-skipped s|self.write_scratch(row, &mut st, lane)?|st.dirty = false|
                 Some(lane) => self.write_scratch(row, &mut st, lane)?,
                 None => {
-                    if !st.tomb_only {
-                        self.counters.unprotected.fetch_add(1, Ordering::Relaxed);
-                    }
+                    self.counters.unprotected.fetch_add(1, Ordering::Relaxed);
                     self.write_parity(row, &mut st, false)?;
                 }
             }

@@ -331,8 +331,12 @@ fn a_scratch_tag_never_names_data_that_is_not_durable() {
     );
 }
 
+/// A tombstone alone in its row takes no scratch lane (a user row after
+/// many wipes still gets one) and writes no parity: read from its member it
+/// is the tombstone, rebuilt without it the old life's block (here never
+/// written: zeros), never a mix (docs/stripes.md §0, finding 11).
 #[test]
-fn tombstones_take_no_scratch_lane_and_rebuild_degraded() {
+fn tombstones_take_no_scratch_lane_and_keep_the_old_parity() {
     let pl = planned(5, 1);
     let store = StripeStore::new(pl.set.clone());
     let n = (scratch::LANES + 4).min(store.segment_count() - 1);
@@ -345,10 +349,30 @@ fn tombstones_take_no_scratch_lane_and_rebuild_degraded() {
     store.write(n, 0, &vec![3u8; 5 * BLOCK_BYTES]).unwrap();
     pl.set.flush().unwrap();
     assert_eq!(pl.set.status().unprotected_flushes, 0);
-    let mut want: Vec<(u64, Vec<u8>)> = (0..n).map(|s| (store.phys(s, 0), tomb.clone())).collect();
-    want.extend((0..5).map(|b| (store.phys(n, b), vec![3u8; BLOCK_BYTES])));
+    let want: Vec<(u64, Vec<u8>)> = (0..5)
+        .map(|b| (store.phys(n, b), vec![3u8; BLOCK_BYTES]))
+        .collect();
+    let l = pl.set.layout;
     for lost in losses(5, 1) {
-        check_all(&without(&pl.set, &lost), &want, &format!("lost {lost:?}"));
+        let deg = without(&pl.set, &lost);
+        check_all(&deg, &want, &format!("lost {lost:?}"));
+        for seg in 0..n {
+            let p = store.phys(seg, 0);
+            let row = p * BS / l.write_unit();
+            let mut got = vec![0u8; BLOCK_BYTES];
+            deg.read_area(p * BS, &mut got).unwrap();
+            if lost.contains(&l.data_member(row, 0)) {
+                assert!(
+                    got.iter().all(|&b| b == 0),
+                    "segment {seg}, lost {lost:?}: not the old block"
+                );
+            } else {
+                assert!(
+                    got == tomb,
+                    "segment {seg}, lost {lost:?}: not the tombstone"
+                );
+            }
+        }
     }
 }
 
@@ -699,4 +723,127 @@ fn a_closed_segments_last_row_is_finished_and_gives_its_lane_back() {
             "{what}: the row reads back wrong with its first member lost"
         );
     }
+}
+
+/// docs/stripes.md §0 finding 11 (DST seed 1310725, RAID-6 of 2 data + P +
+/// Q): a reuse barrier wipes a segment whose first row the old life wrote
+/// whole; the flush after the wipe makes the tombstone durable. It then
+/// padded the row's other data column with zeros and wrote the row's
+/// parity in place; a power cut tore those writes, and with the
+/// tombstone's member lost block 0 was rebuilt sector by sector from old
+/// and new bytes: the old header's first sector (its seq intact) over
+/// garbage, no tombstone sector, so recovery took it for a flushed chunk
+/// that fails its check and refused the mount. Every cut point of the
+/// wipe and its flush (one disk of four parts, the DST's model), every
+/// subset of the unflushed writes torn at random sectors, each one or two
+/// members lost: block 0 reads as the old block whole or holds a tombstone
+/// sector (a wipe, whole or torn), and a flushed block of another segment
+/// reads back.
+#[test]
+fn a_torn_tombstone_row_rebuilds_the_old_block_or_a_wipe() {
+    use crate::format::chunk;
+    use crate::media::{crash_apply, Loss, SimEvent, SimMedia};
+    const PART: u64 = 4 << 20;
+    let n = 4u32;
+    let sim = Arc::new(SimMedia::new(PART * n as u64));
+    let devs = (0..n)
+        .map(|i| {
+            let part = sim.part(i as u64 * PART, PART);
+            (format!("p{i}"), Arc::new(part) as Arc<dyn Media>)
+        })
+        .collect();
+    let uuid = *b"unit-test-set-09";
+    let pl = plan(
+        devs,
+        &PlanOptions {
+            parity: 2,
+            unit: 4096,
+            segment_bytes: 64 << 10,
+            logical_bytes: None,
+            overprovision: 0.1,
+            log_bytes: 0,
+            set_uuid: Some(uuid),
+        },
+    )
+    .unwrap();
+    let set = &pl.set;
+    set.set_formatting(false);
+    let store = StripeStore::new(set.clone());
+    let sb = store.segment_blocks() as usize;
+    // the old life of segment 0 (its first block a chunk header's stand-in)
+    // and a flushed block of segment 1
+    let old: Vec<u8> = (0..sb)
+        .flat_map(|i| vec![0x10u8.wrapping_add(i as u8); BLOCK_BYTES])
+        .collect();
+    store.write(0, 0, &old).unwrap();
+    let other = vec![0x5au8; BLOCK_BYTES];
+    store.write(1, 0, &other).unwrap();
+    set.flush().unwrap();
+    let base = sim.current_image();
+    sim.record();
+    let mut tomb = vec![0u8; BLOCK_BYTES];
+    chunk::tombstone(&mut tomb, &uuid, 0);
+    store.wipe(0, &tomb).unwrap();
+    set.flush().unwrap();
+    let events = sim.take_events();
+    let mut images = 0;
+    for cut in 0..=events.len() {
+        // replay the first `cut` operations: durable, and still cached
+        let mut durable = base.clone();
+        let mut cache: Vec<(u64, Vec<u8>)> = Vec::new();
+        for e in &events[..cut] {
+            match e {
+                SimEvent::Write { offset, data } => cache.push((*offset, data.clone())),
+                SimEvent::FlushPart { base, len } => cache.retain(|(o, d)| {
+                    let inside = *o >= *base && *o < base + len;
+                    if inside {
+                        durable[*o as usize..*o as usize + d.len()].copy_from_slice(d);
+                    }
+                    !inside
+                }),
+                _ => {}
+            }
+        }
+        let rounds = if cache.is_empty() { 1 } else { 24 };
+        for k in 0..rounds {
+            let loss = [Loss::KeepAll, Loss::Subset][(k % 2) as usize];
+            let mut img = durable.clone();
+            crash_apply(
+                &mut img,
+                cache.iter().map(|(o, d)| (*o, d.as_slice())),
+                loss,
+                cut as u64 * 1000 + k,
+            );
+            images += 1;
+            let disk = Arc::new(SimMedia::from_image(img));
+            for lost in losses(n, 2).into_iter().filter(|l| !l.is_empty()) {
+                let members = set
+                    .members()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        let media = (!lost.contains(&(i as u32)))
+                            .then(|| Arc::new(disk.part(i as u64 * PART, PART)) as Arc<dyn Media>);
+                        Member::new(m.name.clone(), media, m.ident)
+                    })
+                    .collect();
+                let deg = StripeSet::new(set.layout, set.shape, members).unwrap();
+                deg.load_scratch().unwrap();
+                let mut b0 = vec![0u8; BLOCK_BYTES];
+                deg.read_area(0, &mut b0).unwrap();
+                assert!(
+                    b0 == old[..BLOCK_BYTES] || chunk::has_tombstone_sector(&b0, &uuid, 0),
+                    "cut after {cut} of {} ops, {loss:?} #{k}, members {lost:?} lost: segment 0's block 0 is neither the old block nor a wipe",
+                    events.len()
+                );
+                let mut got = vec![0u8; BLOCK_BYTES];
+                deg.read_area(store.phys(1, 0) * BS, &mut got).unwrap();
+                assert!(
+                    got == other,
+                    "members {lost:?} lost: a flushed block reads wrong"
+                );
+            }
+        }
+    }
+    assert!(images > events.len(), "some cuts had unflushed writes");
 }
