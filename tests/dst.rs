@@ -3536,9 +3536,9 @@ fn dst_regression_stripe_flipped_old_header_after_a_cut() {
 /// writes, and with member 1 (the tombstone's) lost, block 0 rebuilt as the
 /// old header's first sector (seq 144) over garbage: "fails verification
 /// although a flush had made it durable", the mount refused. Passes since a
-/// row holding only a tombstone keeps its old parity (mutation
-/// `tomb-parity-in-place`, killed by the unit test
-/// `a_torn_tombstone_row_rebuilds_the_old_block_or_a_wipe`).
+/// tombstone row's parity goes through a scratch lane within the flush
+/// (`StripeSet::write_tombstones`; mutation `tomb-parity-in-place`, killed
+/// by the unit test `a_torn_tombstone_row_rebuilds_the_old_block_or_a_wipe`).
 #[test]
 fn dst_regression_stripe_torn_tombstone_parity_then_a_member_lost() {
     let seed = STRIPE_RING_SEEDS + 5;

@@ -19,10 +19,7 @@
 //! data equals what reconstruction from the other members of the row gives
 //! (data + zero padding agree with P and Q), unless a later write to the row
 //! was cut short by a power failure before the next flush: that window is
-//! the write hole docs/stripes.md §4 describes, not closed here. One
-//! exception: a row holding only a segment's tombstone keeps its old
-//! parity (a degraded read rebuilds the old life's block, never a torn
-//! mix of the two: `flush`, docs/stripes.md §0 finding 11).
+//! the write hole docs/stripes.md §4 describes, not closed here.
 
 mod fence;
 mod heal;
@@ -474,12 +471,12 @@ impl StripeSet {
     }
 
     /// Write a segment's tombstone (one block at its start, `StripeStore::
-    /// wipe`): a row holding nothing else gets no scratch lane (a reuse
-    /// barrier wiping many segments would otherwise take every lane from
-    /// user rows) and no parity at all: its parity stays the old life's,
-    /// so a degraded read rebuilds the old life's block whole, as a wipe
-    /// that did not land (`flush`; docs/stripes.md §0, finding 11). The
-    /// segment's next life overwrites the block first.
+    /// wipe`): a row holding nothing else holds no scratch lane past the
+    /// flush (its only content is that block, which the segment's next life
+    /// overwrites first; a reuse barrier wiping many segments would
+    /// otherwise take every lane from user rows): the flush writes its
+    /// parity through a lane it frees again before it returns
+    /// (`write_tombstones`).
     pub fn write_tombstone(&self, off: u64, buf: &[u8]) -> io::Result<()> {
         let _fence = self.fenced(off, buf.len());
         self.write_area_as(off, buf, true)
@@ -751,6 +748,7 @@ impl StripeSet {
         let l = self.layout;
         let protect = l.parity > 0 && (l.write_unit() / BS) as usize <= scratch::MAX_ROW_BLOCKS;
         let mut wrote = !voids.is_empty();
+        let mut tombs = Vec::new();
         for row in dirty {
             let _fence = self.fenced(row * l.write_unit(), BLOCK_BYTES);
             let Some(state) = self.rows.lock().get(row) else {
@@ -760,18 +758,9 @@ impl StripeSet {
             if !st.dirty {
                 continue;
             }
-            if st.tomb_only {
-                // A segment's tombstone alone: its data is durable (the
-                // member flush above) and its parity stays the old life's
-                // (docs/stripes.md §0, finding 11). A degraded read of it
-                // rebuilds the old life's block 0 whole, as a wipe that
-                // did not land; any write of the row's parity or padding
-                // in place would be torn by a power cut into sectors of the
-                // old header (its seq intact) mixed with garbage, a header
-                // that fails its check below the durable point, and
-                // recovery refused the mount.
-                // MUTANT: tomb-parity-in-place s|st.dirty = false;|self.write_parity(row, &mut st, false)?;|
-                st.dirty = false;
+            if st.tomb_only && protect {
+                // (after the user rows: `write_tombstones`)
+                tombs.push(row);
                 continue;
             }
             let lane = if protect {
@@ -792,6 +781,7 @@ impl StripeSet {
         if wrote {
             self.flush_members()?;
         }
+        self.write_tombstones(&tombs)?;
         {
             let mut t = self.rows.lock();
             t.free_lanes.extend(retiring);
@@ -801,6 +791,84 @@ impl StripeSet {
         // record) is stale on the others before anything is acknowledged
         // MUTANT: member-failure-unrecorded s|self.record_failures()|Ok::<(), io::Error>(())|
         self.record_failures()
+    }
+
+    /// The parity of rows holding only a segment's tombstone (`flush`,
+    /// after the member flush that made the tombstones durable), in batches
+    /// of as many rows as lanes are free: each row's running parity with
+    /// its tag into a lane (the tombstone, the rest zero), a member flush,
+    /// the row's padding and parity in place, a member flush, the tags
+    /// voided, a member flush, the lanes free again. So a tombstone row
+    /// holds no lane past the flush (a reuse barrier wiping many segments
+    /// does not take them from user rows), and at every power cut a
+    /// degraded read of its block 0 rebuilds the old life's block whole (no
+    /// valid tag yet, parity in place untouched), the tombstone (from the
+    /// tag, whatever the writes in place left), or, once those are durable
+    /// and the tag voided, the tombstone from the parity in place.
+    /// Written in place directly, a cut tore the padding and parity into a
+    /// mix of the old header's sectors (its seq intact) and garbage that
+    /// recovery took for a durable header failing its check, and refused
+    /// the mount (docs/stripes.md §0, finding 11). With no lane free at
+    /// all (a concurrent flush holds them) the rest goes in place, counted
+    /// as unprotected.
+    fn write_tombstones(&self, rows: &[u64]) -> io::Result<()> {
+        let l = self.layout;
+        let mut rest = rows;
+        while !rest.is_empty() {
+            let lanes: Vec<u32> = {
+                let mut t = self.rows.lock();
+                let n = rest.len().min(t.free_lanes.len());
+                let at = t.free_lanes.len() - n;
+                t.free_lanes.split_off(at)
+            };
+            // MUTANT: tomb-parity-in-place s|if lanes.is_empty() {|if true {|
+            if lanes.is_empty() {
+                for &row in rest {
+                    let _fence = self.fenced(row * l.write_unit(), BLOCK_BYTES);
+                    if let Some(state) = self.rows.lock().get(row) {
+                        self.counters.unprotected.fetch_add(1, Ordering::Relaxed);
+                        self.write_parity(row, &mut state.lock(), false)?;
+                    }
+                }
+                return self.flush_members();
+            }
+            let (batch, later) = rest.split_at(lanes.len());
+            rest = later;
+            let states: Vec<(u64, Arc<Mutex<rows::RowState>>, u32)> = batch
+                .iter()
+                .zip(&lanes)
+                .filter_map(|(&row, &lane)| self.rows.lock().get(row).map(|s| (row, s, lane)))
+                .collect();
+            for (row, state, lane) in &states {
+                let _fence = self.fenced(row * l.write_unit(), BLOCK_BYTES);
+                self.write_scratch(*row, &mut state.lock(), *lane)?;
+            }
+            self.flush_members()?;
+            for (row, state, _) in &states {
+                let _fence = self.fenced(row * l.write_unit(), BLOCK_BYTES);
+                self.write_parity(*row, &mut state.lock(), false)?;
+            }
+            self.flush_members()?;
+            let places: Vec<(u32, u32, u32)> = {
+                let mut t = self.rows.lock();
+                let places: Vec<(u32, u32, u32)> = t
+                    .place_owner
+                    .iter()
+                    .filter(|(p, (r, _))| lanes.contains(&p.1) && batch.contains(r))
+                    .map(|(p, _)| *p)
+                    .collect();
+                for p in &places {
+                    t.place_owner.remove(p);
+                }
+                places
+            };
+            let mut places = places;
+            places.sort_unstable();
+            self.void_places(&places)?;
+            self.flush_members()?;
+            self.rows.lock().free_lanes.extend(lanes);
+        }
+        Ok(())
     }
 
     /// The engine closed segment `seg` with its first `fill` blocks
