@@ -380,9 +380,6 @@ apply_degraded_read_uses_failed_member() {
 apply_dead_tags_voided_before_tombstone() {
   marker dead-tags-voided-before-tombstone
 }
-apply_tomb_parity_in_place() {
-  marker tomb-parity-in-place
-}
 apply_recovery_heal_skipped() {
   marker recovery-heal-skipped
 }
@@ -820,7 +817,6 @@ run member-failure-unrecorded stripe_set dst
 run stale-by-newest-generation stripe stripe_set
 run degraded-read-uses-failed-member lib
 run dead-tags-voided-before-tombstone lib dst
-run tomb-parity-in-place lib
 run recovery-heal-skipped stripe_set dst
 run runtime-header-heal-skipped stripe_set
 run resync-before-recovery-heal stripe_set dst
