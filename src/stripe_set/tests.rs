@@ -907,3 +907,137 @@ fn members_are_flushed_at_once_and_a_failed_flush_fails_its_member() {
     );
     assert_eq!(set.status().down.len(), 2);
 }
+
+/// docs/stripes.md §0 finding 11 (DST seed 1310725, RAID-6 of 2 data + P +
+/// Q): a reuse barrier wipes a segment whose first row the old life wrote
+/// whole; the flush after the wipe makes the tombstone durable. It then
+/// padded the row's other data column with zeros and wrote the row's
+/// parity in place; a power cut tore those writes, and with the
+/// tombstone's member lost block 0 was rebuilt sector by sector from old
+/// and new bytes: the old header's first sector (its seq intact) over
+/// garbage, no tombstone sector, so recovery took it for a flushed chunk
+/// that fails its check and refused the mount. Every cut point of the
+/// wipe and its flush (one disk of four parts, the DST's model), every
+/// subset of the unflushed writes torn at random sectors, each one or two
+/// members lost: block 0 reads as the old block whole or as a wipe (a
+/// tombstone sector, whole or torn, or a zero first sector), a flushed
+/// block of another segment reads back, and once the flush returned block
+/// 0 is the tombstone.
+#[test]
+#[ignore = "docs/stripes.md §0 finding 11, not fixed: the fix tried broke another DST seed"]
+fn a_torn_tombstone_row_rebuilds_the_old_block_or_a_wipe() {
+    use crate::format::chunk;
+    use crate::media::{crash_apply, Loss, SimEvent, SimMedia};
+    const PART: u64 = 4 << 20;
+    let n = 4u32;
+    let sim = Arc::new(SimMedia::new(PART * n as u64));
+    let devs = (0..n)
+        .map(|i| {
+            let part = sim.part(i as u64 * PART, PART);
+            (format!("p{i}"), Arc::new(part) as Arc<dyn Media>)
+        })
+        .collect();
+    let uuid = *b"unit-test-set-09";
+    let pl = plan(
+        devs,
+        &PlanOptions {
+            parity: 2,
+            unit: 4096,
+            segment_bytes: 64 << 10,
+            logical_bytes: None,
+            overprovision: 0.1,
+            log_bytes: 0,
+            set_uuid: Some(uuid),
+        },
+    )
+    .unwrap();
+    let set = &pl.set;
+    set.set_formatting(false);
+    let store = StripeStore::new(set.clone());
+    let sb = store.segment_blocks() as usize;
+    // the old life of segment 0 (its first block a chunk header's stand-in)
+    // and a flushed block of segment 1
+    let old: Vec<u8> = (0..sb)
+        .flat_map(|i| vec![0x10u8.wrapping_add(i as u8); BLOCK_BYTES])
+        .collect();
+    store.write(0, 0, &old).unwrap();
+    let other = vec![0x5au8; BLOCK_BYTES];
+    store.write(1, 0, &other).unwrap();
+    set.flush().unwrap();
+    let base = sim.current_image();
+    sim.record();
+    let mut tomb = vec![0u8; BLOCK_BYTES];
+    chunk::tombstone(&mut tomb, &uuid, 0);
+    store.wipe(0, &tomb).unwrap();
+    set.flush().unwrap();
+    let events = sim.take_events();
+    let mut images = 0;
+    for cut in 0..=events.len() {
+        // replay the first `cut` operations: durable, and still cached
+        let mut durable = base.clone();
+        let mut cache: Vec<(u64, Vec<u8>)> = Vec::new();
+        for e in &events[..cut] {
+            match e {
+                SimEvent::Write { offset, data } => cache.push((*offset, data.clone())),
+                SimEvent::FlushPart { base, len } => cache.retain(|(o, d)| {
+                    let inside = *o >= *base && *o < base + len;
+                    if inside {
+                        durable[*o as usize..*o as usize + d.len()].copy_from_slice(d);
+                    }
+                    !inside
+                }),
+                _ => {}
+            }
+        }
+        let rounds = if cache.is_empty() { 1 } else { 24 };
+        for k in 0..rounds {
+            let loss = [Loss::KeepAll, Loss::Subset][(k % 2) as usize];
+            let mut img = durable.clone();
+            crash_apply(
+                &mut img,
+                cache.iter().map(|(o, d)| (*o, d.as_slice())),
+                loss,
+                cut as u64 * 1000 + k,
+            );
+            images += 1;
+            let disk = Arc::new(SimMedia::from_image(img));
+            for lost in losses(n, 2).into_iter().filter(|l| !l.is_empty()) {
+                let members = set
+                    .members()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        let media = (!lost.contains(&(i as u32)))
+                            .then(|| Arc::new(disk.part(i as u64 * PART, PART)) as Arc<dyn Media>);
+                        Member::new(m.name.clone(), media, m.ident)
+                    })
+                    .collect();
+                let deg = StripeSet::new(set.layout, set.shape, members).unwrap();
+                deg.load_scratch().unwrap();
+                let mut b0 = vec![0u8; BLOCK_BYTES];
+                deg.read_area(0, &mut b0).unwrap();
+                // (a first sector of zeros reads as a wipe too)
+                let wipe =
+                    chunk::has_tombstone_sector(&b0, &uuid, 0) || b0[..512].iter().all(|&b| b == 0);
+                assert!(
+                    b0 == old[..BLOCK_BYTES] || wipe,
+                    "cut after {cut} of {} ops, {loss:?} #{k}, members {lost:?} lost: segment 0's block 0 is neither the old block nor a wipe",
+                    events.len()
+                );
+                if cut == events.len() {
+                    assert!(
+                        b0 == tomb,
+                        "members {lost:?} lost: the flushed tombstone reads wrong"
+                    );
+                }
+                let mut got = vec![0u8; BLOCK_BYTES];
+                deg.read_area(store.phys(1, 0) * BS, &mut got).unwrap();
+                assert!(
+                    got == other,
+                    "members {lost:?} lost: a flushed block reads wrong"
+                );
+            }
+        }
+    }
+    assert!(images > events.len(), "some cuts had unflushed writes");
+}
