@@ -407,6 +407,9 @@ apply_retire_mount_lanes_any_row() {
 apply_member_flushes_serial() {
   marker member-flushes-serial
 }
+apply_tomb_parity_in_place() {
+  marker tomb-parity-in-place
+}
 apply_parallel_flush_error_dropped() {
   marker parallel-flush-error-dropped
 }
@@ -865,6 +868,7 @@ run stale-mount-tags-kept dst
 run retire-mount-lanes-skipped lib
 run retire-mount-lanes-any-row lib
 run member-flushes-serial lib
+run tomb-parity-in-place lib
 run parallel-flush-error-dropped lib
 run fused-mul2-wrong-reduction lib parity
 run scratch-copy-column-stale lib stripe_set

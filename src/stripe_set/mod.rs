@@ -487,10 +487,12 @@ impl StripeSet {
     }
 
     /// Write a segment's tombstone (one block at its start, `StripeStore::
-    /// wipe`): a row holding nothing else gets its running parity in place,
-    /// not a scratch lane (its only content is that block, which the
-    /// segment's next life overwrites first; a reuse barrier wiping many
-    /// segments would otherwise take every lane from user rows).
+    /// wipe`): a row holding nothing else holds no scratch lane past the
+    /// flush (its only content is that block, which the segment's next life
+    /// overwrites first; a reuse barrier wiping many segments would
+    /// otherwise take every lane from user rows): the flush writes its
+    /// parity through a lane it frees again before it returns
+    /// (`write_tombstones`).
     pub fn write_tombstone(&self, off: u64, buf: &[u8]) -> io::Result<()> {
         let _fence = self.fenced(off, buf.len());
         self.write_area_as(off, buf, true)
@@ -787,6 +789,7 @@ impl StripeSet {
         let l = self.layout;
         let protect = l.parity > 0 && (l.write_unit() / BS) as usize <= scratch::MAX_ROW_BLOCKS;
         let mut wrote = !voids.is_empty();
+        let mut tombs = Vec::new();
         for row in dirty {
             let _fence = self.fenced(row * l.write_unit(), BLOCK_BYTES);
             let Some(state) = self.rows.lock().get(row) else {
@@ -796,7 +799,12 @@ impl StripeSet {
             if !st.dirty {
                 continue;
             }
-            let lane = if protect && !st.tomb_only {
+            if st.tomb_only && protect {
+                // (after the user rows: `write_tombstones`)
+                tombs.push(row);
+                continue;
+            }
+            let lane = if protect {
                 self.rows.lock().lane_for(row)
             } else {
                 None
@@ -816,6 +824,7 @@ impl StripeSet {
         if wrote {
             self.flush_members()?;
         }
+        self.write_tombstones(&tombs)?;
         {
             let mut t = self.rows.lock();
             t.free_lanes.extend(retiring);
@@ -825,6 +834,84 @@ impl StripeSet {
         // record) is stale on the others before anything is acknowledged
         // MUTANT: member-failure-unrecorded s|self.record_failures()|Ok::<(), io::Error>(())|
         self.record_failures()
+    }
+
+    /// The parity of rows holding only a segment's tombstone (`flush`,
+    /// after the member flush that made the tombstones durable), in batches
+    /// of as many rows as lanes are free: each row's running parity with
+    /// its tag into a lane (the tombstone, the rest zero), a member flush,
+    /// the row's padding and parity in place, a member flush, the tags
+    /// voided, a member flush, the lanes free again. So a tombstone row
+    /// holds no lane past the flush (a reuse barrier wiping many segments
+    /// does not take them from user rows), and at every power cut a
+    /// degraded read of its block 0 rebuilds the old life's block whole (no
+    /// valid tag yet, parity in place untouched), the tombstone (from the
+    /// tag, whatever the writes in place left), or, once those are durable
+    /// and the tag voided, the tombstone from the parity in place.
+    /// Written in place directly, a cut tore the padding and parity into a
+    /// mix of the old header's sectors (its seq intact) and garbage that
+    /// recovery took for a durable header failing its check, and refused
+    /// the mount (docs/stripes.md §0, finding 11). With no lane free at
+    /// all (a concurrent flush holds them) the rest goes in place, counted
+    /// as unprotected.
+    fn write_tombstones(&self, rows: &[u64]) -> io::Result<()> {
+        let l = self.layout;
+        let mut rest = rows;
+        while !rest.is_empty() {
+            let lanes: Vec<u32> = {
+                let mut t = self.rows.lock();
+                let n = rest.len().min(t.free_lanes.len());
+                let at = t.free_lanes.len() - n;
+                t.free_lanes.split_off(at)
+            };
+            // MUTANT: tomb-parity-in-place s|if lanes.is_empty() {|if true {|
+            if lanes.is_empty() {
+                for &row in rest {
+                    let _fence = self.fenced(row * l.write_unit(), BLOCK_BYTES);
+                    if let Some(state) = self.rows.lock().get(row) {
+                        self.counters.unprotected.fetch_add(1, Ordering::Relaxed);
+                        self.write_parity(row, &mut state.lock(), false)?;
+                    }
+                }
+                return self.flush_members();
+            }
+            let (batch, later) = rest.split_at(lanes.len());
+            rest = later;
+            let states: Vec<(u64, Arc<Mutex<rows::RowState>>, u32)> = batch
+                .iter()
+                .zip(&lanes)
+                .filter_map(|(&row, &lane)| self.rows.lock().get(row).map(|s| (row, s, lane)))
+                .collect();
+            for (row, state, lane) in &states {
+                let _fence = self.fenced(row * l.write_unit(), BLOCK_BYTES);
+                self.write_scratch(*row, &mut state.lock(), *lane)?;
+            }
+            self.flush_members()?;
+            for (row, state, _) in &states {
+                let _fence = self.fenced(row * l.write_unit(), BLOCK_BYTES);
+                self.write_parity(*row, &mut state.lock(), false)?;
+            }
+            self.flush_members()?;
+            let places: Vec<(u32, u32, u32)> = {
+                let mut t = self.rows.lock();
+                let places: Vec<(u32, u32, u32)> = t
+                    .place_owner
+                    .iter()
+                    .filter(|(p, (r, _))| lanes.contains(&p.1) && batch.contains(r))
+                    .map(|(p, _)| *p)
+                    .collect();
+                for p in &places {
+                    t.place_owner.remove(p);
+                }
+                places
+            };
+            let mut places = places;
+            places.sort_unstable();
+            self.void_places(&places)?;
+            self.flush_members()?;
+            self.rows.lock().free_lanes.extend(lanes);
+        }
+        Ok(())
     }
 
     /// The engine closed segment `seg` with its first `fill` blocks
@@ -1382,7 +1469,13 @@ impl StripeSet {
                 .name(format!("sluice-flush-{m}"))
                 .spawn(move || {
                     for (media, m, reply) in rx {
-                        let _ = reply.send((m, media.flush()));
+                        let r = media.flush();
+                        // the member's handle goes before the answer: once
+                        // the caller has every answer, no thread holds a
+                        // member (its lock), so a close then a reopen finds
+                        // it free
+                        drop(media);
+                        let _ = reply.send((m, r));
                     }
                 })
                 .ok()?;

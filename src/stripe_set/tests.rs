@@ -924,7 +924,6 @@ fn members_are_flushed_at_once_and_a_failed_flush_fails_its_member() {
 /// block of another segment reads back, and once the flush returned block
 /// 0 is the tombstone.
 #[test]
-#[ignore = "docs/stripes.md §0 finding 11, not fixed: the fix tried broke another DST seed"]
 fn a_torn_tombstone_row_rebuilds_the_old_block_or_a_wipe() {
     use crate::format::chunk;
     use crate::media::{crash_apply, Loss, SimEvent, SimMedia};
