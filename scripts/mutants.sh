@@ -561,6 +561,9 @@ apply_streamed_write_dropped() {
 apply_metered_batch_unforwarded() {
   marker metered-batch-unforwarded
 }
+apply_beside_error_dropped() {
+  marker beside-error-dropped
+}
 apply_nbd_payload_unaligned() {
   marker nbd-payload-unaligned
 }
@@ -914,6 +917,7 @@ run streaming-off streamed_writes
 run record-rewrites-placed streamed_writes
 run streamed-write-dropped streamed_writes
 run metered-batch-unforwarded lib
+run beside-error-dropped lib
 run nbd-payload-unaligned observe
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device

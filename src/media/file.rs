@@ -21,6 +21,10 @@ use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
+/// The largest write of a two-write batch that goes to the writer beside
+/// the caller (a copy is made of it): a version 3 record is 512 B to 4 KiB.
+const BESIDE_MAX: usize = 4096;
+
 pub struct FileMedia {
     file: File,
     path: PathBuf,
@@ -33,6 +37,9 @@ pub struct FileMedia {
     created: Option<(u64, u64)>,
     /// The block device's queue advertises discard (`discard_max_bytes` > 0).
     device_discard: bool,
+    /// A regular file with O_DIRECT: a batch of a large write and a small
+    /// one goes out as two `pwrite`s at once (`beside.rs`), not io_uring.
+    beside: Option<super::beside::Beside>,
 }
 
 /// How a FileMedia is opened.
@@ -155,6 +162,9 @@ impl FileMedia {
         } else {
             512
         };
+        let beside = (direct && !block_device)
+            .then(|| super::beside::Beside::new(&file))
+            .transpose()?;
         Ok(FileMedia {
             file,
             path: path.to_path_buf(),
@@ -164,6 +174,7 @@ impl FileMedia {
             block_device,
             created,
             device_discard,
+            beside,
         })
     }
 
@@ -336,6 +347,20 @@ impl Media for FileMedia {
         for (buf, off) in writes {
             check_range(self.len, *off, buf.len())?;
         }
+        // A large write and a small one (a version 3 FLUSH's data and
+        // record) on a regular file: two `pwrite`s at once, one on a kept
+        // thread. Through io_uring their completion would wait for the
+        // filesystem's DIO kworker (`beside.rs`, docs/intent-log.md §4.7).
+        if let (Some(b), [x, y]) = (&self.beside, writes) {
+            let (big, small) = if x.0.len() >= y.0.len() {
+                (*x, *y)
+            } else {
+                (*y, *x)
+            };
+            if small.0.len() <= BESIDE_MAX {
+                return b.write_pair(big, small);
+            }
+        }
         // O_DIRECT only: a buffered write through io_uring may be handed to
         // a kernel worker thread, a wake-up more than the `pwrite`s it saves
         if self.direct && writes.len() > 1 && super::uring::write_batch(&self.file, writes)? {
@@ -479,9 +504,11 @@ mod tests {
         FileMedia::open(&p, false).unwrap();
     }
 
-    /// `write_batch` through io_uring (an O_DIRECT file): every write of the
-    /// batch lands whole at its offset, a 512-byte one between blocks too, and
-    /// nothing else changes; a write past the end is refused before any IO.
+    /// `write_batch` of a large and a small write (two `pwrite`s at once,
+    /// `beside.rs`) and of three (io_uring), on an O_DIRECT file: every write
+    /// of the batch lands whole at its offset, a 512-byte one between blocks
+    /// too, and nothing else changes; a write past the end is refused before
+    /// any IO.
     #[test]
     fn a_write_batch_lands_every_write_at_its_place() {
         let dir = tempfile::tempdir().unwrap();
@@ -501,6 +528,15 @@ mod tests {
         }
         b.fill(0xab);
         m.write_batch(&[(&a, 8192), (&b, 65536 + 1024)]).unwrap();
+        // three writes: io_uring (the third lands past what is read back)
+        let c = crate::media::AlignedBuf::new(4096);
+        m.write_batch(&[(&b, 81920), (&c, 90112), (&b, 95232)])
+            .unwrap();
+        let mut three = crate::media::AlignedBuf::new(16384);
+        m.read_at(&mut three, 81920).unwrap();
+        assert!(three[..512].iter().all(|&x| x == 0xab));
+        assert!(three[8192..12288].iter().all(|&x| x == 0));
+        assert!(three[13312..13824].iter().all(|&x| x == 0xab));
         let mut back = crate::media::AlignedBuf::new(80 * 1024);
         m.read_at(&mut back, 0).unwrap();
         assert!(back[..8192].iter().all(|&x| x == 0));

@@ -7,6 +7,7 @@
 
 mod aio;
 mod aligned;
+mod beside;
 mod fault;
 mod file;
 mod flash_sim;
