@@ -790,6 +790,12 @@ apply_baton_kept() {
 apply_hk_shares_request_condvar() {
   marker hk-shares-request-condvar
 }
+apply_huge_carve_overlap() {
+  marker huge-carve-overlap
+}
+apply_carved_buffer_freed_alone() {
+  marker carved-buffer-freed-alone
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -986,6 +992,8 @@ run pace-prepaid-free lib
 run wake-without-chain lib
 run baton-kept lib
 run hk-shares-request-condvar lib
+run huge-carve-overlap lib
+run carved-buffer-freed-alone lib
 
 if [ "$check" = 1 ] && [ -z "$only" ]; then
   # the list itself: one apply_ per name (bash keeps the last of two), and
