@@ -142,11 +142,16 @@ run() {
   if (cd "$tree" && cargo test --release "${args[@]}" >"$log" 2>&1); then
     results+=("$name|SURVIVED|$*")
     fail=1
-  elif grep -qE "^error(\[E[0-9]+\])?:" "$log" && ! grep -q "test result" "$log"; then
+  elif grep -qE "^error(\[E[0-9]+\])?:" "$log" && ! grep -q "test result" "$log" \
+    && ! grep -q "process didn't exit successfully" "$log"; then
     results+=("$name|DOES NOT COMPILE (see $log)|$*")
     fail=1
   else
-    results+=("$name|killed|$(grep -oE "^test [a-z0-9_:]+ \.\.\. FAILED" "$log" | head -1 | sed 's/^test //; s/ \.\.\. FAILED//')")
+    # a test binary that crashed (a signal) ran and failed: killed too
+    local first
+    first=$(grep -oE "^test [a-z0-9_:]+ \.\.\. FAILED" "$log" | head -1 | sed 's/^test //; s/ \.\.\. FAILED//')
+    [ -z "$first" ] && first=$(grep -oE "\(signal: [^)]*\)" "$log" | head -1 | sed 's/^/crashed /')
+    results+=("$name|killed|$first")
   fi
 }
 
