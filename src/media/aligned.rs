@@ -31,6 +31,10 @@ const ALIGN: usize = 4096;
 
 /// Bytes of one region chunk buffers are carved from: one 2 MiB huge page.
 pub const REGION_BYTES: usize = 2 << 20;
+/// Smallest buffer carved (at most 8 per region): smaller ones (a packed
+/// block read's 8 KiB) pin few pages anyway, and a pool that keeps a few
+/// of them would hold a whole region for them.
+pub const MIN_CARVED: usize = REGION_BYTES / 8;
 
 /// How a region's pages were asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +175,8 @@ impl AlignedBuf {
 
     /// Zeroed buffers of `len` bytes carved from one fresh 2 MiB region
     /// (`REGION_BYTES / len` of them) when `len` divides it and is a multiple
-    /// of 4 KiB; else, or when no region can be mapped or
+    /// of 4 KiB of at least `MIN_CARVED`; else, or when no region can be
+    /// mapped or
     /// `SLUICE_CHUNK_PAGES=small`, one heap buffer. Never empty.
     pub fn carve(len: usize) -> Vec<AlignedBuf> {
         AlignedBuf::carve_with(len, mode()).0
@@ -180,7 +185,8 @@ impl AlignedBuf {
     /// `carve` with the pages asked for given, and the kind the region got
     /// (`Small`: a heap buffer).
     pub fn carve_with(len: usize, want: Pages) -> (Vec<AlignedBuf>, Pages) {
-        let fits = len >= ALIGN && len.is_multiple_of(ALIGN) && REGION_BYTES.is_multiple_of(len);
+        let fits =
+            len >= MIN_CARVED && len.is_multiple_of(ALIGN) && REGION_BYTES.is_multiple_of(len);
         let region = if fits { Region::new(want) } else { None };
         let Some((region, got)) = region else {
             return (vec![AlignedBuf::new(len)], Pages::Small);
@@ -252,10 +258,10 @@ mod tests {
     #[test]
     fn carved_buffers_are_disjoint_zeroed_and_outlive_each_other() {
         for want in [Pages::HugeTlb, Pages::Transparent, Pages::Small] {
-            for len in [1 << 20, 512 << 10, 64 << 10, 33 * 4096] {
+            for len in [1 << 20, 512 << 10, 256 << 10, 64 << 10, 33 * 4096] {
                 let (mut bufs, got) = AlignedBuf::carve_with(len, want);
                 let n = bufs.len();
-                if want == Pages::Small || !REGION_BYTES.is_multiple_of(len) {
+                if want == Pages::Small || !REGION_BYTES.is_multiple_of(len) || len < MIN_CARVED {
                     assert_eq!((n, got), (1, Pages::Small), "{want:?} {len}");
                 } else {
                     assert_eq!(n, REGION_BYTES / len, "{want:?} {len}");
