@@ -149,11 +149,16 @@ run() {
   if (cd "$tree" && cargo test --release "${args[@]}" "${filter[@]}" >"$log" 2>&1); then
     results+=("$name|SURVIVED|$*")
     fail=1
-  elif grep -qE "^error(\[E[0-9]+\])?:" "$log" && ! grep -q "test result" "$log"; then
+  elif grep -qE "^error(\[E[0-9]+\])?:" "$log" && ! grep -q "test result" "$log" \
+    && ! grep -q "process didn't exit successfully" "$log"; then
     results+=("$name|DOES NOT COMPILE (see $log)|$*")
     fail=1
   else
-    results+=("$name|killed|$(grep -oE "^test [a-z0-9_:]+ \.\.\. FAILED" "$log" | head -1 | sed 's/^test //; s/ \.\.\. FAILED//')")
+    # a test binary that crashed (a signal) ran and failed: killed too
+    local first
+    first=$(grep -oE "^test [a-z0-9_:]+ \.\.\. FAILED" "$log" | head -1 | sed 's/^test //; s/ \.\.\. FAILED//')
+    [ -z "$first" ] && first=$(grep -oE "\(signal: [^)]*\)" "$log" | head -1 | sed 's/^/crashed /')
+    results+=("$name|killed|$first")
   fi
 }
 
@@ -800,6 +805,12 @@ apply_baton_kept() {
 apply_hk_shares_request_condvar() {
   marker hk-shares-request-condvar
 }
+apply_huge_carve_overlap() {
+  marker huge-carve-overlap
+}
+apply_carved_buffer_freed_alone() {
+  marker carved-buffer-freed-alone
+}
 
 read_tests=(corruption engine)
 for f in "$tree"/tests/*.rs; do
@@ -997,6 +1008,8 @@ run pace-prepaid-free lib
 run wake-without-chain lib:volume::commit::tests
 run baton-kept lib:volume::commit::tests
 run hk-shares-request-condvar lib:volume::commit::tests
+run huge-carve-overlap lib
+run carved-buffer-freed-alone lib
 
 if [ "$check" = 1 ] && [ -z "$only" ]; then
   # the list itself: one apply_ per name (bash keeps the last of two), and

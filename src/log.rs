@@ -158,10 +158,19 @@ impl ChunkPool {
     }
 
     /// A buffer of `buf_len` bytes with arbitrary content (a fresh one, zeroed,
-    /// only when none is idle).
+    /// only when none is idle). Fresh buffers come carved from a 2 MiB
+    /// region on huge pages when `buf_len` divides it (`AlignedBuf::carve`):
+    /// one is returned, its siblings wait idle here.
     pub fn get(&self) -> AlignedBuf {
-        let idle = self.bufs.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        idle.unwrap_or_else(|| AlignedBuf::new(self.buf_len))
+        if let Some(b) = self.bufs.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return b;
+        }
+        let mut fresh = AlignedBuf::carve(self.buf_len);
+        let b = fresh.pop().expect("carve gives at least one buffer");
+        for s in fresh {
+            self.put(s);
+        }
+        b
     }
 
     /// Take back a buffer (dropped when the pool is full or it is not ours).
