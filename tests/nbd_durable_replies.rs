@@ -17,6 +17,7 @@
 //! `write-batch-takes-fua`, `nbd-flush-skipped` (scripts/mutants.sh).
 
 mod common;
+mod nbd_common;
 
 use common::{det_open, small_create};
 use parking_lot::{Condvar, Mutex};
@@ -102,32 +103,7 @@ struct Client(UnixStream);
 
 impl Client {
     fn connect(sock: &Path) -> Client {
-        let s = UnixStream::connect(sock).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let mut c = Client(s);
-        let mut g = [0u8; 18];
-        c.0.read_exact(&mut g).unwrap();
-        c.0.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())
-            .unwrap();
-        let mut d = 0u32.to_be_bytes().to_vec(); // empty export name
-        d.extend_from_slice(&0u16.to_be_bytes());
-        let mut o = IHAVEOPT.to_be_bytes().to_vec();
-        o.extend_from_slice(&OPT_GO.to_be_bytes());
-        o.extend_from_slice(&(d.len() as u32).to_be_bytes());
-        o.extend_from_slice(&d);
-        c.0.write_all(&o).unwrap();
-        loop {
-            let mut h = [0u8; 20];
-            c.0.read_exact(&mut h).unwrap();
-            let t = u32::from_be_bytes(h[12..16].try_into().unwrap());
-            let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
-            let mut p = vec![0u8; len];
-            c.0.read_exact(&mut p).unwrap();
-            assert!(t & (1 << 31) == 0, "option error {t:#x}");
-            if t == REP_ACK {
-                return c;
-            }
-        }
+        Client(nbd_common::raw_go(sock, Duration::from_secs(60)))
     }
 
     /// A reply is waiting to be read (within `ms`).

@@ -198,3 +198,36 @@ pub fn nbdsh(test: &str) -> Option<Command> {
     );
     None
 }
+
+/// Connect to a served socket and do a fixed-newstyle handshake with OPT_GO
+/// for the default (empty-named) export: the stream is then in the
+/// transmission phase, for tests that speak raw NBD requests.
+pub fn raw_go(sock: &Path, timeout: Duration) -> std::os::unix::net::UnixStream {
+    use sluice::nbd::proto::*;
+    use std::io::Write;
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(timeout)).unwrap();
+    let mut g = [0u8; 18];
+    s.read_exact(&mut g).unwrap();
+    s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())
+        .unwrap();
+    let mut d = 0u32.to_be_bytes().to_vec(); // empty export name
+    d.extend_from_slice(&0u16.to_be_bytes());
+    let mut o = IHAVEOPT.to_be_bytes().to_vec();
+    o.extend_from_slice(&OPT_GO.to_be_bytes());
+    o.extend_from_slice(&(d.len() as u32).to_be_bytes());
+    o.extend_from_slice(&d);
+    s.write_all(&o).unwrap();
+    loop {
+        let mut h = [0u8; 20];
+        s.read_exact(&mut h).unwrap();
+        let t = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
+        let mut p = vec![0u8; len];
+        s.read_exact(&mut p).unwrap();
+        assert!(t & (1 << 31) == 0, "option error {t:#x}");
+        if t == REP_ACK {
+            return s;
+        }
+    }
+}
