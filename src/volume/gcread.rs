@@ -25,12 +25,14 @@ use crate::map::{Loc, Map};
 use crate::store::SegmentStore;
 use std::io;
 
-/// Most header reads before a segment of small chunks (a FLUSH-heavy
-/// workload seals many) is read whole instead: each header read is one round
-/// trip, made in turn.
+/// Most round trips of header reads before a segment of small chunks (a
+/// FLUSH-heavy workload seals many) is read whole instead: each round trip
+/// is made in turn ...
 const HEADER_READS_MAX: u32 = 8;
-/// ... unless its chunks so far average at least this many blocks.
+/// ... unless its chunks so far average at least this many blocks per trip.
 const HEADER_MEAN_MIN: u32 = 64;
+/// Most predicted header places read in one batch.
+const PREDICT_MAX: usize = 64;
 
 /// A victim's chunks, as walked (`Ok`), or why the victim is damaged.
 pub(super) type Chunks = std::result::Result<Vec<(usize, ChunkHeader)>, String>;
@@ -45,8 +47,13 @@ pub(super) struct VictimRead {
     pub bytes_read: u64,
 }
 
-/// Walk the victim's chunk headers over `[0, fill)`, one read per chunk, into
-/// `img` at their places. `Ok(None)`: the chunks are small, read it whole.
+/// Walk the victim's chunk headers over `[0, fill)` into `img` at their
+/// places. A header's length predicts where the next ones start (chunks of
+/// one stream are mostly alike: full ones under random writes), so after
+/// each header read by itself the predicted next ones are read in one batch;
+/// a wrong guess costs a block read for nothing, and the walk reads the real
+/// next header by itself. `Ok(None)`: the chunks are small (too many round
+/// trips), read it whole.
 fn read_headers(
     store: &dyn SegmentStore,
     victim: u32,
@@ -58,17 +65,21 @@ fn read_headers(
     let mut chunks = Vec::new();
     let mut pos = 0usize;
     let mut prev: Option<u64> = None;
+    let mut have = vec![false; fill];
+    let mut trips = 0u32;
     while pos < fill {
-        let n = chunks.len() as u32;
-        if n >= HEADER_READS_MAX && (pos as u32) < n * HEADER_MEAN_MIN {
-            return Ok(None);
+        if !have[pos] {
+            if trips >= HEADER_READS_MAX && (pos as u32) < trips * HEADER_MEAN_MIN {
+                return Ok(None);
+            }
+            store.read_segment(victim, pos as u32, &mut img[pos * BLOCK_BYTES..(pos + 1) * BLOCK_BYTES])?;
+            *bytes += BLOCK_BYTES as u64;
+            have[pos] = true;
+            trips += 1;
         }
-        let b = &mut img[pos * BLOCK_BYTES..(pos + 1) * BLOCK_BYTES];
-        store.read_segment(victim, pos as u32, b)?;
-        *bytes += BLOCK_BYTES as u64;
         // the walker's rules (recovery::classify): a header of this volume
         // and segment, newer than the previous chunk
-        let h = match ChunkHeader::decode(b) {
+        let h = match ChunkHeader::decode(&img[pos * BLOCK_BYTES..(pos + 1) * BLOCK_BYTES]) {
             Ok(h) if &h.uuid == uuid && h.segment == victim && prev.is_none_or(|p| h.seq > p) => h,
             Ok(h) => {
                 return Ok(Some(Err(format!(
@@ -92,6 +103,26 @@ fn read_headers(
         prev = Some(h.seq);
         chunks.push((pos, h));
         pos += total;
+        if pos < fill && !have[pos] {
+            // the next headers where this one's length says, in one batch
+            let guesses: Vec<usize> = (pos..fill).step_by(total).filter(|&g| !have[g]).take(PREDICT_MAX).collect();
+            let mut reads: Vec<(&mut [u8], u64)> = Vec::with_capacity(guesses.len());
+            let mut rest: &mut [u8] = img;
+            let mut at = 0usize;
+            for &g in &guesses {
+                let (_, tail) = rest.split_at_mut((g - at) * BLOCK_BYTES);
+                let (b, tail) = tail.split_at_mut(BLOCK_BYTES);
+                reads.push((b, store.phys(victim, g as u32)));
+                rest = tail;
+                at = g + 1;
+            }
+            store.read_batch(&mut reads)?;
+            *bytes += (guesses.len() * BLOCK_BYTES) as u64;
+            for g in guesses {
+                have[g] = true;
+            }
+            trips += 1;
+        }
     }
     Ok(Some(Ok(chunks)))
 }
@@ -379,6 +410,61 @@ mod tests {
             vol.sh.counters.gc_blocks_moved.load(std::sync::atomic::Ordering::Relaxed),
             moved
         );
+    }
+
+    /// A victim of chunks of many sizes (a FLUSH after each write): the
+    /// header walk's guesses miss and it reads the real headers one by one;
+    /// every live block moves and reads back, nothing is refused.
+    #[test]
+    fn gc_walks_a_victim_of_mixed_chunk_sizes() {
+        let (vol, _media, _) = gapped();
+        // lbas 300..363 in chunks of 7, 7, 7, 12, 3, 23 (+ headers: 65 blocks,
+        // across two segments)
+        let mut lba = 300u64;
+        for n in [7u64, 7, 7, 12, 3, 23] {
+            let data: Vec<u8> = (lba..lba + n).flat_map(|l| block(l, 4)).collect();
+            vol.write(lba * BS, &data, false).unwrap();
+            vol.flush().unwrap();
+            lba += n;
+        }
+        // kill every third block of them, and fill on so their segments close
+        let data: Vec<u8> = (300..lba).step_by(3).flat_map(|l| block(l, 5)).collect();
+        for (i, l) in (300..lba).step_by(3).enumerate() {
+            vol.write(l * BS, &data[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES], false)
+                .unwrap();
+        }
+        let data: Vec<u8> = (400..500).flat_map(|l| block(l, 6)).collect();
+        vol.write(400 * BS, &data, false).unwrap();
+        vol.flush().unwrap();
+        let segs: Vec<u32> = {
+            let c = vol.sh.core.lock();
+            let mut v: Vec<u32> = (300..lba)
+                .filter_map(|l| match c.map.get(l) {
+                    Loc::Data(p) if (l - 300) % 3 != 0 => Some(p / SEG),
+                    _ => None,
+                })
+                .collect();
+            v.dedup();
+            v
+        };
+        while vol.sh.gc_one(1).unwrap() {}
+        let c = vol.sh.core.lock();
+        for s in &segs {
+            let st = &c.segs.segs[*s as usize];
+            assert_ne!(st.state, SegState::Damaged, "segment {s} was refused");
+        }
+        drop(c);
+        let mut b = vec![0u8; BLOCK_BYTES];
+        for l in 300..lba {
+            vol.read(l * BS, &mut b).unwrap();
+            let gen = if (l - 300) % 3 == 0 { 5 } else { 4 };
+            assert!(b == block(l, gen), "lba {l} reads wrong after GC");
+        }
+        for l in 400..500 {
+            vol.read(l * BS, &mut b).unwrap();
+            assert!(b == block(l, 6), "lba {l} reads wrong after GC");
+        }
+        reads_back(&vol);
     }
 
     /// Relocate refuses a live block the read did not verify, whatever the
