@@ -1228,8 +1228,8 @@ impl Core {
                 // a chunk none of whose fragments was live then was not read,
                 // and none of them is live now)
                 let chunk_phys = base as u64 + pos as u64;
-                let packed = chunk_phys + 1 + h.raw_blocks() as u64
-                    ..chunk_phys + 1 + h.data_blocks as u64;
+                let packed =
+                    chunk_phys + 1 + h.raw_blocks() as u64..chunk_phys + 1 + h.data_blocks as u64;
                 let packed_read = verified
                     .get((packed.start - base as u64) as usize..(packed.end - base as u64) as usize)
                     .is_some_and(|v| v.iter().all(|&b| b));

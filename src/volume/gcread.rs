@@ -24,6 +24,7 @@ use crate::format::BLOCK_BYTES;
 use crate::map::{Loc, Map};
 use crate::store::SegmentStore;
 use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Most round trips of header reads before a segment of small chunks (a
 /// FLUSH-heavy workload seals many) is read whole instead: each round trip
@@ -33,6 +34,19 @@ const HEADER_READS_MAX: u32 = 8;
 const HEADER_MEAN_MIN: u32 = 64;
 /// Most predicted header places read in one batch.
 const PREDICT_MAX: usize = 64;
+/// After this many victims in a row whose plan fell back to a whole read
+/// (uniform random overwrites: dead blocks scattered one or two at a time),
+/// the header walk is skipped and victims are read whole at once ...
+const MISSES_SKIP: u32 = 4;
+/// ... but every this many a plan is tried again (the workload may change).
+const MISSES_RETRY: u32 = 8;
+
+/// `SLUICE_GC_READ_WHOLE=1`: every victim is read whole, as before issue
+/// 22's change (for A/B measurements in one build).
+fn whole_forced() -> bool {
+    static W: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *W.get_or_init(|| std::env::var("SLUICE_GC_READ_WHOLE").is_ok_and(|v| v == "1"))
+}
 
 /// A victim's chunks, as walked (`Ok`), or why the victim is damaged.
 pub(super) type Chunks = std::result::Result<Vec<(usize, ChunkHeader)>, String>;
@@ -72,7 +86,11 @@ fn read_headers(
             if trips >= HEADER_READS_MAX && (pos as u32) < trips * HEADER_MEAN_MIN {
                 return Ok(None);
             }
-            store.read_segment(victim, pos as u32, &mut img[pos * BLOCK_BYTES..(pos + 1) * BLOCK_BYTES])?;
+            store.read_segment(
+                victim,
+                pos as u32,
+                &mut img[pos * BLOCK_BYTES..(pos + 1) * BLOCK_BYTES],
+            )?;
             *bytes += BLOCK_BYTES as u64;
             have[pos] = true;
             trips += 1;
@@ -105,7 +123,11 @@ fn read_headers(
         pos += total;
         if pos < fill && !have[pos] {
             // the next headers where this one's length says, in one batch
-            let guesses: Vec<usize> = (pos..fill).step_by(total).filter(|&g| !have[g]).take(PREDICT_MAX).collect();
+            let guesses: Vec<usize> = (pos..fill)
+                .step_by(total)
+                .filter(|&g| !have[g])
+                .take(PREDICT_MAX)
+                .collect();
             let mut reads: Vec<(&mut [u8], u64)> = Vec::with_capacity(guesses.len());
             let mut rest: &mut [u8] = img;
             let mut at = 0usize;
@@ -130,7 +152,12 @@ fn read_headers(
 /// The victim's blocks the map still points at (memory only: call under the
 /// engine lock). A chunk with a live fragment needs all its packed blocks
 /// (the packed tables place the fragments).
-pub(super) fn live_blocks(map: &Map, base: u64, chunks: &[(usize, ChunkHeader)], fill: usize) -> Vec<bool> {
+pub(super) fn live_blocks(
+    map: &Map,
+    base: u64,
+    chunks: &[(usize, ChunkHeader)],
+    fill: usize,
+) -> Vec<bool> {
     let mut need = vec![false; fill];
     for (pos, h) in chunks {
         let chunk_phys = base + *pos as u64;
@@ -181,7 +208,12 @@ pub(super) fn runs(need: &[bool], gap: u32) -> Vec<(usize, usize)> {
 
 /// Check every block `need` names against its chunk's CRC; the victim's
 /// packed areas that were read also against their tables.
-fn verify(chunks: &[(usize, ChunkHeader)], img: &[u8], need: &[bool], victim: u32) -> std::result::Result<(), String> {
+fn verify(
+    chunks: &[(usize, ChunkHeader)],
+    img: &[u8],
+    need: &[bool],
+    victim: u32,
+) -> std::result::Result<(), String> {
     for (pos, h) in chunks {
         for (i, &crc) in h.block_crcs.iter().enumerate() {
             let b = pos + 1 + i;
@@ -207,15 +239,28 @@ pub(super) fn read_victim(
     fill: usize,
     uuid: &[u8; 16],
     img: &mut [u8],
+    misses: &AtomicU32,
     live: impl FnOnce(&[(usize, ChunkHeader)]) -> Vec<bool>,
 ) -> io::Result<VictimRead> {
     let img = &mut img[..fill * BLOCK_BYTES];
-    let cost = store.gc_read_cost_blocks(victim);
+    let cost = if whole_forced() {
+        fill as u32
+    } else {
+        store.gc_read_cost_blocks(victim)
+    };
     let mut bytes = 0u64;
+    let m = misses.load(Ordering::Relaxed);
     let walked = if cost as usize >= fill {
         None
+    } else if m >= MISSES_SKIP && !m.is_multiple_of(MISSES_RETRY) {
+        misses.fetch_add(1, Ordering::Relaxed);
+        None
     } else {
-        read_headers(store, victim, fill, uuid, img, &mut bytes)?
+        let w = read_headers(store, victim, fill, uuid, img, &mut bytes)?;
+        if w.is_none() {
+            misses.fetch_add(1, Ordering::Relaxed);
+        }
+        w
     };
     let plan = match walked {
         None => None,
@@ -231,7 +276,13 @@ pub(super) fn read_victim(
             let runs = runs(&need, cost);
             let blocks: usize = runs.iter().map(|r| r.1 - r.0).sum();
             // one read of the whole costs `fill` blocks and one read
-            (blocks + runs.len() * cost as usize <= fill + cost as usize).then_some((chunks, need, runs))
+            let pays = blocks + runs.len() * cost as usize <= fill + cost as usize;
+            if pays {
+                misses.store(0, Ordering::Relaxed);
+            } else {
+                misses.fetch_add(1, Ordering::Relaxed);
+            }
+            pays.then_some((chunks, need, runs))
         }
     };
     let Some((chunks, mut need, runs)) = plan else {
@@ -364,7 +415,11 @@ mod tests {
     }
 
     fn flip(vol: &Volume, media: &MemMedia, victim: u32, blk: u32) {
-        let off = vol.sh.geo.phys_offset(victim as u64 * SEG as u64 + blk as u64) + 100;
+        let off = vol
+            .sh
+            .geo
+            .phys_offset(victim as u64 * SEG as u64 + blk as u64)
+            + 100;
         let mut b = [0u8; 1];
         media.read_at(&mut b, off).unwrap();
         b[0] ^= 0x10;
@@ -381,9 +436,18 @@ mod tests {
         let (vol, media, victim) = gapped();
         // damage in the dead gap: never read
         flip(&vol, &media, victim, 25);
-        let before = vol.sh.counters.gc_bytes_read.load(std::sync::atomic::Ordering::Relaxed);
+        let before = vol
+            .sh
+            .counters
+            .gc_bytes_read
+            .load(std::sync::atomic::Ordering::Relaxed);
         assert!(vol.sh.gc_one(1).unwrap());
-        let read = vol.sh.counters.gc_bytes_read.load(std::sync::atomic::Ordering::Relaxed) - before;
+        let read = vol
+            .sh
+            .counters
+            .gc_bytes_read
+            .load(std::sync::atomic::Ordering::Relaxed)
+            - before;
         {
             let c = vol.sh.core.lock();
             let s = &c.segs.segs[victim as usize];
@@ -397,7 +461,11 @@ mod tests {
         // damage in a live block: the victim is left alone, nothing moved
         let (vol, media, victim) = gapped();
         flip(&vol, &media, victim, 50);
-        let moved = vol.sh.counters.gc_blocks_moved.load(std::sync::atomic::Ordering::Relaxed);
+        let moved = vol
+            .sh
+            .counters
+            .gc_blocks_moved
+            .load(std::sync::atomic::Ordering::Relaxed);
         let _ = vol.sh.gc_one(1).unwrap();
         let c = vol.sh.core.lock();
         assert_eq!(
@@ -407,7 +475,10 @@ mod tests {
         );
         assert_eq!(c.segs.segs[victim as usize].live, 33);
         assert_eq!(
-            vol.sh.counters.gc_blocks_moved.load(std::sync::atomic::Ordering::Relaxed),
+            vol.sh
+                .counters
+                .gc_blocks_moved
+                .load(std::sync::atomic::Ordering::Relaxed),
             moved
         );
     }
@@ -476,9 +547,16 @@ mod tests {
         let mut img = crate::media::AlignedBuf::new(fill * BLOCK_BYTES);
         let base = victim as u64 * SEG as u64;
         let uuid = vol.sh.core.lock().uuid;
-        let read = read_victim(&*vol.sh.store, victim, fill, &uuid, &mut img, |chunks| {
-            live_blocks(&vol.sh.core.lock().map, base, chunks, fill)
-        })
+        let misses = AtomicU32::new(0);
+        let read = read_victim(
+            &*vol.sh.store,
+            victim,
+            fill,
+            &uuid,
+            &mut img,
+            &misses,
+            |chunks| live_blocks(&vol.sh.core.lock().map, base, chunks, fill),
+        )
         .unwrap();
         let mut verified = read.verified.clone();
         assert!(verified[50] && !verified[25]);
@@ -486,7 +564,15 @@ mod tests {
         let mut c = vol.sh.core.lock();
         c.segs.segs[victim as usize].state = SegState::Victim;
         let mut out = Vec::new();
-        let r = c.relocate(victim, &img[..fill * BLOCK_BYTES], &verified, read.chunks, 2, 0, &mut out);
+        let r = c.relocate(
+            victim,
+            &img[..fill * BLOCK_BYTES],
+            &verified,
+            read.chunks,
+            2,
+            0,
+            &mut out,
+        );
         match r {
             Err(crate::volume::core::RelocateError::Damaged(why)) => {
                 assert!(why.contains("not read and verified"), "{why}")

@@ -131,6 +131,9 @@ pub(in crate::volume) struct Housekeeper {
     /// segment-sized buffer per victim was 1.5% of a write profile). Taken
     /// only by `gc_one`, which runs under `round`; a leaf lock.
     victim_buf: Mutex<Option<AlignedBuf>>,
+    /// Victims in a row whose live-run plan fell back to a whole read
+    /// (`gcread::read_victim` skips the header walk while they pile up).
+    gc_plan_misses: std::sync::atomic::AtomicU32,
 }
 
 impl Housekeeper {
@@ -159,6 +162,7 @@ impl Housekeeper {
             started: Instant::now(),
             threaded,
             victim_buf: Mutex::new(None),
+            gc_plan_misses: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -825,10 +829,18 @@ impl Shared {
             .take()
             .unwrap_or_else(|| AlignedBuf::new(seg_bytes));
         let base = victim as u64 * self.geo.segment_blocks as u64;
-        let read = gcread::read_victim(&*self.store, victim, fill, &uuid, &mut buf, |chunks| {
-            let c = self.core.lock();
-            gcread::live_blocks(&c.map, base, chunks, fill)
-        });
+        let read = gcread::read_victim(
+            &*self.store,
+            victim,
+            fill,
+            &uuid,
+            &mut buf,
+            &self.hk.gc_plan_misses,
+            |chunks| {
+                let c = self.core.lock();
+                gcread::live_blocks(&c.map, base, chunks, fill)
+            },
+        );
         let read = match read {
             Ok(r) => r,
             Err(e) => {
