@@ -48,6 +48,19 @@ fn whole_forced() -> bool {
     *W.get_or_init(|| std::env::var("SLUICE_GC_READ_WHOLE").is_ok_and(|v| v == "1"))
 }
 
+/// `SLUICE_GC_READ_COST=N`: a separate read costs N blocks whatever the
+/// store says (0: every victim read as its live blocks alone, which the
+/// simulator runs to exercise this path on workloads whose plans would fall
+/// back).
+fn cost_override() -> Option<u32> {
+    static C: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *C.get_or_init(|| {
+        std::env::var("SLUICE_GC_READ_COST")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    })
+}
+
 /// A victim's chunks, as walked (`Ok`), or why the victim is damaged.
 pub(super) type Chunks = std::result::Result<Vec<(usize, ChunkHeader)>, String>;
 
@@ -246,7 +259,7 @@ pub(super) fn read_victim(
     let cost = if whole_forced() {
         fill as u32
     } else {
-        store.gc_read_cost_blocks(victim)
+        cost_override().unwrap_or_else(|| store.gc_read_cost_blocks(victim))
     };
     let mut bytes = 0u64;
     let m = misses.load(Ordering::Relaxed);
