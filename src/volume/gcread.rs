@@ -219,8 +219,8 @@ pub(super) fn runs(need: &[bool], gap: u32) -> Vec<(usize, usize)> {
     out
 }
 
-/// Check every block `need` names against its chunk's CRC; the victim's
-/// packed areas that were read also against their tables.
+/// Check every block `need` names against its chunk's CRC (packed areas'
+/// tables are checked where relocate places their fragments).
 fn verify(
     chunks: &[(usize, ChunkHeader)],
     img: &[u8],
