@@ -305,6 +305,9 @@ for round in $(seq 1 "$ROUNDS"); do
             # a volume in a store: bytes put per host byte (segments, log, checkpoints)
             sb=$(grep -o 'store bytes per host byte [0-9.]*[^;]*' "$DIR/sluice.log" | tail -1 || true)
             [ -n "$sb" ] && extra="$extra ($sb)"
+            # GC's reads (issue 22): victims, bytes read per byte moved
+            gcr=$(grep -o 'GC [0-9]* victims, [^(]*([0-9.]* bytes read per byte moved)' "$DIR/sluice.log" | tail -1 || true)
+            [ -n "$gcr" ] && extra="$extra ($gcr)"
             # WA over the whole serve: media bytes (main log, log device, metadata) per host byte
             wa=$(grep -o 'WA [0-9.]*' "$DIR/sluice.log" | tail -1 | cut -d' ' -f2 || true)
             [ -n "$wa" ] && WAS[$c,$s]="${WAS[$c,$s]:-} $wa" ;;

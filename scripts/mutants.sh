@@ -765,6 +765,15 @@ apply_gc_moves_dead_fragment() {
 apply_gc_drops_live_fragment() {
   replace src/volume/core.rs "if self.map.get(lba) == at {" "if self.map.get(lba) == at && false {"
 }
+apply_gc_read_skips_crc() {
+  marker gc-read-skips-crc
+}
+apply_gc_read_misses_live() {
+  marker gc-read-misses-live
+}
+apply_gc_moves_unverified() {
+  marker gc-moves-unverified
+}
 apply_place_unconditional() {
   marker place-unconditional
 }
@@ -1010,6 +1019,9 @@ run baton-kept lib:volume::commit::tests
 run hk-shares-request-condvar lib:volume::commit::tests
 run huge-carve-overlap lib
 run carved-buffer-freed-alone lib
+run gc-read-skips-crc lib:volume::gcread::tests
+run gc-read-misses-live lib:volume::gcread::tests
+run gc-moves-unverified lib:volume::gcread::tests
 
 if [ "$check" = 1 ] && [ -z "$only" ]; then
   # the list itself: one apply_ per name (bash keeps the last of two), and

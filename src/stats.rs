@@ -92,6 +92,8 @@ pub struct Counters {
     pub gc_runs: AtomicU64,
     pub gc_blocks_moved: AtomicU64,
     pub gc_virtual_moved: AtomicU64,
+    /// Bytes GC read of its victims (headers, live runs, whole segments).
+    pub gc_bytes_read: AtomicU64,
     /// GC runs and blocks (data + virtual) moved, by the GC output class the
     /// policy sent the victim's data to (gc.rs `relocation_class`).
     pub gc_class_runs: [AtomicU64; LIFETIME_GC_CLASSES],
@@ -220,6 +222,8 @@ pub struct Stats {
     pub gc_runs: u64,
     pub gc_blocks_moved: u64,
     pub gc_virtual_moved: u64,
+    /// Bytes GC read of its victims (`sluice_gc_bytes_read_total`).
+    pub gc_bytes_read: u64,
     /// GC runs and blocks moved (data + virtual) per GC output class.
     pub gc_class_runs: [u64; LIFETIME_GC_CLASSES],
     pub gc_class_blocks_moved: [u64; LIFETIME_GC_CLASSES],
@@ -357,6 +361,7 @@ impl Counters {
         s.gc_runs = g(&self.gc_runs);
         s.gc_blocks_moved = g(&self.gc_blocks_moved);
         s.gc_virtual_moved = g(&self.gc_virtual_moved);
+        s.gc_bytes_read = g(&self.gc_bytes_read);
         s.gc_class_runs = std::array::from_fn(|k| g(&self.gc_class_runs[k]));
         s.gc_class_blocks_moved = std::array::from_fn(|k| g(&self.gc_class_blocks_moved[k]));
         s.checkpoints = g(&self.checkpoints);

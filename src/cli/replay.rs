@@ -498,8 +498,11 @@ fn print_report(r: &Report) {
     );
     println!("WA           {:.4} (data only {:.4})", m.wa, m.wa_data);
     println!(
-        "GC           {} runs, {} blocks moved",
-        m.gc_runs, m.gc_blocks_moved
+        "GC           {} runs, {} blocks moved, {} read ({:.2} bytes read per byte moved)",
+        m.gc_runs,
+        m.gc_blocks_moved,
+        human(m.gc_bytes_read),
+        m.gc_bytes_read as f64 / (m.gc_blocks_moved * 4096).max(1) as f64
     );
     println!(
         "speed        {:.2} s, {:.0} 4K writes/s",

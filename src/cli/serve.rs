@@ -894,6 +894,17 @@ pub fn run(mut a: Args) -> anyhow::Result<i32> {
                 st.media_flushes,
                 st.wa_text()
             );
+            if st.gc_runs > 0 {
+                let moved = st.gc_blocks_moved * 4096;
+                say!(
+                    "sluice: {}: GC {} victims, {:.1} MiB read, {:.1} MiB moved ({:.2} bytes read per byte moved)",
+                    path.display(),
+                    st.gc_runs,
+                    st.gc_bytes_read as f64 / 1048576.0,
+                    moved as f64 / 1048576.0,
+                    st.gc_bytes_read as f64 / moved.max(1) as f64
+                );
+            }
             e.vol.close()
         });
         match r {

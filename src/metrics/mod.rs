@@ -657,6 +657,14 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_gc_bytes_read_total",
+        "counter",
+        "Bytes GC read of its victims: chunk headers and live runs, or whole segments where that is cheaper.",
+        |x| one(x.st.gc_bytes_read),
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_gc_class_runs_total",
         "counter",
         "GC victims cleaned, by the GC output class the policy sent their data to (0 = first relocation; generational and SepBIT-style policies use 1 and 2 for older data).",

@@ -1402,6 +1402,17 @@ impl SegmentStore for ObjSegStore {
         // reads may go to the object store: no ring over the staging file
         None
     }
+    fn gc_read_cost_blocks(&self, seg: u32) -> u32 {
+        let i = &self.inner;
+        let local = seg >= i.geo.segment_count || i.state.lock().slots[seg as usize].local;
+        if local {
+            i.local.gc_read_cost_blocks(seg)
+        } else {
+            // every ranged read of an object is a round trip: GC reads a
+            // stored victim in one (issue 21 item 4)
+            i.geo.segment_blocks
+        }
+    }
     fn describe(&self) -> String {
         format!(
             "{} (segments in {}, epoch {})",

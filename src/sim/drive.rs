@@ -34,6 +34,8 @@ pub struct Measure {
     pub superblock_bytes: u64,
     pub gc_runs: u64,
     pub gc_blocks_moved: u64,
+    /// Bytes GC read of its victims (headers and live runs, or whole).
+    pub gc_bytes_read: u64,
     /// media bytes / host bytes (everything the engine wrote).
     pub wa: f64,
     /// (user data + GC data) / host bytes: the quantity the analytic model predicts.
@@ -64,6 +66,7 @@ impl Measure {
             superblock_bytes: b.media_superblock_bytes - a.media_superblock_bytes,
             gc_runs: b.gc_runs - a.gc_runs,
             gc_blocks_moved: b.gc_blocks_moved - a.gc_blocks_moved,
+            gc_bytes_read: b.gc_bytes_read - a.gc_bytes_read,
             wa: r(media),
             wa_data: r(ud + gd),
         }

@@ -1177,13 +1177,19 @@ impl Core {
     }
 
     /// Move every entry of `victim` that the map still points at into the GC
-    /// stream. `img` holds the victim's blocks [0, fill), `chunks` its verified
-    /// chunks (or the first damage). Returns (data blocks, virtual records) moved.
-    /// Memory only: the sealed GC chunks go to `out` for the commit stage.
+    /// stream. `img` holds the victim's blocks [0, fill) that `verified` marks
+    /// (read and checked against their CRCs: `gcread`; the others hold
+    /// anything), `chunks` its walked chunks (or the first damage). A live
+    /// block that was not verified refuses the victim as damaged: GC never
+    /// moves bytes it did not check. Returns (data blocks, virtual records)
+    /// moved. Memory only: the sealed GC chunks go to `out` for the commit
+    /// stage.
+    #[allow(clippy::too_many_arguments)]
     pub fn relocate(
         &mut self,
         victim: u32,
         img: &[u8],
+        verified: &[bool],
         chunks: std::result::Result<Vec<(usize, crate::format::chunk::ChunkHeader)>, String>,
         reserve: u32,
         durable: u64,
@@ -1218,8 +1224,18 @@ impl Core {
                     continue;
                 }
                 // the chunk's fragments, placed by its packed tables (verified
-                // blocks: the victim's chunks were checked before the lock)
-                let frags = if pass != Pass::Raw && h.entries.iter().any(|e| e.kind == Kind::Packed)
+                // blocks: the victim's chunks were checked before the lock;
+                // a chunk none of whose fragments was live then was not read,
+                // and none of them is live now)
+                let chunk_phys = base as u64 + pos as u64;
+                let packed =
+                    chunk_phys + 1 + h.raw_blocks() as u64..chunk_phys + 1 + h.data_blocks as u64;
+                let packed_read = verified
+                    .get((packed.start - base as u64) as usize..(packed.end - base as u64) as usize)
+                    .is_some_and(|v| v.iter().all(|&b| b));
+                let frags = if pass != Pass::Raw
+                    && packed_read
+                    && h.entries.iter().any(|e| e.kind == Kind::Packed)
                 {
                     let data = img
                         .get(
@@ -1254,7 +1270,14 @@ impl Core {
                             Place::Block { phys, data, crc } => {
                                 let phys = phys as u32;
                                 if self.map.get(lba) == Loc::Data(phys) {
-                                    let off = (pos + 1 + data as usize) * BLOCK_BYTES;
+                                    let b = pos + 1 + data as usize;
+                                    // MUTANT: gc-moves-unverified s|if !verified.get(b).copied().unwrap_or(false) {|if false {|
+                                    if !verified.get(b).copied().unwrap_or(false) {
+                                        return Err(RelocateError::Damaged(format!(
+                                            "live block {lba} (segment {victim} block {b}) was not read and verified"
+                                        )));
+                                    }
+                                    let off = b * BLOCK_BYTES;
                                     self.append(
                                         Stream::Gc,
                                         lba,
@@ -1266,6 +1289,15 @@ impl Core {
                                     )
                                     .map_err(|_| RelocateError::NoSpace)?;
                                     data_moved += 1;
+                                }
+                            }
+                            Place::Fragment { .. } if !packed_read => {
+                                if let Loc::Fragment { phys, .. } = self.map.get(lba) {
+                                    if packed.contains(&(phys as u64)) {
+                                        return Err(RelocateError::Damaged(format!(
+                                            "live fragment of block {lba} (segment {victim} chunk at block {pos}) was not read and verified"
+                                        )));
+                                    }
                                 }
                             }
                             Place::Fragment { k } => {

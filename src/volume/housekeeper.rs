@@ -27,7 +27,7 @@
 //! it reflects is durable.
 
 use super::core::RelocateError;
-use super::{parse_victim, Shared};
+use super::{gcread, Shared};
 use crate::checkpoint;
 use crate::error::{Error, Result};
 use crate::format::checkpoint::Lifetime;
@@ -131,6 +131,9 @@ pub(in crate::volume) struct Housekeeper {
     /// segment-sized buffer per victim was 1.5% of a write profile). Taken
     /// only by `gc_one`, which runs under `round`; a leaf lock.
     victim_buf: Mutex<Option<AlignedBuf>>,
+    /// Victims in a row whose live-run plan fell back to a whole read
+    /// (`gcread::read_victim` skips the header walk while they pile up).
+    gc_plan_misses: std::sync::atomic::AtomicU32,
 }
 
 impl Housekeeper {
@@ -159,6 +162,7 @@ impl Housekeeper {
             started: Instant::now(),
             threaded,
             victim_buf: Mutex::new(None),
+            gc_plan_misses: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -813,8 +817,10 @@ impl Shared {
             s.state = SegState::Victim;
             (victim, s.fill as usize, c.uuid)
         };
-        // 2. Read it without the lock: a Victim is never reused, and its blocks
-        //    never change while anything may point at them.
+        // 2. Read it without the lock (a Victim is never reused, and its blocks
+        //    never change while anything may point at them): its chunk headers,
+        //    then only what the map still points at, each block checked
+        //    against its CRC (gcread); writers go on meanwhile.
         let seg_bytes = self.geo.segment_blocks as usize * BLOCK_BYTES;
         let mut buf = self
             .hk
@@ -822,20 +828,44 @@ impl Shared {
             .lock()
             .take()
             .unwrap_or_else(|| AlignedBuf::new(seg_bytes));
-        let img = &mut buf[..fill * BLOCK_BYTES];
-        if let Err(e) = self.store.read_segment(victim, 0, img) {
-            self.core.lock().end_victim(victim);
-            return Err(e.into());
-        }
-        // 3. Check every chunk's CRCs, still without the lock (writers go on).
-        let img = &*img;
-        let chunks = parse_victim(img, &uuid, victim);
-        // 4. Relocate what the map still points at (blocks overwritten meanwhile
-        //    no longer match and are skipped).
+        let base = victim as u64 * self.geo.segment_blocks as u64;
+        let read = gcread::read_victim(
+            &*self.store,
+            victim,
+            fill,
+            &uuid,
+            &mut buf,
+            &self.hk.gc_plan_misses,
+            |chunks| {
+                let c = self.core.lock();
+                gcread::live_blocks(&c.map, base, chunks, fill)
+            },
+        );
+        let read = match read {
+            Ok(r) => r,
+            Err(e) => {
+                *self.hk.victim_buf.lock() = Some(buf);
+                self.core.lock().end_victim(victim);
+                return Err(e.into());
+            }
+        };
+        Counters::add(&self.counters.gc_bytes_read, read.bytes_read);
+        let img = &buf[..fill * BLOCK_BYTES];
+        // 3. Relocate what the map still points at (blocks overwritten
+        //    meanwhile no longer match and are skipped; a live block not
+        //    verified refuses the victim).
         let moved = {
             let mut c = self.core.lock();
             let durable = self.commit.durable_seq();
-            let r = c.relocate(victim, img, chunks, self.hk.reserve, durable, &mut out);
+            let r = c.relocate(
+                victim,
+                img,
+                &read.verified,
+                read.chunks,
+                self.hk.reserve,
+                durable,
+                &mut out,
+            );
             c.end_victim(victim);
             match r {
                 Ok((d, v, class)) => (d, v, Some(class)),

@@ -20,6 +20,7 @@
 
 mod commit;
 mod core;
+mod gcread;
 mod housekeeper;
 mod intent;
 mod logdev;
@@ -2012,6 +2013,7 @@ impl Shared {
             gc_runs: 0,
             gc_blocks_moved: 0,
             gc_virtual_moved: 0,
+            gc_bytes_read: 0,
             gc_class_runs: [0; crate::format::checkpoint::LIFETIME_GC_CLASSES],
             gc_class_blocks_moved: [0; crate::format::checkpoint::LIFETIME_GC_CLASSES],
             checkpoints: 0,
