@@ -122,6 +122,7 @@ fn pieces(records: Vec<(u64, Vec<u8>)>, piece: usize, most: usize) -> Vec<Vec<(u
         let add = crate::format::objlog::RECORD_HEAD + r.1.len();
         let cur = out.last().expect("never empty");
         if piece > 0 && !cur.is_empty() && bytes + add > piece && out.len() < most {
+            // MUTANT: log-piece-record-dropped s|out.push(Vec::new());|out.push(Vec::new()); continue;|
             out.push(Vec::new());
             bytes = crate::format::objlog::HEADER + 4;
         }
@@ -342,7 +343,6 @@ impl ObjLog {
                     let bytes = obj.encode();
                     p.prev_crc = crc32c::crc32c(&bytes);
                     p.next_index = index + 1;
-                    // MUTANT: log-piece-first-record s|first += n;|first += n.min(1);|
                     first += n;
                     sealed.push((index, first, bytes));
                 }

@@ -172,12 +172,12 @@ fn every_acknowledged_flush_survives_the_loss_of_the_host_with_gc_running() {
     every_acknowledged_flush_survives(0);
 }
 
-/// The same with every FLUSH group's log cut into pieces of at most 8 KiB,
+/// The same with every FLUSH group's log cut into pieces of at most 20 KiB,
 /// put at once (`ObjLog::set_piece_bytes`; RADOS: 60 KiB, docs/objects.md
 /// §4.6): each piece carries its own first record number and the chain.
 #[test]
 fn every_acknowledged_flush_survives_with_the_log_put_in_pieces() {
-    every_acknowledged_flush_survives(8 << 10);
+    every_acknowledged_flush_survives(20 << 10);
 }
 
 fn every_acknowledged_flush_survives(piece: usize) {
