@@ -26,13 +26,19 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$1"
 dir=$(cd "$1" && pwd)
 secs=${2:-30}
-"$root/scripts/ceph-cluster.sh" start "$dir" --rgw >/dev/null
+# radosgw only when an S3 backend runs (BACKENDS=rados needs none)
+rgw=()
+[[ " ${BACKENDS:-s3} " == *" s3 "* ]] && rgw=(--rgw)
+"$root/scripts/ceph-cluster.sh" start "$dir" "${rgw[@]}" >/dev/null
 echo "== RBD baseline and file peer ($secs s a run)"
 "$root/scripts/bench-rbd.sh" "$dir" "$secs"
-set -a
-# shellcheck disable=SC1091
-. "$dir/s3.env"
-set +a
+AWS_ENDPOINT_URL=
+if [ ${#rgw[@]} -gt 0 ]; then
+  set -a
+  # shellcheck disable=SC1091
+  . "$dir/s3.env"
+  set +a
+fi
 tck=$(getconf CLK_TCK)
 backend_ticks() {
   local t=0 f pid
@@ -50,17 +56,24 @@ rows=()
 # LOG_PUTS="1 8": the store-durable server once per value of
 # SLUICE_LOG_PUTS (log PUTs in flight, docs/objects.md §5.0.2), rows named
 # "K=N"; unset: the built-in default only
+# LOG_PIECES="0 60": the same, once per SLUICE_LOG_PIECE_KIB (the log bytes
+# one log object of a FLUSH group holds at most, 0 = the whole group in one
+# object; docs/objects.md §4.6), rows named "P=N"
 for be in ${BACKENDS:-s3}; do
 for srv in sluice sluice-s3 sluice-s3-durable; do
   [ "$be" = rados ] && [ "$srv" = sluice ] && continue
   ks=(default)
   [ "$srv" = sluice-s3-durable ] && [ -n "${LOG_PUTS:-}" ] && read -ra ks <<<"$LOG_PUTS"
+  ps=(default)
+  [ "$srv" = sluice-s3-durable ] && [ -n "${LOG_PIECES:-}" ] && read -ra ps <<<"$LOG_PIECES"
   for k in "${ks[@]}"; do
+  for pc in "${ps[@]}"; do
   for c in ${CASES:-randwrite fsync32 fsync-qd1}; do
-    out=$dir/nbd-$be-$srv-$k-$c
+    out=$dir/nbd-$be-$srv-$k-$pc-$c
     env=(S3_ENDPOINT=$AWS_ENDPOINT_URL)
     [ "$be" = rados ] && env=(RADOS_CONF=$dir/ceph.conf SLUICE=${SLUICE_RADOS:?SLUICE_RADOS: a --features rados build})
     [ "$k" != default ] && env+=(SLUICE_LOG_PUTS="$k")
+    [ "$pc" != default ] && env+=(SLUICE_LOG_PIECE_KIB="$pc")
     rm -rf "$out"
     mkdir -p "$out"
     t0=$(backend_ticks)
@@ -75,6 +88,7 @@ for srv in sluice sluice-s3 sluice-s3-durable; do
     name=$srv
     [ "$srv" != sluice ] && name="$srv ($be)"
     [ "$k" != default ] && name="$name K=$k"
+    [ "$pc" != default ] && name="$name P=$pc"
     row=$(python3 - "$json" $((t1 - t0)) "$tck" "$name" "$c" "$line" <<'EOF'
 import json, re, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
@@ -92,6 +106,7 @@ EOF
 )
     echo "$row"
     rows+=("$row")
+  done
   done
   done
 done

@@ -704,6 +704,13 @@ apply_fenced_put_taken_as_ok() {
 apply_log_acked_past_gap() {
   marker log-acked-past-gap
 }
+# issue 21 (branch h15-rados): a FLUSH group's log put in pieces at once;
+# the record that opens a new piece is left out of every piece, so a FLUSH
+# acknowledged on the whole group loses that write (and the next group no
+# longer follows the chain)
+apply_log_piece_record_dropped() {
+  marker log-piece-record-dropped
+}
 apply_fence_ignores_gaps() {
   marker fence-ignores-gaps
 }
@@ -985,6 +992,7 @@ run fence-at-chain-start-ends-replay lib
 run flush-answered-on-a-stale-lease lib
 run staging-unbounded lib
 run flush-parallelism-ignored lib
+run log-piece-record-dropped lib objects_crash
 run lease-check-always-ok lib
 run mutation-without-lease-check lib
 run superseded-writer-unfenced objects_volume

@@ -90,6 +90,9 @@ fn run(seed: u64, durable: bool) -> (u64, u64, bool) {
         objseg::create_in_mode(m.clone() as Arc<dyn Media>, place(cache), false, durable).unwrap();
     if let Some(l) = store.flush_log() {
         l.set_put_timeout(Duration::from_millis(1));
+        // odd seeds put each FLUSH group's log in pieces of at most 12 KiB,
+        // at once (RADOS: 60 KiB, docs/objects.md §4.6)
+        l.set_piece_bytes(if seed % 2 == 1 { 12 << 10 } else { 0 });
     }
     let vol = Volume::open(store.media(), &open_opts(&store)).unwrap();
     if durable {

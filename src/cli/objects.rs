@@ -15,6 +15,7 @@ use sluice::media::Media;
 use sluice::objseg::{self, ObjSegOptions, ObjSegStore};
 use sluice::StoreHandle;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
 /// The stores `attach` made (weak: a volume's drop still finishes its
@@ -52,6 +53,15 @@ pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
             mib(log),
             mib(ck),
         );
+        if let Some(l) = s.flush_log() {
+            let n = l.stats.objects_put.load(Ordering::Relaxed);
+            say!(
+                "sluice: {name}: FLUSH log: {n} object(s) put, {:.2} ms a PUT on average, at most {} in flight, pieces of at most {} KiB (0: one object a FLUSH group)",
+                l.stats.put_us.load(Ordering::Relaxed) as f64 / 1000.0 / n.max(1) as f64,
+                l.stats.most_in_flight.load(Ordering::Relaxed),
+                l.piece_bytes() >> 10,
+            );
+        }
         match left {
             0 => say!("sluice: {name}: every segment uploaded; epoch {} released", s.epoch()),
             n => say!(

@@ -42,7 +42,10 @@
 //!   taker fenced again above the chain, `fence::fence_log`), one met after
 //!   it ends the replay;
 //! - record numbers rise by one per write, in the order the writes returned;
-//!   objects are sealed (numbered, chained by CRC) in that order; the PUT
+//!   objects are sealed (numbered, chained by CRC) in that order, each
+//!   naming its first record (a FLUSH group may be sealed as several
+//!   pieces, `SLUICE_LOG_PIECE_KIB`, put at once: its FLUSH waits for every
+//!   one, and replay reads them as any consecutive objects); the PUT
 //!   of object L is sent only while L < stored_through + window, and at
 //!   most `window` PUTs are in flight;
 //! - the newest `MAX_PUTS_IN_FLIGHT` stored objects are never deleted (a
@@ -91,6 +94,43 @@ pub const MAX_PUTS_IN_FLIGHT: usize = 16;
 /// remote cluster with idle servers; radosgw here gained 2.5x in one run)
 /// is where `SLUICE_LOG_PUTS=4..8` is worth trying.
 pub const PUTS_IN_FLIGHT: usize = 1;
+
+/// `SLUICE_LOG_PIECE_KIB`: the log bytes one object of a FLUSH group
+/// holds at most, the pieces put at once; unset or 0, the whole group is
+/// one object. Off by default: on one BlueStore OSD on a rotational
+/// device a create under 64 KiB (deferred into RocksDB's WAL) took a
+/// fraction of a 100 KiB one's time in a quiet probe, but durable fsync32
+/// through sluice gained nothing in 9 same-run pairs on this loaded
+/// machine (median ratio 0.97) while the OSD's CPU per GiB rose ~40%
+/// (docs/objects.md §4.6).
+fn piece_bytes() -> usize {
+    std::env::var("SLUICE_LOG_PIECE_KIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map(|k| k << 10)
+        .unwrap_or(0)
+}
+
+/// Cut one FLUSH group's records (in order) into pieces of about `piece`
+/// encoded bytes each (whole records: a record is never split, so one
+/// larger than `piece` is a piece of its own), at most `most` pieces (the
+/// last takes the rest). `piece == 0`: one piece.
+fn pieces(records: Vec<(u64, Vec<u8>)>, piece: usize, most: usize) -> Vec<Vec<(u64, Vec<u8>)>> {
+    let mut out: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new()];
+    let mut bytes = crate::format::objlog::HEADER + 4;
+    for r in records {
+        let add = crate::format::objlog::RECORD_HEAD + r.1.len();
+        let cur = out.last().expect("never empty");
+        if piece > 0 && !cur.is_empty() && bytes + add > piece && out.len() < most {
+            // MUTANT: log-piece-record-dropped s|out.push(Vec::new());|out.push(Vec::new()); continue;|
+            out.push(Vec::new());
+            bytes = crate::format::objlog::HEADER + 4;
+        }
+        bytes += add;
+        out.last_mut().expect("never empty").push(r);
+    }
+    out
+}
 
 fn puts_in_flight() -> usize {
     std::env::var("SLUICE_LOG_PUTS")
@@ -160,6 +200,9 @@ pub struct ObjLog {
     older: Mutex<Vec<String>>,
     /// How long one log object's PUT is tried before the FLUSH fails (ms).
     put_timeout_ms: AtomicU64,
+    /// Log bytes one object holds at most (0: a FLUSH group is one object;
+    /// `piece_bytes`).
+    piece: AtomicUsize,
     pub stats: LogStats,
 }
 
@@ -201,7 +244,6 @@ impl ObjLog {
         }
         Ok(Arc::new(ObjLog {
             inner,
-            objects,
             uuid,
             epoch,
             clock,
@@ -211,6 +253,8 @@ impl ObjLog {
             window: AtomicUsize::new(puts_in_flight()),
             older: Mutex::new(older),
             put_timeout_ms: AtomicU64::new(60_000),
+            piece: AtomicUsize::new(piece_bytes()),
+            objects,
             stats: LogStats::default(),
         }))
     }
@@ -231,6 +275,17 @@ impl ObjLog {
             .store(k.clamp(1, MAX_PUTS_IN_FLIGHT), Ordering::Relaxed);
     }
 
+    /// The log bytes one object of a FLUSH group holds at most (0: the
+    /// whole group in one object).
+    pub fn piece_bytes(&self) -> usize {
+        self.piece.load(Ordering::Relaxed)
+    }
+
+    /// Set `piece_bytes` (tests, before the volume's first FLUSH).
+    pub fn set_piece_bytes(&self, b: usize) {
+        self.piece.store(b, Ordering::Relaxed);
+    }
+
     /// How long a log object's PUT is tried before its FLUSH fails
     /// (default 60 s).
     pub fn set_put_timeout(&self, d: Duration) {
@@ -249,14 +304,16 @@ impl ObjLog {
         self.pending.lock().records.len()
     }
 
-    /// Put every write made so far as a log object (several callers' PUTs
+    /// Put every write made so far as log objects (one, or several
+    /// pieces of at most `piece_bytes` put at once; several callers' PUTs
     /// run at once, up to `window`); returns once the store acknowledged
-    /// that object and every one numbered below it, i.e. once every write
-    /// that returned before this call is in the store's unbroken chain.
+    /// those objects and every one numbered below them, i.e. once every
+    /// write that returned before this call is in the store's unbroken
+    /// chain.
     pub fn put_pending(&self) -> io::Result<()> {
-        // seal: the records so far become object `index`, chained to the
-        // object sealed before it (sealing is in number order, the PUTs
-        // are not)
+        // seal: the records so far become objects `index..target`, each
+        // chained to the one sealed before it (sealing is in number order,
+        // the PUTs are not)
         let (sealed, target) = {
             let mut p = self.put.lock();
             if let Some(b) = &p.broken {
@@ -265,71 +322,61 @@ impl ObjLog {
             let mut q = self.pending.lock();
             if q.records.is_empty() {
                 // our writes (if any) are in objects sealed already
-                (None, p.next_index)
+                (Vec::new(), p.next_index)
             } else {
                 let records = std::mem::take(&mut q.records);
                 q.bytes = 0;
-                let first = q.next_record - records.len() as u64;
+                let mut first = q.next_record - records.len() as u64;
                 drop(q);
-                let n = records.len() as u64;
-                let index = p.next_index;
-                let obj = LogObject {
-                    uuid: self.uuid,
-                    epoch: self.epoch,
-                    index,
-                    first_record: first,
-                    prev_crc: p.prev_crc,
-                    records,
-                };
-                let bytes = obj.encode();
-                p.prev_crc = crc32c::crc32c(&bytes);
-                p.next_index = index + 1;
-                (Some((index, first + n, bytes)), index + 1)
+                let mut sealed = Vec::new();
+                for records in pieces(records, self.piece_bytes(), MAX_PUTS_IN_FLIGHT) {
+                    let n = records.len() as u64;
+                    let index = p.next_index;
+                    let obj = LogObject {
+                        uuid: self.uuid,
+                        epoch: self.epoch,
+                        index,
+                        first_record: first,
+                        prev_crc: p.prev_crc,
+                        records,
+                    };
+                    let bytes = obj.encode();
+                    p.prev_crc = crc32c::crc32c(&bytes);
+                    p.next_index = index + 1;
+                    first += n;
+                    sealed.push((index, first, bytes));
+                }
+                (sealed, p.next_index)
             }
         };
-        if let Some((index, end, bytes)) = sealed {
-            {
-                // at most `window` PUTs in flight, and never one more than
-                // `window` past the lowest not stored
-                let window = self.window();
-                let mut p = self.put.lock();
-                while p.broken.is_none()
-                    && (p.in_flight >= window || index >= p.stored_through + window as u64)
-                {
-                    self.stored.wait(&mut p);
-                }
-                if let Some(b) = &p.broken {
-                    return Err(io::Error::other(b.clone()));
-                }
-                p.in_flight += 1;
-                self.stats
-                    .most_in_flight
-                    .fetch_max(p.in_flight as u64, Ordering::Relaxed);
+        // the pieces of one group go out at once (each its own PUT in the
+        // window: at most MAX_PUTS_IN_FLIGHT, `pieces`)
+        let window = self.window().max(sealed.len()).min(MAX_PUTS_IN_FLIGHT);
+        match sealed.len() {
+            0 => {}
+            1 => {
+                let (index, end, bytes) = &sealed[0];
+                self.send(*index, *end, bytes, window)?;
             }
-            let r = self.put_one(index, &bytes);
-            let mut p = self.put.lock();
-            p.in_flight -= 1;
-            match r {
-                Ok(()) => {
-                    p.ahead.insert(index, end);
-                    loop {
-                        let i = p.stored_through;
-                        let Some(e) = p.ahead.remove(&i) else { break };
-                        p.done.push_back((i, e));
-                        p.stored_through += 1;
-                    }
-                }
-                Err(e) => {
-                    // every later object waits for this one: none of their
-                    // FLUSHes can be answered now (the volume stops)
-                    if p.broken.is_none() {
-                        p.broken = Some(e.to_string());
-                    }
-                    self.stored.notify_all();
-                    return Err(e);
+            _ => {
+                let results: Vec<io::Result<()>> = std::thread::scope(|sc| {
+                    let hs: Vec<_> = sealed
+                        .iter()
+                        .map(|(index, end, bytes)| {
+                            sc.spawn(move || self.send(*index, *end, bytes, window))
+                        })
+                        .collect();
+                    hs.into_iter()
+                        .map(|h| {
+                            h.join()
+                                .unwrap_or_else(|_| Err(io::Error::other("a log PUT panicked")))
+                        })
+                        .collect()
+                });
+                for r in results {
+                    r?;
                 }
             }
-            self.stored.notify_all();
         }
         {
             let mut p = self.put.lock();
@@ -346,6 +393,53 @@ impl ObjLog {
         }
         // MUTANT: flush-answered-on-a-stale-lease s|self.answer_gate()|Ok::<(), io::Error>(())|
         self.answer_gate()
+    }
+
+    /// Put sealed object `index` (records up to `end`) once it is within
+    /// `window` of the lowest object not stored and fewer than `window`
+    /// PUTs are out; on success it joins `stored_through` when every lower
+    /// one has; a failure breaks the log (no FLUSH from then on).
+    fn send(&self, index: u64, end: u64, bytes: &[u8], window: usize) -> io::Result<()> {
+        {
+            let mut p = self.put.lock();
+            while p.broken.is_none()
+                && (p.in_flight >= window || index >= p.stored_through + window as u64)
+            {
+                self.stored.wait(&mut p);
+            }
+            if let Some(b) = &p.broken {
+                return Err(io::Error::other(b.clone()));
+            }
+            p.in_flight += 1;
+            self.stats
+                .most_in_flight
+                .fetch_max(p.in_flight as u64, Ordering::Relaxed);
+        }
+        let r = self.put_one(index, bytes);
+        let mut p = self.put.lock();
+        p.in_flight -= 1;
+        match r {
+            Ok(()) => {
+                p.ahead.insert(index, end);
+                loop {
+                    let i = p.stored_through;
+                    let Some(e) = p.ahead.remove(&i) else { break };
+                    p.done.push_back((i, e));
+                    p.stored_through += 1;
+                }
+                self.stored.notify_all();
+                Ok(())
+            }
+            Err(e) => {
+                // every later object waits for this one: none of their
+                // FLUSHes can be answered now (the volume stops)
+                if p.broken.is_none() {
+                    p.broken = Some(e.to_string());
+                }
+                self.stored.notify_all();
+                Err(e)
+            }
+        }
     }
 
     /// A FLUSH is answered only under a fresh lease check (one that found

@@ -169,7 +169,20 @@ fn log_objects(o: &MemObjects) -> Vec<String> {
 
 #[test]
 fn every_acknowledged_flush_survives_the_loss_of_the_host_with_gc_running() {
+    every_acknowledged_flush_survives(0);
+}
+
+/// The same with every FLUSH group's log cut into pieces of at most 20 KiB,
+/// put at once (`ObjLog::set_piece_bytes`; RADOS: 60 KiB, docs/objects.md
+/// §4.6): each piece carries its own first record number and the chain.
+#[test]
+fn every_acknowledged_flush_survives_with_the_log_put_in_pieces() {
+    every_acknowledged_flush_survives(20 << 10);
+}
+
+fn every_acknowledged_flush_survives(piece: usize) {
     let mut a = HostA::new(3);
+    a.store.flush_log().unwrap().set_piece_bytes(piece);
     let mut copies = Vec::new();
     for round in 0..18usize {
         // FLUSHes at varied spacing; GC and checkpoints run in between
@@ -178,6 +191,12 @@ fn every_acknowledged_flush_survives_the_loss_of_the_host_with_gc_running() {
     }
     let log = a.store.flush_log().unwrap();
     let put = log.stats.objects_put.load(Ordering::Relaxed);
+    if piece > 0 {
+        assert!(
+            log.stats.most_in_flight.load(Ordering::Relaxed) >= 2,
+            "no FLUSH group was put in pieces"
+        );
+    }
     let left = log_objects(&a.objects).len() as u64;
     assert!(a.store.stats().checkpoints_stored.load(Ordering::Relaxed) >= 4);
     // deleted behind the checkpoint objects: far fewer than were put
@@ -1013,4 +1032,73 @@ fn a_flush_whose_put_returns_after_a_takers_epoch_is_not_answered() {
         "A answered a FLUSH more than T/2 after B's epoch existed"
     );
     assert!(a.store.lease_clock().superseded().is_some());
+}
+
+/// A FLUSH group put in pieces (`set_piece_bytes`): the PUT of its first
+/// piece n is held on the wire while the later pieces are stored. The
+/// FLUSH is not answered meanwhile; a power cut of host A then leaves a
+/// store whose mount is a prefix with every acknowledged write, the replay
+/// ending at the gap n (never applying the later pieces); once n lands the
+/// FLUSH is answered and the store holds every write.
+#[test]
+fn a_flush_put_in_pieces_is_answered_only_once_every_piece_is_stored() {
+    let objects = Arc::new(MemObjects::new());
+    let view = HeldLogPut::new(objects.clone());
+    let mut a = HostA::on(61, Some((objects.clone(), view.clone())));
+    a.store.flush_log().unwrap().set_piece_bytes(8 << 10);
+    a.write(60, 6);
+    let acked = a.history.len();
+    let n = next_log_index(&objects);
+    view.hold(n);
+    for _ in 0..6 {
+        a.write_one().unwrap();
+    }
+    let upto = a.history.len();
+    let a = Arc::new(Mutex::new(a));
+    let out = Arc::new(Mutex::new(None));
+    {
+        let (vol, o) = (a.lock().vol.clone(), out.clone());
+        std::thread::spawn(move || *o.lock() = Some(vol.flush().is_ok()));
+    }
+    wait_for("the first piece's PUT", || {
+        view.arrived.load(Ordering::SeqCst)
+    });
+    let next = ObjName::Log {
+        seq: n + 1,
+        epoch: 1,
+    }
+    .encode();
+    wait_for("piece n+1 stored while n is held", || {
+        objects.head(&next).is_ok()
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        out.lock().is_none(),
+        "a FLUSH was answered while the first piece {n} of its group was not stored"
+    );
+    {
+        // the cut: host A vanishes with piece n on the wire
+        let g = a.lock();
+        let dir = tempfile::tempdir().unwrap();
+        let (r, _s, vol) = host_b(Arc::new(objects.snapshot()), dir.path());
+        let l = r.log.clone().unwrap();
+        let k = assert_prefix(&vol, &g.history, g.blocks);
+        assert!(
+            k as usize >= acked,
+            "host B lost acknowledged writes ({l:?})"
+        );
+        let held = ObjName::Log { seq: n, epoch: 1 }.encode();
+        assert!(
+            l.stop == format!("log object {n} is missing: replay ends")
+                || l.stop.starts_with(held.as_str()) && l.fenced_by.is_some(),
+            "the replay went past the gap at {n}: {l:?}"
+        );
+    }
+    view.release();
+    wait_for("the FLUSH's answer", || out.lock().is_some());
+    assert_eq!(*out.lock(), Some(true));
+    let g = a.lock();
+    let dir = tempfile::tempdir().unwrap();
+    let (_r, _s, vol) = host_b(Arc::new(g.objects.snapshot()), dir.path());
+    assert_eq!(assert_prefix(&vol, &g.history, g.blocks) as usize, upto);
 }
