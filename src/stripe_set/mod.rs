@@ -300,6 +300,13 @@ impl StripeSet {
         self.scratch_base() + scratch::area_bytes(self.layout.unit)
     }
 
+    /// Keep at most `rows` row states in memory after a flush (0: the
+    /// default, `rows::KEEP_ROWS`); the simulator and tests use a few, so
+    /// rows are evicted and read back.
+    pub fn set_row_cache(&self, rows: usize) {
+        self.rows.lock().keep = rows;
+    }
+
     pub fn set_formatting(&self, on: bool) {
         self.formatting.store(on, Ordering::Release);
     }
