@@ -1116,7 +1116,8 @@ fn a_long_run_closing_many_segments_never_runs_out_of_scratch_lanes() {
 /// mount takes the same checkpoint slot, replays as many records as the
 /// mount of the unflipped images, and reads every write back; the copies
 /// read before the good one are rewritten from it (member 0's always), and
-/// counted. With `meta_read`'s first copy (the mutation
+/// counted; a read-only mount and a degraded one only count member 0's
+/// bad copy (the read-only one leaves it as it is). With `meta_read`'s first copy (the mutation
 /// `meta-read-unchecked`) a flip on member 0 took the older slot or ended
 /// the log early.
 #[test]
@@ -1208,6 +1209,36 @@ fn a_metadata_copy_flipped_on_one_member_is_read_from_another_and_rewritten() {
                     durable[at], base[m][at],
                     "{what}: member {m}'s copy was not rewritten"
                 );
+            }
+        }
+        // a read-only mount, and a degraded one (member 3 missing), only
+        // count member 0's bad copy
+        for (ro, skip) in [(true, None), (false, Some(3))] {
+            let mut images = base.clone();
+            images[0][at] ^= 0x10;
+            let s = sims(&images);
+            let what = format!("{where_} flipped on member 0, read-only {ro}, missing {skip:?}");
+            let opts = OpenOptions {
+                read_only: ro,
+                ..det()
+            };
+            let vol = Volume::open_striped(sim_devs(&s, skip), &opts)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(vol.mount_report().checkpoint_slot, clean.checkpoint_slot);
+            assert_eq!(vol.mount_report().rules.log_record_replayed, records);
+            verify(&vol, &want, &what);
+            let st = vol.stripe_set().unwrap().status();
+            // (a record's header is read twice, header then image: both
+            // find member 0's copy bad when it is not rewritten)
+            assert!(
+                st.meta_copies_bad >= 1 && st.meta_copies_rewritten == 0,
+                "{what}: {st:?}"
+            );
+            drop(vol);
+            // (a writable mount writes checkpoints of its own later)
+            if ro {
+                let durable = s[0].crash_image(Loss::DropAll, 2);
+                assert_eq!(durable[at], images[0][at], "{what}: member 0 written");
             }
         }
     }
