@@ -881,7 +881,7 @@ run parallel-flush-error-dropped lib
 run fused-mul2-wrong-reduction lib parity
 run scratch-copy-column-stale lib stripe_set
 run superblock-copies-not-repaired stripe_set dst
-run meta-read-unchecked stripe_set
+run meta-read-unchecked stripe_set dst
 run evicted-row-loaded-full lib
 run replayed-rows-not-resynced dst
 run resync-bakes-failing-block dst
