@@ -425,6 +425,14 @@ apply_tomb_parity_in_place() {
 apply_parallel_flush_error_dropped() {
   marker parallel-flush-error-dropped
 }
+# recovery's checked reads of mirrored metadata; an evicted row's marks
+# (h15-rows)
+apply_meta_read_unchecked() {
+  marker meta-read-unchecked
+}
+apply_evicted_row_loaded_full() {
+  marker evicted-row-loaded-full
+}
 # fused parity kernels and the reused parity buffers (h14-stripes)
 apply_fused_mul2_wrong_reduction() {
   marker fused-mul2-wrong-reduction
@@ -910,6 +918,8 @@ run parallel-flush-error-dropped lib
 run fused-mul2-wrong-reduction lib parity
 run scratch-copy-column-stale lib stripe_set
 run superblock-copies-not-repaired stripe_set dst
+run meta-read-unchecked stripe_set dst
+run evicted-row-loaded-full lib
 run replayed-rows-not-resynced dst
 run resync-bakes-failing-block dst
 run stripe-rebuild-skips-crc stripe_set

@@ -507,8 +507,29 @@ fn read_record(
     let base = at / bs * bs;
     let win = (2 * bs).min(ring.1 - base);
     let mut hdr = AlignedBuf::new(win as usize);
-    media.read_at(&mut hdr[..], ring.0 + base)?;
     let rel = (at - base) as usize;
+    // Read checked (a stripe set: the first member's copy that passes, the
+    // failing ones before it rewritten): the header must decode as record
+    // `seq` of this volume and fit; a record in the window (version 3) must
+    // verify whole, and only its bytes are vouched for (the window's others
+    // are other records'); of a version 2 record the header block (its own
+    // CRC), its whole image checked by its own read below.
+    let header_ok = |b: &[u8]| -> Option<std::ops::Range<usize>> {
+        let (h, _) = intent::RecordHeader::decode(&b[rel..]).ok()?;
+        let len = h.ring_bytes();
+        if h.seq != seq || h.uuid != *uuid || at + len as u64 > ring.1 {
+            return None;
+        }
+        match h.place {
+            Some(_) => {
+                let img = b.get(rel..rel + len)?;
+                intent::verify(img, uuid, seq, chain).ok()?;
+                Some(rel..rel + len)
+            }
+            None => Some(rel..(rel + BLOCK_BYTES).min(b.len())),
+        }
+    };
+    media.read_checked(&mut hdr[..], ring.0 + base, &header_ok)?;
     let Ok((h, _)) = intent::RecordHeader::decode(&hdr[rel..]) else {
         return Ok(None);
     };
@@ -520,7 +541,9 @@ fn read_record(
         hdr[rel..rel + len as usize].to_vec()
     } else {
         let mut img = AlignedBuf::new(len as usize);
-        media.read_at(&mut img[..], ring.0 + at)?;
+        media.read_checked(&mut img[..], ring.0 + at, &|b| {
+            intent::verify(b, uuid, seq, chain).ok().map(|_| 0..b.len())
+        })?;
         img.to_vec()
     };
     Ok(match intent::verify(&img, uuid, seq, chain) {

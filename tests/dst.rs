@@ -68,6 +68,11 @@ struct Shape {
     members: u8,
     /// Parity members of the set (1: RAID-5, 2: RAID-6).
     parity: u8,
+    /// Row states a stripe set keeps in memory after a flush (0: its
+    /// default, 64, which these small sets never reach): a few, so rows
+    /// are evicted and read back before they take more data
+    /// (`StripeSet::set_row_cache`, docs/stripes.md §0 finding 12).
+    row_cache: usize,
 }
 
 const SHAPE: Shape = Shape {
@@ -81,6 +86,7 @@ const SHAPE: Shape = Shape {
     log_v2: false,
     members: 0,
     parity: 0,
+    row_cache: 0,
 };
 
 /// Seeds from here on run on a stripe set (issue 20 item 7), with no intent
@@ -177,6 +183,9 @@ fn shape_for(seed: u64) -> Shape {
             } else {
                 0
             },
+            // one seed in three (2^20+2 of `dst_stripe_sets`, the RAID-5
+            // seed of `dst_stripe_rings`)
+            row_cache: if seed % 3 == 2 { 2 } else { 0 },
             ..SHAPE
         };
     }
@@ -352,7 +361,7 @@ fn members_live(m: &Arc<SimMedia>, sh: Shape) -> Vec<(String, Arc<dyn Media>)> {
 /// a stripe set from all its members).
 fn open_vol(m: &Arc<SimMedia>, sh: Shape, opts: OpenOptions) -> sluice::Result<Volume> {
     if sh.members > 0 {
-        return Volume::open_striped(members_live(m, sh), &opts);
+        return Volume::open_striped(members_live(m, sh), &opts).map(|v| row_cache(v, sh));
     }
     let (main, logs) = devices(m, sh);
     Volume::open(
@@ -397,6 +406,14 @@ fn check_vol_set(m: &Arc<SimMedia>, sh: Shape, gone: &[usize]) -> sluice::check:
     sluice::check::check_logs(&*main, &refs, &mut |_| {})
 }
 
+/// `vol`, its stripe set keeping `sh.row_cache` row states (if not 0).
+fn row_cache(vol: Volume, sh: Shape) -> Volume {
+    if let (Some(set), true) = (vol.stripe_set(), sh.row_cache > 0) {
+        set.set_row_cache(sh.row_cache);
+    }
+    vol
+}
+
 /// Format a volume on `m` (with its log devices) and mount it.
 fn create_vol(
     m: &Arc<SimMedia>,
@@ -411,7 +428,7 @@ fn create_vol(
             STRIPE_UNIT,
             &create_opts(sh, gc),
         )?;
-        return Volume::open_striped(members_live(m, sh), &opts);
+        return Volume::open_striped(members_live(m, sh), &opts).map(|v| row_cache(v, sh));
     }
     let (main, logs) = devices(m, sh);
     Volume::create(
@@ -917,6 +934,9 @@ struct Ran {
     /// Partial rows a stripe set's FLUSHes wrote unprotected (no scratch
     /// lane free: `SetStatus::unprotected_flushes`), summed over mounts.
     unprotected: u64,
+    /// Evicted rows a stripe set read back to take a write
+    /// (`SetStatus::rows_loaded`), summed over mounts.
+    rows_loaded: u64,
 }
 
 /// A compressed shape's writes carry compressible data (so fragments exist):
@@ -1027,13 +1047,16 @@ fn run_plan(media: &Arc<SimMedia>, vol: Volume, sh: Shape, p: &[Planned]) -> Ran
     let mut fragments = 0;
     let mut direct = 0;
     let mut unprotected = 0;
+    let mut rows_loaded = 0;
     let unprotected_of = |v: &Volume| v.stripe_set().map_or(0, |s| s.status().unprotected_flushes);
+    let loaded_of = |v: &Volume| v.stripe_set().map_or(0, |s| s.status().rows_loaded);
     for (i, x) in p.iter().enumerate() {
         media.mark(2 * i as u64);
         if let (Act::Close, Some(v)) = (&x.act, &vol) {
             fragments += v.stats().compress.fragments;
             direct += v.stats().compress.direct_blocks;
             unprotected += unprotected_of(v);
+            rows_loaded += loaded_of(v);
         }
         if let Err(e) = do_act(&mut vol, media, sh, &x.act) {
             if std::env::var("SLUICE_DST_TRACE_STOP").is_ok_and(|v| v == "1") {
@@ -1045,6 +1068,7 @@ fn run_plan(media: &Arc<SimMedia>, vol: Volume, sh: Shape, p: &[Planned]) -> Ran
                 fragments,
                 direct,
                 unprotected,
+                rows_loaded,
             };
         }
         media.mark(2 * i as u64 + 1);
@@ -1053,6 +1077,7 @@ fn run_plan(media: &Arc<SimMedia>, vol: Volume, sh: Shape, p: &[Planned]) -> Ran
         fragments += v.stats().compress.fragments;
         direct += v.stats().compress.direct_blocks;
         unprotected += unprotected_of(v);
+        rows_loaded += loaded_of(v);
     }
     Ran {
         started: p.len(),
@@ -1060,6 +1085,7 @@ fn run_plan(media: &Arc<SimMedia>, vol: Volume, sh: Shape, p: &[Planned]) -> Ran
         fragments,
         direct,
         unprotected,
+        rows_loaded,
     }
 }
 
@@ -1151,6 +1177,11 @@ struct Tally {
     stripe_points: u64,
     stripe_degraded: u64,
     stripe_flips: u64,
+    /// Of `stripe_flips`, flips in one member's metadata head.
+    stripe_meta_flips: u64,
+    /// Members' copies of a checkpoint or record that failed their check
+    /// while another's passed (read from that one, `read_checked`).
+    stripe_meta_bad: u64,
     stripe_healed: u64,
     stripe_lost_runs: u64,
     stripe_stale_refused: u64,
@@ -1160,6 +1191,9 @@ struct Tally {
     /// Stripe sets: partial rows the record runs' FLUSHes wrote
     /// unprotected (`Ran::unprotected`).
     stripe_unprotected: u64,
+    /// Stripe sets: evicted rows the record runs read back
+    /// (`Ran::rows_loaded`).
+    stripe_rows_loaded: u64,
 }
 
 impl Tally {
@@ -1183,11 +1217,14 @@ impl Tally {
         self.stripe_points += o.stripe_points;
         self.stripe_degraded += o.stripe_degraded;
         self.stripe_flips += o.stripe_flips;
+        self.stripe_meta_flips += o.stripe_meta_flips;
+        self.stripe_meta_bad += o.stripe_meta_bad;
         self.stripe_healed += o.stripe_healed;
         self.stripe_lost_runs += o.stripe_lost_runs;
         self.stripe_stale_refused += o.stripe_stale_refused;
         self.stripe_cut_served += o.stripe_cut_served;
         self.stripe_unprotected += o.stripe_unprotected;
+        self.stripe_rows_loaded += o.stripe_rows_loaded;
         for (k, v) in &o.known {
             *self.known.entry(k).or_default() += v;
         }
@@ -1332,6 +1369,7 @@ fn check_mounted(
     // EIO where the set cannot tell, never wrong data)
     let mut gone = gone.to_vec();
     let mut flipped = None;
+    let mut meta_flip = false;
     if sh.members > 0 {
         let n = sh.members as usize;
         if gone.len() < sh.parity as usize && rng.gen_ratio(1, 3) {
@@ -1353,12 +1391,33 @@ fn check_mounted(
             let who = frng.gen_range(0..n);
             let rows =
                 geo.segment_count as u64 * geo.segment_bytes() / (sh.members - sh.parity) as u64;
-            let off = part_bases(sh)[who] + geo.data_offset + frng.gen_range(0..rows);
+            let off = if frng.gen_ratio(1, 3) {
+                // one member's copy of the mirrored head area (superblocks,
+                // checkpoint slots, intent ring): a byte written, if one of
+                // 64 tries finds one; recovery's checked reads take another
+                // member's copy, so nothing may read differently, not even
+                // EIO (`meta_flip`)
+                let base = part_bases(sh)[who];
+                let mut off = base + frng.gen_range(0..geo.data_offset);
+                for _ in 0..64 {
+                    if img[off as usize] != 0 {
+                        break;
+                    }
+                    off = base + frng.gen_range(0..geo.data_offset);
+                }
+                meta_flip = true;
+                off
+            } else {
+                part_bases(sh)[who] + geo.data_offset + frng.gen_range(0..rows)
+            };
             img[off as usize] ^= 1 << frng.gen_range(0..8);
             flipped = Some((who, off - part_bases(sh)[who]));
         }
     }
     let how = &match flipped {
+        Some((who, off)) if meta_flip => {
+            format!("{how}, then a bit flipped on member {who} at byte {off} of its metadata head")
+        }
         Some((who, off)) => format!("{how}, then a bit flipped on member {who} at byte {off}"),
         None if !gone.is_empty() => format!("{how}, then members {gone:?} lost"),
         None => how.to_string(),
@@ -1398,7 +1457,7 @@ fn check_mounted(
             .map_err(|e| format!("mount failed after {how}: {e}"))?
     };
     t.mounted(&vol);
-    let actual: Vec<Option<u64>> = if flipped.is_some() {
+    let actual: Vec<Option<u64>> = if flipped.is_some() && !meta_flip {
         // block by block: EIO is allowed where the set cannot place the flip
         let mut blk = vec![0u8; BS];
         (0..sh.blocks)
@@ -1430,6 +1489,8 @@ fn check_mounted(
         t.stripe_points += 1;
         t.stripe_degraded += !gone.is_empty() as u64;
         t.stripe_flips += flipped.is_some() as u64;
+        t.stripe_meta_flips += meta_flip as u64;
+        t.stripe_meta_bad += vol.stripe_set().map_or(0, |s| s.status().meta_copies_bad);
         t.stripe_healed += vol.stats().stripe_healed;
         if flipped.is_some() {
             // a flip in a dead block stays until scrub: no clean check (the
@@ -2135,6 +2196,7 @@ fn run_seed(
     let ran = run_plan(&media, vol, sh, &p);
     t.fragments = ran.fragments;
     t.stripe_unprotected = ran.unprotected;
+    t.stripe_rows_loaded = ran.rows_loaded;
     t.direct = ran.direct;
     if ran.acked != p.len() {
         return Err(format!(
@@ -2904,16 +2966,19 @@ fn dst_stripe_sets() {
         1,
     );
     println!(
-        "dst stripe: {} crash points on stripe sets; {} final mounts with members lost, {} after a bit flip on a member ({} blocks healed, {} reads EIO, {} of them of blocks a flushed write reached); {} live runs lost a member ({} mounts refused it back as stale); {} mounts cut by a power cut served on",
+        "dst stripe: {} crash points on stripe sets; {} final mounts with members lost, {} after a bit flip on a member ({} of them in its metadata head, {} metadata copies read from another member; {} blocks healed, {} reads EIO, {} of them of blocks a flushed write reached); {} live runs lost a member ({} mounts refused it back as stale); {} mounts cut by a power cut served on; {} evicted rows read back in the record runs",
         t.stripe_points,
         t.stripe_degraded,
         t.stripe_flips,
+        t.stripe_meta_flips,
+        t.stripe_meta_bad,
         t.stripe_healed,
         t.eio,
         t.eio_flushed,
         t.stripe_lost_runs,
         t.stripe_stale_refused,
-        t.stripe_cut_served
+        t.stripe_cut_served,
+        t.stripe_rows_loaded
     );
     let known: u64 = t.known.values().sum();
     assert!(known < seeds, "a stripe seed ran to its end: {:?}", t.known);
@@ -2927,6 +2992,10 @@ fn dst_stripe_sets() {
         "a lost member given back is refused as stale"
     );
     assert!(t.stripe_flips > 0, "final mounts after a bit flip");
+    assert!(
+        t.stripe_meta_flips > 0,
+        "final mounts after a bit flip in a member's metadata head"
+    );
     assert!(
         t.stripe_healed > 0,
         "a flipped bit in a live block must be healed somewhere"
@@ -3002,17 +3071,24 @@ fn dst_stripe_rings() {
     );
     let rule = |name: &str| t.rules.get(name).copied().unwrap_or(0);
     println!(
-        "dst stripe rings: {} crash points, {} final mounts with members lost, {} after a bit flip ({} blocks healed, {} reads EIO, {} of flushed blocks); {} records replayed",
+        "dst stripe rings: {} crash points, {} final mounts with members lost, {} after a bit flip ({} in a member's metadata head, {} metadata copies read from another member; {} blocks healed, {} reads EIO, {} of flushed blocks); {} records replayed; {} evicted rows read back in the record runs",
         t.stripe_points,
         t.stripe_degraded,
         t.stripe_flips,
+        t.stripe_meta_flips,
+        t.stripe_meta_bad,
         t.stripe_healed,
         t.eio,
         t.eio_flushed,
         rule("log_record_replayed"),
+        t.stripe_rows_loaded,
     );
     assert!(t.stripe_degraded > 0, "final mounts with a member lost");
     assert!(t.stripe_flips > 0, "final mounts after a bit flip");
+    assert!(
+        t.stripe_meta_flips > 0,
+        "final mounts after a bit flip in a member's metadata head"
+    );
     assert_eq!(t.eio_flushed, 0, "reads of flushed blocks answered EIO");
     assert!(
         rule("log_record_replayed") > 0,

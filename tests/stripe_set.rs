@@ -1104,3 +1104,142 @@ fn a_long_run_closing_many_segments_never_runs_out_of_scratch_lanes() {
         }
     }
 }
+
+/// Issue 20: recovery reads a checkpoint and the intent log's records
+/// through `Media::read_checked`, so a copy flipped on one member is not
+/// taken for an unusable checkpoint or the log's end while other members
+/// hold it whole. A RAID-5 (3+1) set with an intent log, closed clean (a
+/// checkpoint), then small FUA writes (ring records) and a power cut that
+/// keeps what was flushed. In the durable images a bit is flipped in the
+/// named checkpoint slot's body, in the first record's header and in its
+/// data, on one member in turn, and then on every member but one: each
+/// mount takes the same checkpoint slot, replays as many records as the
+/// mount of the unflipped images, and reads every write back; the copies
+/// read before the good one are rewritten from it (member 0's always), and
+/// counted; a read-only mount and a degraded one only count member 0's
+/// bad copy (the read-only one leaves it as it is). With `meta_read`'s first copy (the mutation
+/// `meta-read-unchecked`) a flip on member 0 took the older slot or ended
+/// the log early.
+#[test]
+fn a_metadata_copy_flipped_on_one_member_is_read_from_another_and_rewritten() {
+    use sluice::recovery::read_superblocks;
+    use sluice::stripe_set::media::SetMedia;
+    let ms = sim_set(4);
+    let c = CreateOptions {
+        uuid: Some([73; 16]),
+        intent_log: Some(256 << 10),
+        ..create_opts()
+    };
+    Volume::format_striped(sim_devs(&ms, None), 1, UNIT, &c).unwrap();
+    let vol = Volume::open_striped(sim_devs(&ms, None), &det()).unwrap();
+    let mut want = scribble(&vol, 80, 9);
+    vol.close().unwrap();
+    drop(vol);
+    let vol = Volume::open_striped(sim_devs(&ms, None), &det()).unwrap();
+    let mut rng = SmallRng::seed_from_u64(10);
+    let blocks = vol.size_bytes() / BS as u64;
+    for _ in 0..12 {
+        let b = rng.gen_range(0..blocks);
+        let mut buf = vec![0u8; BS];
+        rng.fill(&mut buf[..]);
+        vol.write(b * BS as u64, &buf, true).unwrap();
+        want.insert(b, buf);
+    }
+    let base: Vec<Vec<u8>> = ms.iter().map(|m| m.crash_image(Loss::DropAll, 1)).collect();
+    drop(vol);
+    let sims = |images: &[Vec<u8>]| -> Vec<Arc<SimMedia>> {
+        images
+            .iter()
+            .map(|i| Arc::new(SimMedia::from_image(i.clone())))
+            .collect()
+    };
+    // where the named checkpoint and the first record to replay are
+    let (ckpt, rec) = {
+        let s = sims(&base);
+        let set = sluice::stripe_set::open::open(sim_devs(&s, None)).unwrap();
+        let sb = read_superblocks(&SetMedia::new(set)).unwrap().sb;
+        let geo = sluice::geometry::Geometry::from_superblock(&sb);
+        assert!(sb.checkpoint_slot < 2, "a checkpoint was written");
+        (
+            sb.checkpoint_offset[sb.checkpoint_slot as usize] as usize,
+            (geo.log_offset + sb.v2.unwrap().log_start.offset) as usize,
+        )
+    };
+    let mount = |images: Vec<Vec<u8>>, what: &str| {
+        let s = sims(&images);
+        let vol = Volume::open_striped(sim_devs(&s, None), &det())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let r = vol.mount_report().clone();
+        verify(&vol, &want, what);
+        let st = vol.stripe_set().unwrap().status();
+        vol.close().unwrap();
+        drop(vol);
+        (r, st, s)
+    };
+    let (clean, st, _) = mount(base.clone(), "no flip");
+    assert_eq!(st.meta_copies_bad, 0);
+    let records = clean.rules.log_record_replayed;
+    assert!(records >= 2, "records replayed: {records}");
+    for (at, where_) in [
+        (ckpt + BS + 64, "the checkpoint's body"),
+        (rec + 100, "the first record's header"),
+        (rec + BS + 100, "the first record's data"),
+    ] {
+        for (flipped, what) in (0..4)
+            .map(|m| (vec![m], format!("{where_} flipped on member {m}")))
+            .chain((0..4).map(|m| {
+                let others: Vec<usize> = (0..4).filter(|&x| x != m).collect();
+                (others, format!("{where_} flipped on every member but {m}"))
+            }))
+        {
+            let mut images = base.clone();
+            for &m in &flipped {
+                images[m][at] ^= 0x10;
+            }
+            let (r, st, s) = mount(images, &what);
+            assert_eq!(r.checkpoint_slot, clean.checkpoint_slot, "{what}");
+            assert_eq!(r.rules.log_record_replayed, records, "{what}");
+            // the members read before the good copy: the flipped ones from 0 on
+            let before_good = (0..4).take_while(|m| flipped.contains(m)).count();
+            assert_eq!(st.meta_copies_bad, before_good as u64, "{what}");
+            assert_eq!(st.meta_copies_rewritten, before_good as u64, "{what}");
+            for m in 0..before_good {
+                let durable = s[m].crash_image(Loss::DropAll, 2);
+                assert_eq!(
+                    durable[at], base[m][at],
+                    "{what}: member {m}'s copy was not rewritten"
+                );
+            }
+        }
+        // a read-only mount, and a degraded one (member 3 missing), only
+        // count member 0's bad copy
+        for (ro, skip) in [(true, None), (false, Some(3))] {
+            let mut images = base.clone();
+            images[0][at] ^= 0x10;
+            let s = sims(&images);
+            let what = format!("{where_} flipped on member 0, read-only {ro}, missing {skip:?}");
+            let opts = OpenOptions {
+                read_only: ro,
+                ..det()
+            };
+            let vol = Volume::open_striped(sim_devs(&s, skip), &opts)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(vol.mount_report().checkpoint_slot, clean.checkpoint_slot);
+            assert_eq!(vol.mount_report().rules.log_record_replayed, records);
+            verify(&vol, &want, &what);
+            let st = vol.stripe_set().unwrap().status();
+            // (a record's header is read twice, header then image: both
+            // find member 0's copy bad when it is not rewritten)
+            assert!(
+                st.meta_copies_bad >= 1 && st.meta_copies_rewritten == 0,
+                "{what}: {st:?}"
+            );
+            drop(vol);
+            // (a writable mount writes checkpoints of its own later)
+            if ro {
+                let durable = s[0].crash_image(Loss::DropAll, 2);
+                assert_eq!(durable[at], images[0][at], "{what}: member 0 written");
+            }
+        }
+    }
+}

@@ -60,6 +60,26 @@ pub trait Media: Send + Sync {
         }
         Ok(())
     }
+    /// Read `buf.len()` bytes at `offset` (as `read_at`) that `check` must
+    /// accept: true when it did. `check` answers None (the bytes fail) or
+    /// the range of `buf` it vouched for. A media holding several copies of
+    /// these bytes (a stripe set's mirrored metadata, `SetMedia`) reads one
+    /// copy after another until `check` accepts one, leaves that one in
+    /// `buf`, and rewrites, on the copies it read that failed, the vouched
+    /// range from it (only when it may write; never bytes no check
+    /// vouched for, which may be another record's); false: no copy passed
+    /// (`buf` holds what `read_at` gives). Default: one `read_at`, then
+    /// `check`. Recovery reads checkpoints and intent-log records this
+    /// way, `check` being their own validation.
+    fn read_checked(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
+    ) -> io::Result<bool> {
+        self.read_at(buf, offset)?;
+        Ok(check(buf).is_some())
+    }
     /// A ring for reads submitted on one thread and completed on another, of
     /// `entries` slots. None: this media has none (the caller reads with
     /// `read_batch`); Some(Err): it could not be set up now.
@@ -143,6 +163,14 @@ macro_rules! forward_media {
             }
             fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
                 (**self).read_batch(reads)
+            }
+            fn read_checked(
+                &self,
+                buf: &mut [u8],
+                offset: u64,
+                check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
+            ) -> io::Result<bool> {
+                (**self).read_checked(buf, offset, check)
             }
             fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>> {
                 (**self).uring_reads(entries)

@@ -173,6 +173,14 @@ impl<M: Media> Media for MeteredMedia<M> {
     fn read_batch(&self, reads: &mut [(&mut [u8], u64)]) -> io::Result<()> {
         self.inner.read_batch(reads)
     }
+    fn read_checked(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
+    ) -> io::Result<bool> {
+        self.inner.read_checked(buf, offset, check)
+    }
     fn uring_reads(&self, entries: u32) -> Option<io::Result<crate::media::UringReads>> {
         self.inner.uring_reads(entries)
     }

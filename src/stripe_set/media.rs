@@ -7,15 +7,26 @@
 //! commit stage's metadata writes use it unchanged; the volume's segment
 //! store is `store::StripeStore` over the same set.
 //!
+//! Checked metadata reads (`read_checked`: recovery's reads of checkpoints
+//! and intent-log records) try each member's copy in member order until
+//! the caller's check passes, so a copy flipped on one member is never
+//! taken for the end of the log or an unusable checkpoint while another
+//! member holds it whole; the copies read before it that failed are
+//! rewritten from it (its vouched bytes only) on a writable mount with
+//! every member up, else only counted.
+//!
 //! Invariant: a byte of the flat view lives at exactly one place on each
 //! member (metadata) or in exactly one row (segment data); IO that runs
 //! between the segment area's end and the tail area, or past the end, is
-//! refused, never sent to a member.
+//! refused, never sent to a member. A repair writes only bytes a check
+//! vouched for, over a copy that failed that check, under the metadata
+//! write lock (no newer write can be undone by it).
 
 use super::{meta, StripeSet};
 use crate::format::BLOCK_BYTES;
 use crate::media::{AlignedBuf, Media};
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const BS: u64 = BLOCK_BYTES as u64;
@@ -97,11 +108,109 @@ impl SetMedia {
         Ok(())
     }
 
+    /// Blocks of `len` bytes from flat offset `flat` that are superblock
+    /// copies.
+    fn sb_blocks(&self, flat: u64, len: usize) -> Vec<usize> {
+        (0..len / BLOCK_BYTES)
+            .filter(|&i| self.superblock_at(flat + i as u64 * BS))
+            .collect()
+    }
+
+    /// Does every superblock copy among `sb_blocks` of a member's `tmp`
+    /// verify (or is not one at all)?
+    fn sb_copies_ok(tmp: &[u8], sb_blocks: &[usize]) -> bool {
+        sb_blocks.iter().all(|&i| {
+            let b = &tmp[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
+            b[0..8] != crate::format::superblock::SUPERBLOCK_MAGIC || meta::is_superblock(b)
+        })
+    }
+
+    /// `read_checked` of metadata at member offset `at`: each member's copy
+    /// in turn until `check` passes; the members before it that answered
+    /// with a failing copy get the vouched range rewritten (a writable
+    /// mount with every member up: `StripeSet::set_meta_repair`), counted
+    /// either way.
+    fn meta_read_checked(
+        &self,
+        flat: u64,
+        buf: &mut [u8],
+        at: u64,
+        check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
+    ) -> io::Result<bool> {
+        let set = &self.set;
+        // no metadata write between a copy's read and its repair
+        let _sb = set.sb_lock.lock();
+        let sb_blocks = self.sb_blocks(flat, buf.len());
+        let mut tmp = AlignedBuf::new(buf.len());
+        let mut bad = Vec::new();
+        let mut good = None;
+        for m in 0..set.layout.members {
+            if set.mread(m, &mut tmp, at).is_err() {
+                continue;
+            }
+            let sb_ok = Self::sb_copies_ok(&tmp, &sb_blocks);
+            for &i in &sb_blocks {
+                meta::from_member(&mut tmp[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]);
+            }
+            let verdict = check(&tmp).filter(|_| sb_ok);
+            // MUTANT: meta-read-unchecked s|match verdict {|match verdict.or(Some(0..0)) {|
+            match verdict {
+                Some(r) => {
+                    good = Some(r);
+                    break;
+                }
+                None => bad.push(m),
+            }
+        }
+        let Some(vouched) = good else {
+            // as `read_at` gives it (the first copy whose superblocks verify)
+            self.meta_read(flat, buf, at)?;
+            return Ok(false);
+        };
+        buf.copy_from_slice(&tmp);
+        if bad.is_empty() {
+            return Ok(true);
+        }
+        set.counters
+            .meta_bad
+            .fetch_add(bad.len() as u64, Ordering::Relaxed);
+        // the vouched bytes, rounded inwards to what every member can write
+        // alone; none in a superblock copy (`repair_superblocks` owns them)
+        let unit = (0..set.layout.members)
+            .filter_map(|m| set.up(m).map(|x| x.direct_unit()))
+            .max()
+            .unwrap_or(512) as usize;
+        let start = vouched.start.div_ceil(unit) * unit;
+        let end = vouched.end.min(buf.len()) / unit * unit;
+        let repair = set.meta_repair.load(Ordering::Acquire)
+            && set.down_count() == 0
+            && start < end
+            && sb_blocks
+                .iter()
+                .all(|&i| (i + 1) * BLOCK_BYTES <= start || i * BLOCK_BYTES >= end);
+        for m in bad {
+            tracing::warn!(
+                "stripe set: member {m} ({}): its copy of the metadata at byte {flat} fails its check, another member's passes{}",
+                set.members[m as usize].name,
+                if repair { "; rewritten from it" } else { "" }
+            );
+            if !repair {
+                continue;
+            }
+            let mut fix = AlignedBuf::new(end - start);
+            fix.copy_from_slice(&buf[start..end]);
+            // a member failing here is out of use (`mwrite`); the read
+            // stands either way
+            if set.mwrite(m, &fix, at + start as u64).is_ok() {
+                set.counters.meta_rewritten.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(true)
+    }
+
     fn meta_read(&self, flat: u64, buf: &mut [u8], at: u64) -> io::Result<()> {
         let set = &self.set;
-        let sb_blocks: Vec<usize> = (0..buf.len() / BLOCK_BYTES)
-            .filter(|&i| self.superblock_at(flat + i as u64 * BS))
-            .collect();
+        let sb_blocks = self.sb_blocks(flat, buf.len());
         let mut fallback: Option<AlignedBuf> = None;
         let mut chosen = None;
         let mut tmp = AlignedBuf::new(buf.len());
@@ -110,11 +219,7 @@ impl SetMedia {
                 continue;
             }
             // a superblock copy must verify on this member, else the next
-            let ok = sb_blocks.iter().all(|&i| {
-                let b = &tmp[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
-                b[0..8] != crate::format::superblock::SUPERBLOCK_MAGIC || meta::is_superblock(b)
-            });
-            if ok {
+            if Self::sb_copies_ok(&tmp, &sb_blocks) {
                 chosen = Some(tmp);
                 break;
             }
@@ -154,6 +259,24 @@ impl Media for SetMedia {
             pos += take;
         }
         Ok(())
+    }
+    fn read_checked(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
+    ) -> io::Result<bool> {
+        crate::media::check_range(self.len(), offset, buf.len())?;
+        match self.region(offset)? {
+            (Region::Meta(at), room) if room >= buf.len() as u64 => {
+                self.meta_read_checked(offset, buf, at, check)
+            }
+            // the segment area has one copy (its rows heal themselves)
+            _ => {
+                self.read_at(buf, offset)?;
+                Ok(check(buf).is_some())
+            }
+        }
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         crate::media::check_range(self.len(), offset, buf.len())?;

@@ -113,6 +113,12 @@ pub struct SetStatus {
     pub heal_failed: u64,
     /// Rows whose parity disagreed with their data in a parity scrub.
     pub parity_mismatches: u64,
+    /// Members' copies of a checkpoint or intent-log record that failed
+    /// their check while another member's passed (`SetMedia::read_checked`).
+    pub meta_copies_bad: u64,
+    /// Of those, copies rewritten from the good one (a writable mount
+    /// with every member up).
+    pub meta_copies_rewritten: u64,
     /// A member being rebuilt: (slot, segments done, segments in the set,
     /// segments copied, segments only marked because they were free).
     pub rebuild: Option<rebuild::Progress>,
@@ -161,6 +167,8 @@ struct Counters {
     healed: AtomicU64,
     heal_failed: AtomicU64,
     parity_mismatches: AtomicU64,
+    meta_bad: AtomicU64,
+    meta_rewritten: AtomicU64,
     rebuild_copied: AtomicU64,
     rebuild_skipped: AtomicU64,
 }
@@ -190,6 +198,10 @@ pub struct StripeSet {
     /// A member failed since the set last recorded its generation on the
     /// others (`record`): `flush` records it before it returns.
     unrecorded: AtomicBool,
+    /// Metadata copies that fail their check may be rewritten from a good
+    /// one (`SetMedia::read_checked`): set by a writable mount
+    /// (`Volume::open_set`); `check` and read-only mounts leave it off.
+    meta_repair: AtomicBool,
     /// Held across a superblock write (`SetMedia`) and across `record`'s
     /// read-modify-write of the copies, so neither undoes the other.
     sb_lock: Mutex<()>,
@@ -250,6 +262,7 @@ impl StripeSet {
             rebuilt_rows: AtomicU64::new(0),
             gen: AtomicU64::new(0),
             unrecorded: AtomicBool::new(false),
+            meta_repair: AtomicBool::new(false),
             sb_lock: Mutex::new(()),
             fence: fence::Fence::default(),
             bufs: bufs::BufPool::new(layout.unit),
@@ -300,6 +313,19 @@ impl StripeSet {
         self.scratch_base() + scratch::area_bytes(self.layout.unit)
     }
 
+    /// Keep at most `rows` row states in memory after a flush (0: the
+    /// default, `rows::KEEP_ROWS`); the simulator and tests use a few, so
+    /// rows are evicted and read back.
+    pub fn set_row_cache(&self, rows: usize) {
+        self.rows.lock().keep = rows;
+    }
+
+    /// May `SetMedia::read_checked` rewrite a member's metadata copy that
+    /// fails its check (a writable mount: yes; `check`, read-only: no)?
+    pub fn set_meta_repair(&self, on: bool) {
+        self.meta_repair.store(on, Ordering::Release);
+    }
+
     pub fn set_formatting(&self, on: bool) {
         self.formatting.store(on, Ordering::Release);
     }
@@ -348,6 +374,8 @@ impl StripeSet {
             healed: c.healed.load(Ordering::Relaxed),
             heal_failed: c.heal_failed.load(Ordering::Relaxed),
             parity_mismatches: c.parity_mismatches.load(Ordering::Relaxed),
+            meta_copies_bad: c.meta_bad.load(Ordering::Relaxed),
+            meta_copies_rewritten: c.meta_rewritten.load(Ordering::Relaxed),
         }
     }
 

@@ -7,17 +7,27 @@
 //! Invariant: a row's state, when present, equals the row's data blocks as
 //! this mount wrote them (a block neither written nor padded counts as zero
 //! and is on no column whose parity was written); a row in `evicted` has data
-//! on the members that memory no longer holds (a write to it reads it back);
-//! a row in neither was not written in this mount and holds no live data.
+//! on the members that memory no longer holds, and memory keeps which of its
+//! blocks were written or padded (a write to it reads those back into a
+//! state equal to the one evicted, so the row is complete only when every
+//! block really was written, and parity written later still covers the
+//! blocks written before the eviction); a row in neither was not written in
+//! this mount and holds no live data.
 
 use crate::format::BLOCK_BYTES;
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Most row states kept in memory after a flush (the clean ones beyond it
-/// are evicted, least recently used first).
+/// are evicted, least recently used first), unless the set says otherwise
+/// (`RowTable::keep`).
 pub(super) const KEEP_ROWS: usize = 64;
+
+/// What an evicted row's block was: `Blk` without the data.
+const MARK_NONE: u8 = 0;
+const MARK_DATA: u8 = 1;
+const MARK_ZERO: u8 = 2;
 
 #[derive(Clone)]
 enum Blk {
@@ -116,6 +126,33 @@ impl RowState {
         }
     }
 
+    /// Each block's mark (`MARK_*`): what an eviction keeps of the row.
+    fn marks(&self) -> Box<[u8]> {
+        self.blocks
+            .iter()
+            .map(|b| match b {
+                None => MARK_NONE,
+                Some(Blk::Data(_)) => MARK_DATA,
+                Some(Blk::Zero) => MARK_ZERO,
+            })
+            .collect()
+    }
+
+    /// The state `marks` was taken from, its written blocks read back from
+    /// the members (`data`: the whole row).
+    fn loaded(data: &[u8], marks: &[u8]) -> RowState {
+        let mut st = RowState::new(data.len() / BLOCK_BYTES);
+        for (i, b) in data.chunks(BLOCK_BYTES).enumerate() {
+            match marks.get(i).copied().unwrap_or(MARK_NONE) {
+                // MUTANT: evicted-row-loaded-full s|MARK_DATA => st.put(|_ => st.put(|
+                MARK_DATA => st.put((i * BLOCK_BYTES) as u64, b),
+                MARK_ZERO => st.blocks[i] = Some(Blk::Zero),
+                _ => {}
+            }
+        }
+        st
+    }
+
     /// `n` blocks from block `first`, zeros where none was written.
     pub fn gather(&self, first: usize, n: usize) -> Vec<u8> {
         let mut out = vec![0u8; n * BLOCK_BYTES];
@@ -135,8 +172,11 @@ pub(super) struct RowTable {
     /// Each row's state and when it was last used (`tick`).
     states: HashMap<u64, (Arc<Mutex<RowState>>, u64)>,
     pub dirty: BTreeSet<u64>,
-    evicted: HashSet<u64>,
+    /// Rows evicted, and what each of their blocks was (`RowState::marks`).
+    evicted: HashMap<u64, Box<[u8]>>,
     tick: u64,
+    /// Most states kept after a flush (0: `KEEP_ROWS`).
+    pub keep: usize,
     /// Scratch lanes no row holds.
     pub free_lanes: Vec<u32>,
     /// The lane each protected partial row holds.
@@ -205,7 +245,7 @@ impl RowTable {
             s.1 = tick;
             return Some(s.0.clone());
         }
-        if self.evicted.contains(&row) {
+        if self.evicted.contains_key(&row) {
             return None;
         }
         let s = Arc::new(Mutex::new(RowState::new(blocks)));
@@ -213,14 +253,23 @@ impl RowTable {
         Some(s)
     }
 
-    /// An evicted row read back from the members (`data`: all of it).
+    /// An evicted row read back from the members (`data`: all of it): its
+    /// state as it was evicted. (A row no longer marked evicted, and with
+    /// no state, had its segment's life end meanwhile: counted as all
+    /// data, the parity written from it agrees with the members.)
     pub fn insert_loaded(&mut self, row: u64, data: &[u8]) -> Arc<Mutex<RowState>> {
-        self.evicted.remove(&row);
+        let marks = self.evicted.remove(&row);
         if let Some(s) = self.states.get(&row) {
             return s.0.clone();
         }
-        let mut st = RowState::new(data.len() / BLOCK_BYTES);
-        st.put(0, data);
+        let st = match marks {
+            Some(m) => RowState::loaded(data, &m),
+            None => {
+                let mut st = RowState::new(data.len() / BLOCK_BYTES);
+                st.put(0, data);
+                st
+            }
+        };
         let s = Arc::new(Mutex::new(st));
         self.states.insert(row, (s.clone(), self.tick));
         s
@@ -270,7 +319,7 @@ impl RowTable {
         self.retire_mount_lanes(first, end);
         self.mount_tags.retain(|r, _| !dead(r));
         self.void_places(first, end);
-        self.evicted.retain(|r| !(first..end).contains(r));
+        self.evicted.retain(|r, _| !(first..end).contains(r));
         let keep = self.dirty.split_off(&end);
         let _dead = self.dirty.split_off(&first);
         self.dirty.extend(keep);
@@ -332,25 +381,27 @@ impl RowTable {
         }
     }
 
-    /// Drop clean states beyond `KEEP_ROWS`, least recently used first.
+    /// Drop clean states beyond `keep` (`KEEP_ROWS`), least recently used
+    /// first, keeping each one's marks.
     pub fn evict(&mut self) {
-        if self.states.len() <= KEEP_ROWS {
+        let keep = if self.keep == 0 { KEEP_ROWS } else { self.keep };
+        if self.states.len() <= keep {
             return;
         }
-        let mut clean: Vec<(u64, u64)> = self
+        let mut clean: Vec<(u64, u64, Box<[u8]>)> = self
             .states
             .iter()
             .filter(|(r, _)| !self.row_lane.contains_key(r))
             .filter_map(|(r, (s, used))| {
                 let s = s.try_lock()?;
-                (!s.dirty).then_some((*used, *r))
+                (!s.dirty).then(|| (*used, *r, s.marks()))
             })
             .collect();
-        clean.sort_unstable();
-        let over = self.states.len() - KEEP_ROWS / 2;
-        for (_, r) in clean.into_iter().take(over) {
+        clean.sort_unstable_by_key(|c| (c.0, c.1));
+        let over = self.states.len() - keep / 2;
+        for (_, r, marks) in clean.into_iter().take(over) {
             self.states.remove(&r);
-            self.evicted.insert(r);
+            self.evicted.insert(r, marks);
         }
     }
 }

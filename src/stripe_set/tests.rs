@@ -1040,3 +1040,56 @@ fn a_torn_tombstone_row_rebuilds_the_old_block_or_a_wipe() {
     }
     assert!(images > events.len(), "some cuts had unflushed writes");
 }
+
+#[test]
+fn an_evicted_row_completed_by_one_write_keeps_its_blocks_for_the_next() {
+    // Row 0 of each segment: block 0 written and flushed; the rows evicted
+    // (more states than are kept); then block 4 alone (read back), then
+    // block 5 alone, a flush, then the rest of the row. The parity must
+    // cover block 0 throughout, and block 0 must stay on its member.
+    for (n, p) in [(5usize, 1u32), (6, 2)] {
+        let pl = planned(n, p);
+        let store = StripeStore::new(pl.set.clone());
+        let rb = (pl.set.layout.write_unit() / BS) as u32;
+        let segs = (rows::KEEP_ROWS as u32 + 8).min(store.segment_count());
+        assert!(segs as usize > rows::KEEP_ROWS, "enough segments");
+        let mut want = Vec::new();
+        let put = |seg: u32, b: u32, v: u8, want: &mut Vec<(u64, Vec<u8>)>| {
+            let buf = vec![v; BLOCK_BYTES];
+            store.write(seg, b, &buf).unwrap();
+            want.push((store.phys(seg, b), buf));
+        };
+        for seg in 0..segs {
+            put(seg, 0, seg as u8 + 1, &mut want);
+        }
+        pl.set.flush().unwrap();
+        for seg in 0..segs {
+            put(seg, 4, seg as u8 + 51, &mut want);
+        }
+        assert!(pl.set.status().rows_loaded > 0, "rows were evicted");
+        for seg in 0..segs {
+            put(seg, 5, seg as u8 + 101, &mut want);
+        }
+        pl.set.flush().unwrap();
+        for lost in losses(n as u32, p) {
+            check_all(
+                &without(&pl.set, &lost),
+                &want,
+                &format!("{n}+{p} after the partial flush, lost {lost:?}"),
+            );
+        }
+        for seg in 0..segs {
+            for b in 6..rb {
+                put(seg, b, seg as u8 + 151, &mut want);
+            }
+        }
+        pl.set.flush().unwrap();
+        for lost in losses(n as u32, p) {
+            check_all(
+                &without(&pl.set, &lost),
+                &want,
+                &format!("{n}+{p} after the row is complete, lost {lost:?}"),
+            );
+        }
+    }
+}

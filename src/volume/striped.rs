@@ -124,6 +124,9 @@ impl Volume {
         if !opts.read_only {
             set.repair_superblocks()?;
         }
+        // recovery's checked reads rewrite a member's failing copy of a
+        // checkpoint or intent-log record from a good one (not read-only)
+        set.set_meta_repair(!opts.read_only);
         // MUTANT: resync-before-recovery-heal s|let mut o = opts.clone();|if !opts.read_only { set.resync(&[], &[])?; } let mut o = opts.clone();|
         let mut o = opts.clone();
         o.stripe_set = Some(set.clone());
