@@ -279,6 +279,12 @@ pub struct Stats {
     pub stripe_member_reads: u64,
     /// Blocks a stripe set healed from their row after a CRC failure.
     pub stripe_healed: u64,
+    /// Members' copies of a checkpoint or intent-log record that failed
+    /// their check while another member's passed, this mount
+    /// (`SetMedia::read_checked`), and of those the copies rewritten from
+    /// the good one (a writable mount with every member up).
+    pub stripe_meta_copies_bad: u64,
+    pub stripe_meta_copies_rewritten: u64,
     /// A stripe set member being rebuilt: segments done of `.._total`
     /// (both 0 when none is).
     pub stripe_rebuild_done: u64,

@@ -1172,6 +1172,13 @@ fn a_metadata_copy_flipped_on_one_member_is_read_from_another_and_rewritten() {
         let r = vol.mount_report().clone();
         verify(&vol, &want, what);
         let st = vol.stripe_set().unwrap().status();
+        // the same counts reach the volume's stats (metrics, `top`)
+        let vs = vol.stats();
+        assert_eq!(
+            (vs.stripe_meta_copies_bad, vs.stripe_meta_copies_rewritten),
+            (st.meta_copies_bad, st.meta_copies_rewritten),
+            "{what}"
+        );
         vol.close().unwrap();
         drop(vol);
         (r, st, s)

@@ -141,6 +141,9 @@ struct Row {
     stripe_down: f64,
     /// Blocks a stripe set healed (total since mount).
     stripe_healed: f64,
+    /// Members' metadata copies found bad / rewritten from a good one.
+    stripe_meta_bad: f64,
+    stripe_meta_rewritten: f64,
     /// Segments of a member rebuild done, of how many (0: none running).
     stripe_rebuild_done: f64,
     stripe_rebuild_total: f64,
@@ -326,6 +329,8 @@ fn row(a: &Sample, b: &Sample, dt: f64, t: f64) -> Row {
         flush_seal_p99_s: flush_quantile(a, b, "seal", 0.99),
         stripe_down: g(b, "sluice_stripe_members_down"),
         stripe_healed: g(b, "sluice_stripe_healed_total"),
+        stripe_meta_bad: g(b, "sluice_stripe_meta_copies_total{state=\"bad\"}"),
+        stripe_meta_rewritten: g(b, "sluice_stripe_meta_copies_total{state=\"rewritten\"}"),
         stripe_rebuild_done: g(b, "sluice_stripe_rebuild_segments_done"),
         stripe_rebuild_total: g(b, "sluice_stripe_rebuild_segments_total"),
     }
@@ -435,6 +440,12 @@ fn log_state(r: &Row) -> String {
         s += &format!(
             "   stripe set healed {:.0} block(s) from parity",
             r.stripe_healed
+        );
+    }
+    if r.stripe_meta_bad > 0.0 {
+        s += &format!(
+            "   stripe set metadata copies bad {:.0} (rewritten {:.0})",
+            r.stripe_meta_bad, r.stripe_meta_rewritten
         );
     }
     if r.log_fallbacks > 0.0 {

@@ -918,6 +918,22 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_stripe_meta_copies_total",
+        "counter",
+        "Stripe set members' copies of a checkpoint or intent-log record that failed their check while another member's passed, by what became of them (bad: all such copies; rewritten: of those, rewritten from the good one).",
+        |x| {
+            by(
+                "state",
+                &[
+                    ("bad", x.st.stripe_meta_copies_bad),
+                    ("rewritten", x.st.stripe_meta_copies_rewritten),
+                ],
+            )
+        },
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_stripe_rebuild_segments_done",
         "gauge",
         "Segments of the stripe set member being rebuilt that are done (copied, or only marked when free); 0 when none is.",

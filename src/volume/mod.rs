@@ -1433,6 +1433,8 @@ impl Volume {
             s.stripe_reconstructed = st.reconstructed;
             s.stripe_member_reads = st.member_reads;
             s.stripe_healed = st.healed;
+            s.stripe_meta_copies_bad = st.meta_copies_bad;
+            s.stripe_meta_copies_rewritten = st.meta_copies_rewritten;
             if let Some(p) = st.rebuild {
                 s.stripe_rebuild_done = p.next_segment as u64;
                 s.stripe_rebuild_total = p.segment_count as u64;
@@ -2048,6 +2050,8 @@ impl Shared {
             stripe_reconstructed: 0,
             stripe_member_reads: 0,
             stripe_healed: 0,
+            stripe_meta_copies_bad: 0,
+            stripe_meta_copies_rewritten: 0,
             stripe_rebuild_done: 0,
             stripe_rebuild_total: 0,
             failed: false,
