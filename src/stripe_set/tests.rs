@@ -22,8 +22,14 @@ fn members(n: usize, bytes: u64) -> Vec<(String, Arc<dyn Media>)> {
 }
 
 fn planned(n: usize, parity: u32) -> Planned {
+    plan_on(members(n, 8 << 20), parity, *b"unit-test-set-01")
+}
+
+/// `plan` with the unit tests' options (`UNIT` units, 256 KiB segments, no
+/// ring), formatting mode off.
+fn plan_on(devs: Vec<(String, Arc<dyn Media>)>, parity: u32, uuid: [u8; 16]) -> Planned {
     let p = plan(
-        members(n, 8 << 20),
+        devs,
         &PlanOptions {
             parity,
             unit: UNIT,
@@ -31,7 +37,7 @@ fn planned(n: usize, parity: u32) -> Planned {
             logical_bytes: None,
             overprovision: 0.1,
             log_bytes: 0,
-            set_uuid: Some(*b"unit-test-set-01"),
+            set_uuid: Some(uuid),
         },
     )
     .unwrap();
@@ -229,20 +235,7 @@ fn a_member_that_failed_a_write_is_not_read_again() {
     let mut devs = members(5, 8 << 20);
     let bad = Arc::new(FaultMedia::new(8 << 20));
     devs[2].1 = bad.clone();
-    let pl = plan(
-        devs,
-        &PlanOptions {
-            parity: 1,
-            unit: UNIT,
-            segment_bytes: 256 << 10,
-            logical_bytes: None,
-            overprovision: 0.1,
-            log_bytes: 0,
-            set_uuid: Some(*b"unit-test-set-02"),
-        },
-    )
-    .unwrap();
-    pl.set.set_formatting(false);
+    let pl = plan_on(devs, 1, *b"unit-test-set-02");
     let store = StripeStore::new(pl.set.clone());
     // the member's next write fails: it is out of use from then on, and the
     // writes it misses must never be read from it
@@ -268,20 +261,7 @@ fn a_scratch_tag_never_names_data_that_is_not_durable() {
         .enumerate()
         .map(|(i, m)| (format!("s{i}"), m.clone() as Arc<dyn Media>))
         .collect();
-    let pl = plan(
-        devs,
-        &PlanOptions {
-            parity: 1,
-            unit: UNIT,
-            segment_bytes: 256 << 10,
-            logical_bytes: None,
-            overprovision: 0.1,
-            log_bytes: 0,
-            set_uuid: Some(*b"unit-test-set-03"),
-        },
-    )
-    .unwrap();
-    pl.set.set_formatting(false);
+    let pl = plan_on(devs, 1, *b"unit-test-set-03");
     let set = &pl.set;
     let store = StripeStore::new(set.clone());
     // A: 6 blocks of row 0 (units 0 and 1), flushed
@@ -361,20 +341,7 @@ fn sim_set(uuid: &[u8; 16]) -> (Vec<Arc<crate::media::SimMedia>>, Planned) {
         .enumerate()
         .map(|(i, m)| (format!("s{i}"), m.clone() as Arc<dyn Media>))
         .collect();
-    let pl = plan(
-        devs,
-        &PlanOptions {
-            parity: 1,
-            unit: UNIT,
-            segment_bytes: 256 << 10,
-            logical_bytes: None,
-            overprovision: 0.1,
-            log_bytes: 0,
-            set_uuid: Some(*uuid),
-        },
-    )
-    .unwrap();
-    pl.set.set_formatting(false);
+    let pl = plan_on(devs, 1, *uuid);
     (sims, pl)
 }
 
@@ -873,21 +840,8 @@ fn members_are_flushed_at_once_and_a_failed_flush_fails_its_member() {
         .enumerate()
         .map(|(i, m)| (format!("o{i}"), m.clone() as Arc<dyn Media>))
         .collect();
-    let pl = plan(
-        devs,
-        &PlanOptions {
-            parity: 1,
-            unit: UNIT,
-            segment_bytes: 256 << 10,
-            logical_bytes: None,
-            overprovision: 0.1,
-            log_bytes: 0,
-            set_uuid: Some(*b"unit-test-set-10"),
-        },
-    )
-    .unwrap();
+    let pl = plan_on(devs, 1, *b"unit-test-set-10");
     let set = &pl.set;
-    set.set_formatting(false);
     gate.armed.store(true, Ordering::Release);
     set.flush_members().unwrap();
     assert_eq!(
