@@ -94,6 +94,9 @@ pub struct Counters {
     pub gc_virtual_moved: AtomicU64,
     /// Bytes GC read of its victims (headers, live runs, whole segments).
     pub gc_bytes_read: AtomicU64,
+    /// Victims GC read as their live runs / whole (gcread.rs's plan).
+    pub gc_victims_read_runs: AtomicU64,
+    pub gc_victims_read_whole: AtomicU64,
     /// GC runs and blocks (data + virtual) moved, by the GC output class the
     /// policy sent the victim's data to (gc.rs `relocation_class`).
     pub gc_class_runs: [AtomicU64; LIFETIME_GC_CLASSES],
@@ -224,6 +227,10 @@ pub struct Stats {
     pub gc_virtual_moved: u64,
     /// Bytes GC read of its victims (`sluice_gc_bytes_read_total`).
     pub gc_bytes_read: u64,
+    /// Victims GC read as their chunk headers and live runs, and victims
+    /// read whole (`sluice_gc_victims_read_total{how}`).
+    pub gc_victims_read_runs: u64,
+    pub gc_victims_read_whole: u64,
     /// GC runs and blocks moved (data + virtual) per GC output class.
     pub gc_class_runs: [u64; LIFETIME_GC_CLASSES],
     pub gc_class_blocks_moved: [u64; LIFETIME_GC_CLASSES],
@@ -368,6 +375,8 @@ impl Counters {
         s.gc_blocks_moved = g(&self.gc_blocks_moved);
         s.gc_virtual_moved = g(&self.gc_virtual_moved);
         s.gc_bytes_read = g(&self.gc_bytes_read);
+        s.gc_victims_read_runs = g(&self.gc_victims_read_runs);
+        s.gc_victims_read_whole = g(&self.gc_victims_read_whole);
         s.gc_class_runs = std::array::from_fn(|k| g(&self.gc_class_runs[k]));
         s.gc_class_blocks_moved = std::array::from_fn(|k| g(&self.gc_class_blocks_moved[k]));
         s.checkpoints = g(&self.checkpoints);

@@ -922,6 +922,7 @@ impl Oracle {
 // Running a plan
 
 /// Result of running a plan on the engine.
+#[derive(Default)]
 struct Ran {
     /// Ops issued (the last may have failed).
     started: usize,
@@ -937,6 +938,10 @@ struct Ran {
     /// Evicted rows a stripe set read back to take a write
     /// (`SetStatus::rows_loaded`), summed over mounts.
     rows_loaded: u64,
+    /// GC victims read as their headers and live runs / read whole
+    /// (`gc_victims_read_runs` / `_whole`), summed over mounts.
+    gc_read_runs: u64,
+    gc_read_whole: u64,
 }
 
 /// A compressed shape's writes carry compressible data (so fragments exist):
@@ -1044,49 +1049,40 @@ fn fresh(sh: Shape, gc: sluice::GcPolicy) -> (Arc<SimMedia>, Volume) {
 /// Run `p` on `media`; stop at the first failed op.
 fn run_plan(media: &Arc<SimMedia>, vol: Volume, sh: Shape, p: &[Planned]) -> Ran {
     let mut vol = Some(vol);
-    let mut fragments = 0;
-    let mut direct = 0;
-    let mut unprotected = 0;
-    let mut rows_loaded = 0;
-    let unprotected_of = |v: &Volume| v.stripe_set().map_or(0, |s| s.status().unprotected_flushes);
-    let loaded_of = |v: &Volume| v.stripe_set().map_or(0, |s| s.status().rows_loaded);
+    let mut ran = Ran::default();
+    // a mount's counters, added when it closes (and at the end)
+    let take = |ran: &mut Ran, v: &Volume| {
+        let st = v.stats();
+        ran.fragments += st.compress.fragments;
+        ran.direct += st.compress.direct_blocks;
+        ran.gc_read_runs += st.gc_victims_read_runs;
+        ran.gc_read_whole += st.gc_victims_read_whole;
+        if let Some(s) = v.stripe_set() {
+            ran.unprotected += s.status().unprotected_flushes;
+            ran.rows_loaded += s.status().rows_loaded;
+        }
+    };
     for (i, x) in p.iter().enumerate() {
         media.mark(2 * i as u64);
         if let (Act::Close, Some(v)) = (&x.act, &vol) {
-            fragments += v.stats().compress.fragments;
-            direct += v.stats().compress.direct_blocks;
-            unprotected += unprotected_of(v);
-            rows_loaded += loaded_of(v);
+            take(&mut ran, v);
         }
         if let Err(e) = do_act(&mut vol, media, sh, &x.act) {
             if std::env::var("SLUICE_DST_TRACE_STOP").is_ok_and(|v| v == "1") {
                 eprintln!("dst: op {i} ({:?}) failed: {e}", x.act);
             }
-            return Ran {
-                started: i + 1,
-                acked: i,
-                fragments,
-                direct,
-                unprotected,
-                rows_loaded,
-            };
+            ran.started = i + 1;
+            ran.acked = i;
+            return ran;
         }
         media.mark(2 * i as u64 + 1);
     }
     if let Some(v) = &vol {
-        fragments += v.stats().compress.fragments;
-        direct += v.stats().compress.direct_blocks;
-        unprotected += unprotected_of(v);
-        rows_loaded += loaded_of(v);
+        take(&mut ran, v);
     }
-    Ran {
-        started: p.len(),
-        acked: p.len(),
-        fragments,
-        direct,
-        unprotected,
-        rows_loaded,
-    }
+    ran.started = p.len();
+    ran.acked = p.len();
+    ran
 }
 
 fn oracle_for(p: &[Planned], sh: Shape) -> Oracle {
@@ -1194,6 +1190,9 @@ struct Tally {
     /// Stripe sets: evicted rows the record runs read back
     /// (`Ran::rows_loaded`).
     stripe_rows_loaded: u64,
+    /// GC victims the record runs read as live runs / whole (`Ran`).
+    gc_read_runs: u64,
+    gc_read_whole: u64,
 }
 
 impl Tally {
@@ -1205,6 +1204,8 @@ impl Tally {
         self.compressed += o.compressed;
         self.fragments += o.fragments;
         self.direct += o.direct;
+        self.gc_read_runs += o.gc_read_runs;
+        self.gc_read_whole += o.gc_read_whole;
         self.mount_cuts += o.mount_cuts;
         self.live += o.live;
         self.degraded_mounts += o.degraded_mounts;
@@ -2195,6 +2196,8 @@ fn run_seed(
     media.record();
     let ran = run_plan(&media, vol, sh, &p);
     t.fragments = ran.fragments;
+    t.gc_read_runs = ran.gc_read_runs;
+    t.gc_read_whole = ran.gc_read_whole;
     t.stripe_unprotected = ran.unprotected;
     t.stripe_rows_loaded = ran.rows_loaded;
     t.direct = ran.direct;
@@ -2814,6 +2817,14 @@ fn dst_seeded_sweep() {
     println!(
         "dst: {} crash points on compressed volumes, {} fragments placed and {} blocks in direct chunks in their record runs",
         t.compressed, t.fragments, t.direct
+    );
+    println!(
+        "dst: {} GC victims read as their headers and live runs, {} read whole, in the record runs",
+        t.gc_read_runs, t.gc_read_whole
+    );
+    assert!(
+        done < 6 || t.gc_read_runs > 0,
+        "the record runs' GC must read some victims as their live runs (gcread.rs): none did"
     );
     assert!(
         done < 6 || t.compressed > 0,

@@ -673,6 +673,22 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_gc_victims_read_total",
+        "counter",
+        "GC victims by how they were read: their chunk headers and live runs, or the whole segment.",
+        |x| {
+            by(
+                "how",
+                &[
+                    ("runs", x.st.gc_victims_read_runs),
+                    ("whole", x.st.gc_victims_read_whole),
+                ],
+            )
+        },
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_gc_class_runs_total",
         "counter",
         "GC victims cleaned, by the GC output class the policy sent their data to (0 = first relocation; generational and SepBIT-style policies use 1 and 2 for older data).",

@@ -72,6 +72,9 @@ pub(super) struct VictimRead {
     pub verified: Vec<bool>,
     /// Bytes read from the store for this victim (headers included).
     pub bytes_read: u64,
+    /// Read as the walked headers and live runs (`false`: read whole, or
+    /// the header walk found damage).
+    pub runs: bool,
 }
 
 /// Walk the victim's chunk headers over `[0, fill)` into `img` at their
@@ -282,6 +285,7 @@ pub(super) fn read_victim(
                 chunks: Err(why),
                 verified: vec![false; fill],
                 bytes_read: bytes,
+                runs: false,
             })
         }
         Some(Ok(chunks)) => {
@@ -307,6 +311,7 @@ pub(super) fn read_victim(
             chunks,
             verified: vec![ok; fill],
             bytes_read: bytes,
+            runs: false,
         });
     };
     // the runs, in one batch (a store that can overlaps them)
@@ -329,6 +334,7 @@ pub(super) fn read_victim(
             chunks: Err(why),
             verified: vec![false; fill],
             bytes_read: bytes,
+            runs: true,
         });
     }
     for (pos, _) in &chunks {
@@ -338,6 +344,7 @@ pub(super) fn read_victim(
         chunks: Ok(chunks),
         verified: need,
         bytes_read: bytes,
+        runs: true,
     })
 }
 
@@ -469,6 +476,12 @@ mod tests {
         }
         // header + blocks 1..11 + 41..64
         assert_eq!(read, (1 + 10 + 23) * BS, "GC read more than the live runs");
+        let st = vol.stats();
+        assert_eq!(
+            (st.gc_victims_read_runs, st.gc_victims_read_whole),
+            (1, 0),
+            "the victim is counted as read by its live runs"
+        );
         reads_back(&vol);
 
         // damage in a live block: the victim is left alone, nothing moved

@@ -850,6 +850,14 @@ impl Shared {
             }
         };
         Counters::add(&self.counters.gc_bytes_read, read.bytes_read);
+        Counters::add(
+            if read.runs {
+                &self.counters.gc_victims_read_runs
+            } else {
+                &self.counters.gc_victims_read_whole
+            },
+            1,
+        );
         let img = &buf[..fill * BLOCK_BYTES];
         // 3. Relocate what the map still points at (blocks overwritten
         //    meanwhile no longer match and are skipped; a live block not

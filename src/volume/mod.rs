@@ -2016,6 +2016,8 @@ impl Shared {
             gc_blocks_moved: 0,
             gc_virtual_moved: 0,
             gc_bytes_read: 0,
+            gc_victims_read_runs: 0,
+            gc_victims_read_whole: 0,
             gc_class_runs: [0; crate::format::checkpoint::LIFETIME_GC_CLASSES],
             gc_class_blocks_moved: [0; crate::format::checkpoint::LIFETIME_GC_CLASSES],
             checkpoints: 0,
