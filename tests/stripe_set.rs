@@ -335,7 +335,8 @@ fn a_write_only_workload_reads_no_member() {
             .iter()
             .map(|p| {
                 let m: Arc<dyn Media> = Arc::new(Counting {
-                    inner: FileMedia::open(p, false).unwrap(),
+                    inner: FileMedia::open(p, false)
+                        .unwrap_or_else(|e| panic!("{}: {e}", p.display())),
                     reads: reads.clone(),
                 });
                 (p.display().to_string(), m)
