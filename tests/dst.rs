@@ -93,7 +93,8 @@ const SHAPE: Shape = Shape {
 /// log and no compression: even ones a RAID-5 of 3 members (2 data + P),
 /// odd ones a RAID-6 of 4 (2 data + P + Q), stripe unit 4 KiB, so a 16-block
 /// segment is 8 rows and most FLUSHes find a partial row (the scratch
-/// scheme of docs/stripes.md §4). `dst_stripe_sets` runs them.
+/// scheme of docs/stripes.md §4). `dst_stripe_sets` runs them. Seeds 10
+/// mod 12 of them are a RAID-5 of 5 (4 data + P: `shape_for`).
 const STRIPE_SEEDS: u64 = 1 << 20;
 
 /// Stripe seeds from here on (`dst_stripe_lanes`) run long on a larger
@@ -174,8 +175,18 @@ fn shape_for(seed: u64) -> Shape {
     }
     if seed >= STRIPE_SEEDS {
         let raid6 = seed % 2 == 1;
+        // plain stripe seeds 10 mod 12 (RAID-5, 2 row states): a wide set
+        // of 4 data + P, rows of 4 blocks, so an evicted row read back can
+        // take two more writes (docs/stripes.md §0 finding 12)
+        let wide = seed < STRIPE_RING_SEEDS && (seed - STRIPE_SEEDS) % 12 == 10;
         return Shape {
-            members: if raid6 { 4 } else { 3 },
+            members: if wide {
+                5
+            } else if raid6 {
+                4
+            } else {
+                3
+            },
             parity: if raid6 { 2 } else { 1 },
             blocks: if seed >= STRIPE_LANES_SEEDS { 320 } else { 64 },
             intent_log: if (STRIPE_RING_SEEDS..STRIPE_LANES_SEEDS).contains(&seed) {
@@ -2894,6 +2905,39 @@ fn run_seed_range_at(
     }
     assert_eq!(done, seeds, "every seed ran");
     (t, first, seeds)
+}
+
+/// A wide stripe set (issue 20, docs/stripes.md §0 finding 12): seed
+/// 2^20+10, a RAID-5 of 4 data + P with rows of 4 blocks and 2 row states
+/// kept, at stride 2 (SLUICE_DST_STRIDE), so rows evicted and read back
+/// take more than one write before they are full; members lost, bits
+/// flipped and reads checked as in `dst_stripe_sets`.
+#[test]
+fn dst_stripe_wide_rows() {
+    let (t, _, _) = run_seed_range_at(
+        "stripe wide",
+        STRIPE_SEEDS + 10,
+        ("SLUICE_DST_STRIPE_WIDE_BASE", 0),
+        1,
+        2,
+    );
+    println!(
+        "dst stripe wide: {} crash points; {} final mounts with members lost, {} after a bit flip ({} blocks healed, {} reads EIO of flushed blocks); {} evicted rows read back in the record run",
+        t.stripe_points, t.stripe_degraded, t.stripe_flips, t.stripe_healed, t.eio_flushed, t.stripe_rows_loaded
+    );
+    assert!(
+        t.stripe_points >= t.points,
+        "every crash point was a stripe set's"
+    );
+    assert!(
+        t.stripe_rows_loaded > 0,
+        "the record run must evict rows and read them back"
+    );
+    assert!(t.stripe_degraded > 0, "final mounts with a member lost");
+    assert_eq!(
+        t.eio_flushed, 0,
+        "reads of flushed blocks answered EIO after a bit flip"
+    );
 }
 
 /// Batched writes (`Volume::write_many`, issue 22): seeds from
