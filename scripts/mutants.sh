@@ -465,6 +465,9 @@ apply_rebuild_marks_before_data() {
 apply_rebuilding_member_read_early() {
   marker rebuilding-member-read-early
 }
+apply_scratch_read_place_misnamed() {
+  marker scratch-read-place-misnamed
+}
 apply_parity_scrub_blind() {
   marker parity-scrub-blind
 }
@@ -934,6 +937,7 @@ run rebuild-unfenced stripe_rebuild_online
 run rebuilding-mount-not-resynced stripe_rebuild_online
 run rebuild-record-one-place stripe_repair
 run rebuilding-member-read-early stripe_repair
+run scratch-read-place-misnamed lib:scratch_tags_are_found stripe_set
 run parity-scrub-blind stripe_repair
 run parity-scrub-repair-skipped stripe_repair
 run logdev-flush-noop log_device dst

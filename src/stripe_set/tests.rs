@@ -1047,3 +1047,78 @@ fn an_evicted_row_completed_by_one_write_keeps_its_blocks_for_the_next() {
         }
     }
 }
+
+/// `load_scratch` reads each member's scratch area in large reads: the
+/// tags it finds, their places and the lanes left free are the same
+/// whatever the read size (one place, three, all at once), a place whose
+/// tag fails its CRC is not taken, and a member down is skipped.
+#[test]
+fn scratch_tags_are_found_in_their_places_whatever_the_read_size() {
+    use std::collections::HashMap;
+    let p = planned(5, 1);
+    let set = p.set;
+    let l = set.layout;
+    let uuid = set.members()[0].ident.set_uuid;
+    let rb = (l.write_unit() / BS) as usize;
+    let place = BLOCK_BYTES + l.unit as usize;
+    // (member, lane, place, row, seq); the last one is torn below
+    let tags = [
+        (0u32, 0u32, 1u32, 3u64, 7u64),
+        (1, 4, 0, 9, 8),
+        (2, 15, 1, 11, 12),
+        (4, 7, 0, 5, 9),
+        (4, 7, 1, 5, 10),
+        (3, 2, 0, 6, 11),
+    ];
+    for (i, &(m, lane, pl, row, seq)) in tags.iter().enumerate() {
+        let mut buf = AlignedBuf::new(place);
+        buf[BLOCK_BYTES..].fill(i as u8 + 1);
+        let mut covered = vec![false; rb];
+        covered[i % rb] = true;
+        scratch::Tag {
+            set_uuid: uuid,
+            row,
+            seq,
+            which: 0,
+            covered,
+        }
+        .seal(&mut buf);
+        if i == tags.len() - 1 {
+            buf[BLOCK_BYTES + 100] ^= 1; // a torn parity: its CRC fails
+        }
+        let at = scratch::place_offset(set.scratch_base(), l.unit, lane, pl);
+        set.members()[m as usize]
+            .media
+            .as_ref()
+            .unwrap()
+            .write_at(&buf, at)
+            .unwrap();
+    }
+    let want: HashMap<(u32, u32, u32), (u64, u64)> = tags[..tags.len() - 1]
+        .iter()
+        .map(|&(m, lane, pl, row, seq)| ((m, lane, pl), (row, seq)))
+        .collect();
+    for per in [1, 3, 32] {
+        let s = without(&set, &[]);
+        s.rows.lock().mount_tags.clear();
+        s.rows.lock().place_owner.clear();
+        s.rows.lock().free_lanes = (0..scratch::LANES).rev().collect();
+        s.load_scratch_in(per * place).unwrap();
+        let t = s.rows.lock();
+        assert_eq!(t.place_owner, want, "places found reading {per} at a time");
+        let mut free = t.free_lanes.clone();
+        free.sort_unstable();
+        let taken: Vec<u32> = (0..scratch::LANES)
+            .filter(|l| [0, 4, 15, 7].contains(l))
+            .collect();
+        assert!(taken.iter().all(|l| !free.contains(l)), "{free:?}");
+        assert_eq!(free.len(), scratch::LANES as usize - taken.len());
+        assert_eq!(t.mount_tags.get(&5).map(|v| v.len()), Some(2));
+        assert_eq!(s.seq.load(Ordering::Relaxed), 13);
+    }
+    // member 2 down: its tag is not read, the others are
+    let s = without(&set, &[2]);
+    let t = s.rows.lock();
+    assert!(!t.place_owner.contains_key(&(2, 15, 1)));
+    assert_eq!(t.place_owner.len(), want.len() - 1);
+}
