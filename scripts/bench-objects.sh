@@ -20,7 +20,8 @@
 #   scripts/bench-objects.sh DIR [SECONDS]      # default 30 s a run
 #
 # Prints each run and a summary; the tables in docs/objects.md §4 come from it.
-# SKIP_RBD=1 skips step 1. The sluice volumes are deleted after each run
+# SKIP_RBD=1 skips step 1; OBJ_SERVERS="sluice-s3-durable" runs only those
+# servers of step 2. The sluice volumes are deleted after each run
 # (scripts/bench-nbd.sh; KEEP_VOLUMES=1 keeps them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -73,7 +74,7 @@ osd_perf() {
 read -ra bins <<<"${SLUICE_RADOS:-}"
 [ ${#bins[@]} -gt 0 ] || bins=("")
 for be in ${BACKENDS:-s3}; do
-for srv in sluice sluice-s3 sluice-s3-durable; do
+for srv in ${OBJ_SERVERS:-sluice sluice-s3 sluice-s3-durable}; do
   [ "$be" = rados ] && [ "$srv" = sluice ] && continue
   for bin in "${bins[@]}"; do
   [ "$be" != rados ] && [ "$bin" != "${bins[0]}" ] && continue
