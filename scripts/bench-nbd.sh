@@ -100,6 +100,27 @@ stop_server() {
     fi
     SERVER_PID=
     rm -f "$SOCK" "$PIDF"
+    drop_volume
+}
+# The store volume of the last sluice-s3* start (its objects under a fresh
+# prefix): deleted once its server stopped, so runs do not fill the store
+# (a 4 GiB OSD filled up once); KEEP_VOLUMES=1 keeps them.
+STORE_POOL= STORE_PREFIX= STORE_BUCKET=
+drop_volume() {
+    [ -n "$STORE_PREFIX" ] || return 0
+    local pfx=$STORE_PREFIX
+    STORE_PREFIX=
+    [ "${KEEP_VOLUMES:-0}" = 1 ] && return 0
+    if [ -n "$STORE_POOL" ]; then
+        timeout 300 rados -c "$RADOS_CONF" -p "$STORE_POOL" ls 2>/dev/null | { grep "^$pfx/" || true; } |
+            xargs -r -n 500 timeout 300 rados -c "$RADOS_CONF" -p "$STORE_POOL" rm ||
+            echo "bench-nbd: could not delete rados://$STORE_POOL/$pfx" >&2
+    elif [ -n "${S3_ENDPOINT:-}" ]; then
+        # (a SeaweedFS of the script's own goes with its directory at exit)
+        timeout 300 aws --endpoint-url "$S3_ENDPOINT" s3 rm --quiet --recursive \
+            "s3://$STORE_BUCKET/$pfx/" >/dev/null 2>&1 ||
+            echo "bench-nbd: could not delete s3://$STORE_BUCKET/$pfx (aws cli)" >&2
+    fi
 }
 # sluice-logdev: its log device lives on a tmpfs of the script's own, mounted
 # in a fresh directory under $DIR (never over anything that exists) and
@@ -201,9 +222,11 @@ start_server() {
         # a fresh prefix and cache per start; the zero-filled file is unused
         rm -f "$img"
         rm -rf "$DIR/s3cache"
-        local store=(--store "s3://$S3_BUCKET/bench-$$-$RANDOM" --endpoint "${S3_ENDPOINT:-}"
+        STORE_PREFIX=bench-$$-$RANDOM STORE_BUCKET=$S3_BUCKET STORE_POOL=
+        local store=(--store "s3://$S3_BUCKET/$STORE_PREFIX" --endpoint "${S3_ENDPOINT:-}"
             --cache-dir "$DIR/s3cache") mode=()
-        [ -n "${RADOS_CONF:-}" ] && store=(--store "rados://${RADOS_POOL:-sluice}/bench-$$-$RANDOM"
+        [ -n "${RADOS_CONF:-}" ] && STORE_POOL=${RADOS_POOL:-sluice} &&
+            store=(--store "rados://$STORE_POOL/$STORE_PREFIX"
             --ceph-conf "$RADOS_CONF" --cache-dir "$DIR/s3cache")
         [ "$srv" = sluice-s3-durable ] && mode=(--flush-to store)
         "$SLUICE" create "${store[@]}" "${mode[@]}" --size "$(( SIZE_MB * 85 / 100 ))M" >/dev/null

@@ -63,7 +63,8 @@ fn open_opts(store: &Arc<objseg::ObjSegStore>) -> OpenOptions {
 
 /// One seed; returns (acknowledged flushes, objects uploaded, whether the
 /// store alone could be mounted) for the tally.
-fn run(seed: u64, durable: bool) -> (u64, u64, bool) {
+/// (store-durable mode: and whether a damaged log object was tried)
+fn run(seed: u64, durable: bool) -> (u64, u64, bool, bool) {
     // the host-loss mount takes over: its wait of 2T stays short
     sluice::lease::set_term(std::time::Duration::from_millis(20));
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -172,6 +173,8 @@ fn run(seed: u64, durable: bool) -> (u64, u64, bool) {
     objects.set_unreachable(false);
     // the store as the vanished host left it
     let left = Arc::new(objects.snapshot());
+    // (a restore writes to the store it mounts: each gets its own copy)
+    let left_again = left.snapshot();
     let img = SimMedia::from_image(m.crash_image(Loss::Subset, seed));
     let m2: Arc<dyn Media> = Arc::new(img);
     let (store, _) = objseg::open(m2.clone(), place(cache))
@@ -224,13 +227,63 @@ fn run(seed: u64, durable: bool) -> (u64, u64, bool) {
     );
     store.close().unwrap();
     drop(store);
-    let moved = host_loss(seed, &left, &stream, n, durable.then_some(&flushed[..]));
-    (acked, uploaded, moved)
+    let moved = host_loss(seed, &left, &stream, n, durable.then_some(&flushed[..])).is_some();
+    let damaged = durable && damaged_log_host_loss(seed, &left_again, &stream, n);
+    (acked, uploaded, moved, damaged)
+}
+
+/// Store-durable mode: the store as the vanished host left it, but with the
+/// last log object the replay applied damaged where its own CRC cannot see
+/// it (one byte of a stored line flipped, the object's CRC made to match):
+/// only the record's CRC tells. The other host's replay must end there,
+/// naming it, and mount a prefix of the write stream (never the damaged
+/// bytes as data). false: no log object was replayed to damage.
+fn damaged_log_host_loss(
+    seed: u64,
+    left: &MemObjects,
+    stream: &[(u64, u64, bool)],
+    n: u64,
+) -> bool {
+    use sluice::format::objname::ObjName;
+    use sluice::media::objects::ObjectStore;
+    let dir = tempfile::tempdir().unwrap();
+    let Ok(r) = objseg::recover::restore(&left.snapshot(), dir.path(), true) else {
+        return false;
+    };
+    let Some(last) = r.log.as_ref().and_then(|l| l.last_applied) else {
+        return false;
+    };
+    let names: Vec<String> = left
+        .list("log/")
+        .unwrap()
+        .into_iter()
+        .map(|o| o.name)
+        .filter(|name| matches!(ObjName::parse(name), Ok(ObjName::Log { seq, .. }) if seq == last))
+        .collect();
+    assert_eq!(names.len(), 1, "seed {seed}: log object {last}: {names:?}");
+    let name = &names[0];
+    let mut b = left.get(name).unwrap();
+    let l = b.len();
+    // the last byte of its last stored line; never made zero (a stored
+    // line of zeros is refused by another check)
+    b[l - 5] ^= if b[l - 5] == 0x80 { 0x01 } else { 0x80 };
+    let crc = crc32c::crc32c(&b[..l - 4]);
+    b[l - 4..].copy_from_slice(&crc.to_le_bytes());
+    let bad = Arc::new(left.snapshot());
+    bad.poke(name, b);
+    let stop = host_loss(seed, &bad, stream, n, None)
+        .unwrap_or_else(|| panic!("seed {seed}: no mount with {name} damaged"));
+    assert!(
+        stop.contains(name.as_str()) && stop.contains("damaged"),
+        "seed {seed}: {name} damaged, yet the replay ended: {stop}"
+    );
+    true
 }
 
 /// The cache directory is lost as well: rebuild it from `left` elsewhere,
-/// mount, and check the volume is a prefix of `stream`. false: the store
-/// held no checkpoint object yet (then the refusal must say so).
+/// mount, and check the volume is a prefix of `stream`. None: the store
+/// held no checkpoint object yet (then the refusal must say so); else why
+/// the FLUSH log replay ended (store-durable mode; empty otherwise).
 /// `flushed` (store-durable mode): the version of each block the last
 /// acknowledged FLUSH covered; the other host must hold it or a later one.
 fn host_loss(
@@ -239,7 +292,7 @@ fn host_loss(
     stream: &[(u64, u64, bool)],
     n: u64,
     flushed: Option<&[u64]>,
-) -> bool {
+) -> Option<String> {
     use sluice::media::objects::ObjectStore;
     let dir = tempfile::tempdir().unwrap();
     let r = match objseg::recover::restore(&**left, dir.path(), true) {
@@ -249,7 +302,7 @@ fn host_loss(
                 left.list("ckpt/").unwrap().is_empty(),
                 "seed {seed}: no mount from the store alone: {e}"
             );
-            return false;
+            return None;
         }
     };
     let media: Arc<dyn Media> =
@@ -308,7 +361,7 @@ fn host_loss(
         );
     }
     vol.close().unwrap();
-    true
+    Some(r.log.map(|l| l.stop).unwrap_or_default())
 }
 
 #[test]
@@ -319,7 +372,7 @@ fn power_cuts_keep_every_flushed_write_of_a_volume_on_objects() {
         .unwrap_or(32);
     let (mut acked, mut uploaded, mut moved) = (0, 0, 0);
     for seed in 0..seeds {
-        let (a, u, m) = run(seed, false);
+        let (a, u, m, _) = run(seed, false);
         acked += a;
         uploaded += u;
         moved += m as u64;
@@ -342,13 +395,19 @@ fn power_cuts_and_host_loss_keep_every_flushed_write_in_the_store_durable_mode()
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(32);
-    let (mut acked, mut moved) = (0, 0);
+    let (mut acked, mut moved, mut damaged) = (0, 0, 0);
     for seed in 0..seeds {
-        let (a, _, m) = run(seed, true);
+        let (a, _, m, d) = run(seed, true);
         acked += a;
         moved += m as u64;
+        damaged += d as u64;
     }
-    eprintln!("store-durable: {seeds} seeds: {acked} flushes acknowledged, {moved} mounted from the store alone");
+    eprintln!("store-durable: {seeds} seeds: {acked} flushes acknowledged, {moved} mounted from the store alone, {damaged} mounted again with their last replayed log object damaged");
+    // most seeds replay a log object: the damaged-record case runs
+    assert!(
+        damaged * 2 >= seeds,
+        "{damaged} of {seeds} seeds had a replayed log object to damage"
+    );
     // the epoch's first checkpoint object is stored before any write
     assert_eq!(
         moved, seeds,

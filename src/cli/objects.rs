@@ -56,8 +56,11 @@ pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
         if let Some(l) = s.flush_log() {
             let n = l.stats.objects_put.load(Ordering::Relaxed);
             say!(
-                "sluice: {name}: FLUSH log: {n} object(s) put, {:.2} ms a PUT on average, at most {} in flight, pieces of at most {} KiB (0: one object a FLUSH group)",
+                "sluice: {name}: FLUSH log: {n} object(s) put, {:.2} ms a PUT on average, {:.1} KiB an object, {:.3} log bytes per byte the volume wrote to its metadata file, at most {} in flight, pieces of at most {} KiB (0: one object a FLUSH group)",
                 l.stats.put_us.load(Ordering::Relaxed) as f64 / 1000.0 / n.max(1) as f64,
+                l.stats.bytes_put.load(Ordering::Relaxed) as f64 / 1024.0 / n.max(1) as f64,
+                l.stats.bytes_put.load(Ordering::Relaxed) as f64
+                    / l.stats.record_bytes.load(Ordering::Relaxed).max(1) as f64,
                 l.stats.most_in_flight.load(Ordering::Relaxed),
                 l.piece_bytes() >> 10,
             );

@@ -6,7 +6,9 @@
 //! passes every call to the file, and remembers every write (byte offset,
 //! bytes) in order, numbered per epoch from 0. Its `flush` flushes the file,
 //! then puts the writes made since the last log object as one write-once
-//! object `log/L-E` (`format::objlog`: numbered, chained by CRC32C) and
+//! object `log/L-E` (`format::objlog`: numbered, chained by CRC32C; since
+//! version 2 one record table a group and no zero padding, each record's
+//! CRC checked over the bytes replay rebuilds) and
 //! returns only once that PUT and the PUTs of every lower-numbered object
 //! returned: the engine's group commit (one media flush serves every FLUSH
 //! waiting) is the log's group commit, one PUT per media flush. The engine
@@ -119,7 +121,11 @@ fn pieces(records: Vec<(u64, Vec<u8>)>, piece: usize, most: usize) -> Vec<Vec<(u
     let mut out: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new()];
     let mut bytes = crate::format::objlog::HEADER + 4;
     for r in records {
-        let add = crate::format::objlog::RECORD_HEAD + r.1.len();
+        let add = if piece > 0 {
+            LogObject::record_len(&r.1)
+        } else {
+            0
+        };
         let cur = out.last().expect("never empty");
         if piece > 0 && !cur.is_empty() && bytes + add > piece && out.len() < most {
             // MUTANT: log-piece-record-dropped s|out.push(Vec::new());|out.push(Vec::new()); continue;|
@@ -146,6 +152,9 @@ pub struct LogStats {
     pub objects_put: AtomicU64,
     pub bytes_put: AtomicU64,
     pub records: AtomicU64,
+    /// Bytes of the records sealed into log objects (what the media
+    /// writes held; the objects' own bytes are `bytes_put`).
+    pub record_bytes: AtomicU64,
     pub put_us: AtomicU64,
     pub put_retries: AtomicU64,
     pub objects_deleted: AtomicU64,
@@ -325,6 +334,9 @@ impl ObjLog {
                 (Vec::new(), p.next_index)
             } else {
                 let records = std::mem::take(&mut q.records);
+                self.stats
+                    .record_bytes
+                    .fetch_add(q.bytes as u64, Ordering::Relaxed);
                 q.bytes = 0;
                 let mut first = q.next_record - records.len() as u64;
                 drop(q);
@@ -631,6 +643,8 @@ impl Media for ObjLog {
 pub struct Replayed {
     pub objects: usize,
     pub records: usize,
+    /// The number of the last log object applied.
+    pub last_applied: Option<u64>,
     /// Why it ended.
     pub stop: String,
     /// It ended at a fence object put by this epoch (a takeover, fence.rs).
@@ -750,6 +764,7 @@ pub fn replay(
             }
         }
         out.objects += 1;
+        out.last_applied = Some(i);
         last = Some((i, crc32c::crc32c(&bytes), end));
     }
     out.stop = match last {
