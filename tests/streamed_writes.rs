@@ -269,6 +269,8 @@ fn large_writes_far_from_a_flush_go_out_as_whole_chunks() {
     });
     let opts = OpenOptions {
         background: true,
+        // no idle seal of a part chunk if the test stalls on a loaded machine
+        idle_seal_ms: 600_000,
         ..det()
     };
     let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &opts).unwrap();
