@@ -216,3 +216,106 @@ fn a_flush_that_seals_a_chunk_waits_for_its_streamed_blocks_in_flight() {
         "a flushed write lost: its chunk was counted written before the streamed blocks it names"
     );
 }
+
+/// SimMedia that counts the writes it takes of each size.
+struct Sizes {
+    sim: SimMedia,
+    sizes: std::sync::Mutex<std::collections::BTreeMap<usize, u64>>,
+}
+
+impl Media for Sizes {
+    fn len(&self) -> u64 {
+        self.sim.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.sim.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        *self.sizes.lock().unwrap().entry(buf.len()).or_default() += 1;
+        self.sim.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.sim.flush()
+    }
+    fn describe(&self) -> String {
+        "write sizes".into()
+    }
+}
+
+/// Far from a FLUSH, a long run of 1 MiB writes is written behind: each
+/// request returns once its blocks are in the open chunk, and the device
+/// sees every full chunk as one 1 MiB write (header and 255 data blocks)
+/// from a writer thread; nothing streams. Within `STREAM_NEAR_FLUSH_BYTES`
+/// of the mount or of a FLUSH, large writes stream (a FLUSH waits for
+/// their data). Either way a power cut after the FLUSH keeps every write.
+#[test]
+fn large_writes_far_from_a_flush_go_out_as_whole_chunks() {
+    const MIB: usize = 1 << 20;
+    let near = sluice::volume::STREAM_NEAR_FLUSH_BYTES as usize;
+    let logical = (near + 32 * MIB) as u64;
+    let seg_bytes = 4 * MIB as u64;
+    let c = CreateOptions {
+        logical_bytes: Some(logical),
+        overprovision: 0.25,
+        segment_bytes: seg_bytes,
+        uuid: Some([6; 16]),
+        ..Default::default()
+    };
+    let g = Geometry::for_logical_log(logical / BS as u64, (seg_bytes / BS as u64) as u32, 0.25, 0);
+    let sim = SimMedia::new(g.media_bytes());
+    let media = Arc::new(Sizes {
+        sim,
+        sizes: Default::default(),
+    });
+    let opts = OpenOptions {
+        background: true,
+        // no idle seal of a part chunk if the test stalls on a loaded machine
+        idle_seal_ms: 600_000,
+        ..det()
+    };
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &opts).unwrap();
+    let writes = logical as usize / MIB - 2;
+    let mut buf = AlignedBuf::new(MIB);
+    let mut expect = vec![0u8; writes * MIB];
+    for i in 0..writes {
+        buf.copy_from_slice(&payload(i as u8, MIB / BS, false));
+        vol.write((i * MIB) as u64, &buf, false).unwrap();
+        expect[i * MIB..(i + 1) * MIB].copy_from_slice(&buf);
+    }
+    let s = vol.stats();
+    // the writes within `near` of the mount streamed (each 1 MiB request
+    // but the one crossing the line); none after it
+    let near_blocks = (near / BS) as u64;
+    assert!(
+        s.streamed_blocks >= near_blocks - 256 && s.streamed_blocks <= near_blocks + 256,
+        "{} blocks streamed, expected those of the first {near} bytes ({near_blocks})",
+        s.streamed_blocks
+    );
+    // the rest reached the media as whole 1 MiB chunks, header included
+    let far_chunks = ((writes * MIB - near) / (255 * BS)) as u64;
+    vol.flush().unwrap();
+    let whole = media.sizes.lock().unwrap().get(&MIB).copied().unwrap_or(0);
+    assert!(
+        whole + 2 >= far_chunks,
+        "{whole} whole-chunk writes of 1 MiB, expected about {far_chunks}: {:?}",
+        media.sizes.lock().unwrap()
+    );
+    // after a FLUSH, a large write streams again
+    let before = vol.stats().streamed_blocks;
+    vol.write(0, &buf, false).unwrap();
+    expect[..MIB].copy_from_slice(&buf);
+    assert!(
+        vol.stats().streamed_blocks >= before + 255,
+        "a 1 MiB write right after a FLUSH did not stream"
+    );
+    vol.flush().unwrap();
+    drop(vol);
+    let m2 = Arc::new(SimMedia::from_image(
+        media.sim.crash_image(Loss::DropAll, 5),
+    ));
+    let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
+    assert!(
+        read(&v2, 0, writes * MIB / BS) == expect,
+        "a flushed write lost after a power cut"
+    );
+}

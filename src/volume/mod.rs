@@ -365,6 +365,16 @@ pub const STREAM_MIN_BLOCKS: u64 = 16;
 /// Streamed blocks one request claims before it writes them (and hands on
 /// the chunks it sealed meanwhile): 1 MiB.
 const STREAM_BATCH_BLOCKS: u32 = 256;
+/// A large host write streams only while a FLUSH is near: fewer than this
+/// many host bytes were written since the last FLUSH or FUA (the mount
+/// counts as one). Streaming pays when a FLUSH waits for the data (its
+/// blocks are on the media by then, docs/intent-log.md §4.4); without one,
+/// the request waiting for its own IO is all it does: one 1 MiB request at
+/// a time ran at 0.5-0.6x the write-behind of whole chunks, whose writer
+/// threads give the device one 1 MiB write per chunk, header included
+/// (docs/benchmarks.md, "Sequential writes behind"). A write queue's worth:
+/// what a FLUSH may find queued anyway.
+pub const STREAM_NEAR_FLUSH_BYTES: u64 = commit::WRITE_QUEUE_BYTES;
 
 /// A streamed run being gathered: data indexes `from..to` of one open
 /// chunk's `placed`, the first at `block` of `segment`, the caller's records
@@ -568,6 +578,10 @@ pub(crate) struct Shared {
     /// (`append_run`): the segments are a flat store on the volume's media
     /// (a stripe set writes rows, an object store whole segments).
     stream_places: bool,
+    /// `counters.host_write_bytes` when the last host FLUSH (or FUA) began,
+    /// 0 from the mount: large writes stream only within
+    /// `STREAM_NEAR_FLUSH_BYTES` of it (`flush_near`).
+    flush_mark: std::sync::atomic::AtomicU64,
     /// Buffers for the packed blocks of fragment reads (read.rs).
     packed_bufs: read::PackedBufs,
 }
@@ -1015,6 +1029,7 @@ impl Volume {
                 threaded,
             ),
             stream_places: opts.store.is_none() && opts.stripe_set.is_none(),
+            flush_mark: std::sync::atomic::AtomicU64::new(0),
             packed_bufs: read::PackedBufs::new(),
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
@@ -1586,7 +1601,7 @@ impl Shared {
         // to the chunk's one write after its seal (docs/intent-log.md §4.4)
         let host = recs.host_bytes(0, 0).is_some();
         // MUTANT: streaming-off s|self.stream_places && host|false && host|
-        let stream = self.stream_places && host && n >= STREAM_MIN_BLOCKS;
+        let stream = self.stream_places && host && n >= STREAM_MIN_BLOCKS && self.flush_near();
         let mut claims = Claims::default();
         let mut sealed = Vec::new();
         let mut since_checkpoint = 0;
@@ -1694,6 +1709,16 @@ impl Shared {
         self.after_append(since_checkpoint)
     }
 
+    /// A FLUSH is near: fewer than `STREAM_NEAR_FLUSH_BYTES` host bytes were
+    /// written since the last one began (or the mount), so a large write
+    /// streams its blocks for the FLUSH to find on the media; far from one,
+    /// its blocks wait in their chunk for the writer threads (write-behind).
+    fn flush_near(&self) -> bool {
+        let written = self.counters.host_write_bytes.load(Ordering::Relaxed);
+        let mark = self.flush_mark.load(Ordering::Relaxed);
+        written.saturating_sub(mark) < STREAM_NEAR_FLUSH_BYTES
+    }
+
     /// Write the claimed runs of a streamed host write at their places, in
     /// one submission (`Commit::place`), from the caller's buffer when it
     /// is aligned for direct IO, else from a copy in a pool buffer. A share
@@ -1774,6 +1799,12 @@ impl Shared {
     /// sealed a chunk (or fell back to sealing), `Log` when it sealed none
     /// with an intent log in use.
     pub(crate) fn flush_path(&self, seal: bool) -> Result<crate::stats::FlushPath> {
+        if !seal {
+            // a host FLUSH or FUA (the idle seal is not one): large writes
+            // stream again for a while (`flush_near`)
+            let written = self.counters.host_write_bytes.load(Ordering::Relaxed);
+            self.flush_mark.store(written, Ordering::Relaxed);
+        }
         let mut out = Vec::new();
         let (target, rec, rec_target, logged) = {
             let mut c = self.core.lock();
