@@ -521,6 +521,9 @@ fn a_ring_read_in_flight_holds_off_segment_reuse() {
     assert!(!ring.reap(&mut out), "stop ends reap");
 }
 
+/// A read of the recycling test: (tag, byte offset, length, expected bytes).
+type RingRead = (u64, u64, u32, Vec<u8>);
+
 /// The read ring reuses the buffers of one-block reads whose replies were
 /// sent (`ReadRing::recycle`): a reused buffer still holds another block's
 /// bytes, so every byte of a read must be written again. Blocks from the
@@ -558,7 +561,7 @@ fn recycled_ring_buffers_never_show_an_earlier_reads_bytes() {
             _ => block(lba),
         }
     };
-    let mut rounds: Vec<Vec<(u64, u64, u32, Vec<u8>)>> = Vec::new();
+    let mut rounds: Vec<Vec<RingRead>> = Vec::new();
     for r in 0..6u64 {
         let mut reads = Vec::new();
         for k in 0..64u64 {
@@ -599,7 +602,7 @@ fn recycled_ring_buffers_never_show_an_earlier_reads_bytes() {
             let got = res.as_ref().expect("a healthy block reads");
             assert_eq!(got.len(), *len as usize);
             assert!(
-                &got[..] == &w[..],
+                got[..] == w[..],
                 "read {tag} at {off}+{len}: not its own bytes"
             );
         }

@@ -477,13 +477,17 @@ const SPARE_BUFS: usize = 64;
 /// `T` is the caller's context of a read, handed back with its result.
 ///
 /// Owns: the reads in flight (their buffers, runs, and each one's share of
-/// the reuse lock) and the ring. `start`/`submit`/`stop` are for one thread
-/// (the submitter), `reap` for one other thread.
+/// the reuse lock), the ring, and the one-block buffers given back by
+/// `recycle` for later reads. `start`/`submit`/`stop` are for one thread
+/// (the submitter), `reap` and `recycle` for one other thread.
 ///
 /// Invariants: a read's buffer lives in its slot until every one of its
 /// media reads completed; a read holds a share of the reuse lock from its map
 /// lookup until its last block was verified (so a segment is never reused
-/// under it); at most `capacity` media reads are in flight.
+/// under it); at most `capacity` media reads are in flight; every byte of a
+/// read's buffer is written by this read (`plan` fills what it does not
+/// leave to the media, a failed read is zeroed), so a reused buffer never
+/// hands out an earlier read's bytes.
 pub struct ReadRing<T> {
     io: UringReads,
     vol: Arc<Volume>,
