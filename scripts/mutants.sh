@@ -214,6 +214,10 @@ apply_read_crc() {
 apply_ring_skips_verify() {
   marker ring-skips-verify
 }
+apply_ring_spare_unfilled() {
+  # a never-written or zeroed block leaves a reused ring buffer's old bytes
+  marker ring-spare-unfilled
+}
 apply_aio_refused_read_succeeds() {
   # a read io_submit refused completes as a whole block read, not its errno
   marker aio-refused-read-succeeds
@@ -858,6 +862,7 @@ run file-flush-noop volatile_cache
 run recovery-wipes-first mount_power_cut
 run read-crc "${read_tests[@]}"
 run ring-skips-verify nbd_verified_reads
+run ring-spare-unfilled verified_reads
 run aio-refused-read-succeeds lib
 run ring-fragments-not-unpacked compression
 run scrub-skips-fragments compression

@@ -118,7 +118,19 @@ impl AioReads {
     /// errno through `refused` and a wake-up.
     pub(super) fn submit(&self) -> io::Result<()> {
         let mut q = self.sq.lock();
-        let mut ptrs: Vec<*mut Iocb> = q.iter_mut().map(|c| c as *mut Iocb).collect();
+        // the control blocks' addresses: on the stack for the usual few (the
+        // NBD reader submits each READ as it arrives), else on the heap
+        let mut small = [std::ptr::null_mut::<Iocb>(); 8];
+        let mut big: Vec<*mut Iocb> = Vec::new();
+        let ptrs: &mut [*mut Iocb] = if q.len() <= small.len() {
+            for (p, c) in small.iter_mut().zip(q.iter_mut()) {
+                *p = c;
+            }
+            &mut small[..q.len()]
+        } else {
+            big.extend(q.iter_mut().map(|c| c as *mut Iocb));
+            &mut big
+        };
         let mut at = 0;
         let mut refused = false;
         while at < ptrs.len() {
@@ -151,7 +163,6 @@ impl AioReads {
                 }
             }
         }
-        ptrs.clear();
         q.clear();
         drop(q);
         if refused {

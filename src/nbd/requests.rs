@@ -61,6 +61,28 @@ pub(super) struct ReadCtx {
     t0: Option<crate::metrics::Started>,
 }
 
+/// A READ reply's header: a successful one's (16 or 28 bytes) without a
+/// heap allocation of its own; an error reply's message is owned.
+enum Head {
+    Fixed([u8; 28], usize),
+    Owned(Vec<u8>),
+}
+
+impl Head {
+    fn fixed(b: &[u8]) -> Head {
+        let mut h = [0u8; 28];
+        h[..b.len()].copy_from_slice(b);
+        Head::Fixed(h, b.len())
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Head::Fixed(h, n) => &h[..*n],
+            Head::Owned(v) => v,
+        }
+    }
+}
+
 impl Conn {
     /// Serve checked READs together: one batched engine read, then every reply in
     /// one write, which gives their budget back once delivered.
@@ -88,34 +110,34 @@ impl Conn {
                 crate::metrics::done(k, r.offset, r.length as u64, res.is_ok(), c.t0);
             }
         }
-        // reply headers first (owned), then the parts list borrowing them
-        let mut heads: Vec<Vec<u8>> = Vec::with_capacity(done.len());
+        // reply headers first (owned: on the stack but for error messages),
+        // then the parts list borrowing them
+        let mut heads: Vec<Head> = Vec::with_capacity(done.len());
         for (c, res) in done {
             let r = &c.req;
             heads.push(match res {
-                Ok(_) if !self.neg.structured => proto::simple_reply(0, r.cookie).to_vec(),
-                Ok(_) if r.length == 0 => proto::structured_header(
+                Ok(_) if !self.neg.structured => Head::fixed(&proto::simple_reply(0, r.cookie)),
+                Ok(_) if r.length == 0 => Head::fixed(&proto::structured_header(
                     proto::REPLY_FLAG_DONE,
                     proto::REPLY_TYPE_NONE,
                     r.cookie,
                     0,
-                )
-                .to_vec(),
-                Ok(_) => proto::offset_data_header(r.cookie, r.offset, r.length).to_vec(),
+                )),
+                Ok(_) => Head::fixed(&proto::offset_data_header(r.cookie, r.offset, r.length)),
                 Err(e) => {
                     tracing::debug!("nbd: read failed: {e}");
                     let errno = wire_errno(e);
                     if self.neg.structured {
-                        proto::structured_error(r.cookie, errno, &e.to_string())
+                        Head::Owned(proto::structured_error(r.cookie, errno, &e.to_string()))
                     } else {
-                        proto::simple_reply(errno, r.cookie).to_vec()
+                        Head::fixed(&proto::simple_reply(errno, r.cookie))
                     }
                 }
             });
         }
         let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * done.len());
         for (h, (_, res)) in heads.iter().zip(done) {
-            parts.push(h);
+            parts.push(h.bytes());
             if let Ok(data) = res {
                 if !data.is_empty() {
                     parts.push(data);
@@ -175,7 +197,9 @@ impl Conn {
             let more = ring.reap(&mut done);
             if !done.is_empty() {
                 self.send_reads(&done);
-                done.clear();
+                // the replies are on the wire or copied to the backlog:
+                // their buffers serve the next reads
+                ring.recycle(&mut done);
             }
             if !more {
                 return;

@@ -187,6 +187,8 @@ impl Shared {
             let dst = &mut out[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES];
             let loc = c.map.get(first + i as u64);
             match loc {
+                // (a ring read's buffer may be reused: it holds old bytes)
+                // MUTANT: ring-spare-unfilled s|dst.fill(0)|{}|
                 Loc::Unmapped | Loc::Virtual(Virt::Trim | Virt::Zero, _) => dst.fill(0),
                 Loc::Virtual(Virt::Ones, _) => dst.fill(0xff),
                 Loc::StagedVirt(Virt::Ones, _) => dst.fill(0xff),
@@ -464,6 +466,10 @@ impl Shared {
 /// `Volume::read_batch` instead.
 pub const RING_SLOTS: u32 = 256;
 
+/// One-block read buffers a ring keeps for reuse (256 KiB): a QD32 client's
+/// reads, with room for bursts.
+const SPARE_BUFS: usize = 64;
+
 /// Reads submitted on one thread and finished on another, as their media reads
 /// complete (`Volume::read_ring`). The NBD server keeps one per connection
 /// that reads: its reader thread `start`s each READ as it arrives, a
@@ -471,13 +477,17 @@ pub const RING_SLOTS: u32 = 256;
 /// `T` is the caller's context of a read, handed back with its result.
 ///
 /// Owns: the reads in flight (their buffers, runs, and each one's share of
-/// the reuse lock) and the ring. `start`/`submit`/`stop` are for one thread
-/// (the submitter), `reap` for one other thread.
+/// the reuse lock), the ring, and the one-block buffers given back by
+/// `recycle` for later reads. `start`/`submit`/`stop` are for one thread
+/// (the submitter), `reap` and `recycle` for one other thread.
 ///
 /// Invariants: a read's buffer lives in its slot until every one of its
 /// media reads completed; a read holds a share of the reuse lock from its map
 /// lookup until its last block was verified (so a segment is never reused
-/// under it); at most `capacity` media reads are in flight.
+/// under it); at most `capacity` media reads are in flight; every byte of a
+/// read's buffer is written by this read (`plan` fills what it does not
+/// leave to the media, a failed read is zeroed), so a reused buffer never
+/// hands out an earlier read's bytes.
 pub struct ReadRing<T> {
     io: UringReads,
     vol: Arc<Volume>,
@@ -493,6 +503,10 @@ struct RingState<T> {
     /// Media reads reserved by `start` or in flight.
     reserved: usize,
     stopping: bool,
+    /// One-block buffers of replies already sent (`recycle`), for the next
+    /// one-block reads: a fresh buffer costs an aligned allocation, its
+    /// zeroing and a free on the other thread (issue 22, docs/nbd.md).
+    spare: Vec<AlignedBuf>,
 }
 
 /// One read in flight.
@@ -531,6 +545,7 @@ impl Volume {
                     free: Vec::new(),
                     reserved: 0,
                     stopping: false,
+                    spare: Vec::new(),
                 }),
                 room: Condvar::new(),
             }),
@@ -579,7 +594,7 @@ impl<T: Send> ReadRing<T> {
                 .expect("one range, one result");
             return Some((ctx, r));
         }
-        {
+        let spare = {
             let mut st = self.state.lock();
             while st.reserved + blocks > self.io.capacity() {
                 // full: what is queued must reach the kernel before we wait
@@ -589,9 +604,17 @@ impl<T: Send> ReadRing<T> {
                 }
             }
             st.reserved += blocks;
-        }
+            // (its old bytes are all overwritten: plan fills the blocks it
+            // does not leave to the media, the media reads the others, and a
+            // failed read is zeroed)
+            if blocks == 1 {
+                st.spare.pop()
+            } else {
+                None
+            }
+        };
         let mut rb = ReadBuf {
-            buf: AlignedBuf::new(blocks * BLOCK_BYTES),
+            buf: spare.unwrap_or_else(|| AlignedBuf::new(blocks * BLOCK_BYTES)),
             skip: (offset % BS) as usize,
             len: len as usize,
         };
@@ -620,6 +643,13 @@ impl<T: Send> ReadRing<T> {
                 rb
             });
             return Some((ctx, r));
+        }
+        // The CRCs `finish` compares with, into the cache now (this thread's
+        // time overlaps the client's; the completion thread's delays replies).
+        for &(p, _, k) in runs.iter().take(4) {
+            for b in 0..k.min(4) {
+                sh.crc_index.touch(p as u32 + b as u32);
+            }
         }
         // Each run becomes the media reads of the pieces the store places it
         // in (one for a flat store), each tagged with its run.
@@ -782,6 +812,19 @@ impl<T: Send> ReadRing<T> {
             out.push(self.finish(f));
         }
         !woken
+    }
+
+    /// Take back the buffers of reads whose replies were sent (one-block
+    /// ones are kept for later reads, at most `SPARE_BUFS`), emptying `done`.
+    pub fn recycle(&self, done: &mut Vec<(T, Result<ReadBuf>)>) {
+        let mut st = self.state.lock();
+        for (_, r) in done.drain(..) {
+            if let Ok(rb) = r {
+                if rb.buf.len() == BLOCK_BYTES && st.spare.len() < SPARE_BUFS {
+                    st.spare.push(rb.buf);
+                }
+            }
+        }
     }
 
     /// A read whose media reads all completed: finish short reads, verify,
