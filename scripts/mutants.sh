@@ -620,6 +620,9 @@ apply_flush_covers_announced() {
 apply_company_wait_alone() {
   marker company-wait-alone
 }
+apply_parked_answered_before_record() {
+  marker parked-answered-before-record
+}
 apply_chain_room_unchecked() {
   marker chain-room-unchecked
 }
@@ -982,6 +985,7 @@ run info-fallback-hidden intent_log
 run chain-room-unchecked lib
 run flush-covers-announced group_commit
 run company-wait-alone group_commit
+run parked-answered-before-record group_commit
 run chain-after-slot-fallback lib
 run chain-below-checkpoint lib
 run write-batch-takes-fua volatile_cache nbd_durable_replies

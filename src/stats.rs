@@ -120,6 +120,10 @@ pub struct Counters {
     /// Media flushes that first waited for another FLUSH's chunk or record
     /// to be written (group commit, `Commit::company_wait`).
     pub group_commit_waits: AtomicU64,
+    /// FLUSHes that parked for a media flush already running and were
+    /// answered by the thread that ended the one covering them
+    /// (`Commit::flush_covering_log_then`).
+    pub flushes_parked: AtomicU64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal (`Commit::place`).
     pub streamed_blocks: AtomicU64,
@@ -264,6 +268,8 @@ pub struct Stats {
     pub log_flushes: u64,
     /// Media flushes that first waited for company (`Counters::group_commit_waits`).
     pub group_commit_waits: u64,
+    /// FLUSHes parked for a running media flush (`Counters::flushes_parked`).
+    pub flushes_parked: u64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal, this session (`Counters::streamed_blocks`).
     pub streamed_blocks: u64,
@@ -355,6 +361,7 @@ impl Counters {
         s.media_log_bytes = g(&self.media_log_bytes);
         s.log_flushes = g(&self.log_flushes);
         s.group_commit_waits = g(&self.group_commit_waits);
+        s.flushes_parked = g(&self.flushes_parked);
         s.streamed_blocks = g(&self.streamed_blocks);
         s.streamed_copied_blocks = g(&self.streamed_copied_blocks);
         s.log_device_errors = g(&self.log_device_errors);

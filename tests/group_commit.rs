@@ -163,3 +163,164 @@ fn a_flush_alone_does_not_wait_for_company() {
         "a lone FLUSH waited for company"
     );
 }
+
+/// SimMedia whose flushes, once armed, each wait until the test lets that
+/// many through (`released`); `started` counts the flushes begun.
+struct GatedFlushes {
+    sim: Arc<SimMedia>,
+    armed: AtomicBool,
+    started: AtomicUsize,
+    released: AtomicUsize,
+}
+
+impl Media for GatedFlushes {
+    fn len(&self) -> u64 {
+        self.sim.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.sim.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.sim.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        if self.armed.load(Ordering::Acquire) {
+            let n = self.started.fetch_add(1, Ordering::AcqRel) + 1;
+            let t0 = std::time::Instant::now();
+            while self.released.load(Ordering::Acquire) < n {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "flush {n} never let through"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.sim.flush()
+    }
+    fn describe(&self) -> String {
+        "gated flushes".into()
+    }
+}
+
+/// Background mode (writer and flusher threads), nothing on a timer.
+fn opts_bg() -> OpenOptions {
+    OpenOptions {
+        background: true,
+        idle_seal_ms: 3_600_000,
+        checkpoint_interval_bytes: Some(1 << 30),
+        ..Default::default()
+    }
+}
+
+fn until(what: &str, f: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "hung: never {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_parked_flush_is_answered_only_by_a_flush_that_began_after_its_record() {
+    // B's FLUSH writes its record while A's media flush runs: it parks
+    // (`Volume::flush_then` returns at once) and must be answered by the
+    // next flush (the flusher thread's), never by the end of A's, which
+    // began before B's record was written
+    let (c, len) = create();
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(GatedFlushes {
+        sim: sim.clone(),
+        armed: AtomicBool::new(false),
+        started: AtomicUsize::new(0),
+        released: AtomicUsize::new(0),
+    });
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts_bg()).unwrap());
+    vol.write(0, &block(1), false).unwrap();
+    vol.flush().unwrap();
+    media.armed.store(true, Ordering::Release);
+    let a = {
+        let v = vol.clone();
+        std::thread::spawn(move || {
+            v.write(10 * BS as u64, &block(2), false).unwrap();
+            v.flush().unwrap();
+        })
+    };
+    until("A's media flush began", || {
+        media.started.load(Ordering::Acquire) == 1
+    });
+    vol.write(20 * BS as u64, &block(3), false).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let answered = Arc::new(AtomicBool::new(false));
+    let seen = answered.clone();
+    vol.flush_then(Box::new(move |r| {
+        let who = std::thread::current().name().map(str::to_string);
+        seen.store(true, Ordering::Release);
+        tx.send((r.is_ok(), who)).unwrap();
+    }));
+    assert_eq!(vol.stats().flushes_parked, 1, "B's FLUSH did not park");
+    assert!(
+        rx.try_recv().is_err(),
+        "B answered before any flush covered its record"
+    );
+    // A's flush ends: A is answered, B is not (its record came after A's
+    // flush began); the flusher thread starts the next flush for B
+    media.released.store(1, Ordering::Release);
+    a.join().unwrap();
+    until("the flusher's media flush began (or B answered)", || {
+        media.started.load(Ordering::Acquire) == 2 || answered.load(Ordering::Acquire)
+    });
+    assert!(
+        rx.try_recv().is_err(),
+        "B's FLUSH was answered by a media flush that began before its record was written"
+    );
+    // a power cut now: B was never answered, so nothing is owed; its
+    // record may be lost (not checked)
+    media.released.store(2, Ordering::Release);
+    let (ok, who) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("B never answered");
+    assert!(ok);
+    assert_eq!(
+        who.as_deref(),
+        Some("sluice-flusher"),
+        "answered by the flush's own thread"
+    );
+    // a power cut right after B's answer: both FLUSHed writes are there
+    let img = sim.crash_image(Loss::DropAll, 9);
+    media.armed.store(false, Ordering::Release);
+    drop(vol);
+    let m2 = Arc::new(SimMedia::from_image(img));
+    let v2 = Volume::open(m2 as Arc<dyn Media>, &opts()).unwrap();
+    assert!(read(&v2, 10) == block(2)[..], "A's flushed write lost");
+    assert!(
+        read(&v2, 20) == block(3)[..],
+        "B's answered FLUSH lost its write"
+    );
+}
+
+#[test]
+fn a_lone_flush_then_is_answered_on_its_own_thread() {
+    // QD1: no media flush runs when it comes, so it flushes itself and
+    // answers before `flush_then` returns: no hand-off, no wake-up
+    let (c, len) = create();
+    let vol = Volume::create(
+        Arc::new(SimMedia::new(len)) as Arc<dyn Media>,
+        &c,
+        &opts_bg(),
+    )
+    .unwrap();
+    let me = std::thread::current().id();
+    for i in 0..20u64 {
+        vol.write(i * BS as u64, &block(i as u8), false).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        vol.flush_then(Box::new(move |r| {
+            tx.send((r.is_ok(), std::thread::current().id())).unwrap();
+        }));
+        let (ok, who) = rx
+            .try_recv()
+            .expect("a lone FLUSH not answered before flush_then returned");
+        assert!(ok);
+        assert_eq!(who, me);
+    }
+    assert_eq!(vol.stats().flushes_parked, 0);
+}

@@ -14,38 +14,65 @@
 //! `pwrite` has no such hop, and the kept threads run at the priority of
 //! the thread that started them (a server under `chrt` keeps it).
 //!
-//! Owns: up to `THREADS` kept threads (started on first use) and a duplicate
-//! of the file descriptor they write through.
+//! Owns: up to `THREADS` kept threads (started on first use), each with
+//! its slot (the job handed to it, its answer), and a duplicate of the file
+//! descriptor they write through.
 //! Invariant: `write_pair` returns only once both writes have ended, and
-//! fails if either failed; dropping a `Beside` joins its threads, so the
+//! fails if either failed; a slot holds at most one job, taken by one
+//! caller at a time (`busy`); dropping a `Beside` joins its threads, so the
 //! duplicate descriptor (which shares the volume lock) is closed when the
 //! FileMedia is.
+//!
+//! The hand-off is a slot and `thread::park`/`unpark`, not channels: an
+//! `unpark` of a thread that is not asleep is an atomic store, so the
+//! caller, whose own write usually ends after the small one, is woken by
+//! no system call; one `futex` wakes the kept thread (docs/intent-log.md
+//! §4.8: the channels cost ~6 futex calls per pair).
 
 use super::AlignedBuf;
 use parking_lot::Mutex;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::{mpsc, Arc};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::thread::{JoinHandle, Thread};
 
 /// Kept threads: two FLUSHes may write their records at once.
 const THREADS: usize = 2;
 
-type Job = (AlignedBuf, u64, mpsc::SyncSender<io::Result<()>>);
+/// Slot states.
+const IDLE: u8 = 0;
+const POSTED: u8 = 1;
+const DONE: u8 = 2;
 
-pub struct Beside {
-    file: Arc<File>,
-    state: Mutex<State>,
+/// One kept thread's mailbox.
+struct Slot {
+    /// A caller owns the slot (from its job's posting to its answer's taking).
+    busy: AtomicBool,
+    state: AtomicU8,
+    /// The job: a copy of the small write (the buffer is kept for the next)
+    /// and its offset; then the answer.
+    job: Mutex<Job>,
+    /// The caller to wake with the answer.
+    caller: Mutex<Option<Thread>>,
+    /// The kept thread, once started.
+    worker: Mutex<Option<Thread>>,
+    stop: AtomicBool,
 }
 
 #[derive(Default)]
-struct State {
-    tx: Option<mpsc::Sender<Job>>,
-    rx: Option<Arc<std::sync::Mutex<mpsc::Receiver<Job>>>>,
-    threads: Vec<JoinHandle<()>>,
-    /// Jobs handed out and not yet answered (a thread more when all busy).
-    busy: usize,
+struct Job {
+    buf: Option<AlignedBuf>,
+    len: usize,
+    offset: u64,
+    answer: Option<io::Result<()>>,
+}
+
+pub struct Beside {
+    file: Arc<File>,
+    slots: Vec<Arc<Slot>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Beside {
@@ -54,80 +81,146 @@ impl Beside {
     pub fn new(file: &File) -> io::Result<Beside> {
         Ok(Beside {
             file: Arc::new(file.try_clone()?),
-            state: Mutex::new(State::default()),
+            slots: (0..THREADS)
+                .map(|_| {
+                    Arc::new(Slot {
+                        busy: AtomicBool::new(false),
+                        state: AtomicU8::new(IDLE),
+                        job: Mutex::new(Job::default()),
+                        caller: Mutex::new(None),
+                        worker: Mutex::new(None),
+                        stop: AtomicBool::new(false),
+                    })
+                })
+                .collect(),
+            threads: Mutex::new(Vec::new()),
         })
     }
 
     /// Write `big` on this thread and a copy of `small` on a kept thread, at
     /// once; Ok only if both landed whole.
     pub fn write_pair(&self, big: (&[u8], u64), small: (&[u8], u64)) -> io::Result<()> {
-        let mut copy = AlignedBuf::new(small.0.len());
-        copy.copy_from_slice(small.0);
-        let (reply, answer) = mpsc::sync_channel(1);
-        let sent = self.send((copy, small.1, reply));
-        let first = self.file.write_all_at(big.0, big.1);
-        let second = match sent {
-            Ok(()) => answer
-                .recv()
-                .unwrap_or_else(|_| Err(io::Error::other("the writer beside ended"))),
-            // no thread to take it: written here, after the first
-            Err((buf, off)) => self.file.write_all_at(&buf, off),
+        let Some(slot) = self.post(small) else {
+            // no kept thread free or startable: both here, one after the other
+            let first = self.file.write_all_at(big.0, big.1);
+            return first.and(self.file.write_all_at(small.0, small.1));
         };
-        self.state.lock().busy -= 1;
+        let first = self.file.write_all_at(big.0, big.1);
+        let second = wait(slot);
         // MUTANT: beside-error-dropped s|first.and(second)|first|
         first.and(second)
     }
 
-    /// Hand a job to a kept thread, starting one when every thread is busy
-    /// (at most `THREADS`). Err gives the job back when no thread can run.
-    fn send(&self, job: Job) -> Result<(), (AlignedBuf, u64)> {
-        let mut s = self.state.lock();
-        s.busy += 1;
-        if s.tx.is_none() {
-            let (tx, rx) = mpsc::channel::<Job>();
-            s.tx = Some(tx);
-            s.rx = Some(Arc::new(std::sync::Mutex::new(rx)));
-        }
-        if s.busy > s.threads.len() && s.threads.len() < THREADS {
-            let (rx, file) = (s.rx.clone().expect("set above"), self.file.clone());
-            let name = format!("sluice-beside-{}", s.threads.len());
-            match std::thread::Builder::new()
-                .name(name)
-                .spawn(move || work(&rx, &file))
-            {
-                Ok(h) => s.threads.push(h),
-                Err(e) if s.threads.is_empty() => {
-                    tracing::debug!("no thread to write beside the caller: {e}");
-                    return Err((job.0, job.1));
+    /// Hand `small` to a free kept thread (starting it on first use). None:
+    /// every slot is taken, or no thread could be started.
+    fn post(&self, small: (&[u8], u64)) -> Option<&Slot> {
+        let slot = self.slots.iter().find(|s| {
+            s.busy
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        })?;
+        // (the guard must not live through the match: `start` locks it)
+        let known = slot.worker.lock().clone();
+        let worker = match known {
+            Some(w) => w,
+            None => match self.start(slot) {
+                Some(w) => w,
+                None => {
+                    slot.busy.store(false, Ordering::Release);
+                    return None;
                 }
-                Err(_) => {}
+            },
+        };
+        {
+            let mut j = slot.job.lock();
+            if j.buf.as_ref().is_none_or(|b| b.len() < small.0.len()) {
+                j.buf = Some(AlignedBuf::new(small.0.len().max(4096)));
+            }
+            let buf = j.buf.as_mut().expect("set above");
+            buf[..small.0.len()].copy_from_slice(small.0);
+            j.len = small.0.len();
+            j.offset = small.1;
+            j.answer = None;
+        }
+        *slot.caller.lock() = Some(std::thread::current());
+        slot.state.store(POSTED, Ordering::Release);
+        worker.unpark();
+        Some(slot)
+    }
+
+    /// Start `slot`'s kept thread (inherits this thread's scheduling class
+    /// and priority). None when the thread cannot be started.
+    fn start(&self, slot: &Arc<Slot>) -> Option<Thread> {
+        let mut threads = self.threads.lock();
+        if let Some(w) = slot.worker.lock().clone() {
+            return Some(w);
+        }
+        let (s, file) = (slot.clone(), self.file.clone());
+        let name = format!("sluice-beside-{}", threads.len());
+        match std::thread::Builder::new()
+            .name(name)
+            .spawn(move || work(&s, &file))
+        {
+            Ok(h) => {
+                let t = h.thread().clone();
+                *slot.worker.lock() = Some(t.clone());
+                threads.push(h);
+                Some(t)
+            }
+            Err(e) => {
+                tracing::debug!("no thread to write beside the caller: {e}");
+                None
             }
         }
-        s.tx.as_ref()
-            .expect("set above")
-            .send(job)
-            .map_err(|mpsc::SendError(j)| (j.0, j.1))
     }
 }
 
-/// A kept thread: write each job's buffer and answer, until the sender drops.
-fn work(rx: &std::sync::Mutex<mpsc::Receiver<Job>>, file: &File) {
+/// The caller: wait for the kept thread's answer and free the slot.
+fn wait(slot: &Slot) -> io::Result<()> {
+    while slot.state.load(Ordering::Acquire) != DONE {
+        std::thread::park();
+    }
+    let answer = slot.job.lock().answer.take();
+    slot.state.store(IDLE, Ordering::Relaxed);
+    slot.busy.store(false, Ordering::Release);
+    answer.unwrap_or_else(|| Err(io::Error::other("the writer beside gave no answer")))
+}
+
+/// A kept thread: write each job posted in its slot and answer, until the
+/// `Beside` is dropped.
+fn work(slot: &Slot, file: &File) {
     loop {
-        let job = match rx.lock() {
-            Ok(r) => r.recv(),
-            Err(_) => return,
-        };
-        let Ok((buf, off, reply)) = job else { return };
-        let _ = reply.send(file.write_all_at(&buf, off));
+        while slot.state.load(Ordering::Acquire) != POSTED {
+            if slot.stop.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::park();
+        }
+        let caller = slot.caller.lock().take();
+        {
+            let mut j = slot.job.lock();
+            let r = match &j.buf {
+                Some(b) => file.write_all_at(&b[..j.len], j.offset),
+                None => Err(io::Error::other("no job")),
+            };
+            j.answer = Some(r);
+        }
+        slot.state.store(DONE, Ordering::Release);
+        if let Some(c) = caller {
+            c.unpark();
+        }
     }
 }
 
 impl Drop for Beside {
     fn drop(&mut self) {
-        let mut s = self.state.lock();
-        s.tx = None;
-        s.rx = None;
-        for h in s.threads.drain(..) {
+        for s in &self.slots {
+            s.stop.store(true, Ordering::Release);
+            if let Some(w) = s.worker.lock().as_ref() {
+                w.unpark();
+            }
+        }
+        for h in self.threads.lock().drain(..) {
             let _ = h.join();
         }
     }

@@ -324,6 +324,33 @@ impl Conn {
         }
     }
 
+    /// Run a checked FLUSH (`Volume::flush_then`) and reply from whichever
+    /// thread answers it: this one when it does its own media flush (alone,
+    /// QD1), else the thread that ends the media flush covering it, so the
+    /// caller (the reader) goes back to its socket instead of sleeping, and
+    /// no thread is woken only to send the reply. The reply is sent only
+    /// once the volume says every write acknowledged before it is durable.
+    pub(super) fn execute_flush(self: &Arc<Self>, r: Request, rel: Release) {
+        self.record(&r);
+        let t0 = crate::metrics::start();
+        let c = self.clone();
+        let answer: Box<dyn FnOnce(crate::Result<()>) + Send> = Box::new(move |res| {
+            if t0.is_some() {
+                let ok = res.is_ok();
+                crate::metrics::done(crate::metrics::Req::Flush, r.offset, 0, ok, t0);
+            }
+            match res {
+                Ok(()) => c.reply(&proto::simple_reply(0, r.cookie), rel, false),
+                Err(e) => {
+                    tracing::debug!("nbd: command {} failed: {e}", r.cmd);
+                    c.error_reply(&r, wire_errno(&e), &e.to_string(), rel, false);
+                }
+            }
+        });
+        // MUTANT: nbd-flush-skipped s|self.vol.flush_then(answer)|answer(Ok(()))|
+        self.vol.flush_then(answer);
+    }
+
     /// Run one checked request and reply. `queue` batches the reply (reader
     /// thread); `rel` is the request's budget, given back with the reply.
     pub(super) fn execute(&self, r: Request, payload: Payload, queue: bool, rel: Release) {
@@ -337,7 +364,7 @@ impl Conn {
         let t0 = crate::metrics::start();
         let res = match r.cmd {
             proto::CMD_WRITE => self.vol.write(off, &payload, fua),
-            // MUTANT: nbd-flush-skipped s|self.vol.flush()|Ok(())|
+            // (FLUSHes are `execute_flush`'s)
             proto::CMD_FLUSH => self.vol.flush(),
             proto::CMD_TRIM => self.vol.trim(off, len, fua),
             proto::CMD_WRITE_ZEROES => {
@@ -713,7 +740,14 @@ impl Server {
                     // about to wait for the media: deliver earlier replies first
                     conn.flush_pending();
                 }
-                conn.execute(r, payload, true, rel);
+                if r.cmd == proto::CMD_FLUSH {
+                    conn.execute_flush(r, rel);
+                } else {
+                    conn.execute(r, payload, true, rel);
+                }
+            } else if r.cmd == proto::CMD_FLUSH {
+                let c = conn.clone();
+                self.pool.submit(Box::new(move || c.execute_flush(r, rel)));
             } else {
                 let c = conn.clone();
                 self.pool

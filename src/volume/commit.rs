@@ -62,6 +62,21 @@ const BS: u64 = BLOCK_BYTES as u64;
 const COMPANY_WAIT_PCT: u64 = 50;
 const COMPANY_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// A FLUSH's answer (`Commit::flush_covering_log_then`), run by whichever
+/// thread ends the media flush that makes its chunks and records durable:
+/// Ok(true) durable; Ok(false) its chunks durable but its records never will
+/// be (`log_lost`: the caller seals); Err the volume failed. Run with no
+/// lock of the commit stage held.
+pub(in crate::volume) type Answer = Box<dyn FnOnce(Result<bool>) + Send>;
+
+/// A FLUSH parked until a media flush that began after its chunks and
+/// records were written ends (`flush_covering_log_then`).
+struct Parked {
+    target: u64,
+    rec_target: u64,
+    answer: Answer,
+}
+
 /// Bytes of sealed chunks that may wait for a writer before appends block.
 pub(in crate::volume) const WRITE_QUEUE_BYTES: u64 = 32 << 20;
 /// The housekeeper's share of the queue: its chunks (GC output, barrier and
@@ -107,6 +122,16 @@ pub(in crate::volume) struct Progress {
     /// Recent media flush time (ns, a moving average): the scale of the
     /// group commit's wait.
     flush_ns: u64,
+    /// FLUSHes parked for a media flush (`flush_covering_log_then`).
+    /// Invariant: while it is not empty,
+    /// a media flush is running (its end answers or hands on) or the
+    /// flusher thread is busy (`flusher_busy`).
+    parked: Vec<Parked>,
+    /// The flusher thread was handed the parked FLUSHes and has not found
+    /// the list empty since.
+    flusher_busy: bool,
+    /// The flusher thread is to exit once nothing is parked.
+    flusher_stop: bool,
 }
 
 impl Progress {
@@ -198,6 +223,10 @@ pub(in crate::volume) struct Commit {
     /// (`progress_cv`): a record written does not wake the waiters of a flush
     /// it cannot change, nor a flush's end the waiters for writes.
     flush_cv: Condvar,
+    /// The flusher thread waits here for parked FLUSHes handed to it.
+    flusher_cv: Condvar,
+    /// The flusher thread runs: a FLUSH may park (`flush_covering_log_then`).
+    parking: AtomicBool,
     /// The superblock as last written (leaf lock).
     pub sb: Mutex<Superblock>,
     writeq: Mutex<WriteQueue>,
@@ -279,6 +308,13 @@ pub(in crate::volume) fn write_block(
     media.write_at(&b, offset)
 }
 
+/// Run FLUSH answers (no lock of the commit stage held).
+fn answer_all(answers: Vec<(Answer, Result<bool>)>) {
+    for (a, r) in answers {
+        a(r);
+    }
+}
+
 /// Where the commit stage writes: the media (superblocks, checkpoint slots,
 /// an in-volume log ring), the segment store over it, and the log devices.
 pub(in crate::volume) struct Places {
@@ -328,9 +364,14 @@ impl Commit {
                 announced: 0,
                 announced_log: 0,
                 flush_ns: 0,
+                parked: Vec::new(),
+                flusher_busy: false,
+                flusher_stop: false,
             }),
             progress_cv: Condvar::new(),
             flush_cv: Condvar::new(),
+            flusher_cv: Condvar::new(),
+            parking: AtomicBool::new(false),
             sb: Mutex::new(sb),
             writeq: Mutex::new(WriteQueue::default()),
             writeq_work: Condvar::new(),
@@ -417,8 +458,10 @@ impl Commit {
             );
         }
         // record waiters must stop waiting for records that will not come
-        let _p = self.progress.lock();
+        let mut p = self.progress.lock();
         self.wake_all();
+        // parked ones too: the flusher answers them (they seal)
+        self.hand_on(&mut p);
     }
 
     /// Each log device (mirror order) and whether it is still in use.
@@ -486,8 +529,10 @@ impl Commit {
             self.has_failed.store(true, Ordering::Release);
         }
         let kept = p.failed.clone().expect("set above");
+        let answers = self.take_answered(&mut p);
         drop(p);
         self.wake_all();
+        answer_all(answers);
         if first {
             tracing::error!(
                 "volume stopped, writes now answer {}, reads of stored data go on: {}",
@@ -510,6 +555,17 @@ impl Commit {
     pub fn start_writers(self: &Arc<Self>) -> Result<Vec<JoinHandle<()>>> {
         let mut writers = Vec::new();
         if self.async_writes {
+            let w = self.clone();
+            match std::thread::Builder::new()
+                .name("sluice-flusher".into())
+                .spawn(move || w.flusher())
+            {
+                Ok(h) => {
+                    writers.push(h);
+                    self.parking.store(true, Ordering::Release);
+                }
+                Err(e) => return Err(Error::Io(e)),
+            }
             for i in 0..WRITER_THREADS {
                 let w = self.clone();
                 match std::thread::Builder::new()
@@ -529,6 +585,9 @@ impl Commit {
 
     /// Writer threads finish what is queued, then exit.
     pub fn stop_writer_threads(&self, writers: Vec<JoinHandle<()>>) {
+        self.parking.store(false, Ordering::Release);
+        self.progress.lock().flusher_stop = true;
+        self.flusher_cv.notify_all();
         self.writeq.lock().stop = true;
         self.writeq_work.notify_all();
         self.writeq_space.notify_all();
@@ -1105,6 +1164,123 @@ impl Commit {
                 }
             }
             self.flush_cv.notify_all();
+            // the parked FLUSHes this flush made durable are answered from
+            // here (no wake-up of a thread to answer them); the rest go to
+            // the flusher thread when no other flush runs to take them
+            let answers = self.take_answered(&mut p);
+            self.hand_on(&mut p);
+            if !answers.is_empty() {
+                drop(p);
+                answer_all(answers);
+                p = self.progress.lock();
+            }
+        }
+    }
+
+    /// `flush_covering_log`, answered through `answer` instead of returned.
+    /// When a media flush is already running (or the flusher thread is at
+    /// work), the FLUSH parks and this
+    /// returns at once: the thread that ends the flush making it durable
+    /// answers it, so the caller (an NBD connection's reader) neither sleeps
+    /// nor is woken for it. Else it runs `flush_covering_log` here and
+    /// answers before returning (alone, QD1: no hand-off at all).
+    pub fn flush_covering_log_then(&self, target: u64, rec_target: u64, answer: Answer) {
+        {
+            let mut p = self.progress.lock();
+            let durable = p.durable >= target && p.log_durable >= rec_target;
+            let company = p.flushing > 0 || p.flusher_busy;
+            // (its chunks and records need not be written yet: they are
+            // being written by threads that then wait for them, and the
+            // flusher waits for them to be written before it flushes)
+            if self.parking.load(Ordering::Acquire)
+                && !durable
+                && company
+                && p.failed.is_none()
+                && !self.log_lost()
+            {
+                p.parked.push(Parked {
+                    target,
+                    rec_target,
+                    answer,
+                });
+                Counters::add(&self.counters.flushes_parked, 1);
+                return;
+            }
+        }
+        answer(self.flush_covering_log(target, rec_target));
+    }
+
+    /// Take the parked FLUSHes that can be answered now: durable (a media
+    /// flush that began after their writes ended), or the volume failed, or
+    /// their chunks durable and their records lost with the log.
+    fn take_answered(&self, p: &mut Progress) -> Vec<(Answer, Result<bool>)> {
+        if p.parked.is_empty() {
+            return Vec::new();
+        }
+        let lost = self.log_lost();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < p.parked.len() {
+            let w = &p.parked[i];
+            let res = if let Some(f) = &p.failed {
+                Some(Err(Error::Failed(f.clone())))
+            } else if p.durable >= w.target
+                // MUTANT: parked-answered-before-record s|&& p.log_durable >= w.rec_target|&& true|
+                && p.log_durable >= w.rec_target
+            {
+                Some(Ok(true))
+            } else if p.durable >= w.target && lost {
+                Some(Ok(false))
+            } else {
+                None
+            };
+            match res {
+                Some(r) => out.push((p.parked.swap_remove(i).answer, r)),
+                None => i += 1,
+            }
+        }
+        out
+    }
+
+    /// Parked FLUSHes left and no media flush running to answer them: wake
+    /// the flusher thread (once; it stays busy until none is parked).
+    fn hand_on(&self, p: &mut Progress) {
+        if !p.parked.is_empty() && p.flushing == 0 && !p.flusher_busy {
+            p.flusher_busy = true;
+            self.flusher_cv.notify_one();
+        }
+    }
+
+    /// The flusher thread (background mode): makes the parked FLUSHes
+    /// durable, one group commit after another, while any is parked, and
+    /// answers each from the flush that covers it. Exits when stopped and
+    /// nothing is parked.
+    fn flusher(&self) {
+        let mut p = self.progress.lock();
+        loop {
+            let answers = self.take_answered(&mut p);
+            if !answers.is_empty() {
+                drop(p);
+                answer_all(answers);
+                p = self.progress.lock();
+                continue;
+            }
+            if p.parked.is_empty() {
+                p.flusher_busy = false;
+                if p.flusher_stop {
+                    return;
+                }
+                self.flusher_cv.wait(&mut p);
+                continue;
+            }
+            p.flusher_busy = true;
+            let target = p.parked.iter().map(|w| w.target).max().unwrap_or(0);
+            let rec_target = p.parked.iter().map(|w| w.rec_target).max().unwrap_or(0);
+            drop(p);
+            // its flushes' ends answer the parked FLUSHes they cover; an
+            // error is answered to them all by `fail`
+            let _ = self.flush_covering_log(target, rec_target);
+            p = self.progress.lock();
         }
     }
 

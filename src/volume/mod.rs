@@ -533,6 +533,16 @@ impl<'a> Records<'a> for VirtualRecords {
     }
 }
 
+/// What a FLUSH wrote and waits for (`Shared::flush_write`): every chunk
+/// below `target` and every record below `rec_target` durable.
+struct FlushWrite {
+    target: u64,
+    rec_target: u64,
+    path: crate::stats::FlushPath,
+    /// The ring was past half its space: look for a new start after.
+    start_wanted: bool,
+}
+
 /// The engine lock: std's futex mutex, which spins briefly and then sleeps.
 /// parking_lot's (used elsewhere) calls `sched_yield` up to seven times
 /// before it parks, and with 32 request threads on 2 cores that was 7% of a
@@ -1402,6 +1412,33 @@ impl Volume {
         Ok(())
     }
 
+    /// `flush`, answered through `done`: right here (before this returns)
+    /// when it does its own media flush, as a lone FLUSH does; else, when a
+    /// media flush is already running, by the thread that ends the one
+    /// covering it (the writes this FLUSH must make durable are written
+    /// before it parks). The same durability as `flush` when `done` runs
+    /// with Ok; `done` runs exactly once.
+    pub fn flush_then(&self, done: Box<dyn FnOnce(Result<()>) + Send>) {
+        let t0 = std::time::Instant::now();
+        if let Err(e) = self.check_usable(false) {
+            return done(Err(e));
+        }
+        Counters::add(&self.sh.counters.host_flushes, 1);
+        if self.sh.opts.read_only {
+            return done(Ok(()));
+        }
+        if let Err(e) = self.sh.check_failed() {
+            return done(Err(e));
+        }
+        let counters = self.sh.counters.clone();
+        self.sh.flush_then(Box::new(move |r| {
+            done(r.map(|path| {
+                let us = t0.elapsed().as_micros() as u64;
+                counters.flush_latency_us[path as usize].observe(us);
+            }))
+        }));
+    }
+
     /// The FLUSH latency histogram (microseconds) of one durability path:
     /// every `flush` that succeeded, from its call to its return.
     pub fn flush_latency(&self, path: crate::stats::FlushPath) -> &crate::stats::Log2Hist {
@@ -1799,6 +1836,55 @@ impl Shared {
     /// sealed a chunk (or fell back to sealing), `Log` when it sealed none
     /// with an intent log in use.
     pub(crate) fn flush_path(&self, seal: bool) -> Result<crate::stats::FlushPath> {
+        let w = self.flush_write(seal)?;
+        if !self.commit.flush_covering_log(w.target, w.rec_target)? {
+            // a record this waits for was lost with the last log device:
+            // seal everything appended so far into the main log instead
+            return self.flush_path(true);
+        }
+        self.flush_done(&w)
+    }
+
+    /// `flush_path` answered through `done` instead of returned: when its
+    /// chunks and record are written and a media flush is already running,
+    /// it parks (`Commit::flush_covering_log_then`) and the thread that
+    /// ends the flush covering it runs `done`; else `done` runs here before
+    /// this returns.
+    pub(crate) fn flush_then(
+        self: &Arc<Self>,
+        done: Box<dyn FnOnce(Result<crate::stats::FlushPath>) + Send>,
+    ) {
+        let w = match self.flush_write(false) {
+            Ok(w) => w,
+            Err(e) => return done(Err(e)),
+        };
+        let (target, rec_target) = (w.target, w.rec_target);
+        let sh = self.clone();
+        let answer: commit::Answer = Box::new(move |r| {
+            done(match r {
+                Ok(true) => sh.flush_done(&w),
+                // the record was lost with the log: seal instead
+                Ok(false) => sh.flush_path(true),
+                Err(e) => Err(e),
+            })
+        });
+        self.commit
+            .flush_covering_log_then(target, rec_target, answer);
+    }
+
+    /// After the media flush that made a FLUSH's writes durable: a new
+    /// intent log start when the ring wants one.
+    fn flush_done(&self, w: &FlushWrite) -> Result<crate::stats::FlushPath> {
+        if w.rec_target > 0 && w.start_wanted {
+            self.persist_log_start(false)?;
+        }
+        Ok(w.path)
+    }
+
+    /// A FLUSH's writes: the open user chunk's unlogged records as one
+    /// intent log record, or the chunk sealed (and every chunk sealed
+    /// before); what it must then wait for.
+    fn flush_write(&self, seal: bool) -> Result<FlushWrite> {
         if !seal {
             // a host FLUSH or FUA (the idle seal is not one): large writes
             // stream again for a while (`flush_near`)
@@ -1806,7 +1892,7 @@ impl Shared {
             self.flush_mark.store(written, Ordering::Relaxed);
         }
         let mut out = Vec::new();
-        let (target, rec, rec_target, logged) = {
+        let (target, rec, rec_target, logged, start_wanted) = {
             let mut c = self.core.lock();
             if c.ring.is_some() && self.commit.log_lost() {
                 // every log device failed: no more records, FLUSH seals
@@ -1820,11 +1906,15 @@ impl Shared {
                 c.flush_plan(d, &mut out)
             };
             let logged = c.ring.is_some() && out.is_empty();
+            // only a ring past half its space is worth a new start: the
+            // others skip `persist_log_start` and its two locks
+            let start_wanted = c.ring.as_ref().is_some_and(|r| r.wants_new_start());
             (
                 c.next_seq,
                 rec,
                 c.ring.as_ref().map_or(0, |r| r.next_seq),
                 logged,
+                start_wanted,
             )
         };
         let path = if logged {
@@ -1854,15 +1944,12 @@ impl Shared {
             // written (or given up): the buffer goes back to the pool
             self.commit.recycle(d.buf);
         }
-        if !self.commit.flush_covering_log(target, rec_target)? {
-            // a record this waits for was lost with the last log device:
-            // seal everything appended so far into the main log instead
-            return self.flush_path(true);
-        }
-        if rec_target > 0 {
-            self.persist_log_start(false)?;
-        }
-        Ok(path)
+        Ok(FlushWrite {
+            target,
+            rec_target,
+            path,
+            start_wanted,
+        })
     }
 
     /// Persist a new intent log start when half the ring is taken (or
@@ -2074,6 +2161,7 @@ impl Shared {
             media_log_bytes: 0,
             log_flushes: 0,
             group_commit_waits: 0,
+            flushes_parked: 0,
             streamed_blocks: 0,
             streamed_copied_blocks: 0,
             log_device_errors: 0,
