@@ -50,6 +50,16 @@ fn block(seed: u8) -> AlignedBuf {
     b
 }
 
+/// A thread writing `data` at block `lba`, then FLUSHing (a client of
+/// the group commit).
+fn write_then_flush(vol: &Arc<Volume>, lba: u64, data: AlignedBuf) -> std::thread::JoinHandle<()> {
+    let v = vol.clone();
+    std::thread::spawn(move || {
+        v.write(lba * BS as u64, &data, false).unwrap();
+        v.flush().unwrap();
+    })
+}
+
 fn read(vol: &Volume, lba: u64) -> Vec<u8> {
     let mut b = vec![0u8; BS];
     vol.read(lba * BS as u64, &mut b).unwrap();
@@ -108,13 +118,7 @@ fn a_record_that_lands_after_a_flush_began_waits_for_the_next_flush() {
     vol.flush().unwrap();
     media.armed.store(true, Ordering::Release);
     // A: a write and a FLUSH whose record (the first held) takes FIRST
-    let a = {
-        let v = vol.clone();
-        std::thread::spawn(move || {
-            v.write(10 * BS as u64, &block(2), false).unwrap();
-            v.flush().unwrap();
-        })
-    };
+    let a = write_then_flush(&vol, 10, block(2));
     let t0 = std::time::Instant::now();
     while media.started.load(Ordering::Acquire) < 1 {
         assert!(
@@ -125,13 +129,7 @@ fn a_record_that_lands_after_a_flush_began_waits_for_the_next_flush() {
     }
     // B, while A's record is in flight: its own record (the second held)
     // is announced before A's lands and lands after A's flush began
-    let b = {
-        let v = vol.clone();
-        std::thread::spawn(move || {
-            v.write(20 * BS as u64, &block(3), false).unwrap();
-            v.flush().unwrap();
-        })
-    };
+    let b = write_then_flush(&vol, 20, block(3));
     a.join().unwrap();
     b.join().unwrap();
     // power cut right after B's FLUSH was answered: what is not flushed is gone
@@ -238,13 +236,7 @@ fn a_parked_flush_is_answered_only_by_a_flush_that_began_after_its_record() {
     vol.write(0, &block(1), false).unwrap();
     vol.flush().unwrap();
     media.armed.store(true, Ordering::Release);
-    let a = {
-        let v = vol.clone();
-        std::thread::spawn(move || {
-            v.write(10 * BS as u64, &block(2), false).unwrap();
-            v.flush().unwrap();
-        })
-    };
+    let a = write_then_flush(&vol, 10, block(2));
     until("A's media flush began", || {
         media.started.load(Ordering::Acquire) == 1
     });

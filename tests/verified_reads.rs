@@ -451,6 +451,14 @@ fn a_read_whose_segment_is_emptied_and_wiped_under_it_reads_again() {
     assert_eq!(vol.stats().crc_errors, 0);
 }
 
+/// A volume on a file in `dir` (the read ring needs O_DIRECT file media),
+/// 20% spare, opened deterministically.
+fn ring_volume(dir: &tempfile::TempDir) -> Arc<Volume> {
+    let (create, bytes) = small_create(BLOCKS, 0.2);
+    let media = Arc::new(FileMedia::create(&dir.path().join("vol.img"), bytes).unwrap());
+    Arc::new(Volume::create(media as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap())
+}
+
 /// The read ring's safety: a read in flight (looked up, its media read queued
 /// and not yet submitted) holds its share of the reuse lock, so a writer that
 /// overwrites everything and needs segments reused stops at the reuse barrier
@@ -458,11 +466,7 @@ fn a_read_whose_segment_is_emptied_and_wiped_under_it_reads_again() {
 #[test]
 fn a_ring_read_in_flight_holds_off_segment_reuse() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("vol.img");
-    let (create, bytes) = small_create(BLOCKS, 0.2);
-    let media = Arc::new(FileMedia::create(&path, bytes).unwrap());
-    let vol =
-        Arc::new(Volume::create(media as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap());
+    let vol = ring_volume(&dir);
     fill(&vol, 40);
     let Some(ring) = vol.read_ring::<u32>() else {
         // a test that cannot run fails under CI, else says so loudly
@@ -534,11 +538,7 @@ type RingRead = (u64, u64, u32, Vec<u8>);
 #[test]
 fn recycled_ring_buffers_never_show_an_earlier_reads_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("vol.img");
-    let (create, bytes) = small_create(BLOCKS, 0.2);
-    let media = Arc::new(FileMedia::create(&path, bytes).unwrap());
-    let vol =
-        Arc::new(Volume::create(media as Arc<dyn Media>, &create, &det_open(1 << 40)).unwrap());
+    let vol = ring_volume(&dir);
     fill(&vol, 64);
     vol.trim(10 * BS as u64, BS as u64, false).unwrap();
     vol.write_zeroes(11 * BS as u64, BS as u64, false, false)
