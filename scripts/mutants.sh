@@ -434,6 +434,13 @@ apply_parallel_flush_error_dropped() {
 apply_meta_read_unchecked() {
   marker meta-read-unchecked
 }
+# scrub of the mirrored checkpoint copies (lead, stop 37)
+apply_meta_scrub_skipped() {
+  marker meta-scrub-skipped
+}
+apply_meta_scrub_stops_at_first_good() {
+  marker meta-scrub-stops-at-first-good
+}
 apply_evicted_row_loaded_full() {
   marker evicted-row-loaded-full
 }
@@ -935,6 +942,8 @@ run fused-mul2-wrong-reduction lib parity
 run scratch-copy-column-stale lib stripe_set
 run superblock-copies-not-repaired stripe_set dst
 run meta-read-unchecked stripe_set dst
+run meta-scrub-skipped stripe_set
+run meta-scrub-stops-at-first-good stripe_set
 run evicted-row-loaded-full lib
 run replayed-rows-not-resynced dst
 run resync-bakes-failing-block dst

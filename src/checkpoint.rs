@@ -70,6 +70,20 @@ fn verifies(img: &[u8], sb: &Superblock) -> Option<std::ops::Range<usize>> {
         .then_some(0..img.len())
 }
 
+/// Scrub: every copy of checkpoint `slot` against its own check, failing
+/// copies rewritten from a good one where the media may write
+/// (`Media::check_copies`). None: the media keeps one copy.
+pub fn check_copies(
+    media: &dyn Media,
+    sb: &Superblock,
+    slot: u32,
+) -> Option<std::io::Result<crate::media::CopiesChecked>> {
+    let mut img = AlignedBuf::new(sb.checkpoint_slot_bytes as usize);
+    media.check_copies(&mut img, sb.checkpoint_offset[slot as usize], &|b| {
+        verifies(b, sb)
+    })
+}
+
 /// Read and verify checkpoint `slot`; the error says what is wrong with it.
 pub fn load(media: &dyn Media, sb: &Superblock, slot: u32) -> std::result::Result<Loaded, String> {
     let mut img = AlignedBuf::new(sb.checkpoint_slot_bytes as usize);

@@ -1251,3 +1251,106 @@ fn a_metadata_copy_flipped_on_one_member_is_read_from_another_and_rewritten() {
         }
     }
 }
+
+/// Scrub reads every member's copy of the current checkpoint (a mount reads
+/// them in member order and stops at the first good one, so a bad copy
+/// behind it is never seen there). A byte flipped on the last member is
+/// named and rewritten by the first scrub step of a pass on a writable
+/// mount, counted and left alone on a read-only one; a flip on every member
+/// is reported as no copy verifying. With the scrub's check of the copies
+/// skipped (mutation `meta-scrub-skipped`) nothing is named.
+#[test]
+fn scrub_finds_and_rewrites_a_bad_checkpoint_copy_behind_a_good_one() {
+    use sluice::recovery::read_superblocks;
+    use sluice::stripe_set::media::SetMedia;
+    let ms = sim_set(4);
+    let c = CreateOptions {
+        uuid: Some([74; 16]),
+        ..create_opts()
+    };
+    Volume::format_striped(sim_devs(&ms, None), 1, UNIT, &c).unwrap();
+    // the current checkpoint's body, one byte flipped on `members` in place
+    let flip = |vol: &Volume, members: &[usize]| -> usize {
+        let set = vol.stripe_set().unwrap().clone();
+        let sb = read_superblocks(&SetMedia::new(set)).unwrap().sb;
+        assert!(sb.checkpoint_slot < 2, "a checkpoint was written");
+        let at = sb.checkpoint_offset[sb.checkpoint_slot as usize] as usize + BS + 64;
+        for &m in members {
+            let mut b = vec![0u8; BS];
+            ms[m].read_at(&mut b, (at - 64) as u64).unwrap();
+            b[64] ^= 0x10;
+            ms[m].write_at(&b, (at - 64) as u64).unwrap();
+            ms[m].flush().unwrap();
+        }
+        at
+    };
+    let byte = |m: usize, at: usize| {
+        let mut b = vec![0u8; BS];
+        ms[m].read_at(&mut b, (at - 64) as u64).unwrap();
+        b[64]
+    };
+    // one whole pass of the walk (from segment 0 to the last); the
+    // checkpoint lines it reported
+    let pass = |vol: &Volume| -> Vec<String> {
+        let set = vol.stripe_set().unwrap().clone();
+        let segments = read_superblocks(&SetMedia::new(set))
+            .unwrap()
+            .sb
+            .segment_count;
+        let mut lines = Vec::new();
+        for i in 0..segments {
+            let o = vol.scrub_step().unwrap();
+            assert_eq!(o.segment, i, "the walk's order");
+            lines.extend(
+                o.damage
+                    .into_iter()
+                    .filter(|d| d.contains("checkpoint slot")),
+            );
+        }
+        lines
+    };
+
+    let vol = Volume::open_striped(sim_devs(&ms, None), &det()).unwrap();
+    let want = scribble(&vol, 60, 11);
+    vol.checkpoint().unwrap();
+    assert!(pass(&vol).is_empty(), "no flip, nothing named");
+    let at = flip(&vol, &[3]);
+    assert_ne!(byte(3, at), byte(0, at));
+    let lines = pass(&vol);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("1 of its 4 copies fail their check; 1 rewritten"),
+        "{lines:?}"
+    );
+    let st = vol.stripe_set().unwrap().status();
+    assert_eq!((st.meta_copies_bad, st.meta_copies_rewritten), (1, 1));
+    assert_eq!(byte(3, at), byte(0, at), "member 3's copy rewritten");
+    assert!(pass(&vol).is_empty(), "the next pass finds it whole");
+    verify(&vol, &want, "after the rewrite");
+    vol.close().unwrap();
+    drop(vol);
+
+    // read-only: named and counted, not rewritten
+    let ro = OpenOptions {
+        read_only: true,
+        ..det()
+    };
+    let vol = Volume::open_striped(sim_devs(&ms, None), &ro).unwrap();
+    let at = flip(&vol, &[2]);
+    let lines = pass(&vol);
+    assert!(
+        lines.len() == 1 && lines[0].contains("1 of its 4 copies fail their check; 0 rewritten"),
+        "{lines:?}"
+    );
+    assert_ne!(byte(2, at), byte(0, at), "a read-only scrub writes nothing");
+    drop(vol);
+
+    // every copy flipped (member 2's already is: the mount reads member 0's)
+    let vol = Volume::open_striped(sim_devs(&ms, None), &ro).unwrap();
+    let at = flip(&vol, &[0, 1, 3]);
+    let lines = pass(&vol);
+    assert!(
+        lines.len() == 1 && lines[0].contains("none of its 4 copies verifies"),
+        "{lines:?} at {at}"
+    );
+}

@@ -80,6 +80,20 @@ pub trait Media: Send + Sync {
         self.read_at(buf, offset)?;
         Ok(check(buf).is_some())
     }
+    /// Scrub of mirrored metadata: read every copy of `buf.len()` bytes at
+    /// `offset` and `check` each, as `read_checked` does (the first copy
+    /// that passes is left in `buf`; failing copies are rewritten from it
+    /// when the media may write) but without stopping at the first good
+    /// copy, so a bad copy behind a good one is found too. None: this media
+    /// keeps one copy of these bytes (nothing to compare; the default).
+    fn check_copies(
+        &self,
+        _buf: &mut [u8],
+        _offset: u64,
+        _check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
+    ) -> Option<io::Result<CopiesChecked>> {
+        None
+    }
     /// A ring for reads submitted on one thread and completed on another, of
     /// `entries` slots. None: this media has none (the caller reads with
     /// `read_batch`); Some(Err): it could not be set up now.
@@ -150,6 +164,17 @@ pub trait Media: Send + Sync {
     }
 }
 
+/// What `Media::check_copies` found: copies read (a member that did not
+/// answer is not counted), copies that failed the check, failing copies
+/// rewritten from the good one, and whether one passed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopiesChecked {
+    pub read: u32,
+    pub bad: u32,
+    pub rewritten: u32,
+    pub good: bool,
+}
+
 /// A `Media` behind a pointer is the media it points to: `Arc<M>` (shared
 /// media) and `&M` (borrowed) forward every call.
 macro_rules! forward_media {
@@ -171,6 +196,14 @@ macro_rules! forward_media {
                 check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
             ) -> io::Result<bool> {
                 (**self).read_checked(buf, offset, check)
+            }
+            fn check_copies(
+                &self,
+                buf: &mut [u8],
+                offset: u64,
+                check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
+            ) -> Option<io::Result<CopiesChecked>> {
+                (**self).check_copies(buf, offset, check)
             }
             fn uring_reads(&self, entries: u32) -> Option<io::Result<UringReads>> {
                 (**self).uring_reads(entries)

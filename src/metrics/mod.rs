@@ -181,6 +181,14 @@ impl<M: Media> Media for MeteredMedia<M> {
     ) -> io::Result<bool> {
         self.inner.read_checked(buf, offset, check)
     }
+    fn check_copies(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
+    ) -> Option<io::Result<crate::media::CopiesChecked>> {
+        self.inner.check_copies(buf, offset, check)
+    }
     fn uring_reads(&self, entries: u32) -> Option<io::Result<crate::media::UringReads>> {
         self.inner.uring_reads(entries)
     }

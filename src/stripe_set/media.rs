@@ -21,10 +21,15 @@
 //! refused, never sent to a member. A repair writes only bytes a check
 //! vouched for, over a copy that failed that check, under the metadata
 //! write lock (no newer write can be undone by it).
+//!
+//! Scrub (`check_copies`) reads every member's copy the same way without
+//! stopping at the first good one, so a bad copy behind a good one (which a
+//! mount never reads) is found and rewritten before the members ahead of it
+//! are lost.
 
 use super::{meta, StripeSet};
 use crate::format::BLOCK_BYTES;
-use crate::media::{AlignedBuf, Media};
+use crate::media::{AlignedBuf, CopiesChecked, Media};
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -126,17 +131,18 @@ impl SetMedia {
     }
 
     /// `read_checked` of metadata at member offset `at`: each member's copy
-    /// in turn until `check` passes; the members before it that answered
-    /// with a failing copy get the vouched range rewritten (a writable
-    /// mount with every member up: `StripeSet::set_meta_repair`), counted
-    /// either way.
+    /// in turn until `check` passes (with `every`, scrub: every member's
+    /// copy); the members that answered with a failing copy get the vouched
+    /// range rewritten (a writable mount with every member up:
+    /// `StripeSet::set_meta_repair`), counted either way.
     fn meta_read_checked(
         &self,
         flat: u64,
         buf: &mut [u8],
         at: u64,
         check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
-    ) -> io::Result<bool> {
+        every: bool,
+    ) -> io::Result<CopiesChecked> {
         let set = &self.set;
         // no metadata write between a copy's read and its repair
         let _sb = set.sb_lock.lock();
@@ -144,10 +150,12 @@ impl SetMedia {
         let mut tmp = AlignedBuf::new(buf.len());
         let mut bad = Vec::new();
         let mut good = None;
+        let mut seen = CopiesChecked::default();
         for m in 0..set.layout.members {
             if set.mread(m, &mut tmp, at).is_err() {
                 continue;
             }
+            seen.read += 1;
             let sb_ok = Self::sb_copies_ok(&tmp, &sb_blocks);
             for &i in &sb_blocks {
                 meta::from_member(&mut tmp[i * BLOCK_BYTES..(i + 1) * BLOCK_BYTES]);
@@ -156,20 +164,27 @@ impl SetMedia {
             // MUTANT: meta-read-unchecked s|match verdict {|match verdict.or(Some(0..0)) {|
             match verdict {
                 Some(r) => {
-                    good = Some(r);
-                    break;
+                    if good.is_none() {
+                        buf.copy_from_slice(&tmp);
+                        good = Some(r);
+                    }
+                    // MUTANT: meta-scrub-stops-at-first-good s|if !every {|if true {|
+                    if !every {
+                        break;
+                    }
                 }
                 None => bad.push(m),
             }
         }
+        seen.bad = bad.len() as u32;
         let Some(vouched) = good else {
             // as `read_at` gives it (the first copy whose superblocks verify)
             self.meta_read(flat, buf, at)?;
-            return Ok(false);
+            return Ok(seen);
         };
-        buf.copy_from_slice(&tmp);
+        seen.good = true;
         if bad.is_empty() {
-            return Ok(true);
+            return Ok(seen);
         }
         set.counters
             .meta_bad
@@ -203,9 +218,10 @@ impl SetMedia {
             // stands either way
             if set.mwrite(m, &fix, at + start as u64).is_ok() {
                 set.counters.meta_rewritten.fetch_add(1, Ordering::Relaxed);
+                seen.rewritten += 1;
             }
         }
-        Ok(true)
+        Ok(seen)
     }
 
     fn meta_read(&self, flat: u64, buf: &mut [u8], at: u64) -> io::Result<()> {
@@ -268,14 +284,32 @@ impl Media for SetMedia {
     ) -> io::Result<bool> {
         crate::media::check_range(self.len(), offset, buf.len())?;
         match self.region(offset)? {
-            (Region::Meta(at), room) if room >= buf.len() as u64 => {
-                self.meta_read_checked(offset, buf, at, check)
-            }
+            (Region::Meta(at), room) if room >= buf.len() as u64 => self
+                .meta_read_checked(offset, buf, at, check, false)
+                .map(|c| c.good),
             // the segment area has one copy (its rows heal themselves)
             _ => {
                 self.read_at(buf, offset)?;
                 Ok(check(buf).is_some())
             }
+        }
+    }
+    fn check_copies(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        check: &dyn Fn(&[u8]) -> Option<std::ops::Range<usize>>,
+    ) -> Option<io::Result<CopiesChecked>> {
+        if let Err(e) = crate::media::check_range(self.len(), offset, buf.len()) {
+            return Some(Err(e));
+        }
+        match self.region(offset) {
+            Err(e) => Some(Err(e)),
+            Ok((Region::Meta(at), room)) if room >= buf.len() as u64 => {
+                Some(self.meta_read_checked(offset, buf, at, check, true))
+            }
+            // the segment area has one copy (parity scrub checks its rows)
+            Ok(_) => None,
         }
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {

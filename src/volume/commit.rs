@@ -1341,6 +1341,12 @@ impl Commit {
         Ok(())
     }
 
+    /// The media of superblocks and checkpoint slots, for reads only (scrub
+    /// of its metadata copies).
+    pub fn media(&self) -> &dyn Media {
+        &*self.media
+    }
+
     /// Write a checkpoint image (header block + body, built by the engine) to
     /// the slot the superblock does not name, flush it, then make it current.
     /// The caller has made every chunk below `next_seq` durable.

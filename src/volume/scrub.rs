@@ -8,6 +8,8 @@
 //! is handed to the store's heal (`Shared::heal`), which may rewrite it, and
 //! the store checks its redundancy (a stripe set: every full row's parity
 //! against its data, rewritten unless read-only: `Shared::scrub_redundancy`).
+//! Each pass of the walk also checks every copy of the current checkpoint
+//! where the media mirrors its metadata (`scrub_metadata`).
 //!
 //! Threads and state: the queue of marked segments (`Scrub::marked`) is written
 //! by request threads (a failed read) and drained by whoever scrubs; the cursor
@@ -21,6 +23,7 @@
 //! one incarnation from the state check to the liveness check.
 
 use super::Shared;
+use crate::checkpoint;
 use crate::error::Result;
 use crate::format::chunk::{self, ChunkHeader};
 use crate::format::codec::{self, Place};
@@ -88,16 +91,69 @@ impl Scrub {
 impl Shared {
     /// Scrub one segment: the oldest marked one, else the next of the walk.
     pub(crate) fn scrub_step(&self) -> Result<ScrubOutcome> {
+        let mut pass_start = false;
         let seg = match self.scrub.marked.lock().pop_front() {
             Some(s) => s,
             None => {
                 let mut c = self.scrub.cursor.lock();
                 let s = *c % self.geo.segment_count;
                 *c = (s + 1) % self.geo.segment_count;
+                pass_start = s == 0;
                 s
             }
         };
-        self.scrub_segment(seg)
+        let mut out = self.scrub_segment(seg)?;
+        // MUTANT: meta-scrub-skipped s|if pass_start {|if false {|
+        if pass_start {
+            self.scrub_metadata(&mut out);
+        }
+        Ok(out)
+    }
+
+    /// At the start of each pass of the walk, on a media that mirrors its
+    /// metadata (a stripe set): every copy of the current checkpoint against
+    /// the checkpoint's own check, a failing copy rewritten from a good one
+    /// where the mount may write. A mount reads copies in member order and
+    /// stops at the first good one, so a bad copy behind it would otherwise
+    /// stay unseen until the members ahead of it were lost. (A checkpoint
+    /// write and this read each hold the set's metadata lock, so the read
+    /// sees one whole image of the slot.) Intent-log records are not
+    /// scrubbed: the ring reuses their space within minutes.
+    fn scrub_metadata(&self, out: &mut ScrubOutcome) {
+        let sb = self.commit.sb.lock().clone();
+        if sb.checkpoint_slot == crate::format::superblock::NO_CHECKPOINT {
+            return;
+        }
+        let slot = sb.checkpoint_slot;
+        let Some(r) = checkpoint::check_copies(self.commit.media(), &sb, slot) else {
+            return;
+        };
+        let line = match r {
+            Ok(c) => {
+                out.bytes += c.read as u64 * sb.checkpoint_slot_bytes;
+                if !c.good {
+                    Some(format!(
+                        "checkpoint slot {slot}: none of its {} copies verifies",
+                        c.read
+                    ))
+                } else if c.bad > 0 {
+                    Some(format!(
+                        "checkpoint slot {slot}: {} of its {} copies fail their check; {} rewritten from a good one",
+                        c.bad, c.read, c.rewritten
+                    ))
+                } else {
+                    None
+                }
+            }
+            Err(e) => Some(format!(
+                "checkpoint slot {slot}: reading its copies failed: {e}"
+            )),
+        };
+        if let Some(l) = line {
+            tracing::warn!("scrub: {l}");
+            Counters::add(&self.counters.scrub_errors, 1);
+            out.damage.push(l);
+        }
     }
 
     /// Verify every chunk of `seg` and report damage to live blocks.
