@@ -23,6 +23,10 @@
 # SKIP_RBD=1 skips step 1; OBJ_SERVERS="sluice-s3-durable" runs only those
 # servers of step 2. The sluice volumes are deleted after each run
 # (scripts/bench-nbd.sh; KEEP_VOLUMES=1 keeps them).
+# After each run a line from scripts/osd-breakdown.py: what osd.0 did per GiB
+# of host writes (its perf counters) and what sluice asked of the store
+# (docs/objects.md §4.8); RBD_QDS=32 (scripts/bench-rbd.sh) runs RBD's QD32
+# case only.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 1 ] || { echo "usage: $0 DIR [SECONDS]" >&2; exit 2; }
@@ -54,7 +58,7 @@ backend_ticks() {
   done
   echo $t
 }
-rows=()
+rows=() bds=()
 # osd.0's perf counters (its admin socket; {} without one): the OSD's own
 # write ops, their latency and how many BlueStore deferred, around each run
 osd_perf() {
@@ -147,6 +151,12 @@ EOF
 )
     echo "$row"
     rows+=("$row")
+    # what the OSD did per GiB and what sluice asked of it (§4.8)
+    bd=$(python3 "$root/scripts/osd-breakdown.py" "$name $c" "$out/perf0.json" "$out/perf1.json" \
+      "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0]["write"]["io_bytes"])' "$json")" \
+      "$(python3 -c "print($((t1 - t0)) / $tck)")" "$out/sluice.log" || true)
+    echo "$bd"
+    bds+=("$bd")
   done
   done
   done
@@ -157,3 +167,5 @@ echo
 echo "| run | IOPS | us per op (1/IOPS) | mean write lat us | p99 write lat us | OSD+rgw CPU s | per GiB | store B / host B | log PUT mean x count | log B / host B | OSD write ops, mean latency, deferred writes an op |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+echo
+printf '%s\n' "${bds[@]}"

@@ -14,7 +14,10 @@
 # client runs with `rbd cache = false` (its own copy of the conf,
 # DIR/bench-client.conf): every write is acknowledged only when the OSD has
 # committed it (BlueStore's durable point), i.e. each write is durable on its
-# own. Prints one line per run and a markdown table (docs/objects.md).
+# own. Prints one line per run and a markdown table (docs/objects.md), then
+# what osd.0 did per GiB in each RBD run (scripts/osd-breakdown.py, its perf
+# counters; docs/objects.md §4.8). RBD_QDS="32" runs those depths only
+# (default "32 1").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 1 ] || { echo "usage: $0 DIR [SECONDS]" >&2; exit 2; }
@@ -48,7 +51,7 @@ rows=() ratios=()
 peer=$dir/bench-peer.file
 [ -f "$peer" ] || fallocate -l 1G "$peer"
 declare -A file_iops
-for qd in 32 1; do
+for qd in ${RBD_QDS:-32 1}; do
   fio --name=file-qd$qd --filename="$peer" --ioengine=io_uring --direct=1 --sync=dsync \
     --rw=randwrite --bs=4k --iodepth=$qd --size=1G --time_based --runtime="$secs" \
     --randrepeat=0 --output-format=json --output="$dir/fio-file-qd$qd.json"
@@ -64,13 +67,24 @@ EOF2
   rows+=("$row")
   file_iops[$qd]=$(echo "$row" | awk -F'|' '{print $3}')
 done
-for qd in 32 1; do
+# osd.0's perf counters around each run (docs/objects.md §4.8: what the
+# OSD did per GiB, scripts/osd-breakdown.py)
+osd_perf() {
+  timeout 20 ceph --admin-daemon "$dir/run/ceph-osd.0.asok" perf dump >"$1" 2>/dev/null || echo '{}' >"$1"
+}
+breakdowns=()
+for qd in ${RBD_QDS:-32 1}; do
   out=$dir/fio-qd$qd.json
+  osd_perf "$dir/perf-rbd-qd$qd-0.json"
   t0=$(osd_ticks)
   fio --name=rbd-qd$qd --ioengine=rbd --clientname=admin --pool=sluice --rbdname="$img" \
     --rw=randwrite --bs=4k --iodepth=$qd --time_based --runtime="$secs" \
     --randrepeat=0 --output-format=json --output="$out"
   t1=$(osd_ticks)
+  osd_perf "$dir/perf-rbd-qd$qd-1.json"
+  breakdowns+=("$(python3 "$root/scripts/osd-breakdown.py" "rbd QD$qd" "$dir/perf-rbd-qd$qd-0.json" \
+    "$dir/perf-rbd-qd$qd-1.json" "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0]["write"]["io_bytes"])' "$out")" \
+    "$(python3 -c "print($((t1 - t0)) / $tck)")")")
   row=$(python3 - "$out" $((t1 - t0)) "$tck" "$qd" <<'EOF'
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
@@ -94,3 +108,5 @@ echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
 printf '%s\n' "${ratios[@]}"
+echo
+printf '%s\n' "${breakdowns[@]}"

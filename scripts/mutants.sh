@@ -896,7 +896,7 @@ run block-crc-wrong-polynomial lib
 run write-many-order engine
 run idle-discard-skipped host_full
 run discard-unwiped superblock_ends
-run ring-replay-skipped intent_log dst
+run ring-replay-skipped intent_log dst objects_crash
 run record-crc-unchecked dst
 run flush-before-record dst
 run ring-freed-early intent_log dst

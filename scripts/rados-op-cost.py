@@ -12,6 +12,12 @@
 #       N groups a row, one at a time: 100 KiB stored as 1, 2 or 4 exclusive
 #       creates sent at once, and 48 and 24 KiB as one; median and mean time
 #       until every create of a group is acknowledged, OSD CPU per group.
+#   scripts/rados-op-cost.py seg   CONF OSD_PIDFILE [N] [SIZES] [QD]
+#       What segment objects cost (docs/objects.md §4.8): for each size
+#       (bytes, default 4 MiB and 16 MiB; N objects of 4 MiB, default 64,
+#       the same bytes for other sizes) at QD (default 2, sluice's uploads),
+#       two rounds of: N exclusive creates + write_full, N whole-object
+#       reads, N removes; OSD CPU per op and per MiB of each.
 #
 # Objects go to pool `sluice` under `opcost-PID/` and are removed at the end.
 import os
@@ -118,8 +124,45 @@ elif mode == "split":
             print(f"group {size // 1024:4d} KiB as {parts} object(s): median "
                   f"{statistics.median(lat) * 1e3:5.2f} ms, mean {statistics.mean(lat) * 1e3:5.2f} ms, "
                   f"OSD CPU {cpu * 1e6 / N:5.0f} us/group", flush=True)
+elif mode == "seg":
+    sizes = [int(s) for s in (sys.argv[5] if len(sys.argv) > 5 else "4194304,16777216").split(",")]
+    qd = int(sys.argv[6]) if len(sys.argv) > 6 else 2
+
+    def phase(what, size, count, fn):
+        sem = threading.Semaphore(qd)
+        done, left, lock = threading.Event(), [count], threading.Lock()
+
+        def cb(*_):
+            sem.release()
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+        t0, w0 = ticks(), time.time()
+        for i in range(count):
+            sem.acquire()
+            fn(i, cb)
+        done.wait()
+        cpu, wall = (ticks() - t0) / tck, time.time() - w0
+        mib = count * size / 2**20
+        print(f"{what:8s} size {size >> 10:6d} KiB qd {qd}: {count:4d} ops {wall:6.2f} s, "
+              f"OSD CPU {cpu * 1e6 / count:7.0f} us/op, {cpu * 1e3 / mib:6.2f} ms/MiB", flush=True)
+
+    for rnd in range(2):
+        for size in sizes:
+            count = max(1, N * 4194304 // size)
+            data = os.urandom(size)
+            tag = f"{run}/s{rnd}-{size}"
+            phase("create", size, count, lambda i, cb: create(f"{tag}/{i}", data, cb))
+            comps = []
+            phase("read", size, count, lambda i, cb: comps.append(
+                io.aio_read(f"{tag}/{i}", size, 0, lambda c, d: cb())))
+            phase("remove", size, count, lambda i, cb: comps.append(
+                io.aio_remove(f"{tag}/{i}", oncomplete=lambda c: cb())))
+            names.difference_update(f"{tag}/{i}" for i in range(count))
 else:
-    sys.exit(f"usage: {sys.argv[0]} ops|split CONF OSD_PIDFILE [N] ...")
+    sys.exit(f"usage: {sys.argv[0]} ops|split|seg CONF OSD_PIDFILE [N] ...")
 for n in names:
     io.remove_object(n)
 io.close()

@@ -53,6 +53,22 @@ pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
             mib(log),
             mib(ck),
         );
+        // what the store was asked, by kind (docs/objects.md §4.8: the
+        // OSD's CPU per GiB broken down)
+        let st = s.stats();
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        say!(
+            "sluice: {name}: objects: {} segment object(s) put ({:.1} MiB of them written by the volume), {} checkpoint object(s) ({:.1} MiB), {} delete(s) ({:.1} MiB), {} GET(s) ({:.1} MiB), {} upload retries",
+            n(&st.uploaded_objects),
+            mib(n(&st.uploaded_written_bytes)),
+            n(&st.checkpoints_stored),
+            mib(n(&st.checkpoint_bytes)),
+            n(&st.deleted_objects),
+            mib(n(&st.deleted_bytes)),
+            n(&st.gets),
+            mib(n(&st.get_bytes)),
+            n(&st.upload_retries),
+        );
         if let Some(l) = s.flush_log() {
             let n = l.stats.objects_put.load(Ordering::Relaxed);
             say!(

@@ -119,6 +119,9 @@ pub struct ObjStats {
     pub uploads_in_flight: AtomicU64,
     pub uploaded_objects: AtomicU64,
     pub uploaded_bytes: AtomicU64,
+    /// Of those, the blocks the engine wrote in each uploaded life (the
+    /// rest of a segment object is space the engine left unwritten).
+    pub uploaded_written_bytes: AtomicU64,
     pub upload_retries: AtomicU64,
     pub deleted_objects: AtomicU64,
     pub deleted_bytes: AtomicU64,
@@ -1120,6 +1123,10 @@ impl Inner {
             if s.life != life {
                 return true;
             }
+            let written: u64 = s.written.iter().map(|w| w.count_ones() as u64).sum();
+            self.stats
+                .uploaded_written_bytes
+                .fetch_add(written * BLOCK_BYTES as u64, Ordering::Relaxed);
             let seq = *s
                 .try_seq
                 .get_or_insert_with(|| self.next_seq.fetch_add(1, Ordering::SeqCst));
