@@ -64,7 +64,13 @@ struct Req {
     info: OpInfo,
     idx: usize,
     how: Option<Answered>,
+    /// Refused for want of space (`Error::NoSpace`: never acknowledged).
+    full: bool,
 }
+
+/// What a FLUSH's `done` sends its client: its index, Ok or the error
+/// (`Error::NoSpace` or another), how it was run.
+type Answer = (usize, Result<(), (bool, String)>, Answered);
 
 /// Totals over the runs of `dst_parked_flushes`.
 #[derive(Default)]
@@ -80,6 +86,9 @@ pub(crate) struct ParkedTally {
     pub parked_counter: u64,
     /// Crash points right after a parked FLUSH's answer.
     pub answer_points: u64,
+    /// Requests refused with `Error::NoSpace` (the client stopped there, as
+    /// in `threaded_run`: several clients' open chunks on a 64-block volume).
+    pub no_space: u64,
 }
 
 /// The prefix of a record run's media operations as power is cut before op
@@ -164,15 +173,26 @@ fn client(
     let mut rng = SmallRng::seed_from_u64(cseed);
     let mut r = Reference::new(sh.blocks);
     let mut reqs: Vec<Req> = Vec::new();
-    let (tx, rx) = mpsc::channel::<(usize, Result<(), String>, Answered)>();
+    let (tx, rx) = mpsc::channel::<Answer>();
     let mut outstanding = 0usize;
     let me = std::thread::current().id();
-    let take = |reqs: &mut Vec<Req>, (idx, res, how): (usize, Result<(), String>, Answered)| {
-        res.map_err(|e| format!("client {c} FLUSH {idx} answered with an error: {e}"))?;
+    // a request refused for want of space stops the client
+    let mut full = false;
+    // Ok(true): this FLUSH was refused for want of space
+    let take = |reqs: &mut Vec<Req>, (idx, res, how): Answer| {
         reqs[idx].how = Some(how);
-        Ok::<(), String>(())
+        match res {
+            Ok(()) => Ok(false),
+            Err((true, _)) => {
+                reqs[idx].full = true;
+                Ok(true)
+            }
+            Err((false, e)) => Err(format!(
+                "client {c} FLUSH {idx} answered with an error: {e}"
+            )),
+        }
     };
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && !full {
         let idx = reqs.len();
         media.mark(tag(c, idx, BEGIN));
         if rng.gen_ratio(1, 4) {
@@ -193,7 +213,8 @@ fn client(
                 } else {
                     Answered::Other
                 };
-                let _ = tx.send((idx, res.map_err(|e| e.to_string()), how));
+                let res = res.map_err(|e| (matches!(e, sluice::Error::NoSpace), e.to_string()));
+                let _ = tx.send((idx, res, how));
             }));
             IN_FLUSH_THEN.with(|f| f.set(None));
             reqs.push(Req {
@@ -205,6 +226,7 @@ fn client(
                 },
                 idx,
                 how: None,
+                full: false,
             });
             outstanding += 1;
             if rng.gen_bool(0.5) {
@@ -212,7 +234,7 @@ fn client(
                     let a = rx
                         .recv_timeout(std::time::Duration::from_secs(60))
                         .map_err(|_| format!("client {c} FLUSH {idx} never answered"))?;
-                    take(&mut reqs, a)?;
+                    full |= take(&mut reqs, a)?;
                     outstanding -= 1;
                 }
             }
@@ -220,9 +242,16 @@ fn client(
             let random = random_phase(idx / 2);
             let op = for_shape(random_io(&mut rng, lo, hi), sh, random);
             let fua = rng.gen_ratio(1, 12);
-            common::issue(vol, &op, fua)
-                .map_err(|e| format!("client {c} request {idx} ({op:?}) failed: {e}"))?;
-            media.mark(tag(c, idx, ACKED));
+            // (refused for want of space: not acknowledged, its values
+            // still candidates; the client stops, as in `threaded_run`)
+            let no_space = match common::issue(vol, &op, fua) {
+                Ok(()) => false,
+                Err(sluice::Error::NoSpace) => true,
+                Err(e) => return Err(format!("client {c} request {idx} ({op:?}) failed: {e}")),
+            };
+            if !no_space {
+                media.mark(tag(c, idx, ACKED));
+            }
             reqs.push(Req {
                 info: OpInfo {
                     client: c,
@@ -232,10 +261,12 @@ fn client(
                 },
                 idx,
                 how: None,
+                full: no_space,
             });
+            full |= no_space;
         }
         while let Ok(a) = rx.try_recv() {
-            take(&mut reqs, a)?;
+            full |= take(&mut reqs, a)?;
             outstanding -= 1;
         }
     }
@@ -311,9 +342,22 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
     for (c, reqs) in logs.into_iter().enumerate() {
         for q in reqs {
             let mark = |w| at.get(&tag(c, q.idx, w)).copied();
+            pt.no_space += q.full as u64;
             match q.info.kind {
                 Kind::Flush => {
                     let how = q.how.expect("every FLUSH answered");
+                    match how {
+                        Answered::InCall => n_in_call += 1,
+                        Answered::Flusher => n_flusher += 1,
+                        Answered::OwnLater => n_own += 1,
+                        Answered::Other => n_other += 1,
+                    }
+                    acked.push((usize::MAX, u64::MAX));
+                    ops.push(q.info);
+                    if q.full {
+                        // answered with NoSpace: never acknowledged
+                        continue;
+                    }
                     let (ans, begin) = (mark(ANSWERED), mark(BEGIN));
                     let (Some(ans), Some(begin)) = (ans, begin) else {
                         return Err(format!(
@@ -321,18 +365,24 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
                             q.idx
                         ));
                     };
-                    match how {
-                        Answered::InCall => n_in_call += 1,
-                        Answered::Flusher => n_flusher += 1,
-                        Answered::OwnLater => n_own += 1,
-                        Answered::Other => n_other += 1,
-                    }
                     answers.push((ans.1, begin.0, how != Answered::InCall));
-                    acked.push((usize::MAX, u64::MAX));
                 }
-                _ => acked.push(mark(ACKED).expect("a write's acknowledgment marked")),
+                _ => {
+                    let a = match (q.full, mark(ACKED)) {
+                        // refused for want of space: never acknowledged
+                        (true, _) => (usize::MAX, u64::MAX),
+                        (false, Some(a)) => a,
+                        (false, None) => {
+                            return Err(format!(
+                                "parked seed {seed}: client {c} write {} acknowledged without its marker",
+                                q.idx
+                            ))
+                        }
+                    };
+                    acked.push(a);
+                    ops.push(q.info);
+                }
             }
-            ops.push(q.info);
         }
     }
     let parked = n_flusher + n_own + n_other;
