@@ -994,7 +994,7 @@ run info-fallback-hidden intent_log
 run chain-room-unchecked lib
 run flush-covers-announced group_commit
 run company-wait-alone group_commit
-run parked-answered-before-record group_commit
+run parked-answered-before-record group_commit dst
 run chain-after-slot-fallback lib
 run chain-below-checkpoint lib
 run write-batch-takes-fua volatile_cache nbd_durable_replies

@@ -20,7 +20,10 @@
 //! (power cut or EIO while the engine runs) to check that the engine acknowledges
 //! exactly what the replay assumes. A second mode runs the threads that ship
 //! (writer threads, housekeeper thread, client threads) and cuts power from
-//! another thread at a random moment.
+//! another thread at a random moment. A third (`dst_parked_flushes`,
+//! tests/dst/parked.rs) runs them too, with clients FLUSHing through
+//! `Volume::flush_then` so FLUSHes park and other threads answer them, records
+//! the run and cuts power before chosen media operations of the record.
 //!
 //! Stripe sets (issue 20): `dst_stripe_sets` runs seeds from `STRIPE_SEEDS`
 //! on RAID-5/6 sets whose members are parts of the seed's SimMedia (each its
@@ -28,11 +31,14 @@
 //! run (see `STRIPE_SEEDS`, `GoneAfter`, `check_mounted`).
 //!
 //! Knobs: SLUICE_DST_SEEDS (seeds in the CI run), SLUICE_DST_BASE (first seed),
-//! SLUICE_DST_THREADED (threaded runs), SLUICE_DST_STRIPE_SEEDS / _STRIPE_BASE
+//! SLUICE_DST_THREADED (threaded runs), SLUICE_DST_PARKED / _PARKED_POINTS
+//! (parked FLUSH runs, crash points each), SLUICE_DST_STRIPE_SEEDS / _STRIPE_BASE
 //! / _STRIPE_FINDINGS (stripe set seeds). scripts/dst SEED reproduces one seed;
 //! scripts/dst-soak runs random seeds for a given time.
 
 mod common;
+#[path = "dst/parked.rs"]
+mod parked;
 
 use common::{Fill, Op, Reference, BS};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -3317,6 +3323,63 @@ fn dst_threads_that_ship() {
     }
     println!("dst threaded: {runs} runs");
     print_tally(&t);
+}
+
+/// Parked FLUSHes (tests/dst/parked.rs): clients FLUSH through
+/// `Volume::flush_then` with the threads that ship running and flushes held,
+/// so FLUSHes park and other threads (the flusher among them) answer them;
+/// each run's record is cut after every parked FLUSH's answer (up to half
+/// its points) and at a stride. SLUICE_DST_PARKED runs (seeds from
+/// SLUICE_DST_BASE, compressed shapes skipped), SLUICE_DST_PARKED_POINTS
+/// crash points each (about).
+#[test]
+fn dst_parked_flushes() {
+    let runs = env_u64("SLUICE_DST_PARKED", 60);
+    let points = env_u64("SLUICE_DST_PARKED_POINTS", 40);
+    let base = env_u64("SLUICE_DST_BASE", 1);
+    let mut pt = parked::ParkedTally::default();
+    // not the compressed shapes (yet): with 2-4 threaded clients a 64-block
+    // compressed volume was seen refusing writes for want of space, once in
+    // the run and once right after a recovery mount (`check_mounted`'s
+    // write after recovery: seed 23, 4 clients); not diagnosed, docs/intent-log.md §4.9
+    let seeds = (base..).filter(|&s| !shape_for(s).compress);
+    for seed in seeds.take(runs as usize) {
+        if let Err(e) = parked::parked_run(seed, points, &mut pt) {
+            panic!("{e}\n(threaded runs are seeded but not exactly reproducible)");
+        }
+    }
+    println!(
+        "dst parked: {} runs, {} FLUSHes: {} answered in their own call, {} parked ({} answered by sluice-flusher, {} by another thread's flush, {} by their own thread later; counter flushes_parked {})",
+        pt.runs,
+        pt.flushes,
+        pt.in_call,
+        pt.by_flusher + pt.by_other + pt.by_own_later,
+        pt.by_flusher,
+        pt.by_other,
+        pt.by_own_later,
+        pt.parked_counter
+    );
+    println!(
+        "dst parked: {} crash points checked, {} of them right after a parked FLUSH's answer; {} requests refused for want of space (their clients stopped there)",
+        pt.t.points, pt.answer_points, pt.no_space
+    );
+    print_tally(&pt.t);
+    assert!(
+        pt.parked_counter > 0,
+        "no FLUSH parked: the shape tests nothing of the parked path"
+    );
+    assert!(
+        pt.by_flusher > 0,
+        "no parked FLUSH answered by the flusher thread"
+    );
+    assert!(
+        pt.by_other > 0,
+        "no parked FLUSH answered by another request's flush"
+    );
+    assert!(
+        pt.answer_points > 0,
+        "no crash point after a parked FLUSH's answer"
+    );
 }
 
 /// Was KNOWN_FINDINGS "torn-superblock-with-log-gap" (threaded runs, about 1

@@ -6,6 +6,9 @@
 //! chosen writes with EIO, freezes (power cut from another thread), flips bits on
 //! read, and records every operation so a test can rebuild the media as it was
 //! before any operation (prefix replay) instead of re-running the workload.
+//! Its flushes may be held (`hold_flushes`): durable at their call, they
+//! return only after the hold, so a flush stays running while other threads
+//! write (what a slow device's flush looks like to the engine).
 //!
 //! Invariant: everything written before a flush that returned Ok is in every
 //! image `crash_image` / `crash_apply` produce; nothing else is promised.
@@ -72,6 +75,8 @@ struct State {
 pub struct SimMedia {
     st: Mutex<State>,
     len: u64,
+    /// Microseconds each flush sleeps after it took effect (0: none).
+    hold_us: std::sync::atomic::AtomicU64,
 }
 
 impl SimMedia {
@@ -96,6 +101,24 @@ impl SimMedia {
                 discards: 0,
                 prev: HashMap::new(),
             }),
+            hold_us: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+    /// Every flush from now on (of the media or of a part) sleeps `us`
+    /// microseconds after it took effect, outside the media's lock: what it
+    /// makes durable is what was written before its call (as a device's
+    /// flush covers what completed before it was issued), and a write that
+    /// completes during the hold stays in the cache for the next flush.
+    /// A test with threads uses it to keep a flush running while other
+    /// threads write and FLUSH (parked FLUSHes, tests/dst.rs).
+    pub fn hold_flushes(&self, us: u64) {
+        self.hold_us.store(us, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// The hold of `hold_flushes`, after a flush's lock is released.
+    fn hold(&self) {
+        let us = self.hold_us.load(std::sync::atomic::Ordering::Relaxed);
+        if us > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(us));
         }
     }
     /// Record every operation from now on (see `events`).
@@ -272,6 +295,8 @@ impl Media for SimPart {
                 len: self.len,
             });
         }
+        drop(s);
+        self.sim.hold();
         Ok(())
     }
     fn discard(&self, offset: u64, len: u64) -> io::Result<bool> {
@@ -378,6 +403,8 @@ impl Media for SimMedia {
         if let Some(l) = s.log.as_mut() {
             l.push(SimEvent::Flush);
         }
+        drop(s);
+        self.hold();
         Ok(())
     }
     /// A discard is one media operation, recorded and cached like a write
