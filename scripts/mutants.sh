@@ -824,6 +824,11 @@ apply_pace_prepaid_free() {
   # blocks a pacing sleep lets by on credit take no slot: the rate is exceeded
   marker pace-prepaid-free
 }
+apply_barrier_every_victim() {
+  # a reuse barrier whenever a segment is pending (main's rule was close:
+  # at 4 pending and after every clean-ahead): the batch test counts them
+  marker barrier-every-victim
+}
 apply_staged_plan_ignores_close() {
   marker staged-plan-ignores-close
 }
@@ -1060,6 +1065,7 @@ run direct-never-samples compression
 run direct-run-not-reset compression
 run placed-record-without-places-ends-quietly intent_log
 run pace-prepaid-free lib
+run barrier-every-victim lib:volume::housekeeper::tests
 run wake-without-chain lib:volume::commit::tests
 run baton-kept lib:volume::commit::tests
 run hk-shares-request-condvar lib:volume::commit::tests

@@ -103,6 +103,19 @@ pub struct Counters {
     pub gc_class_blocks_moved: [AtomicU64; LIFETIME_GC_CLASSES],
     pub checkpoints: AtomicU64,
     pub barriers: AtomicU64,
+    /// Media flushes made while a reuse barrier ran (its chunk flush, its
+    /// superblock, its wipes: 3 per barrier that frees segments).
+    pub barrier_flushes: AtomicU64,
+    /// Open chunks a reuse barrier sealed before they were full
+    /// (`Core::seal_for_barrier`).
+    pub barrier_partial_seals: AtomicU64,
+    /// Housekeeper time, microseconds: reading victims (`gcread`), handing
+    /// their relocations to the writers (`submit_housekeeping`, which waits
+    /// while the queue holds its share), in reuse barriers, in checkpoints.
+    pub hk_gc_read_us: AtomicU64,
+    pub hk_gc_submit_us: AtomicU64,
+    pub hk_barrier_us: AtomicU64,
+    pub hk_checkpoint_us: AtomicU64,
     /// Reads answered EIO because a block failed its CRC (verified reads).
     pub crc_errors: AtomicU64,
     pub scrub_segments: AtomicU64,
@@ -240,6 +253,15 @@ pub struct Stats {
     pub gc_class_blocks_moved: [u64; LIFETIME_GC_CLASSES],
     pub checkpoints: u64,
     pub reuse_barriers: u64,
+    /// Media flushes made while reuse barriers ran (`Counters::barrier_flushes`).
+    pub barrier_flushes: u64,
+    /// Open chunks reuse barriers sealed part-filled.
+    pub barrier_partial_seals: u64,
+    /// Housekeeper time in microseconds (`Counters::hk_gc_read_us` ...).
+    pub hk_gc_read_us: u64,
+    pub hk_gc_submit_us: u64,
+    pub hk_barrier_us: u64,
+    pub hk_checkpoint_us: u64,
     pub segments_total: u32,
     pub segments_free: u32,
     pub segments_open: u32,
@@ -388,6 +410,12 @@ impl Counters {
         s.gc_class_blocks_moved = std::array::from_fn(|k| g(&self.gc_class_blocks_moved[k]));
         s.checkpoints = g(&self.checkpoints);
         s.reuse_barriers = g(&self.barriers);
+        s.barrier_flushes = g(&self.barrier_flushes);
+        s.barrier_partial_seals = g(&self.barrier_partial_seals);
+        s.hk_gc_read_us = g(&self.hk_gc_read_us);
+        s.hk_gc_submit_us = g(&self.hk_gc_submit_us);
+        s.hk_barrier_us = g(&self.hk_barrier_us);
+        s.hk_checkpoint_us = g(&self.hk_checkpoint_us);
         s.crc_errors = g(&self.crc_errors);
         s.scrub_segments = g(&self.scrub_segments);
         s.scrub_bytes = g(&self.scrub_bytes);

@@ -484,13 +484,17 @@ impl Core {
         }
     }
 
-    /// Seal the open chunks that a reuse barrier needs durable.
-    pub fn seal_for_barrier(&mut self, durable_seq: u64, out: &mut Vec<Sealed>) {
+    /// Seal the open chunks that a reuse barrier needs durable. Returns how
+    /// many it sealed (each one part-filled: a full chunk is sealed when full).
+    pub fn seal_for_barrier(&mut self, durable_seq: u64, out: &mut Vec<Sealed>) -> u64 {
+        let mut sealed = 0;
         for slot in 0..SLOTS {
             if self.killed_pending[slot] {
+                sealed += self.open[slot].as_ref().is_some_and(|c| !c.is_empty()) as u64;
                 self.seal_slot(slot, durable_seq, out);
             }
         }
+        sealed
     }
 
     /// The reuse barrier frees `segs`: every chunk below `target` is written

@@ -69,6 +69,12 @@ fn pace_quantum_ns() -> u64 {
     })
 }
 
+/// Pending segments that make a reuse barrier worth its cost while free
+/// segments are not short (`Shared::needs_barrier`). Each barrier drains the
+/// write queue and makes three media flushes (4 counted: the superblock's
+/// write is two) on the housekeeper's thread, between victims.
+const BARRIER_BATCH: u32 = 8;
+
 thread_local! {
     /// Blocks this thread paid for ahead in its last pacing sleep, and the
     /// pacer (its `Housekeeper`'s address) they were paid to. Spent by the
@@ -506,7 +512,7 @@ impl Shared {
         };
         let mut cleaned = 0;
         if free + pending < self.hk.reserve + want {
-            match self.clean_ahead(want) {
+            match self.clean_ahead(want, false) {
                 Ok(n) => cleaned = n,
                 Err(Error::NoSpace) => {}
                 Err(e) => return Err(e),
@@ -586,7 +592,13 @@ impl Shared {
     /// Checkpoint when at least `limit` bytes of chunks were sealed since the last.
     fn checkpoint_if_due(&self, limit: u64) -> Result<()> {
         if self.core.lock().bytes_since_checkpoint >= limit {
-            self.write_checkpoint(false)?;
+            let t0 = Instant::now();
+            let r = self.write_checkpoint(false);
+            Counters::add(
+                &self.counters.hk_checkpoint_us,
+                t0.elapsed().as_micros() as u64,
+            );
+            r?;
         }
         Ok(())
     }
@@ -656,7 +668,7 @@ impl Shared {
     /// Clean ahead now, as the housekeeper (any thread).
     pub(in crate::volume) fn gc_until_free(&self, want: u32) -> Result<u64> {
         let _r = self.hk.round.lock();
-        self.clean_ahead(want)
+        self.clean_ahead(want, true)
     }
 
     /// Reuse barrier: make every chunk so far durable, record that in the
@@ -664,11 +676,25 @@ impl Shared {
     /// segments be reused. After it, replay can skip any missing chunk below the
     /// recorded watermark: such a chunk was dead and its segment reused.
     pub(in crate::volume) fn barrier(&self) -> Result<()> {
+        let t0 = Instant::now();
+        let flushes0 = self.counters.media_flushes.load(Ordering::Relaxed);
+        let r = self.barrier_inner();
+        let flushes = self.counters.media_flushes.load(Ordering::Relaxed) - flushes0;
+        Counters::add(&self.counters.barrier_flushes, flushes);
+        Counters::add(
+            &self.counters.hk_barrier_us,
+            t0.elapsed().as_micros() as u64,
+        );
+        r
+    }
+
+    fn barrier_inner(&self) -> Result<()> {
         let mut out = Vec::new();
         let (target, segs, kill_lsn) = {
             let mut c = self.core.lock();
             let d = self.commit.durable_seq();
-            c.seal_for_barrier(d, &mut out);
+            let partial = c.seal_for_barrier(d, &mut out);
+            Counters::add(&self.counters.barrier_partial_seals, partial);
             (c.next_seq, c.segs.pending.clone(), c.kill_lsn)
         };
         // (compressed volumes: chunks other threads sealed may be placed
@@ -770,10 +796,11 @@ impl Shared {
         Err(Error::NoSpace)
     }
 
-    /// Clean until `want` segments beyond the reserve are free or pending;
-    /// frees them with a barrier every few victims so writers see free segments
-    /// soon. Returns segments cleaned.
-    fn clean_ahead(&self, want: u32) -> Result<u64> {
+    /// Clean until `want` segments beyond the reserve are free or pending.
+    /// Emptied segments are freed by a reuse barrier only when the free list
+    /// needs them or enough are pending (`needs_barrier`), or at the end when
+    /// `release` (an explicit `gc_until_free`). Returns segments cleaned.
+    fn clean_ahead(&self, want: u32, release: bool) -> Result<u64> {
         let reserve = self.hk.reserve;
         let mut cleaned = 0;
         for _ in 0..self.geo.segment_count * 2 {
@@ -781,8 +808,7 @@ impl Shared {
             if free + pending >= reserve + want || free <= 1 {
                 break;
             }
-            let waiting = self.hk.credit.lock().waiting > 0;
-            if pending >= 4 || (pending > 0 && (free <= reserve + 1 || waiting)) {
+            if self.needs_barrier(free, pending) {
                 self.barrier()?;
             }
             // a checkpoint falling due is written between victims, so writers
@@ -794,10 +820,25 @@ impl Shared {
             }
             cleaned += 1;
         }
-        if self.free_pending().1 > 0 {
+        let (free, pending) = self.free_pending();
+        if pending > 0 && (release || self.needs_barrier(free, pending)) {
             self.barrier()?;
         }
         Ok(cleaned)
+    }
+
+    /// Whether to free the pending segments now (a reuse barrier): free
+    /// segments are down to two beyond the reserve (appends stop at the
+    /// reserve), writers wait for space, or `BARRIER_BATCH` are pending.
+    /// Otherwise emptied segments wait in Pending: pacing counts them as
+    /// headroom already (`Core::headroom_blocks`), and each barrier drains
+    /// the write queue and flushes three times. Main barriered at 4 pending
+    /// and at the end of every clean-ahead (3.6 victims per barrier in
+    /// `bench ceiling`; docs/gc.md, "Barriers when the free list needs them").
+    fn needs_barrier(&self, free: u32, pending: u32) -> bool {
+        // MUTANT: barrier-every-victim s|pending >= BARRIER_BATCH|pending > 0|
+        pending >= BARRIER_BATCH
+            || (pending > 0 && (free <= self.hk.reserve + 2 || self.hk.credit.lock().waiting > 0))
     }
 
     /// Relocate the live entries of one victim segment into the GC stream.
@@ -829,6 +870,7 @@ impl Shared {
             .take()
             .unwrap_or_else(|| AlignedBuf::new(seg_bytes));
         let base = victim as u64 * self.geo.segment_blocks as u64;
+        let t_read = Instant::now();
         let read = gcread::read_victim(
             &*self.store,
             victim,
@@ -849,6 +891,10 @@ impl Shared {
                 return Err(e.into());
             }
         };
+        Counters::add(
+            &self.counters.hk_gc_read_us,
+            t_read.elapsed().as_micros() as u64,
+        );
         Counters::add(&self.counters.gc_bytes_read, read.bytes_read);
         Counters::add(
             if read.runs {
@@ -893,7 +939,12 @@ impl Shared {
             }
         };
         *self.hk.victim_buf.lock() = Some(buf);
+        let t_submit = Instant::now();
         self.commit.submit_housekeeping(out)?;
+        Counters::add(
+            &self.counters.hk_gc_submit_us,
+            t_submit.elapsed().as_micros() as u64,
+        );
         self.hk
             .note_freed((fill as u64).saturating_sub(moved.0 + moved.0 / 255 + 1));
         Counters::add(&self.counters.gc_runs, 1);
@@ -910,6 +961,77 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gc::GcPolicy;
+    use crate::geometry::Geometry;
+    use crate::media::MemMedia;
+    use crate::volume::{CreateOptions, OpenOptions, Volume};
+
+    /// Uniform random 4 KiB overwrites of a volume with enough segments for a
+    /// clean-ahead mark of 16, a housekeeper step every 48 writes (as the
+    /// thread would be woken), so appends never reach the reserve: reuse
+    /// barriers run when `BARRIER_BATCH` segments are pending or free ones
+    /// run short, not after every few victims (main: a barrier at 4 pending
+    /// and at the end of every clean-ahead, ~1.3 victims per barrier here).
+    /// Counts, not time (mutation `barrier-every-victim`).
+    #[test]
+    fn reuse_barriers_free_segments_in_batches() {
+        let seg = 32u32;
+        let blocks = 24_576u64;
+        let geo = Geometry::for_logical(blocks, seg, 0.25);
+        let create = CreateOptions {
+            logical_bytes: Some(blocks * BLOCK_BYTES as u64),
+            overprovision: 0.25,
+            segment_bytes: seg as u64 * BLOCK_BYTES as u64,
+            gc_policy: GcPolicy::Greedy,
+            ..Default::default()
+        };
+        let open = OpenOptions {
+            background: false,
+            checkpoint_interval_bytes: Some(1 << 40),
+            ..Default::default()
+        };
+        let media = Arc::new(MemMedia::new(geo.media_bytes()));
+        let vol = Volume::create(media, &create, &open).unwrap();
+        assert!(
+            vol.sh.hk.clean_mark >= 2 * BARRIER_BATCH,
+            "mark {}",
+            vol.sh.hk.clean_mark
+        );
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut data = [0u8; BLOCK_BYTES];
+        let mut step = |i: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            data[..8].copy_from_slice(&i.to_le_bytes());
+            // every block written once first, then uniform random overwrites
+            let lba = if i < blocks { i } else { x % blocks };
+            vol.write(lba * BLOCK_BYTES as u64, &data, false).unwrap();
+            if i % 48 == 47 {
+                vol.housekeeper_step().unwrap();
+            }
+        };
+        for i in 0..blocks {
+            step(i);
+        }
+        let before = vol.stats();
+        for i in blocks..4 * blocks {
+            step(i);
+        }
+        let after = vol.stats();
+        let victims = after.gc_runs - before.gc_runs;
+        let barriers = after.reuse_barriers - before.reuse_barriers;
+        assert!(victims > 500, "GC ran: {victims} victims");
+        assert!(
+            victims >= 6 * barriers,
+            "{victims} victims, {barriers} reuse barriers: fewer than 6 per barrier"
+        );
+        // the barriers sealed few chunks part-filled (at most the user and
+        // the GC chunk each), and made their three flushes (4 counted)
+        let partial = after.barrier_partial_seals - before.barrier_partial_seals;
+        assert!(partial <= 2 * barriers, "{partial} partial seals");
+        assert_eq!(after.barrier_flushes - before.barrier_flushes, 4 * barriers);
+    }
 
     /// Prepaid pacing keeps the rate: every block a sleeping thread pays
     /// for ahead moves the shared slot by its share, and spending the
