@@ -551,6 +551,16 @@ fn info_shows_lifetime_counters_after_the_server_stops() {
         live["sluice_gc_blocks_moved_total{class=\"data\"}"]
             + live["sluice_gc_blocks_moved_total{class=\"virtual\"}"]
     );
+    // the housekeeper's counters are exported (each barrier flushes at
+    // least three times; every kind of work has its own series)
+    assert!(
+        live["sluice_reuse_barrier_flushes_total"] >= 3.0 * live["sluice_reuse_barriers_total"],
+        "barrier flushes"
+    );
+    for work in ["gc_read", "gc_submit", "barrier", "checkpoint"] {
+        let k = format!("sluice_housekeeper_seconds_total{{work=\"{work}\"}}");
+        assert!(live.get(&k).is_some_and(|s| *s >= 0.0), "{k} missing");
+    }
     c.disconnect();
     drop(srv); // SIGTERM: clean close, final checkpoint
     let o = Command::new(BIN)

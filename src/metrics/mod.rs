@@ -697,6 +697,40 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_reuse_barriers_total",
+        "counter",
+        "Reuse barriers run: each makes the records that emptied GC's victims durable and frees those segments (docs/gc.md).",
+        |x| one(x.st.reuse_barriers),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_reuse_barrier_flushes_total",
+        "counter",
+        "Media flushes made while reuse barriers ran.",
+        |x| one(x.st.barrier_flushes),
+    );
+    per_volume(
+        &mut t,
+        v,
+        "sluice_housekeeper_seconds_total",
+        "counter",
+        "Time spent on housekeeping work: reading GC victims, submitting the blocks GC moved, reuse barriers, checkpoints.",
+        |x| {
+            by(
+                "work",
+                &[
+                    ("gc_read", x.st.hk_gc_read_us as f64 / 1e6),
+                    ("gc_submit", x.st.hk_gc_submit_us as f64 / 1e6),
+                    ("barrier", x.st.hk_barrier_us as f64 / 1e6),
+                    ("checkpoint", x.st.hk_checkpoint_us as f64 / 1e6),
+                ],
+            )
+        },
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_gc_class_runs_total",
         "counter",
         "GC victims cleaned, by the GC output class the policy sent their data to (0 = first relocation; generational and SepBIT-style policies use 1 and 2 for older data).",
