@@ -63,10 +63,11 @@ def append(name, data, cb, xattr=None):
     io.operate_aio_write_op(op, name, oncomplete=cb)
 
 
-def ops_row(what, size, qd, fn):
-    data = os.urandom(size)
+def in_flight(count, qd, fn):
+    """Run fn(i, cb) for i in 0..count with at most qd outstanding (each
+    calls cb when it completes); the OSD's CPU seconds and the wall time."""
     sem = threading.Semaphore(qd)
-    done, left, lock = threading.Event(), [N], threading.Lock()
+    done, left, lock = threading.Event(), [count], threading.Lock()
 
     def cb(*_):
         sem.release()
@@ -76,11 +77,16 @@ def ops_row(what, size, qd, fn):
                 done.set()
 
     t0, w0 = ticks(), time.time()
-    for i in range(N):
+    for i in range(count):
         sem.acquire()
-        fn(i, data, cb)
+        fn(i, cb)
     done.wait()
-    cpu, wall = (ticks() - t0) / tck, time.time() - w0
+    return (ticks() - t0) / tck, time.time() - w0
+
+
+def ops_row(what, size, qd, fn):
+    data = os.urandom(size)
+    cpu, wall = in_flight(N, qd, lambda i, cb: fn(i, data, cb))
     print(f"{what:28s} size {size:7d} qd {qd:2d}: {N} ops {wall:6.2f} s, "
           f"{N / wall:7.0f} ops/s, OSD CPU {cpu * 1e6 / N:6.0f} us/op", flush=True)
 
@@ -129,22 +135,7 @@ elif mode == "seg":
     qd = int(sys.argv[6]) if len(sys.argv) > 6 else 2
 
     def phase(what, size, count, fn):
-        sem = threading.Semaphore(qd)
-        done, left, lock = threading.Event(), [count], threading.Lock()
-
-        def cb(*_):
-            sem.release()
-            with lock:
-                left[0] -= 1
-                if left[0] == 0:
-                    done.set()
-
-        t0, w0 = ticks(), time.time()
-        for i in range(count):
-            sem.acquire()
-            fn(i, cb)
-        done.wait()
-        cpu, wall = (ticks() - t0) / tck, time.time() - w0
+        cpu, wall = in_flight(count, qd, fn)
         mib = count * size / 2**20
         print(f"{what:8s} size {size >> 10:6d} KiB qd {qd}: {count:4d} ops {wall:6.2f} s, "
               f"OSD CPU {cpu * 1e6 / count:7.0f} us/op, {cpu * 1e3 / mib:6.2f} ms/MiB", flush=True)

@@ -376,19 +376,28 @@ fn host_loss(
     Some(r.log.map(|l| l.stop).unwrap_or_default())
 }
 
-#[test]
-fn power_cuts_keep_every_flushed_write_of_a_volume_on_objects() {
+/// The local-log seeds (`SLUICE_OBJ_CRASH_SEEDS`, default 32), the volume
+/// made with an intent log ring of `intent_log` bytes or none: (seeds,
+/// flushes acknowledged before the cuts, segments uploaded, seeds mounted
+/// from the store alone).
+fn local_log_sweep(intent_log: Option<u64>) -> (u64, u64, u64, u64) {
     let seeds: u64 = std::env::var("SLUICE_OBJ_CRASH_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(32);
     let (mut acked, mut uploaded, mut moved) = (0, 0, 0);
     for seed in 0..seeds {
-        let (a, u, m, _) = run(seed, false);
+        let (a, u, m, _) = run_with(seed, false, intent_log);
         acked += a;
         uploaded += u;
         moved += m as u64;
     }
+    (seeds, acked, uploaded, moved)
+}
+
+#[test]
+fn power_cuts_keep_every_flushed_write_of_a_volume_on_objects() {
+    let (seeds, acked, uploaded, moved) = local_log_sweep(None);
     eprintln!(
         "{seeds} seeds: {acked} flushes acknowledged before the cuts, {uploaded} segments uploaded, {moved} mounted from the store alone"
     );
@@ -407,17 +416,7 @@ fn power_cuts_keep_every_flushed_write_of_a_volume_on_objects_with_an_intent_log
     // answered from a ring in the metadata file (its records name data
     // written at their places in the open segment), so the power cut
     // lands on open chunks whose blocks only the ring vouches for
-    let seeds: u64 = std::env::var("SLUICE_OBJ_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(32);
-    let (mut acked, mut uploaded, mut moved) = (0, 0, 0);
-    for seed in 0..seeds {
-        let (a, u, m, _) = run_with(seed, false, Some(256 << 10));
-        acked += a;
-        uploaded += u;
-        moved += m as u64;
-    }
+    let (seeds, acked, uploaded, moved) = local_log_sweep(Some(256 << 10));
     eprintln!(
         "intent log: {seeds} seeds: {acked} flushes acknowledged before the cuts, {uploaded} segments uploaded, {moved} mounted from the store alone"
     );

@@ -961,10 +961,6 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gc::GcPolicy;
-    use crate::geometry::Geometry;
-    use crate::media::MemMedia;
-    use crate::volume::{CreateOptions, OpenOptions, Volume};
 
     /// Uniform random 4 KiB overwrites of a volume with enough segments for a
     /// clean-ahead mark of 16, a housekeeper step every 48 writes (as the
@@ -975,23 +971,8 @@ mod tests {
     /// Counts, not time (mutation `barrier-every-victim`).
     #[test]
     fn reuse_barriers_free_segments_in_batches() {
-        let seg = 32u32;
         let blocks = 24_576u64;
-        let geo = Geometry::for_logical(blocks, seg, 0.25);
-        let create = CreateOptions {
-            logical_bytes: Some(blocks * BLOCK_BYTES as u64),
-            overprovision: 0.25,
-            segment_bytes: seg as u64 * BLOCK_BYTES as u64,
-            gc_policy: GcPolicy::Greedy,
-            ..Default::default()
-        };
-        let open = OpenOptions {
-            background: false,
-            checkpoint_interval_bytes: Some(1 << 40),
-            ..Default::default()
-        };
-        let media = Arc::new(MemMedia::new(geo.media_bytes()));
-        let vol = Volume::create(media, &create, &open).unwrap();
+        let vol = crate::volume::tests::driven_greedy_volume(blocks, 32);
         assert!(
             vol.sh.hk.clean_mark >= 2 * BARRIER_BATCH,
             "mark {}",

@@ -2617,17 +2617,16 @@ mod tests {
         }
     }
 
-    /// A driven housekeeper step is the whole round: with writes pausing
-    /// short of the reserve (no inline cleaning) it cleans (ahead to the mark)
-    /// through the reuse barrier, and writes the checkpoint that fell due.
-    #[test]
-    fn housekeeper_step_cleans_ahead_and_checkpoints() {
-        let blocks = 1024u64;
-        let geo = Geometry::for_logical(blocks, 32, 0.25);
+    /// A volume in memory of `blocks` logical blocks in segments of
+    /// `segment_blocks`, 25% over-provisioned, greedy GC, no background
+    /// threads (tests drive `housekeeper_step`) and checkpoints only when
+    /// asked.
+    pub(in crate::volume) fn driven_greedy_volume(blocks: u64, segment_blocks: u32) -> Volume {
+        let geo = Geometry::for_logical(blocks, segment_blocks, 0.25);
         let create = CreateOptions {
             logical_bytes: Some(blocks * BS),
             overprovision: 0.25,
-            segment_bytes: 32 * BS,
+            segment_bytes: segment_blocks as u64 * BS,
             gc_policy: GcPolicy::Greedy,
             ..Default::default()
         };
@@ -2637,7 +2636,16 @@ mod tests {
             ..Default::default()
         };
         let media = Arc::new(MemMedia::new(geo.media_bytes()));
-        let vol = Volume::create(media, &create, &open).unwrap();
+        Volume::create(media, &create, &open).unwrap()
+    }
+
+    /// A driven housekeeper step is the whole round: with writes pausing
+    /// short of the reserve (no inline cleaning) it cleans (ahead to the mark)
+    /// through the reuse barrier, and writes the checkpoint that fell due.
+    #[test]
+    fn housekeeper_step_cleans_ahead_and_checkpoints() {
+        let blocks = 1024u64;
+        let vol = driven_greedy_volume(blocks, 32);
         let reserve = vol.sh.hk.reserve;
         let mark = vol.sh.hk.clean_mark;
         let mut x = 1u8;
