@@ -829,6 +829,9 @@ apply_barrier_every_victim() {
   # at 4 pending and after every clean-ahead): the batch test counts them
   marker barrier-every-victim
 }
+apply_gc_class_no_fallback() {
+  marker gc-class-no-fallback
+}
 apply_staged_plan_ignores_close() {
   marker staged-plan-ignores-close
 }
@@ -1058,6 +1061,7 @@ run gc-drops-live-fragment compression
 run place-unconditional lib
 run prune-past-unwritten-chunk lib
 run staged-plan-ignores-close lib
+run gc-class-no-fallback lib
 run gc-fragments-in-record-order compression
 run tune-off-ignored compression
 run direct-never-set compression
