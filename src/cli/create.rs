@@ -53,8 +53,8 @@ pub struct Args {
     /// A volume in an object store (--store) in the local-log mode gets the
     /// intent log ring unless this is given: without it every FLUSH seals
     /// the open chunk, and the chunk header blocks that costs are uploaded
-    /// too (docs/objects.md §4.9: 0.5-0.7 store bytes per host byte more,
-    /// and ~30% more OSD CPU per GiB). A flat volume has no ring unless
+    /// too (docs/objects.md §4.9: at 70% fill, 2.1 store bytes per host
+    /// byte against 1.3-1.4, ~1.5x the OSD CPU per GiB). A flat volume has no ring unless
     /// --intent-log says so; the store-durable mode (--flush-to store) never
     /// has one.
     #[arg(long, conflicts_with_all = ["intent_log", "log_devices"])]
