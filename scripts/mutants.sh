@@ -775,6 +775,12 @@ apply_mutation_without_lease_check() {
 # a live superseded writer neither fenced by the taker nor checking its
 # lease: the SeaweedFS test of two live processes must see A answer FLUSHes
 # the taker never gets
+apply_ring_default_off() {
+  marker ring-default-off
+}
+apply_cache_bound_ignored() {
+  marker cache-bound-ignored
+}
 apply_superseded_writer_unfenced() {
   marker fence-skipped && marker lease-check-always-ok
 }
@@ -1042,6 +1048,8 @@ run objlog-record-crc-unchecked lib:format::objlog objects_crash
 run lease-check-always-ok lib
 run mutation-without-lease-check lib
 run superseded-writer-unfenced objects_volume
+run ring-default-off objects_volume
+run cache-bound-ignored lib:objseg::tests::gc_victims
 run objckpt-reserved-unchecked format_fuzz_smoke
 run rados-create-not-exclusive objects_rados
 run damaged-head-never-falls-back superblock_ends
