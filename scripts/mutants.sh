@@ -630,6 +630,9 @@ apply_company_wait_alone() {
 apply_parked_answered_before_record() {
   marker parked-answered-before-record
 }
+apply_flush_parks_only_on_entry() {
+  marker flush-parks-only-on-entry
+}
 apply_chain_room_unchecked() {
   marker chain-room-unchecked
 }
@@ -1009,6 +1012,7 @@ run chain-room-unchecked lib
 run flush-covers-announced group_commit
 run company-wait-alone group_commit
 run parked-answered-before-record group_commit dst
+run flush-parks-only-on-entry group_commit
 run chain-after-slot-fallback lib
 run chain-below-checkpoint lib
 run write-batch-takes-fua volatile_cache nbd_durable_replies

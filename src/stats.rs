@@ -137,6 +137,10 @@ pub struct Counters {
     /// answered by the thread that ended the one covering them
     /// (`Commit::flush_covering_log_then`).
     pub flushes_parked: AtomicU64,
+    /// Of `flushes_parked`, those that parked only after a wait of their own
+    /// in the group commit (for their writes, for company, or a flush that
+    /// began meanwhile), where they used to sleep (`Commit::park`).
+    pub flushes_parked_late: AtomicU64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal (`Commit::place`).
     pub streamed_blocks: AtomicU64,
@@ -292,6 +296,8 @@ pub struct Stats {
     pub group_commit_waits: u64,
     /// FLUSHes parked for a running media flush (`Counters::flushes_parked`).
     pub flushes_parked: u64,
+    /// Of those, parked after a wait of their own (`Counters::flushes_parked_late`).
+    pub flushes_parked_late: u64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal, this session (`Counters::streamed_blocks`).
     pub streamed_blocks: u64,
@@ -384,6 +390,7 @@ impl Counters {
         s.log_flushes = g(&self.log_flushes);
         s.group_commit_waits = g(&self.group_commit_waits);
         s.flushes_parked = g(&self.flushes_parked);
+        s.flushes_parked_late = g(&self.flushes_parked_late);
         s.streamed_blocks = g(&self.streamed_blocks);
         s.streamed_copied_blocks = g(&self.streamed_copied_blocks);
         s.log_device_errors = g(&self.log_device_errors);

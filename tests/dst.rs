@@ -3350,7 +3350,7 @@ fn dst_parked_flushes() {
         }
     }
     println!(
-        "dst parked: {} runs, {} FLUSHes: {} answered in their own call, {} parked ({} answered by sluice-flusher, {} by another thread's flush, {} by their own thread later; counter flushes_parked {})",
+        "dst parked: {} runs, {} FLUSHes: {} answered in their own call, {} parked ({} answered by sluice-flusher, {} by another thread's flush, {} by their own thread later; counter flushes_parked {}, {} of them after a wait of their own)",
         pt.runs,
         pt.flushes,
         pt.in_call,
@@ -3358,7 +3358,8 @@ fn dst_parked_flushes() {
         pt.by_flusher,
         pt.by_other,
         pt.by_own_later,
-        pt.parked_counter
+        pt.parked_counter,
+        pt.parked_late
     );
     println!(
         "dst parked: {} crash points checked, {} of them right after a parked FLUSH's answer; {} requests refused for want of space (their clients stopped there)",
@@ -3372,6 +3373,10 @@ fn dst_parked_flushes() {
     assert!(
         pt.by_flusher > 0,
         "no parked FLUSH answered by the flusher thread"
+    );
+    assert!(
+        pt.parked_late > 0,
+        "no FLUSH parked after a wait of its own (a flush begun while it waited): the late park untested under power cuts"
     );
     assert!(
         pt.by_other > 0,

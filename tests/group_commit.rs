@@ -316,3 +316,202 @@ fn a_lone_flush_then_is_answered_on_its_own_thread() {
     }
     assert_eq!(vol.stats().flushes_parked, 0);
 }
+
+/// SimMedia whose writes from the volume's writer threads are held once
+/// armed: every write of the first writer thread that writes until
+/// `writes_released` >= 1, of the second until >= 2 (each thread holds one
+/// sealed chunk's writes); and whose flushes are gated as `GatedFlushes`'.
+struct HeldWriters {
+    sim: Arc<SimMedia>,
+    armed: AtomicBool,
+    writers: std::sync::Mutex<Vec<std::thread::ThreadId>>,
+    writes_released: AtomicUsize,
+    flushes: AtomicUsize,
+    flushes_released: AtomicUsize,
+}
+
+impl HeldWriters {
+    /// How many writer threads have a held write (begun).
+    fn writers_held(&self) -> usize {
+        self.writers.lock().unwrap().len()
+    }
+}
+
+impl Media for HeldWriters {
+    fn len(&self) -> u64 {
+        self.sim.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.sim.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let me = std::thread::current();
+        let writer = me.name().is_some_and(|n| n.starts_with("sluice-writer"));
+        if self.armed.load(Ordering::Acquire) && writer {
+            let n = {
+                let mut w = self.writers.lock().unwrap();
+                match w.iter().position(|&t| t == me.id()) {
+                    Some(i) => Some(i + 1),
+                    None if w.len() < 2 => {
+                        w.push(me.id());
+                        Some(w.len())
+                    }
+                    None => None,
+                }
+            };
+            if let Some(n) = n {
+                let t0 = std::time::Instant::now();
+                while self.writes_released.load(Ordering::Acquire) < n {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(60),
+                        "writer {n} never let through"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        self.sim.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        if self.armed.load(Ordering::Acquire) {
+            let n = self.flushes.fetch_add(1, Ordering::AcqRel) + 1;
+            let t0 = std::time::Instant::now();
+            while self.flushes_released.load(Ordering::Acquire) < n {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "flush {n} never let through"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.sim.flush()
+    }
+    fn describe(&self) -> String {
+        "held writers".into()
+    }
+}
+
+/// `blocks` blocks from `lba` on, each its own pattern (seed + i).
+fn blocks(seed: u8, n: usize) -> AlignedBuf {
+    let mut b = AlignedBuf::new(n * BS);
+    for i in 0..n {
+        b[i * BS..(i + 1) * BS].copy_from_slice(&block(seed.wrapping_add(i as u8)));
+    }
+    b
+}
+
+#[test]
+fn a_flush_that_slept_parks_when_a_flush_began_meanwhile() {
+    // C's FLUSH (`flush_then`) finds no media flush running and the
+    // flusher idle, so it waits for a chunk of its target still with a
+    // writer thread (K2). Meanwhile T's FLUSH, whose target ends before K2,
+    // starts a media flush. When K2 lands, C must park for the flusher
+    // rather than sleep through T's flush (which began before K2 was
+    // written and so cannot answer it): its `flush_then` returns while T's
+    // flush is still running, and it is answered by the next flush
+    let (c, len) = create();
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(HeldWriters {
+        sim: sim.clone(),
+        armed: AtomicBool::new(false),
+        writers: std::sync::Mutex::new(Vec::new()),
+        writes_released: AtomicUsize::new(0),
+        flushes: AtomicUsize::new(0),
+        flushes_released: AtomicUsize::new(0),
+    });
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts_bg()).unwrap());
+    vol.write(0, &block(1), false).unwrap();
+    vol.flush().unwrap();
+    media.armed.store(true, Ordering::Release);
+    // K1: a full chunk sealed, its writer thread held
+    vol.write(100 * BS as u64, &blocks(10, 300), false).unwrap();
+    until("K1's writer held", || media.writers_held() == 1);
+    // T: a write and a FLUSH (its record written) waiting for K1
+    let records = vol.stats().log_records;
+    let t = write_then_flush(&vol, 1, block(2));
+    until("T's record written", || {
+        vol.stats().log_records == records + 1
+    });
+    // K2: the next full chunk, the other writer thread held
+    vol.write(400 * BS as u64, &blocks(20, 300), false).unwrap();
+    until("K2's writer held", || media.writers_held() == 2);
+    // C: a write and a FLUSH through `flush_then`, on a thread of its own
+    // (it returns at once when it parks, else only once answered)
+    vol.write(2 * BS as u64, &block(3), false).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let returned = Arc::new(AtomicBool::new(false));
+    let c_thread = {
+        let (v, returned) = (vol.clone(), returned.clone());
+        std::thread::spawn(move || {
+            v.flush_then(Box::new(move |r| {
+                let who = std::thread::current().name().map(str::to_string);
+                tx.send((r.is_ok(), who)).unwrap();
+            }));
+            returned.store(true, Ordering::Release);
+        })
+    };
+    until("C's record written", || {
+        vol.stats().log_records == records + 2
+    });
+    // (time for C to reach its wait for K2; the test holds either way,
+    // this only makes it sharper)
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        vol.stats().flushes_parked,
+        0,
+        "C parked with no flush running"
+    );
+    // K1 lands: T starts its media flush (held); then K2 lands
+    media.writes_released.store(1, Ordering::Release);
+    until("T's media flush began", || {
+        media.flushes.load(Ordering::Acquire) == 1
+    });
+    media.writes_released.store(2, Ordering::Release);
+    until(
+        "C's flush_then returned (parked, not asleep in the group commit)",
+        || returned.load(Ordering::Acquire),
+    );
+    assert_eq!(vol.stats().flushes_parked, 1, "C's FLUSH did not park");
+    assert!(
+        rx.try_recv().is_err(),
+        "C answered before any flush covered K2"
+    );
+    // T's flush ends: T answered, C not (K2 came after that flush began);
+    // the flusher's flush answers C
+    media.flushes_released.store(1, Ordering::Release);
+    t.join().unwrap();
+    until("the flusher's media flush began", || {
+        media.flushes.load(Ordering::Acquire) == 2
+    });
+    assert!(
+        rx.try_recv().is_err(),
+        "C's FLUSH was answered by a media flush that began before K2 was written"
+    );
+    media.flushes_released.store(2, Ordering::Release);
+    let (ok, who) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("C never answered");
+    assert!(ok);
+    assert_eq!(who.as_deref(), Some("sluice-flusher"));
+    c_thread.join().unwrap();
+    // a power cut right after C's answer: every write before it is there
+    let img = sim.crash_image(Loss::DropAll, 11);
+    media.armed.store(false, Ordering::Release);
+    drop(vol);
+    let v2 = Volume::open(
+        Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>,
+        &opts(),
+    )
+    .unwrap();
+    assert!(read(&v2, 1) == block(2)[..], "T's flushed write lost");
+    assert!(read(&v2, 2) == block(3)[..], "C's flushed write lost");
+    for (lba, seed) in [(100u64, 10u8), (400, 20)] {
+        for i in [0u64, 254, 299] {
+            assert!(
+                read(&v2, lba + i) == block(seed.wrapping_add(i as u8))[..],
+                "block {} of a flushed write lost",
+                lba + i
+            );
+        }
+    }
+}

@@ -1026,15 +1026,15 @@ impl Commit {
     /// covers them too instead of that FLUSH waiting for this flush and then
     /// starting one of its own. Alone (nothing announced beyond what is
     /// written: QD1) it does not wait at all. Returns with the lock held;
-    /// the caller checks everything again. Only a delay: what the flush then
+    /// the caller checks everything again (true: it waited). Only a delay: what the flush then
     /// covers is still read after the wait (`written_through`, `log_written`).
-    fn company_wait(&self, p: &mut parking_lot::MutexGuard<'_, Progress>) {
+    fn company_wait(&self, p: &mut parking_lot::MutexGuard<'_, Progress>) -> bool {
         let chunks = p.announced > p.written_through;
         let records = p.announced_log > p.log_written;
         // MUTANT: company-wait-alone s|let alone = !chunks && !records;|let alone = false;|
         let alone = !chunks && !records;
         if alone || p.flush_ns == 0 {
-            return;
+            return false;
         }
         let budget = std::time::Duration::from_nanos(p.flush_ns * COMPANY_WAIT_PCT / 100);
         let deadline = std::time::Instant::now() + budget.min(COMPANY_WAIT_MAX);
@@ -1054,6 +1054,7 @@ impl Commit {
                 break;
             }
         }
+        true
     }
 
     /// Group commit: return once every chunk with seq < target is durable. One
@@ -1068,16 +1069,94 @@ impl Commit {
     /// Ok(false): the chunks are durable but the records never will be (every
     /// log device failed, `log_lost`): the caller must seal instead.
     pub fn flush_covering_log(&self, target: u64, rec_target: u64) -> Result<bool> {
+        // with no answer to leave, it never parks: always Some
+        self.cover(target, rec_target, &mut None)
+            .unwrap_or(Ok(true))
+    }
+
+    /// `flush_covering_log`, answered through `answer` instead of returned.
+    /// Whenever the FLUSH finds a media flush running (or the flusher thread
+    /// at work), on entry or after any wait of its own (for its writes, or
+    /// for company), it parks and this returns at once: the thread that ends
+    /// the flush making it durable answers it, so the caller (an NBD
+    /// connection's reader) neither sleeps nor is woken for it. Else it
+    /// flushes here and answers before returning (alone, QD1: no hand-off).
+    pub fn flush_covering_log_then(&self, target: u64, rec_target: u64, answer: Answer) {
+        let mut answer = Some(answer);
+        if let Some(r) = self.cover(target, rec_target, &mut answer) {
+            if let Some(a) = answer {
+                a(r);
+            }
+        }
+    }
+
+    /// Park the FLUSH whose answer is in `answer` (taken) when a media flush
+    /// runs or the flusher thread is at work: either answers it once a flush
+    /// that began after its writes has ended (`take_answered`), and the
+    /// invariant of `Progress::parked` holds. Its chunks and records need
+    /// not be written yet: the threads writing them wait for them, and the
+    /// flusher waits for them to be written before it flushes. `late`: not
+    /// the FLUSH's first look in `cover` (counted apart).
+    fn park(
+        &self,
+        p: &mut Progress,
+        target: u64,
+        rec_target: u64,
+        answer: &mut Option<Answer>,
+        late: bool,
+    ) -> bool {
+        let company = p.flushing > 0 || p.flusher_busy;
+        if answer.is_none()
+            || !company
+            || !self.parking.load(Ordering::Acquire)
+            || p.failed.is_some()
+            || self.log_lost()
+        {
+            return false;
+        }
+        let Some(answer) = answer.take() else {
+            return false;
+        };
+        p.parked.push(Parked {
+            target,
+            rec_target,
+            answer,
+        });
+        Counters::add(&self.counters.flushes_parked, 1);
+        if late {
+            Counters::add(&self.counters.flushes_parked_late, 1);
+        }
+        true
+    }
+
+    /// The group commit of `flush_covering_log`, parking the FLUSH (`park`)
+    /// instead of sleeping when `answer` holds one and a flush runs: None
+    /// when parked, else the result (`answer` left in place).
+    fn cover(
+        &self,
+        target: u64,
+        rec_target: u64,
+        answer: &mut Option<Answer>,
+    ) -> Option<Result<bool>> {
         let mut p = self.progress.lock();
         let mut waited = false;
+        // not the FLUSH's first look: it slept here (for writes, company or
+        // a flush) or ran a flush that did not cover it
+        let mut late = false;
         loop {
             if let Some(f) = &p.failed {
-                return Err(Error::Failed(f.clone()));
+                return Some(Err(Error::Failed(f.clone())));
             }
             let lost = self.log_lost() && p.log_durable < rec_target;
             // MUTANT: flush-before-record s|p.log_durable >= rec_target|true|
             if p.durable >= target && (p.log_durable >= rec_target || lost) {
-                return Ok(!lost);
+                return Some(Ok(!lost));
+            }
+            // a flush running (or the flusher busy) answers it: no sleep here,
+            // whether this is its first look or a flush began while it slept
+            // MUTANT: flush-parks-only-on-entry s|if self.park(&mut p, target, rec_target, answer, late) {|if !late && self.park(&mut p, target, rec_target, answer, late) {|
+            if self.park(&mut p, target, rec_target, answer, late) {
+                return None;
             }
             if p.written_through < target || (p.log_written < rec_target && !lost) {
                 if p.written_through < target {
@@ -1087,6 +1166,7 @@ impl Commit {
                     p.wake_log = p.wake_log.min(rec_target);
                 }
                 self.progress_cv.wait(&mut p);
+                late = true;
                 continue;
             }
             // several flushes at once only on a media that overlaps them
@@ -1100,12 +1180,13 @@ impl Commit {
                 // a flush in progress covers this target, or as many run
                 // as the media takes: each wakes everyone when it ends
                 self.flush_cv.wait(&mut p);
+                late = true;
                 continue;
             }
             if !waited {
                 // once per call: then flush whatever has come
                 waited = true;
-                self.company_wait(&mut p);
+                late |= self.company_wait(&mut p);
                 continue;
             }
             p.flushing += 1;
@@ -1135,7 +1216,7 @@ impl Commit {
                         p.flushing -= 1;
                         drop(p);
                         self.wake_all();
-                        return Err(e);
+                        return Some(Err(e));
                     }
                 },
                 false => r.is_ok(),
@@ -1160,7 +1241,7 @@ impl Commit {
                 }
                 Err(e) => {
                     drop(p);
-                    return Err(self.fail("media flush", &e));
+                    return Some(Err(self.fail("media flush", &e)));
                 }
             }
             self.flush_cv.notify_all();
@@ -1174,40 +1255,8 @@ impl Commit {
                 answer_all(answers);
                 p = self.progress.lock();
             }
+            late = true;
         }
-    }
-
-    /// `flush_covering_log`, answered through `answer` instead of returned.
-    /// When a media flush is already running (or the flusher thread is at
-    /// work), the FLUSH parks and this
-    /// returns at once: the thread that ends the flush making it durable
-    /// answers it, so the caller (an NBD connection's reader) neither sleeps
-    /// nor is woken for it. Else it runs `flush_covering_log` here and
-    /// answers before returning (alone, QD1: no hand-off at all).
-    pub fn flush_covering_log_then(&self, target: u64, rec_target: u64, answer: Answer) {
-        {
-            let mut p = self.progress.lock();
-            let durable = p.durable >= target && p.log_durable >= rec_target;
-            let company = p.flushing > 0 || p.flusher_busy;
-            // (its chunks and records need not be written yet: they are
-            // being written by threads that then wait for them, and the
-            // flusher waits for them to be written before it flushes)
-            if self.parking.load(Ordering::Acquire)
-                && !durable
-                && company
-                && p.failed.is_none()
-                && !self.log_lost()
-            {
-                p.parked.push(Parked {
-                    target,
-                    rec_target,
-                    answer,
-                });
-                Counters::add(&self.counters.flushes_parked, 1);
-                return;
-            }
-        }
-        answer(self.flush_covering_log(target, rec_target));
     }
 
     /// Take the parked FLUSHes that can be answered now: durable (a media

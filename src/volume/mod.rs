@@ -2204,6 +2204,7 @@ impl Shared {
             log_flushes: 0,
             group_commit_waits: 0,
             flushes_parked: 0,
+            flushes_parked_late: 0,
             streamed_blocks: 0,
             streamed_copied_blocks: 0,
             log_device_errors: 0,

@@ -84,6 +84,9 @@ pub(crate) struct ParkedTally {
     pub by_other: u64,
     /// `flushes_parked` of the record runs' volumes.
     pub parked_counter: u64,
+    /// Of those, parked only after a wait of their own in the group commit
+    /// (`flushes_parked_late`: a flush began while they waited).
+    pub parked_late: u64,
     /// Crash points right after a parked FLUSH's answer.
     pub answer_points: u64,
     /// Requests refused with `Error::NoSpace` (the client stopped there, as
@@ -320,6 +323,7 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let parked_counter = vol.stats().flushes_parked;
+    let parked_late = vol.stats().flushes_parked_late;
     drop(vol);
     media.hold_flushes(0);
     let logs = logs
@@ -406,6 +410,7 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
     pt.by_own_later += n_own;
     pt.by_other += n_other;
     pt.parked_counter += parked_counter;
+    pt.parked_late += parked_late;
     let o = Oracle::new(sh.blocks, ops, clients);
 
     // the crash points: after parked FLUSHes' answers, then a stride
