@@ -829,10 +829,6 @@ apply_barrier_every_victim() {
   # at 4 pending and after every clean-ahead): the batch test counts them
   marker barrier-every-victim
 }
-apply_note_write_dropped() {
-  # a host write is not noted: idle GC measures idle time across writes
-  marker note-write-dropped
-}
 apply_staged_plan_ignores_close() {
   marker staged-plan-ignores-close
 }
@@ -1070,7 +1066,6 @@ run direct-run-not-reset compression
 run placed-record-without-places-ends-quietly intent_log
 run pace-prepaid-free lib
 run barrier-every-victim lib:volume::housekeeper::tests
-run note-write-dropped lib:volume::housekeeper::tests
 run wake-without-chain lib:volume::commit::tests
 run baton-kept lib:volume::commit::tests
 run hk-shares-request-condvar lib:volume::commit::tests

@@ -207,16 +207,6 @@ impl Map {
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
-    /// Addresses of the slot table and of the high bytes (0 when narrow),
-    /// for prefetch hints only (`volume::hint`): never dereferenced there.
-    pub fn table_addrs(&self) -> (usize, usize) {
-        let hi = if self.hi.is_empty() {
-            0
-        } else {
-            self.hi.as_ptr() as usize
-        };
-        (self.slots.as_ptr() as usize, hi)
-    }
     /// Whether values are 5 bytes (a compressed volume).
     #[inline]
     pub fn is_wide(&self) -> bool {

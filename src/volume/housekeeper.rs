@@ -37,7 +37,7 @@ use crate::media::AlignedBuf;
 use crate::segments::SegState;
 use crate::stats::Counters;
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -128,13 +128,8 @@ pub(in crate::volume) struct Housekeeper {
     pub reserve: u32,
     segment_blocks: u32,
     pub checkpoint_interval: u64,
-    /// When a round last found `wrote` set (ms since `started`), for idle
-    /// GC: at or after the last host write, so the idle time a round
-    /// measures is never longer than the true one.
+    /// When the last host write was accepted (ms since `started`), for idle GC.
     last_write_ms: AtomicU64,
-    /// A host write was accepted since a round last looked (`note_write`):
-    /// a flag, not a clock read per write (issue 22).
-    wrote: AtomicBool,
     started: Instant,
     /// A background housekeeper thread runs (else request threads do its work inline).
     threaded: bool,
@@ -170,7 +165,6 @@ impl Housekeeper {
             segment_blocks,
             checkpoint_interval,
             last_write_ms: AtomicU64::new(0),
-            wrote: AtomicBool::new(false),
             started: Instant::now(),
             threaded,
             victim_buf: Mutex::new(None),
@@ -208,23 +202,9 @@ impl Housekeeper {
         self.wake.lock().stop
     }
 
-    /// A host write was accepted. Request threads only read the flag's line
-    /// while it is set (no store, no clock read per write); the next round
-    /// clears it and takes the time (`round`).
     pub fn note_write(&self) {
-        if !self.wrote.load(Ordering::Relaxed) {
-            // MUTANT: note-write-dropped s|self.wrote.store(true, Ordering::Relaxed);|{}|
-            self.wrote.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Milliseconds since the last round that found a host write noted, at
-    /// `now_ms`: a write noted since is stamped now first.
-    fn idle_ms(&self, now_ms: u64) -> u64 {
-        if self.wrote.swap(false, Ordering::Relaxed) {
-            self.last_write_ms.store(now_ms, Ordering::Relaxed);
-        }
-        now_ms.saturating_sub(self.last_write_ms.load(Ordering::Relaxed))
+        self.last_write_ms
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     /// Measured rate (blocks/s) at which GC frees space; updated by the
@@ -523,9 +503,8 @@ impl Shared {
         // After a second without writes, clean further ahead so the next burst
         // finds free segments instead of waiting for GC.
         let ahead = self.hk.clean_mark;
-        let idle_ms = self
-            .hk
-            .idle_ms(self.hk.started.elapsed().as_millis() as u64);
+        let idle_ms = (self.hk.started.elapsed().as_millis() as u64)
+            .saturating_sub(self.hk.last_write_ms.load(Ordering::Relaxed));
         let want = if idle_ahead && idle_ms >= 1000 {
             (self.geo.segment_count / 8).max(ahead)
         } else {
@@ -1074,21 +1053,5 @@ mod tests {
             hk.next_slot_ns.load(Ordering::Relaxed),
             1_001_000 + (1 + PACE_PREPAY_MAX) * 10
         );
-    }
-
-    /// Idle GC never sees a longer idle time than the true one: a write
-    /// noted since the last round counts as written at this round
-    /// (mutation `note-write-dropped`).
-    #[test]
-    fn a_noted_write_restarts_the_idle_time() {
-        let hk = Housekeeper::new(2, 8, 256, 1 << 30, true);
-        assert_eq!(hk.idle_ms(5_000), 5_000, "no write since the mount");
-        hk.note_write();
-        assert_eq!(hk.idle_ms(6_000), 0, "a write was noted before this round");
-        assert_eq!(hk.idle_ms(7_500), 1_500);
-        hk.note_write();
-        hk.note_write();
-        assert_eq!(hk.idle_ms(8_000), 0);
-        assert_eq!(hk.idle_ms(8_999), 999);
     }
 }

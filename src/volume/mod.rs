@@ -21,7 +21,6 @@
 mod commit;
 mod core;
 mod gcread;
-mod hint;
 mod housekeeper;
 mod intent;
 mod logdev;
@@ -595,9 +594,6 @@ pub(crate) struct Shared {
     flush_mark: std::sync::atomic::AtomicU64,
     /// Buffers for the packed blocks of fragment reads (read.rs).
     packed_bufs: read::PackedBufs,
-    /// Where the map's and the write clocks' entries lie, to prefetch a
-    /// request's before the engine lock (hint.rs).
-    hint: hint::SlotHint,
 }
 
 pub struct Volume {
@@ -1022,7 +1018,6 @@ impl Volume {
             opts,
         ));
         let threaded = opts.background && !opts.read_only;
-        let hint = hint::SlotHint::of(&core);
         let sh = Arc::new(Shared {
             store,
             geo,
@@ -1046,7 +1041,6 @@ impl Volume {
             stream_places: opts.store.is_none() && opts.stripe_set.is_none(),
             flush_mark: std::sync::atomic::AtomicU64::new(0),
             packed_bufs: read::PackedBufs::new(),
-            hint,
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;
@@ -1653,14 +1647,6 @@ impl Shared {
             let mut out = Vec::new();
             let start = i;
             let end = (i + per_lock).min(n);
-            // the lines the records will touch under the lock come in
-            // while `prepare` checksums (hint.rs)
-            let mut last = u64::MAX;
-            for k in i..end {
-                let lba = recs.lba(lba0, k);
-                self.hint.prefetch(lba, last);
-                last = lba;
-            }
             recs.prepare(i, end);
             let (need_space, level, headroom, log_bytes, pack_due) = {
                 let mut c = self.core.lock();
