@@ -4,14 +4,22 @@
 # misses, same volume, same run. Not a test: prints IOPS and fio's mean and
 # p99 completion latency of each, and the miss/hit ratio.
 #
-#   hit:  `serve --store ... --cache-segments 1000000`: every uploaded
-#         segment's staging copy is kept, every read is a local read;
-#   miss: the same cache dir served with `--cache-segments 0`: every read of
-#         an uploaded segment is one ranged GET (staging copies ignored).
+#   hit:  `serve --store ... --cache-segments 1000000`, read by the same
+#         server that filled the volume: every segment's staging copy is
+#         kept, every read is a local read (a restart starts with an empty
+#         cache: an uploaded segment's staging copy is not trusted after a
+#         restart, docs/objects.md §5.7);
+#   miss: the same cache dir served again with `--cache-segments 0`: every
+#         read of an uploaded segment is one ranged GET.
 #
 # Usage: scripts/bench-objects-reads.sh
 # Env:   RUNTIME=15 (s per run)  SIZE_MB=256 (export)  DIR=/var/tmp/sluice-objreads
 #        S3_PORT=27400  SLUICE=target/release/sluice
+#        RADOS_CONF=DIR/ceph.conf: the volume in rados://${RADOS_POOL:-sluice}
+#        instead (a running scripts/ceph-cluster.sh; SLUICE a --features
+#        rados build), no SeaweedFS
+# After each run: the GETs the server made and fio's reads (a miss run
+# should show one GET per read: a cache miss is one ranged read).
 set -euo pipefail
 
 RUNTIME=${RUNTIME:-15}
@@ -39,14 +47,20 @@ stop_server() {
 }
 cleanup() {
     stop_server
-    "$here/s3-server.sh" stop "$WORK/s3" >/dev/null 2>&1 || true
+    [ -n "${RADOS_CONF:-}" ] || "$here/s3-server.sh" stop "$WORK/s3" >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-"$here/s3-server.sh" start "$WORK/s3" "$S3_PORT" >/dev/null
-export AWS_ACCESS_KEY_ID=sluice-bench AWS_SECRET_ACCESS_KEY=sluice-bench AWS_REGION=us-east-1
-STORE=(--store "s3://sluice/reads-$$" --endpoint "http://127.0.0.1:$S3_PORT" --cache-dir "$WORK/cache")
+if [ -n "${RADOS_CONF:-}" ]; then
+    STORE=(--store "rados://${RADOS_POOL:-sluice}/reads-$$" --ceph-conf "$RADOS_CONF" --cache-dir "$WORK/cache")
+    WHERE="RADOS pool ${RADOS_POOL:-sluice} ($RADOS_CONF)"
+else
+    "$here/s3-server.sh" start "$WORK/s3" "$S3_PORT" >/dev/null
+    export AWS_ACCESS_KEY_ID=sluice-bench AWS_SECRET_ACCESS_KEY=sluice-bench AWS_REGION=us-east-1
+    STORE=(--store "s3://sluice/reads-$$" --endpoint "http://127.0.0.1:$S3_PORT" --cache-dir "$WORK/cache")
+    WHERE="SeaweedFS on 127.0.0.1:$S3_PORT"
+fi
 "$SLUICE" create "${STORE[@]}" --size "${SIZE_MB}M" >/dev/null
 
 serve() {
@@ -58,31 +72,36 @@ serve() {
 }
 URI="nbd+unix:///?socket=$SOCK"
 
-# fill every block once (1 MiB sequential writes), then stop: a clean stop
-# waits for the uploads
+# fill every block once (1 MiB sequential writes); the hit run reads
+# through the same server (its cache holds every segment)
 serve 1000000
 fio --name=fill --ioengine=nbd --uri="$URI" --size="$(nbdinfo --size "$URI")" \
     --rw=write --bs=1M --iodepth=8 --refill_buffers >/dev/null
-stop_server
 
 run() {
-    serve "$1"
+    [ -n "$SERVER_PID" ] || serve "$1"
     fio --name=rr --ioengine=nbd --uri="$URI" --size="$(nbdinfo --size "$URI")" \
         --rw=randread --bs=4k --iodepth=1 --time_based --runtime="$RUNTIME" \
         --output-format=json >"$WORK/$2.json"
     stop_server
-    python3 - "$WORK/$2.json" "$2" <<'EOF'
-import json, sys
+    python3 - "$WORK/$2.json" "$2" "$WORK/serve.log" <<'EOF'
+import json, re, sys
 t = open(sys.argv[1]).read()
 j = json.loads(t[t.index("{"):])["jobs"][0]["read"]
 c = j["clat_ns"]
 p99 = c.get("percentile", {}).get("99.000000", 0)
-print(f"{sys.argv[2]:5} {j['iops']:9.0f} IOPS  mean {c['mean']/1000:8.0f} us  p99 {p99/1000:8.0f} us")
+# this serve's stop line (the last in the log): its GETs
+gets = re.findall(r"objects: .*?, (\d+) GET\(s\)", open(sys.argv[3], errors="replace").read())
+g = gets[-1] if gets else "?"
+print(f"{sys.argv[2]:5} {j['iops']:9.0f} IOPS  mean {c['mean']/1000:8.0f} us  p99 {p99/1000:8.0f} us  {j['total_ios']} reads, {g} GETs")
 EOF
 }
-echo "(4 KiB random reads, QD1, ${RUNTIME}s each, ${SIZE_MB} MiB export, segments in SeaweedFS on 127.0.0.1:$S3_PORT)"
-hit=$(run 1000000 hit)
-miss=$(run 0 miss)
+echo "(4 KiB random reads, QD1, ${RUNTIME}s each, ${SIZE_MB} MiB export, segments in $WHERE)"
+# (not in $(...): the server started or stopped must be this shell's)
+run 1000000 hit >"$WORK/hit.line"
+run 0 miss >"$WORK/miss.line"
+hit=$(cat "$WORK/hit.line")
+miss=$(cat "$WORK/miss.line")
 echo "$hit"
 echo "$miss"
 python3 - "$hit" "$miss" <<'EOF'

@@ -775,6 +775,12 @@ apply_mutation_without_lease_check() {
 # a live superseded writer neither fenced by the taker nor checking its
 # lease: the SeaweedFS test of two live processes must see A answer FLUSHes
 # the taker never gets
+apply_ring_default_off() {
+  marker ring-default-off
+}
+apply_cache_bound_ignored() {
+  marker cache-bound-ignored
+}
 apply_superseded_writer_unfenced() {
   marker fence-skipped && marker lease-check-always-ok
 }
@@ -828,6 +834,9 @@ apply_barrier_every_victim() {
   # a reuse barrier whenever a segment is pending (main's rule was close:
   # at 4 pending and after every clean-ahead): the batch test counts them
   marker barrier-every-victim
+}
+apply_gc_class_no_fallback() {
+  marker gc-class-no-fallback
 }
 apply_staged_plan_ignores_close() {
   marker staged-plan-ignores-close
@@ -1039,6 +1048,8 @@ run objlog-record-crc-unchecked lib:format::objlog objects_crash
 run lease-check-always-ok lib
 run mutation-without-lease-check lib
 run superseded-writer-unfenced objects_volume
+run ring-default-off objects_volume
+run cache-bound-ignored lib:objseg::tests::gc_victims
 run objckpt-reserved-unchecked format_fuzz_smoke
 run rados-create-not-exclusive objects_rados
 run damaged-head-never-falls-back superblock_ends
@@ -1058,6 +1069,7 @@ run gc-drops-live-fragment compression
 run place-unconditional lib
 run prune-past-unwritten-chunk lib
 run staged-plan-ignores-close lib
+run gc-class-no-fallback lib
 run gc-fragments-in-record-order compression
 run tune-off-ignored compression
 run direct-never-set compression

@@ -237,11 +237,16 @@ fn a_volume_in_s3_reads_back_after_close_and_through_ranged_gets() {
     m.vol.close().unwrap();
     drop(m);
     // the staging area holds no uploaded segment: the file is mostly holes
+    // (beside the intent log ring `create --store` makes by default, 16 MiB
+    // at most, written where records went)
     let alloc = {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(dir.join("volume")).unwrap().blocks() * 512
     };
-    assert!(alloc < 12 << 20, "staging kept {alloc} bytes");
+    assert!(
+        alloc < (12 << 20) + sluice::DEFAULT_INTENT_LOG_BYTES,
+        "staging kept {alloc} bytes"
+    );
     // a fresh mount holds no chunk image in memory: with cache 0 every
     // block in an uploaded segment is a ranged GET
     let m = mount(&w, "v1", &dir, 0).unwrap();
@@ -1018,4 +1023,85 @@ fn a_live_superseded_writer_fails_its_flushes_and_the_taker_holds_every_acknowle
     stop(server_b);
     let info = ok(w.sluice(&["info"], "v5", &host_b).output().unwrap());
     assert!(info.contains("newest checkpoint object ckpt/"), "{info}");
+}
+
+/// `create --store` makes the intent log ring unless `--no-intent-log`
+/// (docs/objects.md §4.9); the store-durable mode never has one; `info`
+/// says which. `serve` keeps what the volume's format records (a volume
+/// made without the ring stays without it) and says how large its cache
+/// is (`--cache-segments auto`, the default: §5.7).
+#[test]
+fn create_on_a_store_makes_the_intent_log_unless_told_not_to() {
+    let Some(w) = Weed::start("create --store: the intent log by default") else {
+        return;
+    };
+    let info = |prefix: &str, dir: &Path| ok(w.sluice(&["info"], prefix, dir).output().unwrap());
+    let ring = "intent log    16.0 MiB ring";
+    let none = "intent log    none";
+    let make = |prefix: &str, extra: &[&str]| {
+        let dir = w.dir.path().join(prefix);
+        let mut args = vec!["create", "--size", "32M"];
+        args.extend_from_slice(extra);
+        ok(w.sluice(&args, prefix, &dir).output().unwrap());
+        let i = info(prefix, &dir);
+        (dir, i)
+    };
+    let (_, i) = make("d1", &[]);
+    assert!(i.contains(ring), "the default made no ring:\n{i}");
+    let (d2, i) = make("d2", &["--no-intent-log"]);
+    assert!(i.contains(none), "--no-intent-log made a ring:\n{i}");
+    let (_, i) = make("d3", &["--flush-to", "store"]);
+    assert!(i.contains(none), "the store-durable mode made a ring:\n{i}");
+    // both given: refused before anything is made
+    let d4 = w.dir.path().join("d4");
+    let out = w
+        .sluice(
+            &["create", "--size", "32M", "--intent-log", "--no-intent-log"],
+            "d4",
+            &d4,
+        )
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "--intent-log with --no-intent-log accepted"
+    );
+    assert!(!d4.join("volume").exists());
+    // a cache size that is neither a number nor auto: refused
+    let out = w
+        .sluice(
+            &["create", "--size", "32M", "--cache-segments", "lots"],
+            "d5",
+            &w.dir.path().join("d5"),
+        )
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "--cache-segments lots accepted");
+    // the volume without a ring, served by this build: still none, and
+    // the server says how it sized its cache
+    let sock = w.dir.path().join("d2.sock");
+    let mut child = Reap(
+        w.sluice(&["serve"], "d2", &d2)
+            .arg("--socket")
+            .arg(&sock)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(!line.is_empty(), "serve did not start");
+    let err = stop(child);
+    assert!(
+        err.contains("s3://sluice/d2: cache: ") && err.contains("(auto: "),
+        "serve did not say how it sized its cache:\n{err}"
+    );
+    let i = info("d2", &d2);
+    assert!(
+        i.contains(none),
+        "serve gave a volume made without a ring one:\n{i}"
+    );
 }

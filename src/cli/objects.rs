@@ -58,7 +58,7 @@ pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
         let st = s.stats();
         let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         say!(
-            "sluice: {name}: objects: {} segment object(s) put ({:.1} MiB of them written by the volume), {} checkpoint object(s) ({:.1} MiB), {} delete(s) ({:.1} MiB), {} GET(s) ({:.1} MiB), {} upload retries",
+            "sluice: {name}: objects: {} segment object(s) put ({:.1} MiB of them written by the volume), {} checkpoint object(s) ({:.1} MiB), {} delete(s) ({:.1} MiB), {} GET(s) ({:.1} MiB), {} upload retries, GC victims {} from the cache and {} from the store",
             n(&st.uploaded_objects),
             mib(n(&st.uploaded_written_bytes)),
             n(&st.checkpoints_stored),
@@ -68,6 +68,8 @@ pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
             n(&st.gets),
             mib(n(&st.get_bytes)),
             n(&st.upload_retries),
+            n(&st.gc_victims_cached),
+            n(&st.gc_victims_fetched),
         );
         if let Some(l) = s.flush_log() {
             let n = l.stats.objects_put.load(Ordering::Relaxed);
@@ -126,9 +128,14 @@ pub struct StoreArgs {
     #[arg(long, requires = "store")]
     pub takeover: bool,
     /// Uploaded segments kept in the cache directory for reads (each one
-    /// segment of space); beyond, a read is a ranged GET.
-    #[arg(long, requires = "store", default_value_t = 64)]
-    pub cache_segments: usize,
+    /// segment of space); beyond, a read is a ranged GET. `auto` (the
+    /// default): every segment when the cache directory's file system can
+    /// hold the whole segment area and still keep 1 GiB and 5% of itself
+    /// free, else 64. A cache that holds the volume keeps GC's victims
+    /// local: oldest-first eviction punches exactly the segments GC picks
+    /// next (docs/objects.md §5.7).
+    #[arg(long, requires = "store", default_value = "auto", value_parser = parse_cache_segments)]
+    pub cache_segments: CacheSegments,
     /// Segment uploads in flight at once.
     #[arg(long, requires = "store", default_value_t = 2)]
     pub uploads: usize,
@@ -152,6 +159,72 @@ pub struct StoreArgs {
     /// host loses nothing acknowledged). docs/objects.md §5.4.
     #[arg(long, requires = "store", value_enum)]
     pub flush_to: Option<FlushTo>,
+}
+
+/// `--cache-segments`: a number, or `auto`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheSegments {
+    #[default]
+    Auto,
+    Count(usize),
+}
+
+/// What `auto` keeps when the volume does not fit (the old default).
+pub const CACHE_SEGMENTS_FALLBACK: usize = 64;
+
+fn parse_cache_segments(s: &str) -> Result<CacheSegments, String> {
+    match s {
+        "auto" => Ok(CacheSegments::Auto),
+        n => n
+            .parse()
+            .map(CacheSegments::Count)
+            .map_err(|_| format!("{s:?}: give a number of segments or `auto`")),
+    }
+}
+
+/// Bytes the cache file `vol` may still grow by (its sparse holes), and
+/// the free and total bytes of the file system holding it.
+fn cache_room(vol: &Path) -> Option<(u64, u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(vol).ok()?;
+    let holes = m.len().saturating_sub(m.blocks() * 512);
+    let dir = vol.parent()?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid NUL-terminated path and st a valid out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let f = st.f_frsize as u64;
+    Some((holes, st.f_bavail as u64 * f, st.f_blocks as u64 * f))
+}
+
+/// `auto`: every segment when the holes of the cache file fit with 1 GiB
+/// and 5% of the file system to spare; the decision and why, for the log.
+pub fn cache_auto(vol: &Path) -> (usize, String) {
+    match cache_room(vol) {
+        Some((holes, free, total)) if free >= holes + (1u64 << 30).max(total / 20) => (
+            usize::MAX,
+            format!(
+                "every segment (auto: the cache file may grow by {} MiB, its file system has {} MiB free)",
+                holes >> 20,
+                free >> 20
+            ),
+        ),
+        Some((holes, free, _)) => (
+            CACHE_SEGMENTS_FALLBACK,
+            format!(
+                "{CACHE_SEGMENTS_FALLBACK} segments (auto: the cache file may grow by {} MiB, more than its file system's {} MiB free leaves to spare)",
+                holes >> 20,
+                free >> 20
+            ),
+        ),
+        None => (
+            CACHE_SEGMENTS_FALLBACK,
+            format!("{CACHE_SEGMENTS_FALLBACK} segments (auto: the cache file system's free space unknown)"),
+        ),
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,14 +298,30 @@ impl StoreArgs {
         )
     }
 
+    /// The cache's size in segments, and how it was chosen.
+    fn cache_segments(&self) -> (usize, String) {
+        match (self.cache_segments, self.dir()) {
+            (CacheSegments::Count(n), _) => (n, format!("{n} segments (--cache-segments)")),
+            (CacheSegments::Auto, Ok(d)) => cache_auto(&d.join("volume")),
+            (CacheSegments::Auto, Err(_)) => (CACHE_SEGMENTS_FALLBACK, String::new()),
+        }
+    }
+
     fn opts(&self) -> ObjSegOptions {
         ObjSegOptions {
             uploads: self.uploads.max(1),
-            cache_segments: self.cache_segments,
+            cache_segments: self.cache_segments().0,
             staging_max: self.staging_max,
             staging_wait: std::time::Duration::from_secs(self.staging_wait),
             ..ObjSegOptions::default()
         }
+    }
+
+    /// `create`: a volume in a store in the local-log mode gets the intent
+    /// log ring unless `--no-intent-log` (docs/objects.md §4.9).
+    pub fn ring_by_default(&self) -> bool {
+        // MUTANT: ring-default-off s|self.store.is_some() && self|false && self|
+        self.store.is_some() && self.flush_to != Some(FlushTo::Store)
     }
 
     /// `create`: make the cache directory (it must not hold a volume).
@@ -351,6 +440,11 @@ impl StoreArgs {
         for n in &rep.notes {
             say!("sluice: {}: {n}", self.store.as_deref().unwrap_or_default());
         }
+        say!(
+            "sluice: {}: cache: {}",
+            self.store.as_deref().unwrap_or_default(),
+            self.cache_segments().1
+        );
         if let Some(f) = self.flush_to {
             if (f == FlushTo::Store) != s.flush_log().is_some() {
                 bail!(

@@ -506,6 +506,8 @@ fn open_volume(
             force: false,
             preallocate: false,
             intent_log: false,
+            // create's default: the ring on a store volume in local-log mode
+            no_intent_log: false,
             log_devices: Vec::new(),
             objects: a.objects.clone(),
             compress: Default::default(),

@@ -340,7 +340,7 @@ pub mod objects {
             return;
         }
         type Get = fn(&ObjSegStore) -> f64;
-        let series: [(&str, &str, &str, Get); 14] = [
+        let series: [(&str, &str, &str, Get); 16] = [
             ("sluice_objects_uploads_in_flight", "gauge", "Segment uploads running now.", |s| s.stats().uploads_in_flight.load(Relaxed) as f64),
             ("sluice_objects_uploads_pending", "gauge", "Full segments waiting for (or in) their upload: their staging copy is their only copy.", |s| s.uploads_pending() as f64),
             ("sluice_objects_uploaded_total", "counter", "Segment objects stored.", |s| s.stats().uploaded_objects.load(Relaxed) as f64),
@@ -352,6 +352,8 @@ pub mod objects {
             ("sluice_objects_get_bytes_total", "counter", "Bytes read with ranged GETs.", |s| s.stats().get_bytes.load(Relaxed) as f64),
             ("sluice_objects_get_seconds_total", "counter", "Time spent in ranged GETs (divide by sluice_objects_get_total for the mean latency).", |s| s.stats().get_us.load(Relaxed) as f64 / 1e6),
             ("sluice_objects_cache_reads_total", "counter", "Segment reads served by the staging file / cache (hits).", |s| s.stats().local_reads.load(Relaxed) as f64),
+            ("sluice_objects_gc_victims_cached_total", "counter", "GC victims read from the cache (their staging copy kept).", |s| s.stats().gc_victims_cached.load(Relaxed) as f64),
+            ("sluice_objects_gc_victims_fetched_total", "counter", "GC victims read from the store (one whole-object GET each).", |s| s.stats().gc_victims_fetched.load(Relaxed) as f64),
             ("sluice_objects_staging_max", "gauge", "The bound on full segments waiting in staging for their upload (--staging-max; 0: none).", |s| s.staging_bound().0 as f64),
             ("sluice_objects_staging_waits_total", "counter", "Writes that waited for room in staging (the bound reached: the store down or slow).", |s| s.stats().staging_waits.load(Relaxed) as f64),
             ("sluice_objects_staging_full_total", "counter", "Writes refused after --staging-wait without room in staging (the volume stopped).", |s| s.stats().staging_full.load(Relaxed) as f64),

@@ -130,6 +130,11 @@ pub struct ObjStats {
     pub get_us: AtomicU64,
     /// Reads served by the staging file / cache.
     pub local_reads: AtomicU64,
+    /// GC victims (the engine asks `gc_read_cost_blocks` once before it
+    /// reads one) whose staging copy was there: read locally.
+    pub gc_victims_cached: AtomicU64,
+    /// GC victims only in the store: read with one whole-object GET.
+    pub gc_victims_fetched: AtomicU64,
     /// Checkpoint objects stored (`ckpt.rs`).
     pub checkpoints_stored: AtomicU64,
     /// Their bytes.
@@ -1204,6 +1209,7 @@ impl Inner {
         loop {
             let (seg, life) = {
                 let mut st = self.state.lock();
+                // MUTANT: cache-bound-ignored s|st.cached.len() <= self.opts.cache_segments|st.cached.is_empty()|
                 if st.cached.len() <= self.opts.cache_segments {
                     return;
                 }
@@ -1411,7 +1417,17 @@ impl SegmentStore for ObjSegStore {
     }
     fn gc_read_cost_blocks(&self, seg: u32) -> u32 {
         let i = &self.inner;
-        let local = seg >= i.geo.segment_count || i.state.lock().slots[seg as usize].local;
+        if seg >= i.geo.segment_count {
+            return i.local.gc_read_cost_blocks(seg);
+        }
+        let local = i.state.lock().slots[seg as usize].local;
+        // the engine asks once per victim, just before reading it: count
+        // where GC's reads go (docs/objects.md §5.7)
+        let n = match local {
+            true => &i.stats.gc_victims_cached,
+            false => &i.stats.gc_victims_fetched,
+        };
+        n.fetch_add(1, Ordering::Relaxed);
         if local {
             i.local.gc_read_cost_blocks(seg)
         } else {

@@ -507,3 +507,68 @@ fn a_write_past_the_staging_bound_waits_for_uploads_and_goes_on_when_the_store_r
     }
     assert_eq!(s.stats().staging_full.load(Ordering::Relaxed), 0);
 }
+
+/// GC's victims come from the cache when it holds the volume
+/// (docs/objects.md §5.7): the same writes over a cache of every segment
+/// and over none; GC reads each victim locally in the first (no GET at
+/// all), with one whole-object GET each in the second, and the counters
+/// say which. Every block reads back in both.
+#[test]
+fn gc_victims_are_read_from_a_cache_that_holds_the_volume() {
+    for cache in [usize::MAX, 0] {
+        let r = Rig::new();
+        let place = Place {
+            opts: ObjSegOptions {
+                uploads: 0,
+                ..opts(cache)
+            },
+            ..r.place(cache)
+        };
+        let s = create(r.media.clone(), place, false).unwrap().0;
+        let vol = r.volume(&s);
+        let n = vol.stats().logical_bytes / BS;
+        let mut ver = vec![0u32; n as usize];
+        for pass in 1..=4u32 {
+            for lba in (0..n).step_by(1 + pass as usize % 3) {
+                vol.write(lba * BS, &block(lba, pass), false).unwrap();
+                ver[lba as usize] = pass;
+            }
+            vol.flush().unwrap();
+        }
+        assert!(s.wait_idle(Duration::from_secs(10)));
+        let st = s.stats();
+        let cached = st.gc_victims_cached.load(Ordering::Relaxed);
+        let fetched = st.gc_victims_fetched.load(Ordering::Relaxed);
+        let gets = st.gets.load(Ordering::Relaxed);
+        assert!(
+            st.deleted_objects.load(Ordering::Relaxed) >= 1,
+            "GC never gave a stored slot a new life"
+        );
+        if cache == usize::MAX {
+            assert!(cached > 0, "no GC victim counted");
+            assert_eq!(
+                fetched, 0,
+                "a victim read from the store with every segment cached"
+            );
+            assert_eq!(gets, 0, "a GET with every segment cached");
+        } else {
+            assert!(
+                fetched > 0,
+                "no GC victim read from the store with no cache"
+            );
+            assert!(gets >= fetched, "{fetched} victims fetched in {gets} GETs");
+        }
+        for lba in 0..n {
+            let mut b = vec![0u8; BLOCK_BYTES];
+            vol.read(lba * BS, &mut b).unwrap();
+            let want = match ver[lba as usize] {
+                0 => vec![0u8; BLOCK_BYTES],
+                v => block(lba, v),
+            };
+            assert!(b == want, "cache {cache}: block {lba}");
+        }
+        vol.close().unwrap();
+        drop(vol);
+        s.close().unwrap();
+    }
+}

@@ -156,6 +156,9 @@ pub struct Core {
     /// promised (`user_spare` empty): 0 while the plan follows `place`
     /// (such a take may dip into the GC reserve, or find none: ENOSPC).
     pub unplanned_takes: u64,
+    /// GC records placed in another class's segment for want of a free
+    /// segment (`append`).
+    pub gc_class_fallbacks: u64,
     /// A compressed volume's user stream looks incompressible: its user
     /// chunks are opened at a final place, as an uncompressed volume's
     /// (no staging, packing or placement), and only sampled after their seal
@@ -223,6 +226,7 @@ impl Core {
             packed_tally: Default::default(),
             user_spare: VecDeque::new(),
             unplanned_takes: 0,
+            gc_class_fallbacks: 0,
             direct: false,
             incompressible_run: 0,
             to_sample: Vec::new(),
@@ -336,6 +340,26 @@ impl Core {
             Stream::Gc => self.gc_slot,
             Stream::User => 0,
         }
+    }
+
+    /// Whether a GC record for `lba` fits `slot` without a free segment:
+    /// its open chunk takes it, or its open segment keeps `room` blocks
+    /// (header included) after that chunk.
+    fn gc_slot_fits(&self, slot: usize, lba: u64, kind: Kind, src: u32, room: u32) -> bool {
+        if let Some(ch) = &self.open[slot] {
+            if ch.has_room(lba, kind, src) {
+                return true;
+            }
+        }
+        let Some(seg) = self.open_seg[slot] else {
+            return false;
+        };
+        let fill = self.segs.segs[seg as usize].fill;
+        let used = match &self.open[slot] {
+            Some(ch) => fill.max(ch.start + 1 + ch.data_blocks() + ch.packed_blocks()),
+            None => fill,
+        };
+        self.seg_blocks().saturating_sub(used) >= room
     }
 
     fn seal_slot(&mut self, slot: usize, durable_seq: u64, out: &mut Vec<Sealed>) {
@@ -1010,7 +1034,31 @@ impl Core {
     ) -> Result<(), NeedSpace> {
         assert!(lba < self.map.len(), "append beyond the volume");
         let old = self.map.get(lba);
-        let slot = self.slot_of(stream, lba);
+        let kind = match what {
+            What::Data(..) | What::Moved(..) => Kind::Data,
+            What::MovedFragment(..) => Kind::Packed,
+            What::Virtual(v) => kind_of(v),
+        };
+        let room = if kind == Kind::Packed { 3 } else { 2 };
+        let mut slot = self.slot_of(stream, lba);
+        // GC output whose class has no room left, with no free segment to
+        // open one: another GC class's open segment takes it. The class is
+        // a placement hint; a victim's live data must be able to leave it
+        // while any GC segment has room, or a volume whose reserve went to
+        // the other classes' open segments can clean nothing and refuses
+        // writes with every victim nearly empty (a 64-block compressed
+        // volume under threaded clients: docs/gc.md "GC classes and the
+        // reserve").
+        // MUTANT: gc-class-no-fallback s|if stream == Stream::Gc|if false && stream == Stream::Gc|
+        if stream == Stream::Gc
+            && self.segs.free.is_empty()
+            && !self.gc_slot_fits(slot, lba, kind, src, room)
+        {
+            if let Some(s) = (GC0..SLOTS).find(|&s| self.gc_slot_fits(s, lba, kind, src, room)) {
+                slot = s;
+                self.gc_class_fallbacks += 1;
+            }
+        }
         if stream == Stream::User {
             if let Some(other) = self.held_by_other_open(old, slot) {
                 self.seal_slot(other, durable_seq, out);
@@ -1029,19 +1077,11 @@ impl Core {
             What::Data(..) | What::Moved(..) | What::MovedFragment(..) => reserve,
             What::Virtual(_) => reserve.min(1),
         };
-        let kind = match what {
-            What::Data(..) | What::Moved(..) => Kind::Data,
-            What::MovedFragment(..) => Kind::Packed,
-            What::Virtual(v) => kind_of(v),
-        };
         loop {
             match &self.open[slot] {
                 Some(ch) if ch.has_room(lba, kind, src) => break,
                 Some(_) => self.seal_slot(slot, durable_seq, out),
-                None => {
-                    let room = if kind == Kind::Packed { 3 } else { 2 };
-                    self.open_chunk(slot, reserve_for, room)?
-                }
+                None => self.open_chunk(slot, reserve_for, room)?,
             }
         }
         let seg_blocks = self.seg_blocks();

@@ -246,7 +246,15 @@ fn client(
             // still candidates; the client stops, as in `threaded_run`)
             let no_space = match common::issue(vol, &op, fua) {
                 Ok(()) => false,
-                Err(sluice::Error::NoSpace) => true,
+                Err(sluice::Error::NoSpace) => {
+                    if std::env::var_os("SLUICE_DST_DUMP_NOSPACE").is_some() {
+                        eprintln!(
+                            "client {c} request {idx} ({op:?}): NoSpace\n{}",
+                            vol.debug_segments()
+                        );
+                    }
+                    true
+                }
                 Err(e) => return Err(format!("client {c} request {idx} ({op:?}) failed: {e}")),
             };
             if !no_space {
