@@ -227,3 +227,105 @@ fn ring_reads_racing_gc_see_only_their_own_blocks() {
         "GC ran under the reads"
     );
 }
+
+/// The connection's reader reaps the read ring's completions itself while it
+/// waits for its socket (docs/nbd.md, "Threads"); before it waits on anything
+/// else it hands that duty to the ring's completion thread. Each step below
+/// leaves a read in flight on the ring while the reader holds the duty, and
+/// fails (the client's read times out) if that read is never reaped:
+/// - two READs at once: the reader must be woken by their completions
+///   (the AIO eventfd) while it waits on its socket;
+/// - 32 READs of 64 KiB at once (512 blocks, the ring holds 255): the reader
+///   waits for room in the ring, so the completion thread must reap;
+/// - a READ, then a WRITE whose payload the client holds back: the READ is
+///   answered (by the completion thread) before the rest of the payload.
+#[test]
+fn ring_reads_are_answered_whatever_the_reader_waits_on() {
+    use sluice::nbd::proto::{self, Request};
+    use std::collections::HashMap;
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let img = patterned_volume(dir.path(), 256);
+    let server = Server::start(dir.path(), &img, "1M", &[]);
+    let mut s = nbd_common::raw_go(&server.sock, std::time::Duration::from_secs(20));
+    let req = |cmd, cookie, block: u64, blocks: u32| {
+        Request {
+            flags: 0,
+            cmd,
+            cookie,
+            offset: block * BS as u64,
+            length: blocks * BS as u32,
+        }
+        .encode()
+    };
+    // replies to `want` (cookie -> payload bytes), in any order
+    let replies = |s: &mut std::os::unix::net::UnixStream, want: &[(u64, usize)]| {
+        let mut got = HashMap::new();
+        while got.len() < want.len() {
+            let mut h = [0u8; 16];
+            s.read_exact(&mut h).unwrap_or_else(|e| {
+                panic!(
+                    "replies {:?} of {want:?}: {e}",
+                    got.keys().collect::<Vec<_>>()
+                )
+            });
+            assert_eq!(&h[0..4], &proto::SIMPLE_REPLY_MAGIC.to_be_bytes());
+            let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
+            assert_eq!(&h[4..8], &[0; 4], "request {cookie} succeeded");
+            let len = want
+                .iter()
+                .find(|w| w.0 == cookie)
+                .expect("a cookie sent")
+                .1;
+            let mut d = vec![0u8; len];
+            s.read_exact(&mut d).unwrap();
+            assert!(got.insert(cookie, d).is_none(), "one reply per request");
+        }
+        got
+    };
+    let blocks = |first: u64, n: u64| -> Vec<u8> {
+        (first..first + n).flat_map(|b| pattern(b, 0)).collect()
+    };
+    // a lone READ (served on the reader) sets the ring up; the reader then
+    // waits on its socket and the ring together, holding the reaping duty
+    s.write_all(&req(proto::CMD_READ, 1, 3, 1)).unwrap();
+    assert_eq!(replies(&mut s, &[(1, BS)])[&1], pattern(3, 0));
+    // two READs at once: both on the ring, reaped by the waiting reader
+    let mut two = req(proto::CMD_READ, 2, 5, 1).to_vec();
+    two.extend_from_slice(&req(proto::CMD_READ, 3, 6, 1));
+    s.write_all(&two).unwrap();
+    let got = replies(&mut s, &[(2, BS), (3, BS)]);
+    assert_eq!((&got[&2], &got[&3]), (&pattern(5, 0), &pattern(6, 0)));
+    // more blocks than the ring holds: the reader waits for room
+    let mut many = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..32u64 {
+        many.extend_from_slice(&req(proto::CMD_READ, 100 + i, (i % 15) * 16, 16));
+        want.push((100 + i, 16 * BS));
+    }
+    s.write_all(&many).unwrap();
+    let got = replies(&mut s, &want);
+    for i in 0..32u64 {
+        assert!(got[&(100 + i)] == blocks((i % 15) * 16, 16), "READ {i}");
+    }
+    // a READ (to the ring: a request is queued behind it), then a WRITE whose
+    // payload stops after 100 bytes: the reader waits in its payload
+    let new = vec![0x5au8; BS];
+    let mut burst = req(proto::CMD_READ, 4, 7, 1).to_vec();
+    burst.extend_from_slice(&req(proto::CMD_WRITE, 5, 9, 1));
+    burst.extend_from_slice(&new[..100]);
+    s.write_all(&burst).unwrap();
+    assert_eq!(
+        replies(&mut s, &[(4, BS)])[&4],
+        pattern(7, 0),
+        "the READ is answered while the WRITE's payload is held back"
+    );
+    s.write_all(&new[100..]).unwrap();
+    replies(&mut s, &[(5, 0)]);
+    s.write_all(&req(proto::CMD_READ, 6, 9, 1)).unwrap();
+    assert_eq!(replies(&mut s, &[(6, BS)])[&6], new);
+    s.write_all(&req(proto::CMD_DISC, 7, 0, 0)).unwrap();
+    drop(s);
+    let (code, err) = server.stop();
+    assert_eq!(code, Some(0), "{err}");
+}
