@@ -230,18 +230,6 @@ apply_scrub_skips_fragments() {
   # scrub passes over LZ4 fragments (their packed blocks never checked)
   marker scrub-skips-fragments
 }
-apply_reader_keeps_reap_duty() {
-  # the NBD reader hands the ring's reaping to nobody before it waits elsewhere
-  marker reader-keeps-reap-duty
-}
-apply_aio_no_resfd() {
-  # AIO completions signal no eventfd: the reader idle on its socket never wakes for them
-  marker aio-no-resfd
-}
-apply_ring_wait_keeps_duty() {
-  # the ring waits for room or the reuse lock without handing off its reaping
-  marker ring-wait-keeps-duty
-}
 apply_ring_holds_no_reuse_share() {
   # a read-ring read gives its reuse share back at once, not after its CRC check
   replace src/volume/read.rs '        std::mem::forget(share);' '        drop(share);'
@@ -894,9 +882,6 @@ run aio-refused-read-succeeds lib
 run ring-fragments-not-unpacked compression
 run scrub-skips-fragments compression
 run ring-holds-no-reuse-share verified_reads
-run reader-keeps-reap-duty nbd_verified_reads
-run aio-no-resfd nbd_verified_reads
-run ring-wait-keeps-duty nbd_verified_reads
 run durable-damage-dropped dst header_flips
 run unseen-chunks-renumbered recovery_rules
 run volume-lock-skipped no_clobber

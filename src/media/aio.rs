@@ -7,22 +7,12 @@
 //! interrupt and wakes the waiter directly (docs/nbd.md, "Where a request's
 //! time goes").
 //!
-//! Every read carries `IOCB_FLAG_RESFD`: its completion also adds one to an
-//! eventfd (`ready_fd`), so a thread can wait for completions in `poll`
-//! beside its socket and reap them with `try_wait`, without a second thread
-//! (the NBD reader answers reads itself while it is idle; docs/nbd.md,
-//! "Threads").
-//!
 //! Owns: the AIO context and the control blocks queued and not yet
 //! submitted (under `sq`); the completions the kernel refused at submission
-//! (`refused`, handed out by the next `wait` or `try_wait`); the two eventfds
-//! (`wake_fd` for `poke`, `ready_fd` signalled by every completion).
+//! (`refused`, handed out by the next `wait`).
 //!
-//! Invariants: every pushed read comes back from `wait` or `try_wait`
-//! exactly once (from the kernel, or from `refused` when `io_submit`
-//! refused it); `ready_fd` becomes readable after every completion and
-//! every refusal, so a thread that drains it before `try_wait` and polls it
-//! afterwards never sleeps past a completion; the context is
+//! Invariants: every pushed read comes back from `wait` exactly once (from
+//! the kernel, or from `refused` when `io_submit` refused it); the context is
 //! destroyed only after the caller reaped every read (the caller's promise,
 //! as for the io_uring ring); O_DIRECT only (a buffered AIO read blocks in
 //! `io_submit`, so the caller uses io_uring there).
@@ -32,10 +22,6 @@ use std::os::unix::io::RawFd;
 
 const IOCB_CMD_PREAD: u16 = 0;
 const IOCB_CMD_POLL: u16 = 5;
-/// `iocb.flags`: signal the eventfd in `resfd` when the block completes.
-const IOCB_FLAG_RESFD: u32 = 1;
-/// Completions one `try_wait` call takes per `io_getevents`.
-const TRY_EVENTS: usize = 64;
 
 /// `struct iocb` of <linux/aio_abi.h> (64 bytes, little-endian layout).
 #[repr(C)]
@@ -70,8 +56,6 @@ pub(super) struct AioReads {
     fd: RawFd,
     /// An eventfd kept readable: a poll on it completes at once (`poke`).
     wake_fd: RawFd,
-    /// An eventfd every read's completion adds one to (`IOCB_FLAG_RESFD`).
-    ready_fd: RawFd,
     sq: parking_lot::Mutex<Vec<Iocb>>,
     cq: parking_lot::Mutex<Vec<IoEvent>>,
     refused: parking_lot::Mutex<Vec<(u64, i32)>>,
@@ -106,22 +90,10 @@ impl AioReads {
             unsafe { libc::syscall(libc::SYS_io_destroy, ctx) };
             return Err(e);
         }
-        // SAFETY: plain eventfd creation.
-        let ready_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if ready_fd < 0 {
-            let e = io::Error::last_os_error();
-            // SAFETY: the context and eventfd just set up, nothing in flight.
-            unsafe {
-                libc::syscall(libc::SYS_io_destroy, ctx);
-                libc::close(wake_fd);
-            }
-            return Err(e);
-        }
         Ok(AioReads {
             ctx,
             fd,
             wake_fd,
-            ready_fd,
             sq: parking_lot::Mutex::new(Vec::with_capacity(entries as usize)),
             cq: parking_lot::Mutex::new(vec![IoEvent::default(); entries as usize]),
             refused: parking_lot::Mutex::new(Vec::new()),
@@ -137,9 +109,6 @@ impl AioReads {
             buf: buf as u64,
             nbytes: len as u64,
             offset: offset as i64,
-            // MUTANT: aio-no-resfd s|flags: IOCB_FLAG_RESFD,|flags: 0,|
-            flags: IOCB_FLAG_RESFD,
-            resfd: self.ready_fd as u32,
             ..Iocb::default()
         });
     }
@@ -198,69 +167,8 @@ impl AioReads {
         drop(q);
         if refused {
             self.poke()?;
-            self.signal_ready();
         }
         Ok(())
-    }
-
-    /// The eventfd every completion (and refusal) makes readable.
-    pub(super) fn ready_fd(&self) -> RawFd {
-        self.ready_fd
-    }
-
-    /// Make `ready_fd` readable (a refused read completes without the kernel).
-    fn signal_ready(&self) {
-        let one: u64 = 1;
-        // SAFETY: an 8-byte write to our eventfd (EAGAIN only at its maximum
-        // count, when it is readable anyway).
-        unsafe { libc::write(self.ready_fd, &one as *const u64 as *const libc::c_void, 8) };
-    }
-
-    /// Append every completion ready now to `out`, without waiting. Drains
-    /// `ready_fd` first, so a completion that lands after this call makes it
-    /// readable again.
-    pub(super) fn try_wait(&self, out: &mut Vec<(u64, i32)>) -> io::Result<()> {
-        let mut count: u64 = 0;
-        // SAFETY: an 8-byte read from our non-blocking eventfd (EAGAIN: zero).
-        unsafe {
-            libc::read(
-                self.ready_fd,
-                &mut count as *mut u64 as *mut libc::c_void,
-                8,
-            )
-        };
-        out.append(&mut self.refused.lock());
-        let mut ev = [IoEvent::default(); TRY_EVENTS];
-        let zero = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        loop {
-            // SAFETY: `ev` holds room for TRY_EVENTS events; a zero timeout.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_io_getevents,
-                    self.ctx,
-                    0 as libc::c_long,
-                    TRY_EVENTS as libc::c_long,
-                    ev.as_mut_ptr(),
-                    &zero as *const libc::timespec,
-                )
-            };
-            if r < 0 {
-                match errno() {
-                    libc::EINTR => continue,
-                    e => return Err(io::Error::from_raw_os_error(e)),
-                }
-            }
-            for e in &ev[..r as usize] {
-                let res = e.res.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
-                out.push((e.data, res));
-            }
-            if (r as usize) < TRY_EVENTS {
-                return Ok(());
-            }
-        }
     }
 
     /// Make a `wait` in progress (or the next one) return a completion with
@@ -333,7 +241,6 @@ impl Drop for AioReads {
         unsafe {
             libc::syscall(libc::SYS_io_destroy, self.ctx);
             libc::close(self.wake_fd);
-            libc::close(self.ready_fd);
         }
     }
 }

@@ -378,33 +378,6 @@ impl UringReads {
         self.submit()
     }
 
-    /// A descriptor that becomes readable (`poll`) when a read completes:
-    /// AIO's eventfd, which a caller drains with `try_wait`. None: io_uring
-    /// (its completions are reaped with `wait` only).
-    pub fn ready_fd(&self) -> Option<std::os::unix::io::RawFd> {
-        match &self.backend {
-            Backend::Aio(a) => Some(a.ready_fd()),
-            Backend::Uring { .. } => None,
-        }
-    }
-
-    /// Append every completion ready now as `(user, result)` to `out`,
-    /// without waiting (AIO: from any thread, beside one in `wait`; io_uring:
-    /// nothing while another thread is in `wait`).
-    pub fn try_wait(&self, out: &mut Vec<(u64, i32)>) -> io::Result<()> {
-        let (ring, cq) = match &self.backend {
-            Backend::Aio(a) => return a.try_wait(out),
-            Backend::Uring { ring, cq, .. } => (ring, cq),
-        };
-        if let Some(_g) = cq.try_lock() {
-            // SAFETY: one consumer at a time (the `cq` lock).
-            for cqe in unsafe { ring.completion_shared() } {
-                out.push((cqe.user_data(), cqe.result()));
-            }
-        }
-        Ok(())
-    }
-
     /// Wait for at least one completion and append every completion ready as
     /// `(user, result)` (bytes read, or a negative errno) to `out`.
     pub fn wait(&self, out: &mut Vec<(u64, i32)>) -> io::Result<()> {

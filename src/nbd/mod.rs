@@ -7,15 +7,12 @@
 //! - `handshake`: option haggling, one handler per option;
 //! - `requests`: a connection's request loop and dispatch;
 //! - `reply`: a connection's budget, reply batching, backlog and writer thread;
-//! - `reaping`: who reaps a connection's read ring (the reader while idle,
-//!   else the ring's completion thread);
 //! - `pool`: the shared worker pool;
 //! - `server`: the accept loop, connection life, shutdown.
 
 mod handshake;
 mod pool;
 pub mod proto;
-mod reaping;
 mod reply;
 mod requests;
 pub mod server;

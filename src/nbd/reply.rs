@@ -15,7 +15,6 @@
 //! lock).
 
 use super::proto::{self, Negotiated, Request};
-use super::reaping::Duty;
 use super::requests::ReadCtx;
 use super::server::MAX_INFLIGHT_REQUESTS;
 use super::tls;
@@ -103,8 +102,6 @@ pub(super) struct Conn {
     pub(super) ring: OnceLock<Option<Arc<ReadRing<ReadCtx>>>>,
     /// The ring's completion thread.
     pub(super) completer: Mutex<Option<JoinHandle<()>>>,
-    /// Who reaps the ring: the reader while idle, or the completion thread.
-    pub(super) duty: Arc<Duty>,
 }
 
 impl Conn {
@@ -138,7 +135,6 @@ impl Conn {
     pub(super) fn acquire_reader(&self, bytes: u64) {
         if !self.try_acquire(bytes) {
             self.submit_reads();
-            self.hand_off_reads();
             self.flush_pending();
             self.acquire(bytes);
         }

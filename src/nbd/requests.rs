@@ -103,7 +103,7 @@ impl Conn {
 
     /// Reply to finished READs in one send, which gives their budget back once
     /// the replies are on the wire.
-    pub(super) fn send_reads(&self, done: &[(ReadCtx, crate::Result<ReadBuf>)]) {
+    fn send_reads(&self, done: &[(ReadCtx, crate::Result<ReadBuf>)]) {
         for (c, res) in done {
             if c.t0.is_some() {
                 let (k, r) = (crate::metrics::Req::Read, &c.req);
@@ -161,17 +161,6 @@ impl Conn {
                     return None;
                 }
                 let ring = Arc::new(self.vol.read_ring::<ReadCtx>()?);
-                // the reader reaps while idle (reaping.rs): AIO only (its
-                // eventfd), not under TLS (the reader's socket reads decrypt)
-                let reader_reaps = ring.ready_fd().is_some()
-                    && self.tls.is_none()
-                    && std::env::var("SLUICE_READ_REAPER").map_or(true, |v| v != "thread");
-                if reader_reaps {
-                    let d = self.duty.clone();
-                    // the ring's own waits (room, the reuse lock) hand off first
-                    ring.set_before_wait(Box::new(move || d.hand_off()));
-                    self.duty.enable();
-                }
                 let (c, r) = (self.clone(), ring.clone());
                 let spawned = std::thread::Builder::new()
                     .name(format!("nbd-read-{}", self.id))
@@ -201,12 +190,10 @@ impl Conn {
     }
 
     /// The completion thread: answer ring READs as the device finishes them,
-    /// the ones reaped together in one send, while it holds the reaping duty
-    /// (`reaping.rs`: the reader reaps while it is idle on its socket).
+    /// the ones reaped together in one send.
     fn complete_reads(&self, ring: &ReadRing<ReadCtx>) {
         let mut done = Vec::new();
         loop {
-            self.duty.wait_turn();
             let more = ring.reap(&mut done);
             if !done.is_empty() {
                 self.send_reads(&done);
@@ -231,7 +218,6 @@ impl Conn {
 
     /// End the completion thread (the connection ends, nothing in flight).
     pub(super) fn stop_reads(&self) {
-        self.duty.hand_off();
         if let Some(Some(r)) = self.ring.get() {
             r.stop();
         }
@@ -481,14 +467,7 @@ impl Server {
         let idle_since = Instant::now();
         let mut started: Option<Instant> = None;
         while got < h.len() {
-            // idle: answer the read ring's completions while waiting
-            let ready = !rd.would_wait(1) || conn.wait_socket(rd.get_ref().fd(), self.tick())?;
-            let r = if ready {
-                rd.read(&mut h[got..])
-            } else {
-                Err(io::ErrorKind::WouldBlock.into())
-            };
-            match r {
+            match rd.read(&mut h[got..]) {
                 Ok(0) if got == 0 => return Ok(Next::Done("client disconnected")),
                 Ok(0) => return Ok(Next::Done("client disconnected mid-request")),
                 Ok(n) => {
@@ -599,10 +578,7 @@ impl Server {
                 Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
             };
             if r.cmd != proto::CMD_READ {
-                // this request may wait: reads go to the device, and their
-                // reaping to the completion thread
                 conn.submit_reads();
-                conn.hand_off_reads();
             }
             if r.cmd == proto::CMD_DISC {
                 // The spec: no reply; finish what is in flight, then close
@@ -640,7 +616,6 @@ impl Server {
                     // completion thread would cost a wakeup and a switch).
                     if self.cfg.inline_writes && rd.would_wait(1) && conn.in_flight() == 1 {
                         conn.flush_pending();
-                        conn.hand_off_reads();
                         conn.execute_reads(std::slice::from_ref(&r));
                         continue;
                     }
@@ -685,7 +660,6 @@ impl Server {
                     && conn.reads.lock().workers == 0;
                 if alone {
                     conn.flush_pending();
-                    conn.hand_off_reads();
                     conn.execute_reads(&batch);
                 } else {
                     conn.queue_reads(&self.pool, batch);

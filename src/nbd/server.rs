@@ -336,15 +336,6 @@ impl Server {
         }
     }
 
-    /// How long a connection's reader waits on its socket before it checks
-    /// its timeouts and the shutdown flag.
-    pub(super) fn tick(&self) -> Duration {
-        self.cfg
-            .request_timeout
-            .min(self.cfg.idle_timeout.unwrap_or(Duration::MAX))
-            .max(Duration::from_millis(100))
-    }
-
     fn connection(self: &Arc<Self>, id: u64, stream: Stream) -> io::Result<&'static str> {
         stream.set_nonblocking(false)?;
         stream.set_write_timeout(Some(self.cfg.handshake_timeout))?;
@@ -357,7 +348,12 @@ impl Server {
         let Some((neg, export)) = handshake(self, &mut rd, &mut wr, deadline)? else {
             return Ok("handshake ended");
         };
-        rd.get_ref().set_read_timeout(Some(self.tick()))?;
+        let tick = self
+            .cfg
+            .request_timeout
+            .min(self.cfg.idle_timeout.unwrap_or(Duration::MAX))
+            .max(Duration::from_millis(100));
+        rd.get_ref().set_read_timeout(Some(tick))?;
         let conn = Arc::new(Conn {
             id,
             vol: export.vol.clone(),
@@ -383,7 +379,6 @@ impl Server {
             reads: Mutex::new(ReadQueue::default()),
             ring: OnceLock::new(),
             completer: Mutex::new(None),
-            duty: Arc::default(),
         });
         let c = conn.clone();
         let writer = std::thread::Builder::new()
@@ -392,7 +387,6 @@ impl Server {
             .spawn(move || c.writer_loop())?;
         let r = self.transmission(&conn, &mut rd);
         conn.submit_reads();
-        conn.hand_off_reads();
         conn.flush_pending();
         conn.drain();
         conn.stop_reads();

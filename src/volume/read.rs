@@ -475,16 +475,11 @@ const SPARE_BUFS: usize = 64;
 /// that reads: its reader thread `start`s each READ as it arrives, a
 /// completion thread `reap`s them in the order the device finishes them.
 /// `T` is the caller's context of a read, handed back with its result.
-/// On AIO the submitter may also reap, without waiting (`ready_fd`,
-/// `reap_ready`): the NBD reader answers completions itself while it is
-/// idle, and hands reaping back to its completion thread before it waits on
-/// anything else (`set_before_wait`, called before the ring's own waits).
 ///
 /// Owns: the reads in flight (their buffers, runs, and each one's share of
 /// the reuse lock), the ring, and the one-block buffers given back by
-/// `recycle` for later reads. `start`/`submit`/`stop`/`reap_ready` are for
-/// one thread (the submitter), `reap` for one other thread; `recycle` for
-/// either.
+/// `recycle` for later reads. `start`/`submit`/`stop` are for one thread
+/// (the submitter), `reap` and `recycle` for one other thread.
 ///
 /// Invariants: a read's buffer lives in its slot until every one of its
 /// media reads completed; a read holds a share of the reuse lock from its map
@@ -498,11 +493,6 @@ pub struct ReadRing<T> {
     vol: Arc<Volume>,
     /// Media reads queued and not yet submitted.
     queued: AtomicUsize,
-    /// Reads started on the ring and not yet finished (each holds a share
-    /// of the reuse lock until then).
-    pending: AtomicUsize,
-    /// Called before `start` waits (for room, or for the reuse lock).
-    before_wait: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
     state: Mutex<RingState<T>>,
     room: Condvar,
 }
@@ -550,8 +540,6 @@ impl Volume {
                 io,
                 vol: self.clone(),
                 queued: AtomicUsize::new(0),
-                pending: AtomicUsize::new(0),
-                before_wait: std::sync::OnceLock::new(),
                 state: Mutex::new(RingState {
                     slots: Vec::new(),
                     free: Vec::new(),
@@ -570,20 +558,6 @@ impl Volume {
 }
 
 impl<T: Send> ReadRing<T> {
-    /// Set (once) what `start` calls before it waits for room or for the
-    /// reuse lock: a caller that reaps completions itself hands that duty to
-    /// another thread there, since its reads would otherwise never be reaped.
-    pub fn set_before_wait(&self, f: Box<dyn Fn() + Send + Sync>) {
-        let _ = self.before_wait.set(f);
-    }
-
-    fn waiting(&self) {
-        // MUTANT: ring-wait-keeps-duty s|if let Some(f) = self.before_wait.get()|if let Some(f) = None::<&Box<dyn Fn() + Send + Sync>>|
-        if let Some(f) = self.before_wait.get() {
-            f();
-        }
-    }
-
     /// A read of `len` bytes at `offset` goes through the ring (else `start`
     /// reads it synchronously).
     pub fn fits(&self, offset: u64, len: u32) -> bool {
@@ -612,10 +586,8 @@ impl<T: Send> ReadRing<T> {
         }
         let blocks = (last - first + 1) as usize;
         if len == 0 || blocks > self.io.capacity() {
-            // (a synchronous read takes the reuse lock: what is queued goes
-            // first, and its reaping to a thread that does not wait here)
+            // (a synchronous read takes the reuse lock: what is queued goes first)
             self.submit();
-            self.waiting();
             let r = vol
                 .read_batch(&[(offset, len)])
                 .pop()
@@ -628,10 +600,6 @@ impl<T: Send> ReadRing<T> {
                 // full: what is queued must reach the kernel before we wait
                 parking_lot::MutexGuard::unlocked(&mut st, || self.submit());
                 if st.reserved + blocks > self.io.capacity() {
-                    parking_lot::MutexGuard::unlocked(&mut st, || self.waiting());
-                    if st.reserved + blocks <= self.io.capacity() {
-                        break;
-                    }
                     self.room.wait(&mut st);
                 }
             }
@@ -658,7 +626,6 @@ impl<T: Send> ReadRing<T> {
             Some(g) => g,
             None => {
                 self.submit();
-                self.waiting();
                 sh.reuse.read()
             }
         };
@@ -769,7 +736,6 @@ impl<T: Send> ReadRing<T> {
             );
         }
         self.queued.fetch_add(io.len(), Ordering::Relaxed);
-        self.pending.fetch_add(1, Ordering::Relaxed);
         None
     }
 
@@ -807,37 +773,6 @@ impl<T: Send> ReadRing<T> {
             tracing::error!("read ring: cannot reap completions ({e}); aborting");
             std::process::abort();
         }
-        self.collect(cqes, out)
-    }
-
-    /// `ready_fd` of the ring's engine: readable once a read completed
-    /// (AIO only; None: only `reap` reaps).
-    pub fn ready_fd(&self) -> Option<std::os::unix::io::RawFd> {
-        self.io.ready_fd()
-    }
-
-    /// As `reap`, without waiting: the reads finished now (none: nothing
-    /// ready). For the submitting thread, beside a `reap` on another.
-    pub fn reap_ready(&self, out: &mut Vec<(T, Result<ReadBuf>)>) {
-        let mut cqes = Vec::new();
-        if let Err(e) = self.io.try_wait(&mut cqes) {
-            tracing::error!("read ring: cannot reap completions ({e}); aborting");
-            std::process::abort();
-        }
-        if !cqes.is_empty() {
-            self.collect(cqes, out);
-        }
-    }
-
-    /// Reads started and not finished yet (each holding a share of the
-    /// reuse lock): when 0, nothing needs reaping.
-    pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::Acquire)
-    }
-
-    /// Account completions; finish (verify) each read whose media reads all
-    /// completed, appending it to `out`. False: the stop wake-up was seen.
-    fn collect(&self, cqes: Vec<(u64, i32)>, out: &mut Vec<(T, Result<ReadBuf>)>) -> bool {
         let mut done = Vec::new();
         let mut woken = false;
         {
@@ -875,7 +810,6 @@ impl<T: Send> ReadRing<T> {
         }
         for f in done {
             out.push(self.finish(f));
-            self.pending.fetch_sub(1, Ordering::Release);
         }
         !woken
     }
