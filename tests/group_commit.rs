@@ -171,6 +171,19 @@ struct GatedFlushes {
     released: AtomicUsize,
 }
 
+/// Hold the caller until `released` reaches `n` (the test lets the `n`th
+/// held operation through); fails after 60 s.
+fn wait_released(released: &AtomicUsize, n: usize, what: &str) {
+    let t0 = std::time::Instant::now();
+    while released.load(Ordering::Acquire) < n {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{what} {n} never let through"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 impl Media for GatedFlushes {
     fn len(&self) -> u64 {
         self.sim.len()
@@ -184,14 +197,7 @@ impl Media for GatedFlushes {
     fn flush(&self) -> io::Result<()> {
         if self.armed.load(Ordering::Acquire) {
             let n = self.started.fetch_add(1, Ordering::AcqRel) + 1;
-            let t0 = std::time::Instant::now();
-            while self.released.load(Ordering::Acquire) < n {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(60),
-                    "flush {n} never let through"
-                );
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_released(&self.released, n, "flush");
         }
         self.sim.flush()
     }
@@ -360,14 +366,7 @@ impl Media for HeldWriters {
                 }
             };
             if let Some(n) = n {
-                let t0 = std::time::Instant::now();
-                while self.writes_released.load(Ordering::Acquire) < n {
-                    assert!(
-                        t0.elapsed() < Duration::from_secs(60),
-                        "writer {n} never let through"
-                    );
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                wait_released(&self.writes_released, n, "writer");
             }
         }
         self.sim.write_at(buf, offset)
@@ -375,14 +374,7 @@ impl Media for HeldWriters {
     fn flush(&self) -> io::Result<()> {
         if self.armed.load(Ordering::Acquire) {
             let n = self.flushes.fetch_add(1, Ordering::AcqRel) + 1;
-            let t0 = std::time::Instant::now();
-            while self.flushes_released.load(Ordering::Acquire) < n {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(60),
-                    "flush {n} never let through"
-                );
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            wait_released(&self.flushes_released, n, "flush");
         }
         self.sim.flush()
     }
