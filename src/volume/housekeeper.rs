@@ -402,7 +402,10 @@ impl Shared {
         let t0 = Instant::now();
         let r = self.wait_round_inner();
         Counters::add(&self.counters.space_waits, 1);
-        Counters::add(&self.counters.space_wait_us, t0.elapsed().as_micros() as u64);
+        Counters::add(
+            &self.counters.space_wait_us,
+            t0.elapsed().as_micros() as u64,
+        );
         r
     }
 
@@ -995,8 +998,7 @@ impl Shared {
             if self.needs_barrier(free, pending) {
                 // free segments short or writers waiting: freed now, in
                 // series; otherwise beside the next victim
-                let urgent =
-                    free <= self.hk.reserve + 2 || self.hk.credit.lock().waiting > 0;
+                let urgent = free <= self.hk.reserve + 2 || self.hk.credit.lock().waiting > 0;
                 self.join_tail(side)?;
                 if urgent {
                     self.barrier()?;
