@@ -1044,17 +1044,35 @@ impl Shared {
         if hk_serial() {
             return self.run_tail(tail);
         }
-        Counters::add(&self.counters.hk_tails_overlapped, 1);
-        if side.threaded {
-            let h = std::thread::Builder::new()
-                .name("sluice-hk-tail".into())
-                .spawn_scoped(side.scope, move || self.run_tail(tail))
-                .map_err(Error::Io)?;
-            side.running = Some(h);
-        } else {
+        if !side.threaded {
+            Counters::add(&self.counters.hk_tails_overlapped, 1);
             side.deferred = Some(tail);
+            return Ok(());
         }
-        Ok(())
+        // the tail goes through a cell, so that a thread that cannot be
+        // started leaves it to run here (its sealed chunks must be written)
+        let cell = Arc::new(Mutex::new(Some(tail)));
+        let theirs = cell.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sluice-hk-tail".into())
+            .spawn_scoped(side.scope, move || match theirs.lock().take() {
+                Some(t) => self.run_tail(t),
+                None => Ok(()),
+            });
+        match spawned {
+            Ok(h) => {
+                Counters::add(&self.counters.hk_tails_overlapped, 1);
+                side.running = Some(h);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!("housekeeper: no helper thread for a barrier or checkpoint ({e}); run in series");
+                match cell.lock().take() {
+                    Some(t) => self.run_tail(t),
+                    None => Ok(()),
+                }
+            }
+        }
     }
 
     /// Wait for the tail in flight, if any (deterministic mode: run the one
