@@ -617,7 +617,9 @@ impl Commit {
     /// waiting for room first only let request threads' chunks go ahead
     /// (the housekeeper's share is below theirs), which held the first
     /// checkpoints of a run 30-160 ms each (issue 22). Bounded: one plan's
-    /// seals, and at most one plan in flight (the round lock).
+    /// seals, and at most one plan at a time (the round lock). Queued by
+    /// the plan on the housekeeper's thread, before the next victim's GC
+    /// chunks that follow them in their slot's chain.
     pub fn submit_seals(&self, out: Vec<Sealed>) -> Result<()> {
         self.submit_within(out, u64::MAX)
     }

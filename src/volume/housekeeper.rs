@@ -37,7 +37,6 @@ use crate::error::{Error, Result};
 use crate::format::checkpoint::Lifetime;
 use crate::format::BLOCK_BYTES;
 use crate::gc;
-use crate::log::Sealed;
 use crate::media::AlignedBuf;
 use crate::segments::SegState;
 use crate::stats::Counters;
@@ -102,18 +101,16 @@ thread_local! {
 /// on shared state are the commit stage's (queue, flushes, superblock,
 /// wipes) and, for a barrier, the release of exactly `segs`.
 enum Tail {
-    /// Submit `out` (the chunks it sealed), make every chunk below `target`
-    /// durable, record that in the superblock, wipe `segs`, release them.
+    /// Make every chunk below `target` durable (the plan queued the chunks
+    /// it sealed), record that in the superblock, wipe `segs`, release them.
     Barrier {
-        out: Vec<Sealed>,
         target: u64,
         segs: Vec<u32>,
         kill_lsn: u64,
     },
-    /// Submit `out`, make every chunk below `next_seq` durable, write `img`
-    /// to the other slot and make it current.
+    /// Make every chunk below `next_seq` durable (the plan queued the chunks
+    /// it sealed), write `img` to the other slot and make it current.
     Checkpoint {
-        out: Vec<Sealed>,
         img: AlignedBuf,
         next_seq: u64,
         lsn: u64,
@@ -726,8 +723,10 @@ impl Shared {
             self.opts.clock.unix_ns(),
             lsn,
         );
+        // queued here, in order before the next victim's GC chunks (its
+        // chunks of the same slots name these as their predecessors)
+        self.commit.submit_seals(out)?;
         Ok(Tail::Checkpoint {
-            out,
             img,
             next_seq,
             lsn,
@@ -740,14 +739,13 @@ impl Shared {
     fn run_tail(&self, t: Tail) -> Result<()> {
         match t {
             Tail::Barrier {
-                out,
                 target,
                 segs,
                 kill_lsn,
             } => {
                 let t0 = Instant::now();
                 let flushes0 = self.counters.media_flushes.load(Ordering::Relaxed);
-                let r = self.barrier_tail(out, target, segs, kill_lsn);
+                let r = self.barrier_tail(target, segs, kill_lsn);
                 let flushes = self.counters.media_flushes.load(Ordering::Relaxed) - flushes0;
                 Counters::add(&self.counters.barrier_flushes, flushes);
                 Counters::add(
@@ -757,14 +755,13 @@ impl Shared {
                 r
             }
             Tail::Checkpoint {
-                out,
                 img,
                 next_seq,
                 lsn,
                 clean,
             } => {
                 let t0 = Instant::now();
-                let r = self.checkpoint_tail(out, img, next_seq, lsn, clean);
+                let r = self.checkpoint_tail(img, next_seq, lsn, clean);
                 Counters::add(
                     &self.counters.hk_checkpoint_us,
                     t0.elapsed().as_micros() as u64,
@@ -774,15 +771,7 @@ impl Shared {
         }
     }
 
-    fn checkpoint_tail(
-        &self,
-        out: Vec<Sealed>,
-        img: AlignedBuf,
-        next_seq: u64,
-        lsn: u64,
-        clean: bool,
-    ) -> Result<()> {
-        self.commit.submit_seals(out)?;
+    fn checkpoint_tail(&self, img: AlignedBuf, next_seq: u64, lsn: u64, clean: bool) -> Result<()> {
         self.commit.flush_covering(next_seq)?;
         {
             // every user record below `lsn` is durable in the main log now
@@ -842,23 +831,17 @@ impl Shared {
             self.commit.submit_housekeeping(out)?;
             return Ok(None);
         }
+        // queued here, in order before the next victim's GC chunks
+        self.commit.submit_seals(out)?;
         Ok(Some(Tail::Barrier {
-            out,
             target,
             segs,
             kill_lsn,
         }))
     }
 
-    fn barrier_tail(
-        &self,
-        out: Vec<Sealed>,
-        target: u64,
-        segs: Vec<u32>,
-        kill_lsn: u64,
-    ) -> Result<()> {
+    fn barrier_tail(&self, target: u64, segs: Vec<u32>, kill_lsn: u64) -> Result<()> {
         // 1. every chunk so far durable; 2. the superblock records it
-        self.commit.submit_seals(out)?;
         self.commit.flush_covering(target)?;
         {
             // redb's rule: nothing is freed by a write that is durable only in
