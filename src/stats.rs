@@ -116,6 +116,22 @@ pub struct Counters {
     pub hk_gc_submit_us: AtomicU64,
     pub hk_barrier_us: AtomicU64,
     pub hk_checkpoint_us: AtomicU64,
+    /// Housekeeper time, microseconds, waiting for the tail of a reuse
+    /// barrier or checkpoint it had handed to a helper thread to run beside
+    /// the next victims (`Shared::join_tail`), and how many tails ran so.
+    pub hk_tail_wait_us: AtomicU64,
+    pub hk_tails_overlapped: AtomicU64,
+    /// Victims GC read and relocated while such a tail was in flight.
+    pub hk_victims_beside_tails: AtomicU64,
+    /// Request threads' waits on the housekeeper, microseconds and count:
+    /// pacing sleeps (`Housekeeper::pace`), waits for free segments (hard
+    /// credit, `wait_round`), waits for a checkpoint (the replay window).
+    pub pace_sleep_us: AtomicU64,
+    pub pace_sleeps: AtomicU64,
+    pub space_wait_us: AtomicU64,
+    pub space_waits: AtomicU64,
+    pub checkpoint_wait_us: AtomicU64,
+    pub checkpoint_waits: AtomicU64,
     /// Reads answered EIO because a block failed its CRC (verified reads).
     pub crc_errors: AtomicU64,
     pub scrub_segments: AtomicU64,
@@ -266,6 +282,18 @@ pub struct Stats {
     pub hk_gc_submit_us: u64,
     pub hk_barrier_us: u64,
     pub hk_checkpoint_us: u64,
+    /// Housekeeper waits for overlapped barrier/checkpoint tails
+    /// (`Counters::hk_tail_wait_us`) and tails overlapped.
+    pub hk_tail_wait_us: u64,
+    pub hk_tails_overlapped: u64,
+    pub hk_victims_beside_tails: u64,
+    /// Request threads' waits on the housekeeper (`Counters::pace_sleep_us` ...).
+    pub pace_sleep_us: u64,
+    pub pace_sleeps: u64,
+    pub space_wait_us: u64,
+    pub space_waits: u64,
+    pub checkpoint_wait_us: u64,
+    pub checkpoint_waits: u64,
     pub segments_total: u32,
     pub segments_free: u32,
     pub segments_open: u32,
@@ -423,6 +451,15 @@ impl Counters {
         s.hk_gc_submit_us = g(&self.hk_gc_submit_us);
         s.hk_barrier_us = g(&self.hk_barrier_us);
         s.hk_checkpoint_us = g(&self.hk_checkpoint_us);
+        s.hk_tail_wait_us = g(&self.hk_tail_wait_us);
+        s.hk_tails_overlapped = g(&self.hk_tails_overlapped);
+        s.hk_victims_beside_tails = g(&self.hk_victims_beside_tails);
+        s.pace_sleep_us = g(&self.pace_sleep_us);
+        s.pace_sleeps = g(&self.pace_sleeps);
+        s.space_wait_us = g(&self.space_wait_us);
+        s.space_waits = g(&self.space_waits);
+        s.checkpoint_wait_us = g(&self.checkpoint_wait_us);
+        s.checkpoint_waits = g(&self.checkpoint_waits);
         s.crc_errors = g(&self.crc_errors);
         s.scrub_segments = g(&self.scrub_segments);
         s.scrub_bytes = g(&self.scrub_bytes);

@@ -610,6 +610,20 @@ impl Commit {
         self.submit_within(out, HOUSEKEEPER_QUEUE_BYTES)
     }
 
+    /// `submit` for the chunks a reuse barrier or a checkpoint sealed (a
+    /// part-filled chunk per slot, and on a compressed volume what was
+    /// staged): queued without waiting for room. Their caller waits in
+    /// `flush_covering` next for every chunk queued before them anyway;
+    /// waiting for room first only let request threads' chunks go ahead
+    /// (the housekeeper's share is below theirs), which held the first
+    /// checkpoints of a run 30-160 ms each (issue 22). Bounded: one plan's
+    /// seals, and at most one plan at a time (the round lock). Queued by
+    /// the plan on the housekeeper's thread, before the next victim's GC
+    /// chunks that follow them in their slot's chain.
+    pub fn submit_seals(&self, out: Vec<Sealed>) -> Result<()> {
+        self.submit_within(out, u64::MAX)
+    }
+
     /// `submit` that does not wait for queue space (writer threads only):
     /// for chunks a streamed host write holds claims in, handed on before
     /// it writes them so that their headers go out beside its data. Their

@@ -7,7 +7,11 @@
 //! and `close`; and in deterministic mode (no threads) the request thread
 //! itself, inline, where the housekeeper thread would have been woken. Every one
 //! of them holds `round` for the whole round, so housekeeping is never concurrent
-//! with itself.
+//! with itself, but for one thing: during a clean-ahead the IO of a planned
+//! barrier or checkpoint (`Tail`) runs on a scoped helper thread beside the
+//! next victim's read and relocation (deterministic mode: right after that
+//! victim), one tail at a time, joined before the next barrier or checkpoint
+//! is planned and before the clean-ahead returns.
 //!
 //! Request threads meet the housekeeper only through credit:
 //! - hard credit: an append that finds no free segment beyond the reserve waits
@@ -69,6 +73,13 @@ fn pace_quantum_ns() -> u64 {
     })
 }
 
+/// `SLUICE_HK_SERIAL=1`: barriers and checkpoints run in series with GC
+/// again, as before issue 22's overlap (A/B in one build; measurements only).
+fn hk_serial() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("SLUICE_HK_SERIAL").is_ok_and(|v| v == "1"))
+}
+
 /// Pending segments that make a reuse barrier worth its cost while free
 /// segments are not short (`Shared::needs_barrier`). Each barrier drains the
 /// write queue and makes three media flushes (4 counted: the superblock's
@@ -82,6 +93,38 @@ thread_local! {
     /// `PACE_PREPAY_MAX` blocks, so a stale entry (another volume at a
     /// reused address) lets at most that many blocks by unpaced.
     static PREPAID: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The IO of a reuse barrier or a checkpoint after its plan (made under the
+/// engine lock by the housekeeper): what may run beside the next victim
+/// (`Shared::clean_ahead`). Owned by whichever thread runs it; its effects
+/// on shared state are the commit stage's (queue, flushes, superblock,
+/// wipes) and, for a barrier, the release of exactly `segs`.
+enum Tail {
+    /// Make every chunk below `target` durable (the plan queued the chunks
+    /// it sealed), record that in the superblock, wipe `segs`, release them.
+    Barrier {
+        target: u64,
+        segs: Vec<u32>,
+        kill_lsn: u64,
+    },
+    /// Make every chunk below `next_seq` durable (the plan queued the chunks
+    /// it sealed), write `img` to the other slot and make it current.
+    Checkpoint {
+        img: AlignedBuf,
+        next_seq: u64,
+        lsn: u64,
+        clean: bool,
+    },
+}
+
+/// Where a clean-ahead's tail runs: a scoped helper thread (background
+/// mode), or deferred to after the next victim (deterministic mode).
+struct Side<'scope, 'env> {
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    threaded: bool,
+    running: Option<std::thread::ScopedJoinHandle<'scope, Result<()>>>,
+    deferred: Option<Tail>,
 }
 
 #[derive(Default)]
@@ -238,13 +281,14 @@ impl Housekeeper {
     /// writes/s was most of a write's CPU (issue 22, docs/benchmarks.md).
     /// The admitted rate is unchanged: every block still takes its share of
     /// the slots; only who sleeps, and how often, changes.
-    pub fn pace(&self, blocks: u64, level: u32, headroom: u64) {
+    /// Returns the nanoseconds it slept (0: none).
+    pub fn pace(&self, blocks: u64, level: u32, headroom: u64) -> u64 {
         if !self.threaded || level >= self.clean_mark || blocks == 0 {
-            return;
+            return 0;
         }
         let gc_rate = f64::from_bits(self.rate_bits.load(Ordering::Relaxed));
         if gc_rate <= 0.0 {
-            return;
+            return 0;
         }
         let me = self as *const Self as usize;
         let (owner, credit) = PREPAID.with(|c| c.get());
@@ -255,8 +299,12 @@ impl Housekeeper {
         let now = self.now_ns();
         let (slot, credit) = self.take_slot(credit, blocks, per_block, now, pace_quantum_ns());
         PREPAID.with(|c| c.set((me, credit)));
-        if let Some(slot) = slot.filter(|&s| s > now + PACE_SLEEP_MIN_NS) {
-            std::thread::sleep(Duration::from_nanos(slot - now));
+        match slot.filter(|&s| s > now + PACE_SLEEP_MIN_NS) {
+            Some(slot) => {
+                std::thread::sleep(Duration::from_nanos(slot - now));
+                slot - now
+            }
+            None => 0,
         }
     }
 
@@ -348,6 +396,17 @@ impl Shared {
     /// Wait for the next housekeeper round's foreground clean, or for a barrier
     /// that freed segments meanwhile (background mode).
     fn wait_round(&self) -> Result<()> {
+        let t0 = Instant::now();
+        let r = self.wait_round_inner();
+        Counters::add(&self.counters.space_waits, 1);
+        Counters::add(
+            &self.counters.space_wait_us,
+            t0.elapsed().as_micros() as u64,
+        );
+        r
+    }
+
+    fn wait_round_inner(&self) -> Result<()> {
         let (need, released) = {
             let mut cr = self.hk.credit.lock();
             cr.waiting += 1;
@@ -400,7 +459,14 @@ impl Shared {
             self.hk.wake();
             return Ok(());
         }
-        self.wait_checkpoint(2 * interval)
+        let t0 = Instant::now();
+        let r = self.wait_checkpoint(2 * interval);
+        Counters::add(&self.counters.checkpoint_waits, 1);
+        Counters::add(
+            &self.counters.checkpoint_wait_us,
+            t0.elapsed().as_micros() as u64,
+        );
+        r
     }
 
     /// Wait until the log since the last checkpoint is below `limit` bytes
@@ -589,9 +655,15 @@ impl Shared {
         }
     }
 
+    /// Whether at least `limit` bytes of chunks were sealed since the last
+    /// checkpoint.
+    fn checkpoint_due(&self, limit: u64) -> bool {
+        self.core.lock().bytes_since_checkpoint >= limit
+    }
+
     /// Checkpoint when at least `limit` bytes of chunks were sealed since the last.
     fn checkpoint_if_due(&self, limit: u64) -> Result<()> {
-        if self.core.lock().bytes_since_checkpoint >= limit {
+        if self.checkpoint_due(limit) {
             let t0 = Instant::now();
             let r = self.write_checkpoint(false);
             Counters::add(
@@ -606,6 +678,15 @@ impl Shared {
     /// Write a checkpoint of the current state (`clean`: a clean close). The
     /// caller holds the round lock (or is the mount, before any other thread).
     fn write_checkpoint(&self, clean: bool) -> Result<()> {
+        let t = self.plan_checkpoint(clean)?;
+        self.run_tail(t)
+    }
+
+    /// A checkpoint's plan: seal every open chunk and make the image of the
+    /// state they end (engine lock), with the lifetime counters it records.
+    /// Its tail (`run_tail`) makes those chunks durable, then the image
+    /// current.
+    fn plan_checkpoint(&self, clean: bool) -> Result<Tail> {
         let geo = self.geo;
         let mut img = AlignedBuf::new(geo.checkpoint_slot_bytes as usize);
         let mut out = Vec::new();
@@ -623,17 +704,6 @@ impl Shared {
             let n = c.checkpoint_image(d, &mut img[BLOCK_BYTES..], &mut out);
             break (n, c.uuid, c.next_lsn);
         };
-        self.commit.submit_housekeeping(out)?;
-        self.commit.flush_covering(next_seq)?;
-        {
-            // every user record below `lsn` is durable in the main log now
-            let mut c = self.core.lock();
-            let dl = c.note_durable(self.commit.durable_seq());
-            assert!(
-                !c.lsn_on || dl >= lsn,
-                "checkpoint before its user records are durable"
-            );
-        }
         // the lifetime counters it records include its own writes: the slot,
         // its flush, and the superblock write that makes it current
         let own = Lifetime {
@@ -653,6 +723,65 @@ impl Shared {
             self.opts.clock.unix_ns(),
             lsn,
         );
+        // queued here, in order before the next victim's GC chunks (its
+        // chunks of the same slots name these as their predecessors)
+        self.commit.submit_seals(out)?;
+        Ok(Tail::Checkpoint {
+            img,
+            next_seq,
+            lsn,
+            clean,
+        })
+    }
+
+    /// The IO of a planned barrier or checkpoint, on whichever thread runs it
+    /// (the housekeeper's, or its helper beside the next victim).
+    fn run_tail(&self, t: Tail) -> Result<()> {
+        match t {
+            Tail::Barrier {
+                target,
+                segs,
+                kill_lsn,
+            } => {
+                let t0 = Instant::now();
+                let flushes0 = self.counters.media_flushes.load(Ordering::Relaxed);
+                let r = self.barrier_tail(target, segs, kill_lsn);
+                let flushes = self.counters.media_flushes.load(Ordering::Relaxed) - flushes0;
+                Counters::add(&self.counters.barrier_flushes, flushes);
+                Counters::add(
+                    &self.counters.hk_barrier_us,
+                    t0.elapsed().as_micros() as u64,
+                );
+                r
+            }
+            Tail::Checkpoint {
+                img,
+                next_seq,
+                lsn,
+                clean,
+            } => {
+                let t0 = Instant::now();
+                let r = self.checkpoint_tail(img, next_seq, lsn, clean);
+                Counters::add(
+                    &self.counters.hk_checkpoint_us,
+                    t0.elapsed().as_micros() as u64,
+                );
+                r
+            }
+        }
+    }
+
+    fn checkpoint_tail(&self, img: AlignedBuf, next_seq: u64, lsn: u64, clean: bool) -> Result<()> {
+        self.commit.flush_covering(next_seq)?;
+        {
+            // every user record below `lsn` is durable in the main log now
+            let mut c = self.core.lock();
+            let dl = c.note_durable(self.commit.durable_seq());
+            assert!(
+                !c.lsn_on || dl >= lsn,
+                "checkpoint before its user records are durable"
+            );
+        }
         self.commit.write_checkpoint(&img, next_seq, clean)?;
         self.hk.credit.lock().checkpoints += 1;
         self.hk.credit_cv.notify_all();
@@ -676,19 +805,17 @@ impl Shared {
     /// segments be reused. After it, replay can skip any missing chunk below the
     /// recorded watermark: such a chunk was dead and its segment reused.
     pub(in crate::volume) fn barrier(&self) -> Result<()> {
-        let t0 = Instant::now();
-        let flushes0 = self.counters.media_flushes.load(Ordering::Relaxed);
-        let r = self.barrier_inner();
-        let flushes = self.counters.media_flushes.load(Ordering::Relaxed) - flushes0;
-        Counters::add(&self.counters.barrier_flushes, flushes);
-        Counters::add(
-            &self.counters.hk_barrier_us,
-            t0.elapsed().as_micros() as u64,
-        );
-        r
+        match self.plan_barrier()? {
+            Some(t) => self.run_tail(t),
+            None => Ok(()),
+        }
     }
 
-    fn barrier_inner(&self) -> Result<()> {
+    /// A barrier's plan (engine lock): seal the open chunks that hold records
+    /// emptying a Pending segment, and take the pending set, the target (every
+    /// chunk below it must be durable) and the LSN the main log must cover.
+    /// None when nothing is pending (what it sealed is submitted here).
+    fn plan_barrier(&self) -> Result<Option<Tail>> {
         let mut out = Vec::new();
         let (target, segs, kill_lsn) = {
             let mut c = self.core.lock();
@@ -701,10 +828,20 @@ impl Shared {
         // here too; whatever is placed must reach the commit stage)
         self.pack_staged(&mut out)?;
         if segs.is_empty() {
-            return self.commit.submit_housekeeping(out);
+            self.commit.submit_housekeeping(out)?;
+            return Ok(None);
         }
+        // queued here, in order before the next victim's GC chunks
+        self.commit.submit_seals(out)?;
+        Ok(Some(Tail::Barrier {
+            target,
+            segs,
+            kill_lsn,
+        }))
+    }
+
+    fn barrier_tail(&self, target: u64, segs: Vec<u32>, kill_lsn: u64) -> Result<()> {
         // 1. every chunk so far durable; 2. the superblock records it
-        self.commit.submit_housekeeping(out)?;
         self.commit.flush_covering(target)?;
         {
             // redb's rule: nothing is freed by a write that is durable only in
@@ -800,7 +937,40 @@ impl Shared {
     /// Emptied segments are freed by a reuse barrier only when the free list
     /// needs them or enough are pending (`needs_barrier`), or at the end when
     /// `release` (an explicit `gc_until_free`). Returns segments cleaned.
+    ///
+    /// A barrier that is not urgent and a checkpoint falling due are planned
+    /// here (under the engine lock: seals, the pending set, the image) and
+    /// their IO (`Tail`: the drain of the write queue, flushes, superblock,
+    /// wipes, the release) runs beside the next victim's read and relocation:
+    /// on a scoped helper thread in background mode, after that victim in
+    /// deterministic mode (so the simulator cuts power inside the overlap).
+    /// At most one tail is in flight (`hand_off` joins the last first), and
+    /// every tail is joined before this returns.
     fn clean_ahead(&self, want: u32, release: bool) -> Result<u64> {
+        std::thread::scope(|scope| {
+            let mut side = Side {
+                scope,
+                threaded: self.hk.threaded,
+                running: None,
+                deferred: None,
+            };
+            let r = self.clean_ahead_beside(want, &mut side);
+            let j = self.join_tail(&mut side);
+            let cleaned = r?;
+            j?;
+            let (free, pending) = self.free_pending();
+            if pending > 0 && (release || self.needs_barrier(free, pending)) {
+                self.barrier()?;
+            }
+            Ok(cleaned)
+        })
+    }
+
+    fn clean_ahead_beside<'scope, 'env>(
+        &'env self,
+        want: u32,
+        side: &mut Side<'scope, 'env>,
+    ) -> Result<u64> {
         let reserve = self.hk.reserve;
         let mut cleaned = 0;
         for _ in 0..self.geo.segment_count * 2 {
@@ -809,22 +979,104 @@ impl Shared {
                 break;
             }
             if self.needs_barrier(free, pending) {
-                self.barrier()?;
+                // free segments short or writers waiting: freed now, in
+                // series; otherwise beside the next victim
+                let urgent = free <= self.hk.reserve + 2 || self.hk.credit.lock().waiting > 0;
+                self.join_tail(side)?;
+                if urgent {
+                    self.barrier()?;
+                } else if let Some(t) = self.plan_barrier()? {
+                    self.hand_off(side, t)?;
+                }
             }
             // a checkpoint falling due is written between victims, so writers
             // bounded by the replay window do not wait for a whole clean-ahead
-            self.checkpoint_if_due(self.hk.checkpoint_interval)?;
+            if self.checkpoint_due(self.hk.checkpoint_interval) {
+                self.join_tail(side)?;
+                let t0 = Instant::now();
+                let t = self.plan_checkpoint(false)?;
+                Counters::add(
+                    &self.counters.hk_checkpoint_us,
+                    t0.elapsed().as_micros() as u64,
+                );
+                self.hand_off(side, t)?;
+            }
             // ahead of need, only victims worth it (>= 1/16 of a segment)
+            let beside = side.running.is_some() || side.deferred.is_some();
             if !self.gc_one(self.geo.segment_blocks / 16)? {
                 break;
             }
+            if beside {
+                Counters::add(&self.counters.hk_victims_beside_tails, 1);
+            }
+            // deterministic mode: the tail runs now, after the victim
+            if let Some(t) = side.deferred.take() {
+                self.run_tail(t)?;
+            }
             cleaned += 1;
         }
-        let (free, pending) = self.free_pending();
-        if pending > 0 && (release || self.needs_barrier(free, pending)) {
-            self.barrier()?;
-        }
         Ok(cleaned)
+    }
+
+    /// Start `tail` beside the housekeeper's next work (after the tail
+    /// before it is done: one at a time, so no two barriers share a pending
+    /// segment and superblock writes keep their order).
+    fn hand_off<'scope, 'env>(&'env self, side: &mut Side<'scope, 'env>, tail: Tail) -> Result<()> {
+        self.join_tail(side)?;
+        // MUTANT: tails-in-series s|if hk_serial() {|if true {|
+        if hk_serial() {
+            return self.run_tail(tail);
+        }
+        if !side.threaded {
+            Counters::add(&self.counters.hk_tails_overlapped, 1);
+            side.deferred = Some(tail);
+            return Ok(());
+        }
+        // the tail goes through a cell, so that a thread that cannot be
+        // started leaves it to run here (its sealed chunks must be written)
+        let cell = Arc::new(Mutex::new(Some(tail)));
+        let theirs = cell.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sluice-hk-tail".into())
+            .spawn_scoped(side.scope, move || match theirs.lock().take() {
+                Some(t) => self.run_tail(t),
+                None => Ok(()),
+            });
+        match spawned {
+            Ok(h) => {
+                Counters::add(&self.counters.hk_tails_overlapped, 1);
+                side.running = Some(h);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!("housekeeper: no helper thread for a barrier or checkpoint ({e}); run in series");
+                match cell.lock().take() {
+                    Some(t) => self.run_tail(t),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Wait for the tail in flight, if any (deterministic mode: run the one
+    /// deferred). Its time is the housekeeper's wait (`hk_tail_wait_us`).
+    fn join_tail(&self, side: &mut Side<'_, '_>) -> Result<()> {
+        if let Some(t) = side.deferred.take() {
+            return self.run_tail(t);
+        }
+        let Some(h) = side.running.take() else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let r = match h.join() {
+            Ok(r) => r,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        Counters::add(
+            &self.counters.hk_tail_wait_us,
+            t0.elapsed().as_micros() as u64,
+        );
+        r
     }
 
     /// Whether to free the pending segments now (a reuse barrier): free
@@ -1012,6 +1264,86 @@ mod tests {
         let partial = after.barrier_partial_seals - before.barrier_partial_seals;
         assert!(partial <= 2 * barriers, "{partial} partial seals");
         assert_eq!(after.barrier_flushes - before.barrier_flushes, 4 * barriers);
+    }
+
+    /// A reuse barrier that is not urgent and a checkpoint falling due run
+    /// beside the next victim (deterministic mode: right after it), not in
+    /// series before it, and nothing is lost by it: every block reads back
+    /// its last value, before and after a remount from what the tails wrote
+    /// (the engine's asserts check each barrier's and checkpoint's order).
+    /// Counts, not time; with `SLUICE_HK_SERIAL=1` (or the overlap undone)
+    /// no tail is overlapped and it fails.
+    #[test]
+    fn barriers_and_checkpoints_run_beside_the_next_victim() {
+        use crate::geometry::Geometry;
+        use crate::media::{Media, MemMedia};
+        use crate::volume::{CreateOptions, OpenOptions, Volume};
+        let (blocks, seg_blocks) = (24_576u64, 32u32);
+        let bs = BLOCK_BYTES as u64;
+        let geo = Geometry::for_logical(blocks, seg_blocks, 0.25);
+        let create = CreateOptions {
+            logical_bytes: Some(blocks * bs),
+            overprovision: 0.25,
+            segment_bytes: seg_blocks as u64 * bs,
+            gc_policy: crate::gc::GcPolicy::Greedy,
+            ..Default::default()
+        };
+        let open = OpenOptions {
+            background: false,
+            // a checkpoint every 64 segments written
+            checkpoint_interval_bytes: Some(64 * seg_blocks as u64 * bs),
+            ..Default::default()
+        };
+        let media = Arc::new(MemMedia::new(geo.media_bytes()));
+        let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &open).unwrap();
+        let mut last = vec![0u64; blocks as usize];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut data = [0u8; BLOCK_BYTES];
+        let before = vol.stats();
+        for i in 0..4 * blocks {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let lba = if i < blocks { i } else { x % blocks };
+            data[..8].copy_from_slice(&(i + 1).to_le_bytes());
+            vol.write(lba * bs, &data, false).unwrap();
+            last[lba as usize] = i + 1;
+            if i % 48 == 47 {
+                vol.housekeeper_step().unwrap();
+            }
+        }
+        let after = vol.stats();
+        let victims = after.gc_runs - before.gc_runs;
+        let tails = after.hk_tails_overlapped - before.hk_tails_overlapped;
+        let beside = after.hk_victims_beside_tails - before.hk_victims_beside_tails;
+        let barriers = after.reuse_barriers - before.reuse_barriers;
+        let checkpoints = after.checkpoints - before.checkpoints;
+        assert!(victims > 500, "GC ran: {victims} victims");
+        assert!(checkpoints >= 10, "{checkpoints} checkpoints");
+        // (a few barriers are urgent and run in series)
+        assert!(
+            2 * tails >= barriers + checkpoints,
+            "{tails} tails overlapped of {barriers} barriers and {checkpoints} checkpoints"
+        );
+        assert!(
+            10 * beside >= 9 * tails,
+            "{beside} victims read beside {tails} tails"
+        );
+        let check = |vol: &Volume, when: &str| {
+            let mut buf = [0u8; BLOCK_BYTES];
+            for (lba, &v) in last.iter().enumerate() {
+                vol.read(lba as u64 * bs, &mut buf).unwrap();
+                let got = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                assert_eq!(got, v, "block {lba} {when}");
+            }
+        };
+        check(&vol, "before the remount");
+        // a remount that replays the log since the last checkpoint (no
+        // clean close: the volume is dropped as a power cut would leave it)
+        vol.flush().unwrap();
+        drop(vol);
+        let vol = Volume::open(media as Arc<dyn Media>, &open).unwrap();
+        check(&vol, "after the remount");
     }
 
     /// Prepaid pacing keeps the rate: every block a sleeping thread pays

@@ -1770,7 +1770,11 @@ impl Shared {
                     }
                 }
             }
-            self.hk.pace(i - start, level, headroom);
+            let slept = self.hk.pace(i - start, level, headroom);
+            if slept > 0 {
+                Counters::add(&self.counters.pace_sleeps, 1);
+                Counters::add(&self.counters.pace_sleep_us, slept / 1000);
+            }
             if need_space {
                 self.wait_for_space()?;
             }
@@ -2182,6 +2186,15 @@ impl Shared {
             hk_gc_submit_us: 0,
             hk_barrier_us: 0,
             hk_checkpoint_us: 0,
+            hk_tail_wait_us: 0,
+            hk_tails_overlapped: 0,
+            hk_victims_beside_tails: 0,
+            pace_sleep_us: 0,
+            pace_sleeps: 0,
+            space_wait_us: 0,
+            space_waits: 0,
+            checkpoint_wait_us: 0,
+            checkpoint_waits: 0,
             segments_total: c.segs.count(),
             segments_free: seg(|s| s == SegState::Free),
             segments_open: seg(|s| matches!(s, SegState::Open(_))),
