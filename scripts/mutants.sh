@@ -840,6 +840,7 @@ apply_barrier_every_victim() {
 }
 apply_gc_class_no_fallback() {
   marker gc-class-no-fallback
+}
 apply_tails_in_series() {
   # barriers and checkpoints run in series with GC again (issue 22's
   # overlap undone): the overlap test counts no tail beside a victim
