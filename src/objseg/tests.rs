@@ -286,6 +286,20 @@ fn another_writers_newer_epoch_is_refused_unless_taken_over() {
     );
 }
 
+/// Four passes over the `n` blocks, pass k writing every (1 + k % 3)th block
+/// as `block(lba, k)` and flushing: the version each block holds (0: never).
+fn overwrite_passes(vol: &Volume, n: u64) -> Vec<u32> {
+    let mut ver = vec![0u32; n as usize];
+    for pass in 1..=4u32 {
+        for lba in (0..n).step_by(1 + pass as usize % 3) {
+            vol.write(lba * BS, &block(lba, pass), false).unwrap();
+            ver[lba as usize] = pass;
+        }
+        vol.flush().unwrap();
+    }
+    ver
+}
+
 /// Deterministic pattern of block `lba` at version `v`.
 fn block(lba: u64, v: u32) -> Vec<u8> {
     let mut b = vec![0u8; BLOCK_BYTES];
@@ -314,15 +328,8 @@ fn a_volume_on_objects_survives_close_crash_and_gc() {
     let s = create(r.media.clone(), inline(&r), false).unwrap().0;
     let vol = r.volume(&s);
     let n = vol.stats().logical_bytes / BS;
-    let mut ver = vec![0u32; n as usize];
     // several passes: GC relocates, slots get new lives, old objects go
-    for pass in 1..=4u32 {
-        for lba in (0..n).step_by(1 + pass as usize % 3) {
-            vol.write(lba * BS, &block(lba, pass), false).unwrap();
-            ver[lba as usize] = pass;
-        }
-        vol.flush().unwrap();
-    }
+    let mut ver = overwrite_passes(&vol, n);
     assert!(s.wait_idle(Duration::from_secs(10)));
     let st = s.stats();
     assert!(st.uploaded_objects.load(Ordering::Relaxed) >= 8);
@@ -527,14 +534,7 @@ fn gc_victims_are_read_from_a_cache_that_holds_the_volume() {
         let s = create(r.media.clone(), place, false).unwrap().0;
         let vol = r.volume(&s);
         let n = vol.stats().logical_bytes / BS;
-        let mut ver = vec![0u32; n as usize];
-        for pass in 1..=4u32 {
-            for lba in (0..n).step_by(1 + pass as usize % 3) {
-                vol.write(lba * BS, &block(lba, pass), false).unwrap();
-                ver[lba as usize] = pass;
-            }
-            vol.flush().unwrap();
-        }
+        let ver = overwrite_passes(&vol, n);
         assert!(s.wait_idle(Duration::from_secs(10)));
         let st = s.stats();
         let cached = st.gc_victims_cached.load(Ordering::Relaxed);
