@@ -113,6 +113,7 @@ enum Tail {
     Checkpoint {
         img: AlignedBuf,
         next_seq: u64,
+        uuid: [u8; 16],
         lsn: u64,
         clean: bool,
     },
@@ -704,31 +705,13 @@ impl Shared {
             let n = c.checkpoint_image(d, &mut img[BLOCK_BYTES..], &mut out);
             break (n, c.uuid, c.next_lsn);
         };
-        // the lifetime counters it records include its own writes: the slot,
-        // its flush, and the superblock write that makes it current
-        let own = Lifetime {
-            media_checkpoint_bytes: img.len() as u64,
-            media_superblock_bytes: super::commit::superblock_write_bytes(&self.commit.sb.lock()),
-            media_flushes: 2,
-            checkpoints: 1,
-            ..Lifetime::default()
-        };
-        let lifetime = self.counters.lifetime(&own);
-        checkpoint::finish_image(
-            &mut img,
-            &geo,
-            uuid,
-            next_seq,
-            lifetime,
-            self.opts.clock.unix_ns(),
-            lsn,
-        );
         // queued here, in order before the next victim's GC chunks (its
         // chunks of the same slots name these as their predecessors)
         self.commit.submit_seals(out)?;
         Ok(Tail::Checkpoint {
             img,
             next_seq,
+            uuid,
             lsn,
             clean,
         })
@@ -757,11 +740,12 @@ impl Shared {
             Tail::Checkpoint {
                 img,
                 next_seq,
+                uuid,
                 lsn,
                 clean,
             } => {
                 let t0 = Instant::now();
-                let r = self.checkpoint_tail(img, next_seq, lsn, clean);
+                let r = self.checkpoint_tail(img, next_seq, uuid, lsn, clean);
                 Counters::add(
                     &self.counters.hk_checkpoint_us,
                     t0.elapsed().as_micros() as u64,
@@ -771,7 +755,14 @@ impl Shared {
         }
     }
 
-    fn checkpoint_tail(&self, img: AlignedBuf, next_seq: u64, lsn: u64, clean: bool) -> Result<()> {
+    fn checkpoint_tail(
+        &self,
+        mut img: AlignedBuf,
+        next_seq: u64,
+        uuid: [u8; 16],
+        lsn: u64,
+        clean: bool,
+    ) -> Result<()> {
         self.commit.flush_covering(next_seq)?;
         {
             // every user record below `lsn` is durable in the main log now
@@ -782,6 +773,27 @@ impl Shared {
                 "checkpoint before its user records are durable"
             );
         }
+        // the lifetime counters it records are taken now, after the chunks
+        // its plan sealed are written (they count), and include its own
+        // writes: the slot, its flush, and the superblock write that makes
+        // it current
+        let own = Lifetime {
+            media_checkpoint_bytes: img.len() as u64,
+            media_superblock_bytes: super::commit::superblock_write_bytes(&self.commit.sb.lock()),
+            media_flushes: 2,
+            checkpoints: 1,
+            ..Lifetime::default()
+        };
+        let lifetime = self.counters.lifetime(&own);
+        checkpoint::finish_image(
+            &mut img,
+            &self.geo,
+            uuid,
+            next_seq,
+            lifetime,
+            self.opts.clock.unix_ns(),
+            lsn,
+        );
         self.commit.write_checkpoint(&img, next_seq, clean)?;
         self.hk.credit.lock().checkpoints += 1;
         self.hk.credit_cv.notify_all();
