@@ -604,11 +604,19 @@ fn serve_refused(w: &Weed, prefix: &str, dir: &Path, sock: &Path) -> String {
     err
 }
 
-/// `sluice serve` on the cache `dir` with `extra` arguments; the server and
-/// its URI once it listens (stderr piped when `keep_err`).
-fn serve_on(w: &Weed, dir: &Path, sock: &Path, extra: &[&str], keep_err: bool) -> (Reap, String) {
+/// `sluice serve` of the volume at `prefix` on the cache `dir` with `extra`
+/// arguments; the server and its URI once it listens (stderr piped when
+/// `keep_err`).
+fn serve_on(
+    w: &Weed,
+    prefix: &str,
+    dir: &Path,
+    sock: &Path,
+    extra: &[&str],
+    keep_err: bool,
+) -> (Reap, String) {
     let mut child = Reap(
-        w.sluice(&["serve"], "v5", dir)
+        w.sluice(&["serve"], prefix, dir)
             .args(extra)
             .arg("--socket")
             .arg(sock)
@@ -701,7 +709,7 @@ fn the_volume_moves_hosts_after_kill_9_and_a_lost_cache() {
     );
     let sock = w.dir.path().join("nbd.sock");
     let state = w.dir.path().join("state");
-    let (server, uri) = serve_on(&w, &host_a, &sock, &[], false);
+    let (server, uri) = serve_on(&w, "v5", &host_a, &sock, &[], false);
     let mut load = Reap(
         nbdsh()
             .args(["-u", &uri, "-c", &exec])
@@ -752,7 +760,7 @@ fn the_volume_moves_hosts_after_kill_9_and_a_lost_cache() {
         "a refused host kept a volume"
     );
     // ... so the operator says it is gone
-    let (server, uri) = serve_on(&w, &host_b, &sock, &["--takeover"], false);
+    let (server, uri) = serve_on(&w, "v5", &host_b, &sock, &["--takeover"], false);
     // a prefix of the write stream, nothing never written; everything
     // uploaded came back (only the open segments were only on host A)
     let (k, text) = prefix(&uri, started);
@@ -769,7 +777,7 @@ fn the_volume_moves_hosts_after_kill_9_and_a_lost_cache() {
     // store, so the next host gets all B had
     stop(server);
     std::fs::remove_dir_all(&host_b).unwrap();
-    let (server, uri) = serve_on(&w, &host_c, &sock, &[], false);
+    let (server, uri) = serve_on(&w, "v5", &host_c, &sock, &[], false);
     let (kc, text_c) = prefix(&uri, started);
     assert!(
         text_c.starts_with(&text[..text.find(':').unwrap()]),
@@ -789,7 +797,7 @@ fn the_volume_moves_hosts_after_kill_9_and_a_lost_cache() {
     c.delete(&newest).unwrap();
     c.put_new(&newest, &bytes).unwrap();
     let host_d = w.dir.path().join("host-d");
-    let (server, uri) = serve_on(&w, &host_d, &sock, &[], true);
+    let (server, uri) = serve_on(&w, "v5", &host_d, &sock, &[], true);
     let (_, text_d) = prefix(&uri, started);
     let err = stop(server);
     assert!(
@@ -842,7 +850,7 @@ fn store_durable_kill_9_under_load_and_a_lost_cache_keeps_every_flushed_write() 
     let c = w.client("v5");
     let sock = w.dir.path().join("nbd.sock");
     let state = w.dir.path().join("state");
-    let (server, uri) = serve_on(&w, &host_a, &sock, &[], false);
+    let (server, uri) = serve_on(&w, "v5", &host_a, &sock, &[], false);
     let mut load = Reap(
         nbdsh()
             .args(["-u", &uri, "-c", &exec])
@@ -875,7 +883,7 @@ fn store_durable_kill_9_under_load_and_a_lost_cache_keeps_every_flushed_write() 
         "too little progress: {logs} log objects, {st}"
     );
     let host_b = w.dir.path().join("host-b");
-    let (server, uri) = serve_on(&w, &host_b, &sock, &["--takeover"], false);
+    let (server, uri) = serve_on(&w, "v5", &host_b, &sock, &["--takeover"], false);
     let out = nbd_common::run(
         nbdsh()
             .args(["-u", &uri, "-c", &exec])
@@ -947,7 +955,7 @@ fn a_live_superseded_writer_fails_its_flushes_and_the_taker_holds_every_acknowle
     .unwrap());
     let sock_a = w.dir.path().join("nbd-a.sock");
     let state = w.dir.path().join("state");
-    let (server_a, uri_a) = serve_on(&w, &host_a, &sock_a, &[], false);
+    let (server_a, uri_a) = serve_on(&w, "v5", &host_a, &sock_a, &[], false);
     let mut load = Reap(
         nbdsh()
             .args(["-u", &uri_a, "-c", &exec])
@@ -974,7 +982,7 @@ fn a_live_superseded_writer_fails_its_flushes_and_the_taker_holds_every_acknowle
     // host B takes over while A serves and its load runs
     let host_b = w.dir.path().join("host-b");
     let sock_b = w.dir.path().join("nbd-b.sock");
-    let (server_b, uri_b) = serve_on(&w, &host_b, &sock_b, &["--takeover"], false);
+    let (server_b, uri_b) = serve_on(&w, "v5", &host_b, &sock_b, &["--takeover"], false);
     let at_b = last_round(&std::fs::read_to_string(&state).unwrap(), "flushed ");
     // A's FLUSHes fail from now on: the load ends on a FLUSH error
     let code = nbd_common::wait_timeout(&mut load.0, Duration::from_secs(30)).unwrap_or_else(|| {
@@ -1080,20 +1088,7 @@ fn create_on_a_store_makes_the_intent_log_unless_told_not_to() {
     // the volume without a ring, served by this build: still none, and
     // the server says how it sized its cache
     let sock = w.dir.path().join("d2.sock");
-    let mut child = Reap(
-        w.sluice(&["serve"], "d2", &d2)
-            .arg("--socket")
-            .arg(&sock)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(child.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(!line.is_empty(), "serve did not start");
+    let (child, _) = serve_on(&w, "d2", &d2, &sock, &[], true);
     let err = stop(child);
     assert!(
         err.contains("s3://sluice/d2: cache: ") && err.contains("(auto: "),

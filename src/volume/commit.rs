@@ -1120,14 +1120,14 @@ impl Commit {
         late: bool,
     ) -> bool {
         let company = p.flushing > 0 || p.flusher_busy;
-        if answer.is_none()
-            || !company
+        if !company
             || !self.parking.load(Ordering::Acquire)
             || p.failed.is_some()
             || self.log_lost()
         {
             return false;
         }
+        // (None: a blocking flush_covering_log, nothing to park)
         let Some(answer) = answer.take() else {
             return false;
         };
