@@ -846,6 +846,11 @@ apply_tails_in_series() {
   # overlap undone): the overlap test counts no tail beside a victim
   marker tails-in-series
 }
+apply_ckpt_pad_stale() {
+  # the kept checkpoint image buffer's bytes past the body are not cleared:
+  # an earlier image's (or garbage) reach the slot
+  marker ckpt-pad-stale
+}
 apply_staged_plan_ignores_close() {
   marker staged-plan-ignores-close
 }
@@ -1088,6 +1093,7 @@ run placed-record-without-places-ends-quietly intent_log
 run pace-prepaid-free lib
 run barrier-every-victim lib:volume::housekeeper::tests
 run tails-in-series lib:volume::housekeeper::tests
+run ckpt-pad-stale lib:volume::housekeeper::tests
 run wake-without-chain lib:volume::commit::tests
 run baton-kept lib:volume::commit::tests
 run hk-shares-request-condvar lib:volume::commit::tests
