@@ -414,7 +414,7 @@ impl Claims {
         let (placed, segment, block, idx) = c;
         if let Some(r) = self.0.last_mut() {
             let n = r.to - r.from;
-            if Arc::ptr_eq(&r.placed, &placed)
+            if Arc::ptr_eq(&r.placed, placed)
                 && r.segment == segment
                 && r.to == idx
                 && r.block + n == block
