@@ -585,6 +585,15 @@ apply_record_rewrites_placed() {
 apply_streamed_write_dropped() {
   marker streamed-write-dropped
 }
+apply_streamed_record_names_others() {
+  marker streamed-record-names-others
+}
+apply_streamed_record_with_company() {
+  marker streamed-record-with-company
+}
+apply_stream_claims_untaken() {
+  marker stream-claims-untaken
+}
 apply_metered_batch_unforwarded() {
   marker metered-batch-unforwarded
 }
@@ -1006,6 +1015,9 @@ run stream-run-ignores-holes streamed_writes
 run streaming-off streamed_writes
 run record-rewrites-placed streamed_writes
 run streamed-write-dropped streamed_writes
+run streamed-record-names-others lib:intent
+run streamed-record-with-company streamed_writes
+run stream-claims-untaken streamed_writes
 run metered-batch-unforwarded lib
 run beside-error-dropped lib
 run nbd-payload-unaligned observe

@@ -160,6 +160,9 @@ pub struct Counters {
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal (`Commit::place`).
     pub streamed_blocks: AtomicU64,
+    /// Intent log records large host writes wrote in the submission of
+    /// their own streamed data (`Commit::place`; also in `log_records`).
+    pub streamed_records: AtomicU64,
     /// Of `streamed_blocks`, those written from a copy in a pool buffer
     /// because the caller's buffer was not aligned for direct IO.
     pub streamed_copied_blocks: AtomicU64,
@@ -329,6 +332,9 @@ pub struct Stats {
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal, this session (`Counters::streamed_blocks`).
     pub streamed_blocks: u64,
+    /// Of `log_records`, those written with a streamed write's data, this
+    /// session (`Counters::streamed_records`).
+    pub streamed_records: u64,
     /// Of `streamed_blocks`, those copied first (`Counters::streamed_copied_blocks`).
     pub streamed_copied_blocks: u64,
     /// Write or flush errors of log devices this session.
@@ -420,6 +426,7 @@ impl Counters {
         s.flushes_parked = g(&self.flushes_parked);
         s.flushes_parked_late = g(&self.flushes_parked_late);
         s.streamed_blocks = g(&self.streamed_blocks);
+        s.streamed_records = g(&self.streamed_records);
         s.streamed_copied_blocks = g(&self.streamed_copied_blocks);
         s.log_device_errors = g(&self.log_device_errors);
         s.log_devices_degraded = g(&self.log_devices_degraded);

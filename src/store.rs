@@ -89,6 +89,17 @@ pub trait SegmentStore: Send + Sync {
         }
         Ok(())
     }
+    /// `write_pieces` and `extra` (bytes, media offset: a version 3 intent
+    /// log record in the volume's ring) in one submission, all unordered
+    /// among themselves, when the store shares the volume's media (a flat
+    /// store). None: it does not, and nothing was written.
+    fn write_pieces_with(
+        &self,
+        _pieces: &[(u32, u32, &[u8])],
+        _extra: (&[u8], u64),
+    ) -> Option<io::Result<()>> {
+        None
+    }
     /// Read `buf.len()` bytes (whole blocks) from physical block `p` on.
     fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()>;
     /// Several reads at once, each `(buffer, physical block)` as in `read`;
@@ -292,6 +303,21 @@ impl<M: Media> SegmentStore for FlatStore<M> {
             writes.push((buf, self.segment_offset(seg, block, buf.len())?));
         }
         self.media.write_batch(&writes)
+    }
+    fn write_pieces_with(
+        &self,
+        pieces: &[(u32, u32, &[u8])],
+        extra: (&[u8], u64),
+    ) -> Option<io::Result<()>> {
+        let mut writes = Vec::with_capacity(pieces.len() + 1);
+        for &(seg, block, buf) in pieces {
+            match self.segment_offset(seg, block, buf.len()) {
+                Ok(off) => writes.push((buf, off)),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        writes.push(extra);
+        Some(self.media.write_batch(&writes))
     }
     fn read(&self, p: u64, buf: &mut [u8]) -> io::Result<()> {
         let off = self.offset(p, buf.len())?;

@@ -959,6 +959,9 @@ struct Ran {
     /// (`gc_victims_read_runs` / `_whole`), summed over mounts.
     gc_read_runs: u64,
     gc_read_whole: u64,
+    /// Intent log records streamed writes wrote with their data
+    /// (`streamed_records`), summed over mounts.
+    streamed_records: u64,
 }
 
 /// A compressed shape's writes carry compressible data (so fragments exist):
@@ -1074,6 +1077,7 @@ fn run_plan(media: &Arc<SimMedia>, vol: Volume, sh: Shape, p: &[Planned]) -> Ran
         ran.direct += st.compress.direct_blocks;
         ran.gc_read_runs += st.gc_victims_read_runs;
         ran.gc_read_whole += st.gc_victims_read_whole;
+        ran.streamed_records += st.streamed_records;
         if let Some(s) = v.stripe_set() {
             ran.unprotected += s.status().unprotected_flushes;
             ran.rows_loaded += s.status().rows_loaded;
@@ -1210,6 +1214,8 @@ struct Tally {
     /// GC victims the record runs read as live runs / whole (`Ran`).
     gc_read_runs: u64,
     gc_read_whole: u64,
+    /// Records streamed writes wrote with their data in the record runs.
+    streamed_records: u64,
 }
 
 impl Tally {
@@ -1223,6 +1229,7 @@ impl Tally {
         self.direct += o.direct;
         self.gc_read_runs += o.gc_read_runs;
         self.gc_read_whole += o.gc_read_whole;
+        self.streamed_records += o.streamed_records;
         self.mount_cuts += o.mount_cuts;
         self.live += o.live;
         self.degraded_mounts += o.degraded_mounts;
@@ -2215,6 +2222,7 @@ fn run_seed(
     t.fragments = ran.fragments;
     t.gc_read_runs = ran.gc_read_runs;
     t.gc_read_whole = ran.gc_read_whole;
+    t.streamed_records = ran.streamed_records;
     t.stripe_unprotected = ran.unprotected;
     t.stripe_rows_loaded = ran.rows_loaded;
     t.direct = ran.direct;
@@ -3003,6 +3011,17 @@ fn dst_streamed_writes() {
         })
         .sum();
     assert!(long >= 50, "only {long} writes of 16 blocks or more");
+    // a lone large write after a FLUSH interval of at most one writes its
+    // record with its data (docs/intent-log.md §4.11): replayed under every
+    // crash point above
+    println!(
+        "dst: {} intent log records written with their streamed data",
+        t.streamed_records
+    );
+    assert!(
+        t.streamed_records > 0,
+        "no streamed write wrote its own record"
+    );
     assert!(t.points > 0);
 }
 

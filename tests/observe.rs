@@ -280,11 +280,19 @@ fn flush_latency_histogram_counts_the_flushes_by_path() {
     );
     assert!(m["sluice_flush_latency_seconds_sum{path=\"log\"}"] > 0.0);
     assert_eq!(m["sluice_requests_total{op=\"flush\"}"], log + seal);
-    // the 256 KiB writes streamed their blocks to their places
+    // the 256 KiB writes streamed their blocks, and (the open chunk holding
+    // nothing unlogged but theirs after each FLUSH) wrote their records with
+    // them; a write that filled its chunk to the end leaves no open chunk to
+    // log (its seal writes the header)
     assert_eq!(
         m["sluice_streamed_blocks_total"],
         (big_n * 64) as f64,
         "{m:?}"
+    );
+    let streamed = m["sluice_streamed_records_total"];
+    assert!(
+        streamed >= (big_n - 2) as f64 && streamed <= big_n as f64,
+        "{streamed} streamed records for {big_n} large writes"
     );
     c.disconnect();
     drop(srv);

@@ -319,3 +319,169 @@ fn large_writes_far_from_a_flush_go_out_as_whole_chunks() {
         "a flushed write lost after a power cut"
     );
 }
+/// With a version 3 ring in the volume, a streamed write's last batch
+/// carries a record of what the open chunk holds unlogged in its own
+/// submission (docs/intent-log.md §4.5): the FLUSH after it writes no record
+/// of its own, only the media flush, and a crash after the FLUSH keeps the
+/// write (the record replays, its data verified at its places) whatever the
+/// volatile cache lost before it.
+#[test]
+fn a_streamed_write_carries_its_record_and_the_flush_writes_none() {
+    let (c, len) = create(Some(1 << 20));
+    let media = Arc::new(SimMedia::new(len));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+    let mut expect = vec![0u8; LOGICAL as usize * BS];
+    // a small write first (its block is the FLUSH's to log), then a FLUSH,
+    // then a large write with holes in it
+    let small = payload(1, 1, false);
+    vol.write(1500 * BS as u64, &small, false).unwrap();
+    vol.flush().unwrap();
+    expect[1500 * BS..1501 * BS].copy_from_slice(&small);
+    let before = vol.stats();
+    let big = {
+        let p = payload(2, 48, true);
+        let mut a = AlignedBuf::new(p.len());
+        a.copy_from_slice(&p);
+        a
+    };
+    vol.write(100 * BS as u64, &big, false).unwrap();
+    expect[100 * BS..148 * BS].copy_from_slice(&big);
+    let after_write = vol.stats();
+    assert_eq!(
+        after_write.streamed_records - before.streamed_records,
+        1,
+        "the large write wrote one record with its data"
+    );
+    assert_eq!(after_write.log_records - before.log_records, 1);
+    vol.flush().unwrap();
+    let after_flush = vol.stats();
+    assert_eq!(
+        after_flush.log_records, after_write.log_records,
+        "the FLUSH after a streamed write wrote a record of its own"
+    );
+    assert_eq!(after_flush.media_log_bytes, after_write.media_log_bytes);
+    assert_eq!(read(&vol, 0, LOGICAL as usize), expect, "before a crash");
+    // a crash right after the FLUSH: nothing sealed the chunk, so the
+    // large write lives in the ring's record and at its places
+    for loss in [Loss::DropAll, Loss::Subset, Loss::KeepAll] {
+        let m2 = Arc::new(SimMedia::from_image(media.crash_image(loss, 5)));
+        let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
+        assert_eq!(
+            read(&v2, 0, LOGICAL as usize),
+            expect,
+            "a flushed streamed write lost after a crash, {loss:?}"
+        );
+    }
+    // a second large write, not flushed: after a crash it is there whole
+    // or not at all (its record replays only if its data verifies)
+    let big2 = {
+        let p = payload(3, 32, false);
+        let mut a = AlignedBuf::new(p.len());
+        a.copy_from_slice(&p);
+        a
+    };
+    vol.write(200 * BS as u64, &big2, false).unwrap();
+    let mut with2 = expect.clone();
+    with2[200 * BS..232 * BS].copy_from_slice(&big2);
+    // (the images are taken while the volume is open: closing it flushes)
+    let images: Vec<Vec<u8>> = (0..8).map(|s| media.crash_image(Loss::Subset, s)).collect();
+    drop(vol);
+    for (seed, img) in images.into_iter().enumerate() {
+        let m2 = Arc::new(SimMedia::from_image(img));
+        let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
+        let got = read(&v2, 0, LOGICAL as usize);
+        assert!(
+            got == expect || got == with2,
+            "seed {seed}: the volume after a crash is not a prefix of the writes"
+        );
+    }
+}
+
+/// A streamed write writes its record with its data only while it is the
+/// one host write under way: with company (the bench's pieces of one large
+/// write, several jobs) every request would write a record where their
+/// FLUSH writes one (docs/intent-log.md §4.5, §4.11). A's placing write is
+/// held back; B, written meanwhile, leaves its blocks to the FLUSH's record;
+/// a power cut right after the FLUSH keeps both.
+#[test]
+fn a_streamed_write_with_company_leaves_its_record_to_the_flush() {
+    let (c, len) = create(Some(1 << 20));
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(SlowPlacing {
+        sim: sim.clone(),
+        started: AtomicBool::new(false),
+    });
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
+    media.started.store(false, Ordering::Release);
+    let aligned = |seed: u8| {
+        let p = payload(seed, 32, false);
+        let mut a = AlignedBuf::new(p.len());
+        a.copy_from_slice(&p);
+        a
+    };
+    let (a, b) = (aligned(11), aligned(12));
+    let before = vol.stats();
+    let v = vol.clone();
+    let a2 = aligned(11);
+    let writer = std::thread::spawn(move || v.write(0, &a2, false).unwrap());
+    let t0 = std::time::Instant::now();
+    while !media.started.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the first 128 KiB write never streamed its blocks"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A is alone when it plans (its record goes with its held data); B comes
+    // while A's write is in flight
+    vol.write(500 * BS as u64, &b, false).unwrap();
+    writer.join().unwrap();
+    let s = vol.stats();
+    assert_eq!(
+        s.streamed_blocks - before.streamed_blocks,
+        64,
+        "both writes streamed"
+    );
+    assert_eq!(
+        s.streamed_records - before.streamed_records,
+        1,
+        "a streamed write with company wrote its own record"
+    );
+    vol.flush().unwrap();
+    let after = vol.stats();
+    assert_eq!(
+        after.log_records - s.log_records,
+        1,
+        "the FLUSH logged the blocks of the write that had company"
+    );
+    let img = sim.crash_image(Loss::DropAll, 4);
+    let m2 = Arc::new(SimMedia::from_image(img));
+    let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
+    assert_eq!(
+        read(&v2, 0, 32),
+        a[..],
+        "the alone write lost after a crash"
+    );
+    assert_eq!(
+        read(&v2, 500, 32),
+        b[..],
+        "the write with company lost after a crash"
+    );
+    // the FLUSH ended an interval of two writes: the next write, alone now,
+    // may be the first of another burst and leaves its record to its FLUSH;
+    // after an interval of one it carries its record again
+    vol.write(800 * BS as u64, &aligned(13), false).unwrap();
+    assert_eq!(
+        vol.stats().streamed_records,
+        s.streamed_records,
+        "a write after an interval of two wrote its own record"
+    );
+    vol.flush().unwrap();
+    vol.write(900 * BS as u64, &aligned(14), false).unwrap();
+    assert_eq!(
+        vol.stats().streamed_records,
+        s.streamed_records + 1,
+        "a lone write after an interval of one left its record to the FLUSH"
+    );
+    vol.flush().unwrap();
+}

@@ -906,6 +906,14 @@ pub fn render(vols: &[Export], wa_1m: &[f64], m: &Metrics) -> String {
     per_volume(
         &mut t,
         v,
+        "sluice_streamed_records_total",
+        "counter",
+        "Intent log records large host writes wrote in the submission of their own data (counted in sluice_log_records_total too).",
+        |x| one(x.st.streamed_records),
+    );
+    per_volume(
+        &mut t,
+        v,
         "sluice_group_commit_waits_total",
         "counter",
         "Media flushes that first waited for another FLUSH's chunk or record to be written (group commit).",

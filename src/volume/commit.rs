@@ -18,6 +18,7 @@
 //!   `fail` (one path: the reason is kept, logged once at error level, and its
 //!   errno, ENOSPC or EIO, is what every later write answers); reads go on.
 
+use super::intent::PlannedRecord;
 use super::OpenOptions;
 use crate::crc_index::CrcIndex;
 use crate::error::{Error, Failure, Result};
@@ -859,14 +860,37 @@ impl Commit {
     /// ended (`Placed::finish`) whatever happens, so a seal waiting for
     /// them never hangs; a write error stops the volume (`fail`), as a
     /// chunk write's does.
-    pub fn place(&self, runs: &[PlaceRun<'_>]) -> Result<()> {
+    ///
+    /// `rec`: a version 3 record that names these runs' blocks (and none
+    /// that is not placed, `Ring::plan_streamed`), written in the same
+    /// submission; the record counts written only once the whole
+    /// submission has completed, so a FLUSH that waits for it finds the
+    /// data on the media too. An error there stops the volume as well
+    /// (the data's or the record's, they are not told apart). While the
+    /// log is lost (`log_lost`) the record is not written (its waiters seal).
+    pub fn place(&self, runs: &[PlaceRun<'_>], rec: Option<&PlannedRecord>) -> Result<()> {
+        let rec = rec.filter(|_| !self.log_lost());
+        assert!(
+            rec.is_none() || self.log_devs.is_empty(),
+            "a streamed write's record goes to the volume's own ring"
+        );
         let r = match self.check_failed() {
             Err(e) => Err(e),
             Ok(()) => {
                 let pieces: Vec<(u32, u32, &[u8])> =
                     runs.iter().map(|r| (r.segment, r.block, r.bytes)).collect();
-                // MUTANT: streamed-write-dropped s|self.store.write_pieces(&pieces)|Ok::<(), std::io::Error>(())|
-                self.store.write_pieces(&pieces).map_err(|e| {
+                let res = match rec {
+                    // MUTANT: streamed-write-dropped s|self.store.write_pieces(&pieces)|Ok::<(), std::io::Error>(())|
+                    None => self.store.write_pieces(&pieces),
+                    Some(r) => match self.store.write_pieces_with(&pieces, (&r.image, r.at)) {
+                        Some(res) => res,
+                        None => self
+                            .store
+                            .write_pieces(&pieces)
+                            .and_then(|_| self.media.write_at(&r.image, r.at)),
+                    },
+                };
+                res.map_err(|e| {
                     let r = &runs[0];
                     self.fail(
                         format_args!(
@@ -887,7 +911,17 @@ impl Commit {
                 Counters::add(&self.counters.streamed_blocks, (run.to - run.from) as u64);
             }
         }
+        if let (Ok(()), Some(rec)) = (&r, rec) {
+            Counters::add(&self.counters.streamed_records, 1);
+            self.record_done(rec);
+        }
         r
+    }
+
+    /// Streamed host writes may write intent log records (`place`): the
+    /// ring is the volume's own (no log devices) and still in use.
+    pub fn streams_records(&self) -> bool {
+        self.log_devs.is_empty() && !self.log_lost()
     }
 
     /// `blocks` streamed blocks are written from a copy (their caller's
@@ -922,7 +956,7 @@ impl Commit {
     /// seal-on-FLUSH as after the last log device's failure (`fall_back`).
     /// A flush error is another matter: the in-volume ring shares the media
     /// flush with chunks and superblocks, so it stops the volume (`fail`).
-    pub fn write_record(&self, r: &super::intent::PlannedRecord) -> Result<()> {
+    pub fn write_record(&self, r: &PlannedRecord) -> Result<()> {
         self.check_failed()?;
         if self.log_lost() {
             // planned before the log was lost: never written (its waiter seals)
@@ -1006,6 +1040,14 @@ impl Commit {
             // written nowhere: never counted as written (its waiter seals)
             return Ok(());
         }
+        self.record_done(r);
+        Ok(())
+    }
+
+    /// Record `r` is written: count it, and move `log_written` over every
+    /// record written without a gap before it (records complete in any
+    /// order; a waiter needs all below its target).
+    fn record_done(&self, r: &PlannedRecord) {
         Counters::add(&self.counters.media_log_bytes, r.image.len() as u64);
         Counters::add(&self.counters.log_records, 1);
         let mut p = self.progress.lock();
@@ -1020,7 +1062,6 @@ impl Commit {
             p.wake_log = u64::MAX;
             self.progress_cv.notify_all();
         }
-        Ok(())
     }
 
     /// A FLUSH is about to write the chunks below `target` or the records

@@ -1003,21 +1003,37 @@ impl Core {
         })
     }
 
-    /// A streamed host write (`Shared::append_run`) claims the data block
-    /// `append` just put into the open user chunk, for the placing write the
-    /// caller issues after the lock (`Placed::claim`: the seal skips it and
-    /// waits for it). Returns the chunk's map, the block's segment, its block
-    /// in the segment and its data index; None for a chunk whose places are
-    /// not final (a compressed volume's staged chunk).
-    pub fn claim_last_user_data(&mut self) -> Option<(Arc<Placed>, u32, u32, u32)> {
+    /// The data block `append` just put into the open user chunk, for a
+    /// streamed host write (`Shared::append_run`) to claim before it lets
+    /// the engine lock go (`Placed::claim_range`: the seal skips it and
+    /// waits for its placing write). Returns the chunk's map, the block's
+    /// segment, its block in the segment and its data index; None for a
+    /// chunk whose places are not final (a compressed volume's staged chunk).
+    pub fn last_user_data(&mut self) -> Option<(&Arc<Placed>, u32, u32, u32)> {
         let ch = self.open[0].as_mut()?;
         if ch.staged.is_some() || ch.packer.is_some() {
             return None;
         }
         let idx = ch.data_blocks().checked_sub(1)?;
-        let placed = ch.placed.get_or_insert_with(Default::default).clone();
-        placed.claim(idx);
-        Some((placed, ch.segment, ch.start + 1 + idx, idx))
+        let (segment, block) = (ch.segment, ch.start + 1 + idx);
+        let placed = ch.placed.get_or_insert_with(Default::default);
+        Some((placed, segment, block, idx))
+    }
+
+    /// A version 3 record of the open user chunk's unlogged block records,
+    /// for a streamed host write to write in the submission that carries its
+    /// own data (`Ring::plan_streamed`); `ours(placed, i)`: data block `i` of
+    /// the chunk whose map is `placed` is claimed by that write, not yet
+    /// written. None without an in-volume version 3 ring, or when a block
+    /// the record would name is neither placed nor that write's.
+    pub fn plan_streamed_record(
+        &mut self,
+        ours: &dyn Fn(&Arc<Placed>, u32) -> bool,
+    ) -> Option<super::intent::PlannedRecord> {
+        let uuid = self.uuid;
+        let (ring, ch) = (self.ring.as_mut()?, self.open[0].as_mut()?);
+        let placed = ch.placed.clone()?;
+        ring.plan_streamed(ch, uuid, &self.pool, &|i| ours(&placed, i))
     }
 
     /// Append one block record to `stream` and point the map at it.

@@ -168,6 +168,58 @@ impl Ring {
         uuid: [u8; 16],
         pool: &ChunkPool,
     ) -> Option<PlannedRecord> {
+        self.plan_with(ch, uuid, pool, &|_| false)
+    }
+
+    /// A version 3 record of `ch`'s unlogged block records for a streamed
+    /// host write to write in the same submission as its own data
+    /// (`Commit::place`), so that the FLUSH after it finds nothing to log
+    /// (docs/intent-log.md §4.5). Only when every unlogged data block is
+    /// already placed or is `ours` (claimed by that write, in that
+    /// submission): the record then carries no data, and it is counted
+    /// written only once the submission, that data with it, has completed.
+    /// A block another write claimed and has not placed yet is not in this
+    /// submission, so a record naming it could be counted written (and a
+    /// FLUSH answered) while that block is not on the media: None then.
+    pub fn plan_streamed(
+        &mut self,
+        ch: &mut OpenChunk,
+        uuid: [u8; 16],
+        pool: &ChunkPool,
+        ours: &dyn Fn(u32) -> bool,
+    ) -> Option<PlannedRecord> {
+        if !self.indirect || ch.staged.is_some() {
+            return None;
+        }
+        let placed = ch.placed.clone()?;
+        let (records, data) = ch.unlogged_counts();
+        if records == 0 {
+            return None;
+        }
+        let first = ch.data_blocks() - data;
+        // a block the record may name: on the media, or in this submission
+        // MUTANT: streamed-record-names-others s|ours(i)|placed.is_claimed(i)|
+        let nameable = |i: u32| placed.get(i) || ours(i);
+        if !(first..ch.data_blocks()).all(&nameable) {
+            return None;
+        }
+        let r = self.plan_with(ch, uuid, pool, &nameable)?;
+        assert!(
+            r.data.is_none(),
+            "a streamed write's record carries no data"
+        );
+        Some(r)
+    }
+
+    /// `plan`; `done` names data blocks to count as placed besides those
+    /// the chunk's map says are (`plan_streamed`).
+    fn plan_with(
+        &mut self,
+        ch: &mut OpenChunk,
+        uuid: [u8; 16],
+        pool: &ChunkPool,
+        also_done: &dyn Fn(u32) -> bool,
+    ) -> Option<PlannedRecord> {
         let un = ch.unlogged();
         let ndata = un.data.len();
         let v3 = self.indirect && ch.staged.is_none();
@@ -213,7 +265,7 @@ impl Ring {
             // written again, the same bytes)
             let mut w = un.data.clone();
             // MUTANT: record-rewrites-placed s|placed.get(i)|false|
-            let done = |i: u32| placed.get(i);
+            let done = |i: u32| placed.get(i) || also_done(i);
             while w.start < w.end && done(w.start) {
                 w.start += 1;
             }
@@ -397,6 +449,55 @@ mod tests {
             }
         }
         panic!("the ring never filled");
+    }
+
+    #[test]
+    fn a_streamed_record_names_only_placed_blocks_and_the_writers_own() {
+        let mut ring = Ring::new(1 << 20, 64 * BS, LogStart::default()).indirect(512);
+        let mut ch = chunk(10);
+        let placed = ch.placed.get_or_insert_with(Default::default).clone();
+        for i in 0..4u64 {
+            ch.push_data(i, &[i as u8 + 1; BLOCK_BYTES], NO_SRC);
+            ch.count_lsn();
+        }
+        // 0 and 1 claimed by the streamed write asking, 2 by another one
+        // still in flight, 3 placed already
+        for i in 0..3 {
+            placed.claim(i);
+        }
+        placed.set(3, 4);
+        let seq = ring.next_seq;
+        assert!(
+            ring.plan_streamed(&mut ch, [2; 16], &pool(), &|i| i < 2)
+                .is_none(),
+            "a record named a block another write has not placed yet"
+        );
+        assert_eq!(
+            ring.next_seq, seq,
+            "a refused record took a sequence number"
+        );
+        assert_eq!(
+            ch.unlogged_counts(),
+            (4, 4),
+            "a refused record marked blocks logged"
+        );
+        // once the other write's block is placed, the record names all four
+        // and carries none of them
+        placed.finish(2, 3, true);
+        let r = ring
+            .plan_streamed(&mut ch, [2; 16], &pool(), &|i| i < 2)
+            .expect("every block placed or the writer's own");
+        assert!(r.data.is_none());
+        let (h, _) = verify(&r.image, &[2; 16], seq, 0).expect("valid");
+        assert_eq!((h.first_lsn, h.lsn_count()), (10, 4));
+        assert_eq!(ch.unlogged_counts(), (0, 0));
+        // a block appended since (a small write's, neither placed nor
+        // claimed) is for the FLUSH's record, which carries it
+        ch.push_data(9, &[9; BLOCK_BYTES], NO_SRC);
+        ch.count_lsn();
+        assert!(ring
+            .plan_streamed(&mut ch, [2; 16], &pool(), &|_| false)
+            .is_none());
     }
 
     #[test]

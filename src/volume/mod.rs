@@ -378,13 +378,16 @@ pub const STREAM_NEAR_FLUSH_BYTES: u64 = commit::WRITE_QUEUE_BYTES;
 
 /// A streamed run being gathered: data indexes `from..to` of one open
 /// chunk's `placed`, the first at `block` of `segment`, the caller's records
-/// `host_from..` holding their bytes (contiguous).
+/// `host_from..` holding their bytes (contiguous). Indexes `from..claimed`
+/// are claimed in `placed` (`Claims::claim_pending`, before the engine lock
+/// hold that appended them ends).
 struct StreamRun {
     placed: Arc<crate::log::Placed>,
     segment: u32,
     block: u32,
     from: u32,
     to: u32,
+    claimed: u32,
     host_from: u64,
 }
 
@@ -398,13 +401,20 @@ impl Claims {
     fn blocks(&self) -> u32 {
         self.0.iter().map(|r| r.to - r.from).sum()
     }
+    /// Data block `i` of the chunk whose map is `placed` is claimed here
+    /// (not yet written).
+    fn owns(&self, placed: &Arc<crate::log::Placed>, i: u32) -> bool {
+        self.0
+            .iter()
+            .any(|r| Arc::ptr_eq(&r.placed, placed) && (r.from..r.to).contains(&i))
+    }
     /// Record data block `idx` of `placed` (at `block` of `segment`), the
     /// caller's record `host`.
-    fn push(&mut self, c: (Arc<crate::log::Placed>, u32, u32, u32), host: u64) {
+    fn push(&mut self, c: (&Arc<crate::log::Placed>, u32, u32, u32), host: u64) {
         let (placed, segment, block, idx) = c;
         if let Some(r) = self.0.last_mut() {
             let n = r.to - r.from;
-            if Arc::ptr_eq(&r.placed, &placed)
+            if Arc::ptr_eq(&r.placed, placed)
                 && r.segment == segment
                 && r.to == idx
                 && r.block + n == block
@@ -416,20 +426,48 @@ impl Claims {
             }
         }
         self.0.push(StreamRun {
-            placed,
+            placed: placed.clone(),
             segment,
             block,
             from: idx,
             to: idx + 1,
+            claimed: idx,
             host_from: host,
         });
+    }
+    /// Claim the blocks pushed since the last call (`Placed::claim_range`,
+    /// one call per run): under the engine lock hold that appended them,
+    /// while their chunk cannot yet have reached a writer, so its seal
+    /// skips them and waits for their placing write.
+    fn claim_pending(&mut self) {
+        for r in self.0.iter_mut().filter(|r| r.claimed < r.to) {
+            r.placed.claim_range(r.claimed, r.to);
+            r.claimed = r.to;
+        }
+    }
+}
+
+/// One host write in `append_run` (`Shared::host_writes`), for as long as
+/// it lives.
+struct HostWrite<'a>(&'a std::sync::atomic::AtomicU32);
+
+impl<'a> HostWrite<'a> {
+    fn enter(n: &'a std::sync::atomic::AtomicU32) -> Self {
+        n.fetch_add(1, Ordering::AcqRel);
+        HostWrite(n)
+    }
+}
+
+impl Drop for HostWrite<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 impl Drop for Claims {
     fn drop(&mut self) {
-        for r in self.0.drain(..) {
-            r.placed.finish(r.from, r.to, false);
+        for r in self.0.drain(..).filter(|r| r.claimed > r.from) {
+            r.placed.finish(r.from, r.claimed, false);
         }
     }
 }
@@ -592,6 +630,18 @@ pub(crate) struct Shared {
     /// 0 from the mount: large writes stream only within
     /// `STREAM_NEAR_FLUSH_BYTES` of it (`flush_near`).
     flush_mark: std::sync::atomic::AtomicU64,
+    /// Host writes in `append_run` now: a streamed write that is the only
+    /// one writes the intent log record of its blocks with its data
+    /// (`Core::plan_streamed_record`), so the FLUSH after it writes none.
+    host_writes: std::sync::atomic::AtomicU32,
+    /// Host writes begun since the last host FLUSH or FUA began, and how
+    /// many the interval before it held: a streamed write writes its own
+    /// record only after an interval of at most one (a lone write and its
+    /// FLUSH, at any size), not where several requests share each FLUSH
+    /// (the bench's 128 KiB pieces of a 1 MiB write: the first of them is
+    /// alone when it plans, the others come just after).
+    writes_since_flush: std::sync::atomic::AtomicU32,
+    writes_last_interval: std::sync::atomic::AtomicU32,
     /// Buffers for the packed blocks of fragment reads (read.rs).
     packed_bufs: read::PackedBufs,
 }
@@ -1040,6 +1090,9 @@ impl Volume {
             ),
             stream_places: opts.store.is_none() && opts.stripe_set.is_none(),
             flush_mark: std::sync::atomic::AtomicU64::new(0),
+            host_writes: std::sync::atomic::AtomicU32::new(0),
+            writes_since_flush: std::sync::atomic::AtomicU32::new(0),
+            writes_last_interval: std::sync::atomic::AtomicU32::new(0),
             packed_bufs: read::PackedBufs::new(),
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
@@ -1675,6 +1728,10 @@ impl Shared {
         let host = recs.host_bytes(0, 0).is_some();
         // MUTANT: streaming-off s|self.stream_places && host|false && host|
         let stream = self.stream_places && host && n >= STREAM_MIN_BLOCKS && self.flush_near();
+        let _writing = host.then(|| {
+            self.writes_since_flush.fetch_add(1, Ordering::Relaxed);
+            HostWrite::enter(&self.host_writes)
+        });
         let mut claims = Claims::default();
         let mut sealed = Vec::new();
         let mut since_checkpoint = 0;
@@ -1684,7 +1741,7 @@ impl Shared {
             let start = i;
             let end = (i + per_lock).min(n);
             recs.prepare(i, end);
-            let (need_space, level, headroom, log_bytes, pack_due) = {
+            let (need_space, level, headroom, log_bytes, pack_due, mut rec) = {
                 let mut c = self.core.lock();
                 // one look at progress per batch: failure, durable and written marks
                 let durable = {
@@ -1719,8 +1776,8 @@ impl Shared {
                     ) {
                         Ok(()) => {
                             if stream && data {
-                                if let Some(claim) = c.claim_last_user_data() {
-                                    claims.push(claim, i);
+                                if let Some(block) = c.last_user_data() {
+                                    claims.push(block, i);
                                 }
                             }
                             i += 1
@@ -1731,6 +1788,24 @@ impl Shared {
                         }
                     }
                 }
+                // MUTANT: stream-claims-untaken s|claims.claim_pending();|();|
+                claims.claim_pending();
+                // the request's last blocks are in, no other host write is
+                // under way and none came between the last two FLUSHes: with a version 3 ring, a record naming what
+                // the open chunk holds unlogged goes out with its data, so
+                // the FLUSH after it writes nothing but the media flush
+                // (docs/intent-log.md §4.5, §4.11). With company (the
+                // bench's pieces of one large write, 8 jobs) each request
+                // would write a record where their FLUSH writes one.
+                // MUTANT: streamed-record-with-company s|Ordering::Acquire) == 1|Ordering::Acquire) >= 1|
+                let alone = self.host_writes.load(Ordering::Acquire) == 1
+                    && self.writes_last_interval.load(Ordering::Relaxed) <= 1;
+                let rec = match stream && alone && i >= n && !need && !claims.0.is_empty() {
+                    true if self.commit.streams_records() => {
+                        c.plan_streamed_record(&|p, idx| claims.owns(p, idx))
+                    }
+                    _ => None,
+                };
                 let log_bytes = c.bytes_since_checkpoint;
                 (
                     need,
@@ -1738,6 +1813,7 @@ impl Shared {
                     c.headroom_blocks(reserve),
                     log_bytes,
                     c.pack_due(),
+                    rec,
                 )
             };
             since_checkpoint = log_bytes;
@@ -1760,16 +1836,17 @@ impl Shared {
                         // still counts its chunk written only once the claims
                         // in it ended, `Placed::wait_idle`)
                         self.commit.submit_now(std::mem::take(&mut sealed))?;
-                        self.place_claims(&mut claims, recs)?;
+                        self.place_claims(&mut claims, recs, rec.take())?;
                         self.commit.wait_queue_space()?;
                     } else {
                         // deterministic mode: `submit` writes on this thread,
                         // and its seal would wait for claims nobody writes
-                        self.place_claims(&mut claims, recs)?;
+                        self.place_claims(&mut claims, recs, rec.take())?;
                         self.commit.submit(std::mem::take(&mut sealed))?;
                     }
                 }
             }
+            assert!(rec.is_none(), "a streamed write's record left unwritten");
             let slept = self.hk.pace(i - start, level, headroom);
             if slept > 0 {
                 Counters::add(&self.counters.pace_sleeps, 1);
@@ -1780,7 +1857,7 @@ impl Shared {
             }
         }
         if stream {
-            self.place_claims(&mut claims, recs)?;
+            self.place_claims(&mut claims, recs, None)?;
             self.commit.submit(sealed)?;
         }
         self.after_append(since_checkpoint)
@@ -1801,8 +1878,14 @@ impl Shared {
     /// is aligned for direct IO, else from a copy in a pool buffer. A share
     /// of the reuse lock is held across the write, as a FLUSH's placing
     /// write holds one (`flush_path`).
-    fn place_claims<'a>(&self, claims: &mut Claims, recs: &dyn Records<'a>) -> Result<()> {
+    fn place_claims<'a>(
+        &self,
+        claims: &mut Claims,
+        recs: &dyn Records<'a>,
+        rec: Option<intent::PlannedRecord>,
+    ) -> Result<()> {
         if claims.0.is_empty() {
+            assert!(rec.is_none(), "a streamed record without streamed data");
             return Ok(());
         }
         let runs = std::mem::take(&mut claims.0);
@@ -1848,7 +1931,7 @@ impl Shared {
             .collect();
         let res = {
             let _r = self.reuse.read();
-            self.commit.place(&place)
+            self.commit.place(&place, rec.as_ref())
         };
         drop(place);
         for b in copies {
@@ -1930,6 +2013,8 @@ impl Shared {
             // stream again for a while (`flush_near`)
             let written = self.counters.host_write_bytes.load(Ordering::Relaxed);
             self.flush_mark.store(written, Ordering::Relaxed);
+            let n = self.writes_since_flush.swap(0, Ordering::Relaxed);
+            self.writes_last_interval.store(n, Ordering::Relaxed);
         }
         let mut out = Vec::new();
         let (target, rec, rec_target, logged, start_wanted) = {
@@ -2219,6 +2304,7 @@ impl Shared {
             flushes_parked: 0,
             flushes_parked_late: 0,
             streamed_blocks: 0,
+            streamed_records: 0,
             streamed_copied_blocks: 0,
             log_device_errors: 0,
             log_devices_degraded: 0,
