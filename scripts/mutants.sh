@@ -663,6 +663,9 @@ apply_put_new_any_existing_is_ours() {
 apply_list_first_page_only() {
   marker list-first-page-only
 }
+apply_cache_trust_unverified() {
+  marker cache-trust-unverified
+}
 apply_aws_profile_missing_ignored() {
   marker aws-profile-missing-ignored
 }
@@ -1032,6 +1035,7 @@ run quick-test-threshold lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3
+run cache-trust-unverified lib:objseg::tests objects_crash
 run aws-profile-missing-ignored lib:media::objects::awsfiles
 run aws-files-over-env lib:media::objects::awsfiles
 run range-length-unchecked objects_s3

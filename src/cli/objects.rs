@@ -442,6 +442,15 @@ impl StoreArgs {
             rep.orphans_deferred,
             rep.uploads_queued
         );
+        if rep.cache_kept + rep.cache_dropped > 0 {
+            say!(
+                "sluice: {}: cache: {} stored segment(s) of an earlier mount kept (their copies whole), {} read from the store (checked in {} ms)",
+                self.store.as_deref().unwrap_or_default(),
+                rep.cache_kept,
+                rep.cache_dropped,
+                rep.cache_check_ms
+            );
+        }
         for n in &rep.notes {
             say!("sluice: {}: {n}", self.store.as_deref().unwrap_or_default());
         }
