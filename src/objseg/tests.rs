@@ -682,3 +682,37 @@ fn a_remount_reads_the_volume_and_gc_victims_from_the_cache_it_left() {
     drop(vol);
     s.close().unwrap();
 }
+
+/// Copies `evict_over` punched in the mount before are dropped at the next
+/// attach, whatever the cache's size then: only the one it kept is read
+/// locally.
+#[test]
+fn copies_evicted_before_a_crash_are_read_from_the_store_after_it() {
+    let r = Rig::new();
+    let s = r.create(1);
+    for seg in 0..4 {
+        fill(&s, seg, seg as u8 + 1);
+        assert!(s.wait_idle(Duration::from_secs(5)));
+    }
+    // the cache of 1 kept segment 3's copy and punched the others
+    let gets = |s: &ObjSegStore| s.stats().gets.load(Ordering::Relaxed);
+    assert_eq!(s.stats().local_reads.load(Ordering::Relaxed), 0);
+    s.halt();
+    drop(s);
+    let (s, rep) = open(r.media.clone(), r.place(100)).unwrap();
+    assert_eq!((rep.cache_kept, rep.cache_dropped), (1, 3), "{rep:?}");
+    for seg in 0..4 {
+        let before = gets(&s);
+        let mut b = vec![0u8; SEG as usize];
+        s.read_segment(seg, 0, &mut b).unwrap();
+        assert!(
+            b == image(seg as u8 + 1),
+            "segment {seg}: wrong bytes served"
+        );
+        assert_eq!(
+            gets(&s) - before,
+            u64::from(seg != 3),
+            "segment {seg}'s GETs"
+        );
+    }
+}
