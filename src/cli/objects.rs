@@ -138,7 +138,8 @@ pub struct StoreArgs {
     /// hold the whole segment area and still keep 1 GiB and 5% of itself
     /// free, else 64. A cache that holds the volume keeps GC's victims
     /// local: oldest-first eviction punches exactly the segments GC picks
-    /// next (docs/objects.md §5.7).
+    /// next. A restart keeps the copies the last mount left whole (checked
+    /// against their objects' CRC32C at attach; docs/objects.md §5.7).
     #[arg(long, requires = "store", default_value = "auto", value_parser = parse_cache_segments)]
     pub cache_segments: CacheSegments,
     /// Segment uploads in flight at once.

@@ -195,9 +195,11 @@ fn read(path: Option<&Path>) -> Result<Option<(PathBuf, Sections)>, ObjError> {
     };
     let text = String::from_utf8(text)
         .map_err(|_| ObjError::Invalid(format!("{}: not UTF-8 text", path.display())))?;
-    let sections = parse(&text).map_err(|(line, why)| {
-        ObjError::Invalid(format!("{}: line {line}: {why}", path.display()))
-    })?;
+    // (a byte-order mark, as some Windows editors write, is not a line)
+    let sections =
+        parse(text.strip_prefix('\u{feff}').unwrap_or(&text)).map_err(|(line, why)| {
+            ObjError::Invalid(format!("{}: line {line}: {why}", path.display()))
+        })?;
     Ok(Some((path.to_path_buf(), sections)))
 }
 
