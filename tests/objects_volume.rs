@@ -1124,8 +1124,8 @@ fn credentials_and_endpoint_come_from_the_aws_shared_files() {
         if endpoint {
             c.arg("--endpoint").arg(w.endpoint());
         }
-        for (k, _) in std::env::vars() {
-            if k.starts_with("AWS_") {
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("AWS_") {
                 c.env_remove(k);
             }
         }

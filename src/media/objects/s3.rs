@@ -133,7 +133,11 @@ impl S3Objects {
         // The other AWS_* settings as `from_env` reads them; these five are
         // `got`'s, by the precedence above.
         let mut b = AmazonS3Builder::new().with_bucket_name(bucket);
-        for (k, v) in std::env::vars() {
+        // (vars_os: `vars` panics on a variable that is not UTF-8)
+        for (k, v) in std::env::vars_os() {
+            let (Some(k), Some(v)) = (k.to_str(), v.to_str()) else {
+                continue;
+            };
             if !k.starts_with("AWS_") {
                 continue;
             }
