@@ -6,15 +6,19 @@
 #
 #   hit:  `serve --store ... --cache-segments 1000000`, read by the same
 #         server that filled the volume: every segment's staging copy is
-#         kept, every read is a local read (a restart starts with an empty
-#         cache: an uploaded segment's staging copy is not trusted after a
-#         restart, docs/objects.md §5.7);
+#         kept, every read is a local read;
+#   restart: the same cache dir served again, every segment cached: the
+#         attach keeps each stored segment's staging copy whose CRC32C is
+#         its object's (docs/objects.md §5.7), so reads stay local; the
+#         server's "kept" line (with the time the check took) is printed;
 #   miss: the same cache dir served again with `--cache-segments 0`: every
 #         read of an uploaded segment is one ranged GET.
 #
 # Usage: scripts/bench-objects-reads.sh
 # Env:   RUNTIME=15 (s per run)  SIZE_MB=256 (export)  DIR=/var/tmp/sluice-objreads
 #        S3_PORT=27400  SLUICE=target/release/sluice
+#        COLD=1: drop the cache file from the page cache before the restart
+#        run (dd iflag=nocache), so its attach reads the copies from disk
 #        RADOS_CONF=DIR/ceph.conf: the volume in rados://${RADOS_POOL:-sluice}
 #        instead (a running scripts/ceph-cluster.sh; SLUICE a --features
 #        rados build), no SeaweedFS
@@ -99,11 +103,17 @@ EOF
 echo "(4 KiB random reads, QD1, ${RUNTIME}s each, ${SIZE_MB} MiB export, segments in $WHERE)"
 # (not in $(...): the server started or stopped must be this shell's)
 run 1000000 hit >"$WORK/hit.line"
+if [ -n "${COLD:-}" ]; then
+    dd if="$WORK/cache/volume" iflag=nocache count=0 status=none
+fi
+run 1000000 restart >"$WORK/restart.line"
 run 0 miss >"$WORK/miss.line"
 hit=$(cat "$WORK/hit.line")
 miss=$(cat "$WORK/miss.line")
 echo "$hit"
+cat "$WORK/restart.line"
 echo "$miss"
+grep -h "of an earlier mount kept" "$WORK/serve.log" || true
 python3 - "$hit" "$miss" <<'EOF'
 import sys
 h = float(sys.argv[1].split()[1]); m = float(sys.argv[2].split()[1])

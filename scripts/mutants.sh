@@ -672,6 +672,15 @@ apply_put_new_any_existing_is_ours() {
 apply_list_first_page_only() {
   marker list-first-page-only
 }
+apply_cache_trust_unverified() {
+  marker cache-trust-unverified
+}
+apply_aws_profile_missing_ignored() {
+  marker aws-profile-missing-ignored
+}
+apply_aws_files_over_env() {
+  marker aws-files-over-env
+}
 apply_range_length_unchecked() {
   marker range-length-unchecked
 }
@@ -1043,6 +1052,9 @@ run quick-test-threshold lib
 run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3
+run cache-trust-unverified lib:objseg::tests objects_crash
+run aws-profile-missing-ignored lib:media::objects::awsfiles
+run aws-files-over-env lib:media::objects::awsfiles
 run range-length-unchecked objects_s3
 run lease-exists-wins objects_s3 lib
 run lease-ignores-holder lib

@@ -1100,3 +1100,103 @@ fn create_on_a_store_makes_the_intent_log_unless_told_not_to() {
         "serve gave a volume made without a ring one:\n{i}"
     );
 }
+
+/// Credentials from the AWS shared files alone (issue 21 §5, docs/objects.md
+/// §1.2): no AWS_* variable reaches `sluice`; a temporary HOME holds
+/// `.aws/credentials`, then AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE
+/// name files elsewhere and the config file's `endpoint_url` replaces
+/// --endpoint. A profile that is not there, a malformed file and no
+/// credentials at all are clear errors that never show the secret.
+#[test]
+fn credentials_and_endpoint_come_from_the_aws_shared_files() {
+    let Some(w) = Weed::start("credentials from ~/.aws") else {
+        return;
+    };
+    let home = w.dir.path().join("home");
+    std::fs::create_dir_all(home.join(".aws")).unwrap();
+    let run = |args: &[&str], prefix: &str, endpoint: bool, env: &[(&str, &Path)]| {
+        let mut c = Command::new(nbd_common::BIN);
+        c.args(args)
+            .arg("--store")
+            .arg(format!("s3://sluice/{prefix}"))
+            .arg("--cache-dir")
+            .arg(w.dir.path().join(prefix));
+        if endpoint {
+            c.arg("--endpoint").arg(w.endpoint());
+        }
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("AWS_") {
+                c.env_remove(k);
+            }
+        }
+        c.env("HOME", &home);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let text = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let create = ["create", "--size", "32M"];
+    // no file: refused for want of credentials
+    let out = run(&create, "c0", true, &[]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("no S3 credentials"), "{}", text(&out));
+    // ~/.aws/credentials, profile default: the volume is made and checks clean
+    std::fs::write(
+        home.join(".aws/credentials"),
+        format!("# test\n[default]\naws_access_key_id = {KEY}\naws_secret_access_key = {SECRET}\n"),
+    )
+    .unwrap();
+    ok(run(&create, "c1", true, &[]));
+    ok(run(&["check"], "c1", true, &[]));
+    // files elsewhere, a named profile, the endpoint from the config file
+    let creds = w.dir.path().join("creds");
+    let conf = w.dir.path().join("conf");
+    std::fs::write(
+        &creds,
+        format!("[t]\naws_access_key_id = {KEY}\naws_secret_access_key = {SECRET}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        &conf,
+        format!(
+            "[profile t]\nregion = us-east-1\nendpoint_url = {}\n",
+            w.endpoint()
+        ),
+    )
+    .unwrap();
+    let named = |profile: &'static str| {
+        vec![
+            ("AWS_SHARED_CREDENTIALS_FILE", creds.as_path()),
+            ("AWS_CONFIG_FILE", conf.as_path()),
+            ("AWS_PROFILE", Path::new(profile)),
+        ]
+    };
+    ok(run(&create, "c2", false, &named("t")));
+    ok(run(&["check"], "c2", false, &named("t")));
+    // a profile neither file has: named in the refusal
+    let out = run(&["check"], "c2", false, &named("gone"));
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("AWS profile \"gone\" not found"),
+        "{}",
+        text(&out)
+    );
+    // a malformed credentials file: its name and line, never the secret
+    std::fs::write(
+        home.join(".aws/credentials"),
+        format!("[default]\naws_access_key_id = {KEY}\naws_secret_access_key {SECRET}\n"),
+    )
+    .unwrap();
+    let out = run(&["check"], "c1", true, &[]);
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(t.contains(".aws/credentials: line 3:"), "{t}");
+    assert!(!t.contains(SECRET), "the secret was shown:\n{t}");
+}

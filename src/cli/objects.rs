@@ -96,9 +96,13 @@ pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
 
 #[derive(clap::Args, Clone, Default)]
 pub struct StoreArgs {
-    /// Keep the volume's segments in an object store: s3://BUCKET/PREFIX
-    /// (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
-    /// AWS_SESSION_TOKEN / AWS_REGION). The volume's metadata is kept in
+    /// Keep the volume's segments in an object store: s3://BUCKET/PREFIX.
+    /// Credentials, region and endpoint: the command line (--endpoint), then
+    /// the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL), then the AWS shared
+    /// files (AWS_SHARED_CREDENTIALS_FILE, default ~/.aws/credentials;
+    /// AWS_CONFIG_FILE, default ~/.aws/config, with region and endpoint_url;
+    /// profile AWS_PROFILE, default `default`). The volume's metadata is kept in
     /// --cache-dir and stored as checkpoint objects: `serve` with an empty
     /// --cache-dir rebuilds it from the store (docs/objects.md §5.6).
     /// Or rados://POOL/PREFIX: a Ceph pool through librados (a build with
@@ -114,7 +118,8 @@ pub struct StoreArgs {
     #[arg(long, requires = "store", default_value = "admin")]
     pub ceph_user: String,
     /// The S3 endpoint (http://127.0.0.1:8333 for a local server; default
-    /// AWS_ENDPOINT_URL, else AWS).
+    /// AWS_ENDPOINT_URL, else the profile's endpoint_url in the AWS config
+    /// file, else AWS).
     #[arg(long, requires = "store")]
     pub endpoint: Option<String>,
     /// Local directory of the volume's metadata file, segment staging and
@@ -133,7 +138,8 @@ pub struct StoreArgs {
     /// hold the whole segment area and still keep 1 GiB and 5% of itself
     /// free, else 64. A cache that holds the volume keeps GC's victims
     /// local: oldest-first eviction punches exactly the segments GC picks
-    /// next (docs/objects.md §5.7).
+    /// next. A restart keeps the copies the last mount left whole (checked
+    /// against their objects' CRC32C at attach; docs/objects.md §5.7).
     #[arg(long, requires = "store", default_value = "auto", value_parser = parse_cache_segments)]
     pub cache_segments: CacheSegments,
     /// Segment uploads in flight at once.
@@ -437,6 +443,15 @@ impl StoreArgs {
             rep.orphans_deferred,
             rep.uploads_queued
         );
+        if rep.cache_kept + rep.cache_dropped > 0 {
+            say!(
+                "sluice: {}: cache: {} stored segment(s) of an earlier mount kept (their copies whole), {} read from the store (checked in {} ms)",
+                self.store.as_deref().unwrap_or_default(),
+                rep.cache_kept,
+                rep.cache_dropped,
+                rep.cache_check_ms
+            );
+        }
         for n in &rep.notes {
             say!("sluice: {}: {n}", self.store.as_deref().unwrap_or_default());
         }

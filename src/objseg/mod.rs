@@ -29,6 +29,10 @@
 //! - the table names an object only while it holds the slot's current life:
 //!   an upload that finishes after its slot moved on is deleted, never
 //!   recorded.
+//! - after a mount, a stored slot's staging copy is read only when the
+//!   attach found it whole: its CRC32C over the whole segment is the
+//!   object's (`trust_whole_copies`); a punched, half-punched or stale copy
+//!   is never served.
 //!
 //! Not in this slice: the superblock, checkpoints and intent ring stay in
 //! the local metadata file (a host that loses its cache loses the volume);
@@ -268,7 +272,55 @@ pub struct AttachReport {
     /// checkpoint objects are stored (never deleted at attach).
     pub orphans_deferred: usize,
     pub uploads_queued: usize,
+    /// Stored segments of an earlier mount whose staging copy was found
+    /// whole (its CRC32C is the object's) and is read from again.
+    pub cache_kept: usize,
+    /// Stored segments read from their objects: their copy was punched,
+    /// partly punched, never made durable, or beyond the cache's size.
+    pub cache_dropped: usize,
+    /// How long reading and checking the copies took.
+    pub cache_check_ms: u64,
     pub notes: Vec<String>,
+}
+
+/// The stored slots whose staging copy is trusted again after a mount,
+/// newest object first, at most `limit`: exactly those whose copy is whole,
+/// i.e. whose CRC32C over the whole segment is the object's (recorded in
+/// the table with the object). A copy punched or half punched before a
+/// crash (`evict_over`), or one whose writes never reached the disk, does
+/// not match and stays untrusted: its reads are ranged GETs, as before.
+/// Each trusted slot is marked local; reads of it are still verified by
+/// the blocks' CRCs in the engine.
+fn trust_whole_copies(
+    local: &FlatStore<Arc<dyn Media>>,
+    table: &Table,
+    limit: usize,
+    slots: &mut [Slot],
+) -> io::Result<Vec<u32>> {
+    let mut stored: Vec<(u64, u32, u32)> = table
+        .slots
+        .iter()
+        .enumerate()
+        .filter_map(|(s, r)| r.map(|r| (r.seq, s as u32, r.crc)))
+        .collect();
+    stored.sort_unstable_by(|a, b| b.cmp(a));
+    let mut buf = AlignedBuf::new(table.segment_blocks as usize * BLOCK_BYTES);
+    let mut kept = Vec::new();
+    for (_, s, crc) in stored.into_iter().take(limit) {
+        // a copy whose first block is zeros (a cache rebuilt from the store
+        // has only holes there) is not read further
+        local.read_segment(s, 0, &mut buf[..BLOCK_BYTES])?;
+        if buf[..BLOCK_BYTES].iter().all(|&b| b == 0) {
+            continue;
+        }
+        local.read_segment(s, 0, &mut buf)?;
+        // MUTANT: cache-trust-unverified s|crc32c::crc32c(&buf) == crc|true|
+        if crc32c::crc32c(&buf) == crc {
+            slots[s as usize].local = true;
+            kept.push(s);
+        }
+    }
+    Ok(kept)
 }
 
 /// The writer lease for a volume whose cache holds `table`: our own last
@@ -525,6 +577,17 @@ impl ObjSegStore {
                 }
             }
             slots.push(slot);
+        }
+        if !read_only {
+            let t = Instant::now();
+            let kept = trust_whole_copies(&local, &table, opts.cache_segments, &mut slots)?;
+            rep.cache_check_ms = t.elapsed().as_millis() as u64;
+            rep.cache_kept = kept.len();
+            rep.cache_dropped = table.slots.iter().flatten().count() - kept.len();
+            // oldest first, before this mount's own (not yet uploaded) ones
+            for s in kept {
+                cached.push_front(s);
+            }
         }
         let inner = Arc::new(Inner {
             local,

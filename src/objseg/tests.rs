@@ -572,3 +572,147 @@ fn gc_victims_are_read_from_a_cache_that_holds_the_volume() {
         s.close().unwrap();
     }
 }
+
+/// A restart keeps the staging copies that are whole (docs/objects.md §5.7):
+/// an earlier mount's segments are read with no GET. A copy punched (an
+/// eviction), half punched (a crash in the middle of one) or with a block
+/// that never reached the disk is never served: its reads are GETs.
+#[test]
+fn a_restart_trusts_exactly_the_whole_staging_copies() {
+    let r = Rig::new();
+    let s = r.create(100);
+    for seg in 0..6 {
+        fill(&s, seg, seg as u8 + 1);
+    }
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    let geo = s.inner.geo;
+    // a crash (no close): what the staging file holds stays as it is
+    s.halt();
+    drop(s);
+    let flat = FlatStore::new(r.media.clone(), &geo);
+    // 1: evicted (the body punched behind its chunk header)
+    assert!(flat.discard_body(1).unwrap());
+    // 2: a crash in the middle of its eviction: half the body punched
+    flat.write(2, 8, &vec![0u8; 8 * BLOCK_BYTES]).unwrap();
+    // 3: one block of the copy never reached the disk (older bytes)
+    flat.write(3, 5, &image(9)[..BLOCK_BYTES]).unwrap();
+    let (s, rep) = open(r.media.clone(), r.place(100)).unwrap();
+    assert_eq!((rep.cache_kept, rep.cache_dropped), (3, 3), "{rep:?}");
+    let gets = |s: &ObjSegStore| s.stats().gets.load(Ordering::Relaxed);
+    for seg in 0..6 {
+        let before = gets(&s);
+        let mut b = vec![0u8; SEG as usize];
+        s.read_segment(seg, 0, &mut b).unwrap();
+        assert!(
+            b == image(seg as u8 + 1),
+            "segment {seg}: wrong bytes served"
+        );
+        let want = if [1, 2, 3].contains(&seg) { 1 } else { 0 };
+        assert_eq!(gets(&s) - before, want, "segment {seg}'s GETs");
+    }
+    // a cache of 2 keeps the copies of the newest two objects, if whole
+    let mut newest: Vec<(u64, u32)> = (0..6).map(|g| (s.stored(g).unwrap().seq, g)).collect();
+    newest.sort_unstable_by(|a, b| b.cmp(a));
+    let top: Vec<u32> = newest[..2].iter().map(|x| x.1).collect();
+    let whole = |g: u32| ![1, 2, 3].contains(&g);
+    drop(s);
+    let (s, rep) = open(r.media.clone(), r.place(2)).unwrap();
+    let kept = top.iter().filter(|&&g| whole(g)).count();
+    assert_eq!(rep.cache_kept, kept, "{rep:?} (newest {top:?})");
+    for seg in 0..6 {
+        let before = gets(&s);
+        let mut b = vec![0u8; SEG as usize];
+        s.read_segment(seg, 0, &mut b).unwrap();
+        assert!(
+            b == image(seg as u8 + 1),
+            "segment {seg}: wrong bytes served"
+        );
+        let want = u64::from(!(top.contains(&seg) && whole(seg)));
+        assert_eq!(gets(&s) - before, want, "segment {seg}'s GETs, cache of 2");
+    }
+}
+
+/// Through the engine: a volume closed and mounted again reads every block
+/// from the cache it left, GC's victims included: no GET at all.
+#[test]
+fn a_remount_reads_the_volume_and_gc_victims_from_the_cache_it_left() {
+    let r = Rig::new();
+    let place = || Place {
+        opts: ObjSegOptions {
+            uploads: 0,
+            ..opts(usize::MAX)
+        },
+        ..r.place(usize::MAX)
+    };
+    let s = create(r.media.clone(), place(), false).unwrap().0;
+    let vol = r.volume(&s);
+    let n = vol.stats().logical_bytes / BS;
+    let ver = overwrite_passes(&vol, n);
+    vol.close().unwrap();
+    drop(vol);
+    s.close().unwrap();
+    drop(s);
+    let (s, rep) = open(r.media.clone(), place()).unwrap();
+    assert!(rep.cache_kept > 0 && rep.cache_dropped == 0, "{rep:?}");
+    let vol = r.volume(&s);
+    for lba in 0..n {
+        let mut b = vec![0u8; BLOCK_BYTES];
+        vol.read(lba * BS, &mut b).unwrap();
+        let want = match ver[lba as usize] {
+            0 => vec![0u8; BLOCK_BYTES],
+            v => block(lba, v),
+        };
+        assert!(b == want, "block {lba}");
+    }
+    // more overwrites: GC picks victims of the earlier mount
+    overwrite_passes(&vol, n);
+    assert!(s.wait_idle(Duration::from_secs(10)));
+    let st = s.stats();
+    assert!(
+        st.gc_victims_cached.load(Ordering::Relaxed) > 0,
+        "no GC victim"
+    );
+    assert_eq!(st.gc_victims_fetched.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        st.gets.load(Ordering::Relaxed),
+        0,
+        "a GET after the remount"
+    );
+    vol.close().unwrap();
+    drop(vol);
+    s.close().unwrap();
+}
+
+/// Copies `evict_over` punched in the mount before are dropped at the next
+/// attach, whatever the cache's size then: only the one it kept is read
+/// locally.
+#[test]
+fn copies_evicted_before_a_crash_are_read_from_the_store_after_it() {
+    let r = Rig::new();
+    let s = r.create(1);
+    for seg in 0..4 {
+        fill(&s, seg, seg as u8 + 1);
+        assert!(s.wait_idle(Duration::from_secs(5)));
+    }
+    // the cache of 1 kept segment 3's copy and punched the others
+    let gets = |s: &ObjSegStore| s.stats().gets.load(Ordering::Relaxed);
+    assert_eq!(s.stats().local_reads.load(Ordering::Relaxed), 0);
+    s.halt();
+    drop(s);
+    let (s, rep) = open(r.media.clone(), r.place(100)).unwrap();
+    assert_eq!((rep.cache_kept, rep.cache_dropped), (1, 3), "{rep:?}");
+    for seg in 0..4 {
+        let before = gets(&s);
+        let mut b = vec![0u8; SEG as usize];
+        s.read_segment(seg, 0, &mut b).unwrap();
+        assert!(
+            b == image(seg as u8 + 1),
+            "segment {seg}: wrong bytes served"
+        );
+        assert_eq!(
+            gets(&s) - before,
+            u64::from(seg != 3),
+            "segment {seg}'s GETs"
+        );
+    }
+}

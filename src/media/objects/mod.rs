@@ -12,6 +12,7 @@
 //! `MemObjects` serves unit tests of the logic above; durability is tested
 //! only against a real server (tests/objects_s3.rs).
 
+pub mod awsfiles;
 mod memory;
 #[cfg(feature = "rados")]
 mod rados;

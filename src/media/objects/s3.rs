@@ -11,12 +11,15 @@
 //! `ObjError::Exists`; a conflict with a create still in flight (409, or 412
 //! and then nothing there) is asked again a few times.
 //!
-//! Credentials come from `S3Options` or else the usual AWS_* environment
-//! variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
-//! AWS_REGION, AWS_ENDPOINT_URL, ...). Without any, the client refuses to
-//! start unless `anonymous` is set: it never falls back to probing an
+//! Credentials, region and endpoint come from `S3Options` (the command
+//! line), else the usual AWS_* environment variables (AWS_ACCESS_KEY_ID,
+//! AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL,
+//! ...), else the AWS shared config files (`awsfiles`: ~/.aws/credentials,
+//! ~/.aws/config, profile AWS_PROFILE). Without any key, the client refuses
+//! to start unless `anonymous` is set: it never falls back to probing an
 //! instance metadata service.
 
+use super::awsfiles::{self, AwsFiles, Settings};
 use super::{check_name, check_range, ObjError, ObjectInfo, ObjectStore};
 use futures_util::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
@@ -28,8 +31,9 @@ use object_store::{
 use std::ops::Range;
 use std::time::Duration;
 
-/// How to reach an S3 store; every `None` falls back to the environment.
-#[derive(Debug, Clone)]
+/// How to reach an S3 store; every `None` falls back to the environment,
+/// then to the AWS shared config files. (`Debug` hides the secrets.)
+#[derive(Clone)]
 pub struct S3Options {
     /// `http://127.0.0.1:8333` and the like (path-style requests); None: the
     /// AWS_ENDPOINT_URL / AWS_ENDPOINT variable, else AWS itself.
@@ -42,6 +46,11 @@ pub struct S3Options {
     /// Send unsigned requests (a public or open store) instead of refusing
     /// when no credentials are found.
     pub anonymous: bool,
+    /// The AWS shared config files to read; None: where the AWS CLI finds
+    /// them (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, AWS_PROFILE,
+    /// HOME). Each setting above that is None comes from the environment,
+    /// else from these files.
+    pub files: Option<AwsFiles>,
     /// Time limit of one request.
     pub request_timeout: Duration,
     /// Retries of a failed request (server errors, connection failures):
@@ -59,10 +68,29 @@ impl Default for S3Options {
             secret_access_key: None,
             session_token: None,
             anonymous: false,
+            files: None,
             request_timeout: Duration::from_secs(30),
             max_retries: 3,
             retry_timeout: Duration::from_secs(20),
         }
+    }
+}
+
+impl std::fmt::Debug for S3Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: &Option<String>| v.as_ref().map(|_| "<hidden>");
+        f.debug_struct("S3Options")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &hidden(&self.access_key_id))
+            .field("secret_access_key", &hidden(&self.secret_access_key))
+            .field("session_token", &hidden(&self.session_token))
+            .field("anonymous", &self.anonymous)
+            .field("files", &self.files)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("retry_timeout", &self.retry_timeout)
+            .finish()
     }
 }
 
@@ -84,38 +112,77 @@ impl S3Objects {
         if !prefix.is_empty() {
             check_name(prefix)?;
         }
-        let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
-        if let Some(e) = &opts.endpoint {
+        let env = |k: &str| std::env::var(k).ok();
+        let files = match &opts.files {
+            Some(f) => f.clone(),
+            None => AwsFiles::from_env(&env),
+        };
+        let cli = Settings {
+            access_key_id: opts.access_key_id.clone(),
+            secret_access_key: opts.secret_access_key.clone(),
+            session_token: opts.session_token.clone(),
+            region: opts.region.clone(),
+            endpoint: opts.endpoint.clone(),
+            source: "the command line".into(),
+        };
+        let got = awsfiles::merge(
+            &cli,
+            &awsfiles::env_settings(&env),
+            &awsfiles::load(&files)?,
+        );
+        // The other AWS_* settings as `from_env` reads them; these five are
+        // `got`'s, by the precedence above.
+        let mut b = AmazonS3Builder::new().with_bucket_name(bucket);
+        // (vars_os: `vars` panics on a variable that is not UTF-8)
+        for (k, v) in std::env::vars_os() {
+            let (Some(k), Some(v)) = (k.to_str(), v.to_str()) else {
+                continue;
+            };
+            if !k.starts_with("AWS_") {
+                continue;
+            }
+            if let Ok(key) = k.to_ascii_lowercase().parse::<AmazonS3ConfigKey>() {
+                if !matches!(
+                    key,
+                    AmazonS3ConfigKey::AccessKeyId
+                        | AmazonS3ConfigKey::SecretAccessKey
+                        | AmazonS3ConfigKey::Token
+                        | AmazonS3ConfigKey::Region
+                        | AmazonS3ConfigKey::DefaultRegion
+                        | AmazonS3ConfigKey::Endpoint
+                ) {
+                    b = b.with_config(key, v);
+                }
+            }
+        }
+        if let Some(e) = &got.endpoint {
             b = b.with_endpoint(e);
         }
-        if let Some(r) = &opts.region {
-            b = b.with_region(r);
-        } else if b.get_config_value(&AmazonS3ConfigKey::Region).is_none() {
-            let r = std::env::var("AWS_DEFAULT_REGION").unwrap_or_else(|_| "us-east-1".into());
-            b = b.with_region(r);
-        }
-        if let Some(k) = &opts.access_key_id {
+        b = b.with_region(got.region.as_deref().unwrap_or("us-east-1"));
+        if let Some(k) = &got.access_key_id {
             b = b.with_access_key_id(k);
         }
-        if let Some(s) = &opts.secret_access_key {
+        if let Some(s) = &got.secret_access_key {
             b = b.with_secret_access_key(s);
         }
-        if let Some(t) = &opts.session_token {
+        if let Some(t) = &got.session_token {
             b = b.with_token(t);
         }
-        let has_key = b
-            .get_config_value(&AmazonS3ConfigKey::AccessKeyId)
-            .is_some()
-            && b.get_config_value(&AmazonS3ConfigKey::SecretAccessKey)
-                .is_some();
+        let has_key = got.access_key_id.is_some() && got.secret_access_key.is_some();
         if opts.anonymous {
             b = b.with_skip_signature(true);
         } else if !has_key {
-            return Err(ObjError::Invalid(
-                "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
-                 (or pass them, or ask for anonymous access)"
+            return Err(ObjError::Invalid(match got.source.as_str() {
+                "" => "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
+                       or put them in the AWS credentials file (~/.aws/credentials, \
+                       AWS_SHARED_CREDENTIALS_FILE; profile AWS_PROFILE), or ask for \
+                       anonymous access"
                     .into(),
-            ));
+                from => format!(
+                    "no S3 credentials: {from} gives only one of the access key id and \
+                     the secret access key"
+                ),
+            }));
         }
         let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
         let http = endpoint
@@ -147,6 +214,9 @@ impl S3Objects {
         } else {
             format!("s3://{bucket}/{prefix} at {at}")
         };
+        if !got.source.is_empty() {
+            tracing::info!("{what}: credentials from {}", got.source);
+        }
         Ok(S3Objects {
             store,
             rt,
@@ -321,8 +391,12 @@ mod tests {
     #[test]
     fn no_credentials_is_refused_unless_anonymous() {
         // the refusal needs an environment without keys (CI has none)
+        let no_files = S3Options {
+            files: Some(AwsFiles::default()),
+            ..S3Options::default()
+        };
         if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
-            let e = S3Objects::open("vols", "p", &S3Options::default()).err();
+            let e = S3Objects::open("vols", "p", &no_files).err();
             assert!(matches!(e, Some(ObjError::Invalid(m)) if m.contains("no S3 credentials")));
         }
         let anon = S3Options {
@@ -335,5 +409,64 @@ mod tests {
         assert_eq!(s.relative("p/seg/1"), Some("seg/1"));
         assert_eq!(s.relative("px/seg/1"), None);
         assert!(s.path("a//b").is_err());
+    }
+
+    /// Credentials and endpoint from the files alone (this process's
+    /// environment has none of its own: checked), and the command line's
+    /// endpoint over the file's.
+    #[test]
+    fn the_files_serve_what_the_command_line_and_environment_do_not_give() {
+        let env_has = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+        if [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT",
+        ]
+        .iter()
+        .any(|k| env_has(k))
+        {
+            eprintln!("SKIP: AWS_* set in this environment");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let creds = d.path().join("credentials");
+        let conf = d.path().join("config");
+        std::fs::write(
+            &creds,
+            "[t]\naws_access_key_id = K\naws_secret_access_key = S3CRET\n",
+        )
+        .unwrap();
+        std::fs::write(&conf, "[profile t]\nendpoint_url = http://127.0.0.1:7\n").unwrap();
+        let files = AwsFiles {
+            credentials: Some(creds.clone()),
+            config: Some(conf),
+            profile: Some("t".into()),
+        };
+        let o = S3Options {
+            files: Some(files.clone()),
+            ..S3Options::default()
+        };
+        let s = S3Objects::open("vols", "p", &o).unwrap();
+        assert_eq!(s.describe(), "s3://vols/p at http://127.0.0.1:7");
+        let o2 = S3Options {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            ..o.clone()
+        };
+        let s = S3Objects::open("vols", "p", &o2).unwrap();
+        assert_eq!(s.describe(), "s3://vols/p at http://127.0.0.1:9");
+        // only the key in the file: refused, naming the profile, not the key
+        std::fs::write(&creds, "[t]\naws_access_key_id = K\n").unwrap();
+        let e = S3Objects::open("vols", "p", &o).err().unwrap().to_string();
+        assert!(
+            e.contains("profile t of") && e.contains("only one of"),
+            "{e}"
+        );
+        assert!(!format!("{o:?}").contains("S3CRET"));
+        let o3 = S3Options {
+            secret_access_key: Some("S3CRET".into()),
+            ..o
+        };
+        assert!(!format!("{o3:?}").contains("S3CRET"));
     }
 }
