@@ -675,6 +675,9 @@ apply_list_first_page_only() {
 apply_cache_trust_unverified() {
   marker cache-trust-unverified
 }
+apply_cache_read_error_fatal() {
+  marker cache-read-error-fatal
+}
 apply_aws_profile_missing_ignored() {
   marker aws-profile-missing-ignored
 }
@@ -1053,6 +1056,7 @@ run put-new-overwrites objects_s3
 run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3
 run cache-trust-unverified lib:objseg::tests objects_crash
+run cache-read-error-fatal lib:objseg::tests
 run aws-profile-missing-ignored lib:media::objects::awsfiles
 run aws-files-over-env lib:media::objects::awsfiles
 run range-length-unchecked objects_s3

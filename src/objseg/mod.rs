@@ -309,11 +309,25 @@ fn trust_whole_copies(
     for (_, s, crc) in stored.into_iter().take(limit) {
         // a copy whose first block is zeros (a cache rebuilt from the store
         // has only holes there) is not read further
-        local.read_segment(s, 0, &mut buf[..BLOCK_BYTES])?;
-        if buf[..BLOCK_BYTES].iter().all(|&b| b == 0) {
-            continue;
+        // a copy the cache disk cannot read is not trusted: its object
+        // serves it (the store holds every stored segment), the mount goes on
+        let read = local
+            .read_segment(s, 0, &mut buf[..BLOCK_BYTES])
+            .and_then(|()| match buf[..BLOCK_BYTES].iter().all(|&b| b == 0) {
+                true => Ok(false),
+                false => local.read_segment(s, 0, &mut buf).map(|()| true),
+            });
+        match read {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!(
+                    "cache: segment slot {s}'s local copy unreadable ({e}); read from the store"
+                );
+                // MUTANT: cache-read-error-fatal s|continue;|return Err(e);|
+                continue;
+            }
         }
-        local.read_segment(s, 0, &mut buf)?;
         // MUTANT: cache-trust-unverified s|crc32c::crc32c(&buf) == crc|true|
         if crc32c::crc32c(&buf) == crc {
             slots[s as usize].local = true;

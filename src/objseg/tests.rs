@@ -632,6 +632,71 @@ fn a_restart_trusts_exactly_the_whole_staging_copies() {
     }
 }
 
+/// A staging copy the cache disk cannot read (EIO) is not trusted and does
+/// not stop the mount: its object serves it. Fails with the attach's read
+/// error passed up (the mount refused for a cache block gone bad).
+#[test]
+fn a_staging_copy_the_disk_cannot_read_is_served_from_the_store() {
+    /// The cache's media with reads of one byte range failing (EIO).
+    struct BadReads {
+        inner: Arc<dyn Media>,
+        bad: std::ops::Range<u64>,
+    }
+    impl Media for BadReads {
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            let end = offset + buf.len() as u64;
+            if offset < self.bad.end && self.bad.start < end {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.inner.write_at(buf, offset)
+        }
+        fn flush(&self) -> io::Result<()> {
+            self.inner.flush()
+        }
+        fn describe(&self) -> String {
+            "cache media with a bad range".into()
+        }
+    }
+    let r = Rig::new();
+    let s = r.create(100);
+    for seg in 0..4 {
+        fill(&s, seg, seg as u8 + 1);
+    }
+    assert!(s.wait_idle(Duration::from_secs(5)));
+    let geo = s.inner.geo;
+    s.halt();
+    drop(s);
+    // segment 2's copy: its last block unreadable
+    let at = geo.segment_offset(2) + SEG - BLOCK_BYTES as u64;
+    let media: Arc<dyn Media> = Arc::new(BadReads {
+        inner: r.media.clone(),
+        bad: at..at + BLOCK_BYTES as u64,
+    });
+    let (s, rep) = open(media, r.place(100)).expect("a bad cache block does not stop the mount");
+    assert_eq!((rep.cache_kept, rep.cache_dropped), (3, 1), "{rep:?}");
+    let gets = |s: &ObjSegStore| s.stats().gets.load(Ordering::Relaxed);
+    for seg in 0..4 {
+        let before = gets(&s);
+        let mut b = vec![0u8; SEG as usize];
+        s.read_segment(seg, 0, &mut b).unwrap();
+        assert!(
+            b == image(seg as u8 + 1),
+            "segment {seg}: wrong bytes served"
+        );
+        assert_eq!(
+            gets(&s) - before,
+            u64::from(seg == 2),
+            "segment {seg}'s GETs"
+        );
+    }
+}
+
 /// Through the engine: a volume closed and mounted again reads every block
 /// from the cache it left, GC's victims included: no GET at all.
 #[test]
