@@ -39,8 +39,10 @@ use std::time::Instant;
 /// a placing write still in flight.
 ///
 /// Invariant: `inflight` counts the claimed blocks whose placing write has not
-/// ended (`finish`); claims are taken only while the chunk is open (under the
-/// engine lock), so once it is sealed `inflight` only falls, and a seal that
+/// ended (`finish`); claims are taken only under the engine lock hold that
+/// appended their blocks (`Claims::claim_pending`), before the chunk can
+/// reach a writer (a chunk sealed in that hold is submitted after it ends),
+/// so once a writer has the chunk `inflight` only falls, and a seal that
 /// waited for it to reach 0 (`wait_idle`) knows every claimed block is placed
 /// or must be written by the seal itself.
 #[derive(Default)]
