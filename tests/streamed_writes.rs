@@ -57,6 +57,14 @@ fn payload(seed: u8, n: usize, holes: bool) -> Vec<u8> {
     v
 }
 
+/// `p` in a buffer aligned for direct IO (a streamed write's data is
+/// placed from the caller's buffer only when it is aligned).
+fn aligned_buf(p: &[u8]) -> AlignedBuf {
+    let mut a = AlignedBuf::new(p.len());
+    a.copy_from_slice(p);
+    a
+}
+
 fn read(vol: &Volume, lba: u64, n: usize) -> Vec<u8> {
     let mut b = vec![0u8; n * BS];
     vol.read(lba * BS as u64, &mut b).unwrap();
@@ -98,9 +106,7 @@ fn streamed_writes_hold_exactly_their_blocks_once_and_survive_a_crash() {
                 .filter(|b| b.iter().any(|&x| x != 0) && b.iter().any(|&x| x != 0xff))
                 .count() as u64;
             if aligned {
-                let mut a = AlignedBuf::new(p.len());
-                a.copy_from_slice(&p);
-                vol.write(lba * BS as u64, &a, false).unwrap();
+                vol.write(lba * BS as u64, &aligned_buf(&p), false).unwrap();
             } else {
                 // one byte off a 4 KiB boundary
                 let mut v = vec![0u8; p.len() + 1];
@@ -148,6 +154,18 @@ struct SlowPlacing {
     started: AtomicBool,
 }
 
+impl SlowPlacing {
+    /// Wait (20 s at most, else fail with `what`) until a placing write
+    /// has begun and is held.
+    fn wait_started(&self, what: &str) {
+        let t0 = std::time::Instant::now();
+        while !self.started.load(Ordering::Acquire) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
 const DELAY: Duration = Duration::from_millis(300);
 
 impl Media for SlowPlacing {
@@ -183,24 +201,12 @@ fn a_flush_that_seals_a_chunk_waits_for_its_streamed_blocks_in_flight() {
     let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
     // (the create's own writes do not count)
     media.started.store(false, Ordering::Release);
-    let big = {
-        let p = payload(7, 32, false);
-        let mut a = AlignedBuf::new(p.len());
-        a.copy_from_slice(&p);
-        a
-    };
+    let big = aligned_buf(&payload(7, 32, false));
     let small = payload(8, 1, false);
     let v = vol.clone();
     let writer = std::thread::spawn(move || v.write(0, &big, false).unwrap());
     // the big write has appended its blocks and its placing write is held
-    let t0 = std::time::Instant::now();
-    while !media.started.load(Ordering::Acquire) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the 128 KiB write never streamed its blocks"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    media.wait_started("the 128 KiB write never streamed its blocks");
     // a block after them in the same open chunk, then a FLUSH: it seals the
     // chunk, whose header names the big write's blocks too
     vol.write(1000 * BS as u64, &small, false).unwrap();
@@ -338,12 +344,7 @@ fn a_streamed_write_carries_its_record_and_the_flush_writes_none() {
     vol.flush().unwrap();
     expect[1500 * BS..1501 * BS].copy_from_slice(&small);
     let before = vol.stats();
-    let big = {
-        let p = payload(2, 48, true);
-        let mut a = AlignedBuf::new(p.len());
-        a.copy_from_slice(&p);
-        a
-    };
+    let big = aligned_buf(&payload(2, 48, true));
     vol.write(100 * BS as u64, &big, false).unwrap();
     expect[100 * BS..148 * BS].copy_from_slice(&big);
     let after_write = vol.stats();
@@ -374,12 +375,7 @@ fn a_streamed_write_carries_its_record_and_the_flush_writes_none() {
     }
     // a second large write, not flushed: after a crash it is there whole
     // or not at all (its record replays only if its data verifies)
-    let big2 = {
-        let p = payload(3, 32, false);
-        let mut a = AlignedBuf::new(p.len());
-        a.copy_from_slice(&p);
-        a
-    };
+    let big2 = aligned_buf(&payload(3, 32, false));
     vol.write(200 * BS as u64, &big2, false).unwrap();
     let mut with2 = expect.clone();
     with2[200 * BS..232 * BS].copy_from_slice(&big2);
@@ -413,25 +409,13 @@ fn a_streamed_write_with_company_leaves_its_record_to_the_flush() {
     });
     let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
     media.started.store(false, Ordering::Release);
-    let aligned = |seed: u8| {
-        let p = payload(seed, 32, false);
-        let mut a = AlignedBuf::new(p.len());
-        a.copy_from_slice(&p);
-        a
-    };
+    let aligned = |seed: u8| aligned_buf(&payload(seed, 32, false));
     let (a, b) = (aligned(11), aligned(12));
     let before = vol.stats();
     let v = vol.clone();
     let a2 = aligned(11);
     let writer = std::thread::spawn(move || v.write(0, &a2, false).unwrap());
-    let t0 = std::time::Instant::now();
-    while !media.started.load(Ordering::Acquire) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the first 128 KiB write never streamed its blocks"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    media.wait_started("the first 128 KiB write never streamed its blocks");
     // A is alone when it plans (its record goes with its held data); B comes
     // while A's write is in flight
     vol.write(500 * BS as u64, &b, false).unwrap();

@@ -97,6 +97,23 @@ fn fill(s: &ObjSegStore, seg: u32, seed: u8) {
     s.write(seg, 0, &img[..half]).unwrap();
 }
 
+/// Read segments `0..n` (filled with `image(seg + 1)`) whole: each must
+/// serve its bytes and cost `gets(seg)` GETs (1: from its object; 0: from
+/// the cache).
+fn read_back(s: &ObjSegStore, n: u32, gets: impl Fn(u32) -> u64, what: &str) {
+    let count = || s.stats().gets.load(Ordering::Relaxed);
+    for seg in 0..n {
+        let before = count();
+        let mut b = vec![0u8; SEG as usize];
+        s.read_segment(seg, 0, &mut b).unwrap();
+        assert!(
+            b == image(seg as u8 + 1),
+            "segment {seg}: wrong bytes served{what}"
+        );
+        assert_eq!(count() - before, gets(seg), "segment {seg}'s GETs{what}");
+    }
+}
+
 #[test]
 fn a_full_segment_is_uploaded_once_and_read_back_by_ranged_gets() {
     let r = Rig::new();
@@ -598,18 +615,7 @@ fn a_restart_trusts_exactly_the_whole_staging_copies() {
     flat.write(3, 5, &image(9)[..BLOCK_BYTES]).unwrap();
     let (s, rep) = open(r.media.clone(), r.place(100)).unwrap();
     assert_eq!((rep.cache_kept, rep.cache_dropped), (3, 3), "{rep:?}");
-    let gets = |s: &ObjSegStore| s.stats().gets.load(Ordering::Relaxed);
-    for seg in 0..6 {
-        let before = gets(&s);
-        let mut b = vec![0u8; SEG as usize];
-        s.read_segment(seg, 0, &mut b).unwrap();
-        assert!(
-            b == image(seg as u8 + 1),
-            "segment {seg}: wrong bytes served"
-        );
-        let want = if [1, 2, 3].contains(&seg) { 1 } else { 0 };
-        assert_eq!(gets(&s) - before, want, "segment {seg}'s GETs");
-    }
+    read_back(&s, 6, |seg| u64::from([1, 2, 3].contains(&seg)), "");
     // a cache of 2 keeps the copies of the newest two objects, if whole
     let mut newest: Vec<(u64, u32)> = (0..6).map(|g| (s.stored(g).unwrap().seq, g)).collect();
     newest.sort_unstable_by(|a, b| b.cmp(a));
@@ -619,17 +625,8 @@ fn a_restart_trusts_exactly_the_whole_staging_copies() {
     let (s, rep) = open(r.media.clone(), r.place(2)).unwrap();
     let kept = top.iter().filter(|&&g| whole(g)).count();
     assert_eq!(rep.cache_kept, kept, "{rep:?} (newest {top:?})");
-    for seg in 0..6 {
-        let before = gets(&s);
-        let mut b = vec![0u8; SEG as usize];
-        s.read_segment(seg, 0, &mut b).unwrap();
-        assert!(
-            b == image(seg as u8 + 1),
-            "segment {seg}: wrong bytes served"
-        );
-        let want = u64::from(!(top.contains(&seg) && whole(seg)));
-        assert_eq!(gets(&s) - before, want, "segment {seg}'s GETs, cache of 2");
-    }
+    let want = |seg| u64::from(!(top.contains(&seg) && whole(seg)));
+    read_back(&s, 6, want, ", cache of 2");
 }
 
 /// A staging copy the cache disk cannot read (EIO) is not trusted and does
@@ -680,21 +677,7 @@ fn a_staging_copy_the_disk_cannot_read_is_served_from_the_store() {
     });
     let (s, rep) = open(media, r.place(100)).expect("a bad cache block does not stop the mount");
     assert_eq!((rep.cache_kept, rep.cache_dropped), (3, 1), "{rep:?}");
-    let gets = |s: &ObjSegStore| s.stats().gets.load(Ordering::Relaxed);
-    for seg in 0..4 {
-        let before = gets(&s);
-        let mut b = vec![0u8; SEG as usize];
-        s.read_segment(seg, 0, &mut b).unwrap();
-        assert!(
-            b == image(seg as u8 + 1),
-            "segment {seg}: wrong bytes served"
-        );
-        assert_eq!(
-            gets(&s) - before,
-            u64::from(seg == 2),
-            "segment {seg}'s GETs"
-        );
-    }
+    read_back(&s, 4, |seg| u64::from(seg == 2), "");
 }
 
 /// Through the engine: a volume closed and mounted again reads every block
@@ -760,24 +743,10 @@ fn copies_evicted_before_a_crash_are_read_from_the_store_after_it() {
         assert!(s.wait_idle(Duration::from_secs(5)));
     }
     // the cache of 1 kept segment 3's copy and punched the others
-    let gets = |s: &ObjSegStore| s.stats().gets.load(Ordering::Relaxed);
     assert_eq!(s.stats().local_reads.load(Ordering::Relaxed), 0);
     s.halt();
     drop(s);
     let (s, rep) = open(r.media.clone(), r.place(100)).unwrap();
     assert_eq!((rep.cache_kept, rep.cache_dropped), (1, 3), "{rep:?}");
-    for seg in 0..4 {
-        let before = gets(&s);
-        let mut b = vec![0u8; SEG as usize];
-        s.read_segment(seg, 0, &mut b).unwrap();
-        assert!(
-            b == image(seg as u8 + 1),
-            "segment {seg}: wrong bytes served"
-        );
-        assert_eq!(
-            gets(&s) - before,
-            u64::from(seg != 3),
-            "segment {seg}'s GETs"
-        );
-    }
+    read_back(&s, 4, |seg| u64::from(seg != 3), "");
 }

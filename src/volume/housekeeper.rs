@@ -1329,27 +1329,22 @@ mod tests {
     /// no tail is overlapped and it fails.
     #[test]
     fn barriers_and_checkpoints_run_beside_the_next_victim() {
-        use crate::geometry::Geometry;
-        use crate::media::{Media, MemMedia};
-        use crate::volume::{CreateOptions, OpenOptions, Volume};
+        use crate::media::Media;
+        use crate::volume::{OpenOptions, Volume};
         let (blocks, seg_blocks) = (24_576u64, 32u32);
         let bs = BLOCK_BYTES as u64;
-        let geo = Geometry::for_logical(blocks, seg_blocks, 0.25);
-        let create = CreateOptions {
-            logical_bytes: Some(blocks * bs),
-            overprovision: 0.25,
-            segment_bytes: seg_blocks as u64 * bs,
-            gc_policy: crate::gc::GcPolicy::Greedy,
-            ..Default::default()
-        };
         let open = OpenOptions {
             background: false,
             // a checkpoint every 64 segments written
             checkpoint_interval_bytes: Some(64 * seg_blocks as u64 * bs),
             ..Default::default()
         };
-        let media = Arc::new(MemMedia::new(geo.media_bytes()));
-        let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &open).unwrap();
+        let (vol, media) = crate::volume::tests::volume_in_memory(
+            blocks,
+            seg_blocks,
+            crate::gc::GcPolicy::Greedy,
+            &open,
+        );
         let mut last = vec![0u64; blocks as usize];
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut data = [0u8; BLOCK_BYTES];
@@ -1409,25 +1404,14 @@ mod tests {
     /// slot's bytes past the body not cleared (mutation `ckpt-pad-stale`).
     #[test]
     fn one_kept_checkpoint_buffer_and_nothing_stale_in_the_slot() {
-        use crate::geometry::Geometry;
-        use crate::media::{Media, MemMedia};
-        use crate::volume::{CreateOptions, OpenOptions, Volume};
+        use crate::media::Media;
+        use crate::volume::tests::{driven_open, volume_in_memory};
+        use crate::volume::Volume;
         let (blocks, seg_blocks) = (4096u64, 32u32);
         let bs = BLOCK_BYTES as u64;
-        let geo = Geometry::for_logical(blocks, seg_blocks, 0.25);
-        let create = CreateOptions {
-            logical_bytes: Some(blocks * bs),
-            overprovision: 0.25,
-            segment_bytes: seg_blocks as u64 * bs,
-            ..Default::default()
-        };
-        let open = OpenOptions {
-            background: false,
-            checkpoint_interval_bytes: Some(1 << 40),
-            ..Default::default()
-        };
-        let media = Arc::new(MemMedia::new(geo.media_bytes()));
-        let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, &open).unwrap();
+        let open = driven_open();
+        let policy = crate::gc::DEFAULT_POLICY;
+        let (vol, media) = volume_in_memory(blocks, seg_blocks, policy, &open);
         let mut last = vec![0u64; blocks as usize];
         let mut data = [0u8; BLOCK_BYTES];
         let mut n = 0u64;

@@ -2754,25 +2754,40 @@ mod tests {
     }
 
     /// A volume in memory of `blocks` logical blocks in segments of
-    /// `segment_blocks`, 25% over-provisioned, greedy GC, no background
-    /// threads (tests drive `housekeeper_step`) and checkpoints only when
-    /// asked.
-    pub(in crate::volume) fn driven_greedy_volume(blocks: u64, segment_blocks: u32) -> Volume {
+    /// `segment_blocks`, 25% over-provisioned, GC by `gc_policy`, opened
+    /// with `open`; its media too (for remounts and looks at the slots).
+    pub(in crate::volume) fn volume_in_memory(
+        blocks: u64,
+        segment_blocks: u32,
+        gc_policy: GcPolicy,
+        open: &OpenOptions,
+    ) -> (Volume, Arc<MemMedia>) {
         let geo = Geometry::for_logical(blocks, segment_blocks, 0.25);
         let create = CreateOptions {
             logical_bytes: Some(blocks * BS),
             overprovision: 0.25,
             segment_bytes: segment_blocks as u64 * BS,
-            gc_policy: GcPolicy::Greedy,
-            ..Default::default()
-        };
-        let open = OpenOptions {
-            background: false,
-            checkpoint_interval_bytes: Some(1 << 40),
+            gc_policy,
             ..Default::default()
         };
         let media = Arc::new(MemMedia::new(geo.media_bytes()));
-        Volume::create(media, &create, &open).unwrap()
+        let vol = Volume::create(media.clone() as Arc<dyn Media>, &create, open).unwrap();
+        (vol, media)
+    }
+
+    /// No background threads (tests drive `housekeeper_step`) and
+    /// checkpoints only when asked.
+    pub(in crate::volume) fn driven_open() -> OpenOptions {
+        OpenOptions {
+            background: false,
+            checkpoint_interval_bytes: Some(1 << 40),
+            ..Default::default()
+        }
+    }
+
+    /// `volume_in_memory` with greedy GC, opened `driven_open`.
+    pub(in crate::volume) fn driven_greedy_volume(blocks: u64, segment_blocks: u32) -> Volume {
+        volume_in_memory(blocks, segment_blocks, GcPolicy::Greedy, &driven_open()).0
     }
 
     /// GC output whose class has no open segment, with no free segment

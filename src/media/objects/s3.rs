@@ -76,15 +76,26 @@ impl Default for S3Options {
     }
 }
 
+impl S3Options {
+    /// The settings given here (the command line's), first in precedence
+    /// (`awsfiles::merge`).
+    fn given(&self) -> Settings {
+        Settings {
+            access_key_id: self.access_key_id.clone(),
+            secret_access_key: self.secret_access_key.clone(),
+            session_token: self.session_token.clone(),
+            region: self.region.clone(),
+            endpoint: self.endpoint.clone(),
+            source: "the command line".into(),
+        }
+    }
+}
+
 impl std::fmt::Debug for S3Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let hidden = |v: &Option<String>| v.as_ref().map(|_| "<hidden>");
+        // the five settings through `Settings`' Debug, which hides secrets
         f.debug_struct("S3Options")
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .field("access_key_id", &hidden(&self.access_key_id))
-            .field("secret_access_key", &hidden(&self.secret_access_key))
-            .field("session_token", &hidden(&self.session_token))
+            .field("given", &self.given())
             .field("anonymous", &self.anonymous)
             .field("files", &self.files)
             .field("request_timeout", &self.request_timeout)
@@ -117,16 +128,8 @@ impl S3Objects {
             Some(f) => f.clone(),
             None => AwsFiles::from_env(&env),
         };
-        let cli = Settings {
-            access_key_id: opts.access_key_id.clone(),
-            secret_access_key: opts.secret_access_key.clone(),
-            session_token: opts.session_token.clone(),
-            region: opts.region.clone(),
-            endpoint: opts.endpoint.clone(),
-            source: "the command line".into(),
-        };
         let got = awsfiles::merge(
-            &cli,
+            &opts.given(),
             &awsfiles::env_settings(&env),
             &awsfiles::load(&files)?,
         );
