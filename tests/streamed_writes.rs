@@ -438,6 +438,13 @@ fn a_streamed_write_with_company_leaves_its_record_to_the_flush() {
         1,
         "the FLUSH logged the blocks of the write that had company"
     );
+    // B's blocks were at their places before the FLUSH: its record names
+    // them and writes none again (mutation `record-rewrites-placed`)
+    assert_eq!(
+        after.media_user_data_bytes - before.media_user_data_bytes,
+        64 * BS as u64,
+        "a data block reached the media twice"
+    );
     let img = sim.crash_image(Loss::DropAll, 4);
     let m2 = Arc::new(SimMedia::from_image(img));
     let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
