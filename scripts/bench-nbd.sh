@@ -290,7 +290,7 @@ reads_from_memory() {
 
 median() { python3 -c 'import statistics,sys; print(int(statistics.median(map(float, sys.argv[1:]))))' "$@"; }
 
-declare -A RUNS CPUS IOPS CPU WAS WAM BYROUND
+declare -A RUNS=() CPUS=() IOPS=() CPU=() WAS=() WAM=() BYROUND=()
 read -r -a SRV <<<"$SERVERS"
 for round in $(seq 1 "$ROUNDS"); do
   # rotate the order each round, so no server always runs first (or last)
