@@ -256,10 +256,14 @@ target() {
 run_fio() {  # name, extra fio args...
     local name=$1; shift
     # (never a previous run's figures: the output goes first, and a failed fio stops the run)
-    rm -f "$DIR/fio-$name.json"
+    rm -f "$DIR/fio-$name.json" "$DIR/iops-$name"_iops.*.log
+    # FIO_LOG_MS=N: fio also logs IOPS averaged over N ms windows, one file per job
+    # (scripts/fio-iops-series.py DIR/iops-NAME sums them: a time series)
+    local log=()
+    [ -n "${FIO_LOG_MS:-}" ] && log=(--write_iops_log="$DIR/iops-$name" --log_avg_msec="$FIO_LOG_MS")
     # shellcheck disable=SC2046
     "${RT[@]}" fio --name="$name" $(target) \
-        --bs=4k --runtime="$RUNTIME" --time_based \
+        --bs=4k --runtime="$RUNTIME" --time_based "${log[@]}" \
         --group_reporting --output-format=json --output="$DIR/fio-$name.json" "$@" >/dev/null 2>&1 ||
         { echo "bench-nbd: fio failed on $CUR ($name)" >&2; exit 1; }
     python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))' "$DIR/fio-$name.json"

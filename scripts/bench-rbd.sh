@@ -29,7 +29,8 @@ fio --enghelp 2>/dev/null | grep -qw rbd || { echo "bench-rbd: this fio has no r
 conf=$dir/bench-client.conf
 { cat "$dir/ceph.conf"; printf '[client]\nrbd cache = false\n'; } >"$conf"
 export CEPH_CONF=$conf
-img=bench-rbd
+# RBD_IMAGE=NAME: another image (a fresh name is made and filled first)
+img=${RBD_IMAGE:-bench-rbd}
 if ! timeout 30 rbd -p sluice info "$img" >/dev/null 2>&1; then
   timeout 60 rbd -p sluice create "$img" --size 1G
   fio --name=fill --ioengine=rbd --clientname=admin --pool=sluice --rbdname="$img" \
@@ -75,10 +76,14 @@ osd_perf() {
 breakdowns=()
 for qd in ${RBD_QDS:-32 1}; do
   out=$dir/fio-qd$qd.json
+  # FIO_LOG_MS=N: IOPS averaged over N ms windows in DIR/iops-rbd-qdQD_iops.1.log
+  log=()
+  rm -f "$dir/iops-rbd-qd$qd"_iops.*.log
+  [ -n "${FIO_LOG_MS:-}" ] && log=(--write_iops_log="$dir/iops-rbd-qd$qd" --log_avg_msec="$FIO_LOG_MS")
   osd_perf "$dir/perf-rbd-qd$qd-0.json"
   t0=$(osd_ticks)
   fio --name=rbd-qd$qd --ioengine=rbd --clientname=admin --pool=sluice --rbdname="$img" \
-    --rw=randwrite --bs=4k --iodepth=$qd --time_based --runtime="$secs" \
+    --rw=randwrite --bs=4k --iodepth=$qd --time_based --runtime="$secs" "${log[@]}" \
     --randrepeat=0 --output-format=json --output="$out"
   t1=$(osd_ticks)
   osd_perf "$dir/perf-rbd-qd$qd-1.json"

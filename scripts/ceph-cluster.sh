@@ -216,8 +216,22 @@ EOF
   fi
 }
 
+# The daemons must not inherit the caller's descriptors: under `flock LOCK
+# CMD` they would hold LOCK for as long as they run (a benchmark lock held by
+# a cluster until it stops), and a caller reading this script's output
+# through a pipe would wait for their EOF. fd 255 is bash's own copy of the
+# script.
+close_inherited_fds() {
+  local fd n
+  for fd in /proc/$$/fd/*; do
+    n=${fd##*/}
+    [ "$n" -gt 2 ] && [ "$n" -ne 255 ] && eval "exec $n>&-" 2>/dev/null || true
+  done
+}
+
 case "$cmd" in
 start)
+  close_inherited_fds
   command -v ceph-mon >/dev/null ||
     { echo "ceph-cluster: no ceph-mon (apt-get install -y ceph-mon ceph-mgr ceph-osd ceph-common radosgw)" >&2; exit 1; }
   if [ -f "$conf" ]; then

@@ -25,6 +25,19 @@
 # scripts/install-deps makes (/opt/sluice-tools/seaweedfs/bin/weed).
 set -euo pipefail
 
+# The daemons must not inherit the caller's descriptors: under `flock LOCK
+# CMD` they would hold LOCK for as long as they run (a benchmark lock held by
+# a server until it stops), and a caller reading this script's output
+# through a pipe would wait for their EOF. fd 255 is bash's own copy of the
+# script.
+close_inherited_fds() {
+  local fd n
+  for fd in /proc/$$/fd/*; do
+    n=${fd##*/}
+    [ "$n" -gt 2 ] && [ "$n" -ne 255 ] && eval "exec $n>&-" 2>/dev/null || true
+  done
+}
+
 usage() {
   echo "usage: $0 start|stop|status DIR [PORT]" >&2
   exit 2
@@ -109,6 +122,7 @@ start)
   done
   weed=$(find_weed)
   mkdir -p "$dir/data"
+  close_inherited_fds
   echo "$port" >"$dir/port"
   setsid "$weed" mini -dir="$dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
     -bucket="$bucket" -admin.ui=false -webdav=false \
