@@ -7,7 +7,8 @@ into one time series: a line per window with its end time (s) and IOPS.
 PREFIX is what fio was given (files PREFIX_iops.1.log, PREFIX_iops.2.log...).
 Each log line is "msec, iops, direction, bs, offset[, prio]"; a job's line
 for window k is its average over that window, so the windows of all jobs
-are summed by index (fio logs every job at the same cadence). With --json
+are summed by index (fio logs every job at the same cadence); only the
+windows every job logged are kept. With --json
 prints {"window_s": .., "iops": [..]}. Not a test.
 """
 import glob
@@ -19,15 +20,15 @@ def series(prefix):
     files = sorted(glob.glob(f"{prefix}_iops.*.log"))
     if not files:
         sys.exit(f"fio-iops-series: no logs {prefix}_iops.*.log")
-    sums, ends = [], []
+    logs = []
     for f in files:
         with open(f) as fh:
-            rows = [ln.split(",") for ln in fh if ln.strip()]
-        for k, r in enumerate(rows):
-            if k == len(sums):
-                sums.append(0)
-                ends.append(int(r[0]))
-            sums[k] += int(r[1])
+            logs.append([ln.split(",") for ln in fh if ln.strip()])
+    # only the windows every job logged: a job's last, partial window may be
+    # missing from some logs (summing it would show a false drop)
+    n = min(len(rows) for rows in logs)
+    ends = [int(logs[0][k][0]) for k in range(n)]
+    sums = [sum(int(rows[k][1]) for rows in logs) for k in range(n)]
     return ends, sums
 
 
