@@ -67,14 +67,24 @@ else
 fi
 "$SLUICE" create "${STORE[@]}" --size "${SIZE_MB}M" >/dev/null
 
+URI="nbd+unix:///?socket=$SOCK"
+# start a server; $WORK/attach.ms: ms from its start to the first request
+# it answered (nbdinfo, polled every 10 ms: the attach and the mount)
 serve() {
     rm -f "$SOCK"
+    local t0
+    t0=$(date +%s%N)
     "$SLUICE" serve "${STORE[@]}" --socket "$SOCK" --cache-segments "$1" >/dev/null 2>>"$WORK/serve.log" &
     SERVER_PID=$!
-    for _ in $(seq 1 100); do [ -S "$SOCK" ] && return 0; sleep 0.1; done
+    for _ in $(seq 1 3000); do
+        if [ -S "$SOCK" ] && nbdinfo --size "$URI" >/dev/null 2>&1; then
+            echo $(( ($(date +%s%N) - t0) / 1000000 )) >"$WORK/attach.ms"
+            return 0
+        fi
+        sleep 0.01
+    done
     echo "bench-objects-reads: server did not come up" >&2; cat "$WORK/serve.log" >&2; exit 1
 }
-URI="nbd+unix:///?socket=$SOCK"
 
 # fill every block once (1 MiB sequential writes); the hit run reads
 # through the same server (its cache holds every segment)
@@ -84,11 +94,13 @@ fio --name=fill --ioengine=nbd --uri="$URI" --size="$(nbdinfo --size "$URI")" \
 
 run() {
     [ -n "$SERVER_PID" ] || serve "$1"
+    # IOPS per 250 ms (the restart run: while the cache check runs, after)
     fio --name=rr --ioengine=nbd --uri="$URI" --size="$(nbdinfo --size "$URI")" \
         --rw=randread --bs=4k --iodepth=1 --time_based --runtime="$RUNTIME" \
+        --write_iops_log="$WORK/$2" --log_avg_msec=250 \
         --output-format=json >"$WORK/$2.json"
     stop_server
-    python3 - "$WORK/$2.json" "$2" "$WORK/serve.log" <<'EOF'
+    python3 - "$WORK/$2.json" "$2" "$WORK/serve.log" "$WORK/$2_iops.1.log" "$(cat "$WORK/attach.ms")" <<'EOF'
 import json, re, sys
 t = open(sys.argv[1]).read()
 j = json.loads(t[t.index("{"):])["jobs"][0]["read"]
@@ -98,6 +110,16 @@ p99 = c.get("percentile", {}).get("99.000000", 0)
 gets = re.findall(r"objects: .*?, (\d+) GET\(s\)", open(sys.argv[3], errors="replace").read())
 g = gets[-1] if gets else "?"
 print(f"{sys.argv[2]:5} {j['iops']:9.0f} IOPS  mean {c['mean']/1000:8.0f} us  p99 {p99/1000:8.0f} us  {j['total_ios']} reads, {g} GETs")
+try:
+    # fio's IOPS per 250 ms: the first 2 s apart from the rest
+    rows = [l.split(",") for l in open(sys.argv[4]) if l.strip()]
+    pts = [(int(r[0]), int(r[1])) for r in rows]
+    early = [v for t, v in pts if t <= 2000]
+    late = [v for t, v in pts if t > 2000]
+    m = lambda x: sum(x) / len(x) if x else 0
+    print(f"      first answer {sys.argv[5]} ms after start; IOPS in the first 2 s {m(early):.0f} (per 250 ms: {' '.join(str(v) for v in early)}), after {m(late):.0f}")
+except Exception as e:
+    print(f"      (no IOPS log: {e})")
 EOF
 }
 echo "(4 KiB random reads, QD1, ${RUNTIME}s each, ${SIZE_MB} MiB export, segments in $WHERE)"
@@ -113,6 +135,7 @@ miss=$(cat "$WORK/miss.line")
 echo "$hit"
 cat "$WORK/restart.line"
 echo "$miss"
+grep -h "cache check" "$WORK/serve.log" || true
 grep -h "of an earlier mount kept" "$WORK/serve.log" || true
 python3 - "$hit" "$miss" <<'EOF'
 import sys

@@ -29,10 +29,13 @@
 //! - the table names an object only while it holds the slot's current life:
 //!   an upload that finishes after its slot moved on is deleted, never
 //!   recorded.
-//! - after a mount, a stored slot's staging copy is read only when the
-//!   attach found it whole: its CRC32C over the whole segment is the
-//!   object's (`trust_whole_copies`); a punched, half-punched or stale copy
-//!   is never served.
+//! - after a mount, a stored slot's staging copy is read only once the
+//!   cache check found it whole: its CRC32C over the whole segment is the
+//!   object's (`check_cache`, in the background after the attach; reads go
+//!   to the object until then); a punched, half-punched or stale copy is
+//!   never served. The check holds the eviction lock shared from its read
+//!   to its switch and switches only while the slot still names the object
+//!   it read for (a sequence number no other life gets).
 //!
 //! Not in this slice: the superblock, checkpoints and intent ring stay in
 //! the local metadata file (a host that loses its cache loses the volume);
@@ -1486,8 +1489,9 @@ impl Inner {
             return Ok(Copy::Full);
         }
         let s = &mut st.slots[seg as usize];
-        // MUTANT: cache-check-stale-life s|s.stored != Some(r) || s.local|false|
-        if s.stored != Some(r) || s.local {
+        let same = s.stored == Some(r) && !s.local;
+        // MUTANT: cache-check-stale-life s|if !same {|if false {|
+        if !same {
             return Ok(Copy::Moved);
         }
         s.local = true;
