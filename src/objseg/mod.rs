@@ -360,7 +360,7 @@ fn copies_to_check(table: &Table, limit: usize) -> Vec<(u32, ObjRef)> {
         .enumerate()
         .filter_map(|(s, r)| r.map(|r| (s as u32, r)))
         .collect();
-    stored.sort_unstable_by(|a, b| b.1.seq.cmp(&a.1.seq));
+    stored.sort_unstable_by_key(|x| std::cmp::Reverse(x.1.seq));
     stored.truncate(limit);
     stored
 }
