@@ -366,7 +366,7 @@ fn copies_to_check(table: &Table, limit: usize) -> Vec<(u32, ObjRef)> {
 }
 
 /// One copy's fate in the cache check.
-enum Copy {
+enum Fate {
     /// Whole (its CRC32C the object's): marked local, cached.
     Kept,
     /// Punched, half punched, stale, or unreadable: read from its object.
@@ -1392,18 +1392,18 @@ impl Inner {
                 break;
             }
             match self.check_copy(seg, r, &mut buf)? {
-                Copy::Kept => {
+                Fate::Kept => {
                     c.checked += 1;
                     c.kept += 1;
                     self.stats.cache_checked.fetch_add(1, Ordering::Relaxed);
                     self.stats.cache_kept.fetch_add(1, Ordering::Relaxed);
                 }
-                Copy::NotWhole => {
+                Fate::NotWhole => {
                     c.checked += 1;
                     self.stats.cache_checked.fetch_add(1, Ordering::Relaxed);
                 }
-                Copy::Moved => {}
-                Copy::Full => {
+                Fate::Moved => {}
+                Fate::Full => {
                     c.cut_short = Some("the cache is full of this mount's segments");
                     break;
                 }
@@ -1440,15 +1440,15 @@ impl Inner {
     /// state lock), which stops naming `r`: the switch requires the slot to
     /// still name `r`, whose sequence number no other life ever gets, so a
     /// copy read for an earlier life is never marked local for a later one.
-    fn check_copy(&self, seg: u32, r: ObjRef, buf: &mut AlignedBuf) -> io::Result<Copy> {
+    fn check_copy(&self, seg: u32, r: ObjRef, buf: &mut AlignedBuf) -> io::Result<Fate> {
         let _held = self.evict.read();
         {
             let st = self.state.lock();
             if st.slots[seg as usize].stored != Some(r) || st.slots[seg as usize].local {
-                return Ok(Copy::Moved);
+                return Ok(Fate::Moved);
             }
             if st.cached.len() >= self.opts.cache_segments {
-                return Ok(Copy::Full);
+                return Ok(Fate::Full);
             }
         }
         // a copy whose first block is zeros (a cache rebuilt from the store
@@ -1462,7 +1462,7 @@ impl Inner {
             });
         match read {
             Ok(true) => {}
-            Ok(false) => return Ok(Copy::NotWhole),
+            Ok(false) => return Ok(Fate::NotWhole),
             Err(e) => {
                 // a copy the cache disk cannot read is not trusted: its
                 // object serves it (the store holds every stored segment),
@@ -1470,13 +1470,13 @@ impl Inner {
                 tracing::warn!(
                     "cache: segment slot {seg}'s local copy unreadable ({e}); read from the store"
                 );
-                // MUTANT: cache-read-error-fatal s|return Ok(Copy::NotWhole);|return Err(e);|
-                return Ok(Copy::NotWhole);
+                // MUTANT: cache-read-error-fatal s|return Ok(Fate::NotWhole);|return Err(e);|
+                return Ok(Fate::NotWhole);
             }
         }
         // MUTANT: cache-trust-unverified s|crc32c::crc32c(buf) != r.crc|false|
         if crc32c::crc32c(buf) != r.crc {
-            return Ok(Copy::NotWhole);
+            return Ok(Fate::NotWhole);
         }
         // MUTANT: cache-check-unlocked s|let gap = &self.opts.check_gap;|drop(_held); let gap = &self.opts.check_gap;|
         let gap = &self.opts.check_gap;
@@ -1486,18 +1486,18 @@ impl Inner {
         let mut st = self.state.lock();
         let st = &mut *st;
         if st.cached.len() >= self.opts.cache_segments {
-            return Ok(Copy::Full);
+            return Ok(Fate::Full);
         }
         let s = &mut st.slots[seg as usize];
         let same = s.stored == Some(r) && !s.local;
         // MUTANT: cache-check-stale-life s|if !same {|if false {|
         if !same {
-            return Ok(Copy::Moved);
+            return Ok(Fate::Moved);
         }
         s.local = true;
         // oldest first, before this mount's own segments
         st.cached.push_front(seg);
-        Ok(Copy::Kept)
+        Ok(Fate::Kept)
     }
 
     /// Punch the staging copies of the oldest cached segments beyond the
