@@ -7,10 +7,14 @@
 #   hit:  `serve --store ... --cache-segments 1000000`, read by the same
 #         server that filled the volume: every segment's staging copy is
 #         kept, every read is a local read;
-#   restart: the same cache dir served again, every segment cached: the
-#         attach keeps each stored segment's staging copy whose CRC32C is
-#         its object's (docs/objects.md §5.7), so reads stay local; the
-#         server's "kept" line (with the time the check took) is printed;
+#   restart: the same cache dir served again, every segment cached: a
+#         check keeps each stored segment's staging copy whose CRC32C is
+#         its object's (docs/objects.md §5.7; since h20-cache in the
+#         background after the attach, reads going to the store until a
+#         copy is checked), so reads become local; the server's "kept"
+#         line (with the time the check took) is printed, and for every
+#         run the ms from the server's start to its first answered request
+#         and fio's IOPS per 250 ms in the first 2 s against the rest;
 #   miss: the same cache dir served again with `--cache-segments 0`: every
 #         read of an uploaded segment is one ranged GET.
 #
@@ -67,14 +71,26 @@ else
 fi
 "$SLUICE" create "${STORE[@]}" --size "${SIZE_MB}M" >/dev/null
 
+URI="nbd+unix:///?socket=$SOCK"
+# start a server; $WORK/attach.ms: ms from its start to the first request
+# it answered (nbdinfo, polled every 10 ms: the attach and the mount), and
+# the MiB it had read from disk by then (/proc/PID/io read_bytes: not a
+# time, so not moved by the load)
 serve() {
     rm -f "$SOCK"
+    local t0
+    t0=$(date +%s%N)
     "$SLUICE" serve "${STORE[@]}" --socket "$SOCK" --cache-segments "$1" >/dev/null 2>>"$WORK/serve.log" &
     SERVER_PID=$!
-    for _ in $(seq 1 100); do [ -S "$SOCK" ] && return 0; sleep 0.1; done
+    for _ in $(seq 1 3000); do
+        if [ -S "$SOCK" ] && nbdinfo --size "$URI" >/dev/null 2>&1; then
+            echo "$(( ($(date +%s%N) - t0) / 1000000 )) ms after start, $(awk '/^read_bytes/ { printf "%.0f", $2 / 1048576 }' "/proc/$SERVER_PID/io") MiB read by then" >"$WORK/attach.ms"
+            return 0
+        fi
+        sleep 0.01
+    done
     echo "bench-objects-reads: server did not come up" >&2; cat "$WORK/serve.log" >&2; exit 1
 }
-URI="nbd+unix:///?socket=$SOCK"
 
 # fill every block once (1 MiB sequential writes); the hit run reads
 # through the same server (its cache holds every segment)
@@ -84,11 +100,13 @@ fio --name=fill --ioengine=nbd --uri="$URI" --size="$(nbdinfo --size "$URI")" \
 
 run() {
     [ -n "$SERVER_PID" ] || serve "$1"
+    # IOPS per 250 ms (the restart run: while the cache check runs, after)
     fio --name=rr --ioengine=nbd --uri="$URI" --size="$(nbdinfo --size "$URI")" \
         --rw=randread --bs=4k --iodepth=1 --time_based --runtime="$RUNTIME" \
+        --write_iops_log="$WORK/$2" --log_avg_msec=250 \
         --output-format=json >"$WORK/$2.json"
     stop_server
-    python3 - "$WORK/$2.json" "$2" "$WORK/serve.log" <<'EOF'
+    python3 - "$WORK/$2.json" "$2" "$WORK/serve.log" "$WORK/$2_iops.1.log" "$(cat "$WORK/attach.ms")" <<'EOF'
 import json, re, sys
 t = open(sys.argv[1]).read()
 j = json.loads(t[t.index("{"):])["jobs"][0]["read"]
@@ -98,6 +116,16 @@ p99 = c.get("percentile", {}).get("99.000000", 0)
 gets = re.findall(r"objects: .*?, (\d+) GET\(s\)", open(sys.argv[3], errors="replace").read())
 g = gets[-1] if gets else "?"
 print(f"{sys.argv[2]:5} {j['iops']:9.0f} IOPS  mean {c['mean']/1000:8.0f} us  p99 {p99/1000:8.0f} us  {j['total_ios']} reads, {g} GETs")
+try:
+    # fio's IOPS per 250 ms: the first 2 s apart from the rest
+    rows = [l.split(",") for l in open(sys.argv[4]) if l.strip()]
+    pts = [(int(r[0]), int(r[1])) for r in rows]
+    early = [v for t, v in pts if t <= 2000]
+    late = [v for t, v in pts if t > 2000]
+    m = lambda x: sum(x) / len(x) if x else 0
+    print(f"      first answer {sys.argv[5]}; IOPS in the first 2 s {m(early):.0f} (per 250 ms: {' '.join(str(v) for v in early)}), after {m(late):.0f}")
+except Exception as e:
+    print(f"      (no IOPS log: {e})")
 EOF
 }
 echo "(4 KiB random reads, QD1, ${RUNTIME}s each, ${SIZE_MB} MiB export, segments in $WHERE)"

@@ -678,6 +678,12 @@ apply_cache_trust_unverified() {
 apply_cache_read_error_fatal() {
   marker cache-read-error-fatal
 }
+apply_cache_check_unlocked() {
+  marker cache-check-unlocked
+}
+apply_cache_check_stale_life() {
+  marker cache-check-stale-life
+}
 apply_aws_profile_missing_ignored() {
   marker aws-profile-missing-ignored
 }
@@ -1057,6 +1063,8 @@ run put-new-any-existing-is-ours objects_s3
 run list-first-page-only objects_s3
 run cache-trust-unverified lib:objseg::tests objects_crash
 run cache-read-error-fatal lib:objseg::tests
+run cache-check-unlocked lib:objseg::tests_check
+run cache-check-stale-life lib:objseg::tests_check
 run aws-profile-missing-ignored lib:media::objects::awsfiles
 run aws-files-over-env lib:media::objects::awsfiles
 run range-length-unchecked objects_s3

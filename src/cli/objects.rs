@@ -319,6 +319,21 @@ impl StoreArgs {
             cache_segments: self.cache_segments().0,
             staging_max: self.staging_max,
             staging_wait: std::time::Duration::from_secs(self.staging_wait),
+            on_cache_checked: Some(objseg::OnChecked(Arc::new({
+                let name = self.store.clone().unwrap_or_default();
+                move |c: &objseg::CacheCheck| {
+                    if c.stored > 0 {
+                        say!(
+                            "sluice: {name}: cache check done: {} stored segment(s) of an earlier mount kept (their copies whole), {} read from the store; {} cop(ies) read in {} ms{}",
+                            c.kept,
+                            c.dropped,
+                            c.checked,
+                            c.ms,
+                            c.cut_short.map(|w| format!(" (stopped early: {w})")).unwrap_or_default()
+                        );
+                    }
+                }
+            }))),
             ..ObjSegOptions::default()
         }
     }
@@ -443,13 +458,11 @@ impl StoreArgs {
             rep.orphans_deferred,
             rep.uploads_queued
         );
-        if rep.cache_kept + rep.cache_dropped > 0 {
+        if rep.cache_checking > 0 {
             say!(
-                "sluice: {}: cache: {} stored segment(s) of an earlier mount kept (their copies whole), {} read from the store (checked in {} ms)",
+                "sluice: {}: cache check: {} staging cop(ies) of an earlier mount to read in the background; their segments are read from the store until each is found whole",
                 self.store.as_deref().unwrap_or_default(),
-                rep.cache_kept,
-                rep.cache_dropped,
-                rep.cache_check_ms
+                rep.cache_checking
             );
         }
         for n in &rep.notes {

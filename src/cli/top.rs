@@ -176,6 +176,9 @@ struct ObjRow {
     gets_per_s: f64,
     get_mean_s: Option<f64>,
     cache_hit_share: Option<f64>,
+    /// Staging copies of an earlier mount the cache check has still to
+    /// read (docs/objects.md §5.7; 0: done).
+    cache_check_left: f64,
 }
 
 /// Sum of every series `name{...}` (one per store).
@@ -206,6 +209,7 @@ fn obj_row(a: &Sample, b: &Sample, dt: f64) -> ObjRow {
         gets_per_s: gets / dt,
         get_mean_s: (gets > 0.0).then(|| d("sluice_objects_get_seconds_total") / gets),
         cache_hit_share: (gets + hits > 0.0).then(|| hits / (gets + hits)),
+        cache_check_left: sum(b, "sluice_objects_cache_check_left"),
     }
 }
 
@@ -231,8 +235,12 @@ fn obj_line(o: &ObjRow) -> String {
     if o.stores == 0.0 {
         return String::new();
     }
+    let checking = match o.cache_check_left {
+        n if n > 0.0 => format!("   cache check: {n:.0} copies left"),
+        _ => String::new(),
+    };
     format!(
-        "objects uploads {:.0} in flight, {:.0} pending (staging {}), {:.1} MB/s   deletes {:.1}/s   GETs {:.0}/s mean {}   cache hits {}\n",
+        "objects uploads {:.0} in flight, {:.0} pending (staging {}), {:.1} MB/s   deletes {:.1}/s   GETs {:.0}/s mean {}   cache hits {}{checking}\n",
         o.uploads_in_flight,
         o.uploads_pending,
         staging(o),

@@ -340,7 +340,7 @@ pub mod objects {
             return;
         }
         type Get = fn(&ObjSegStore) -> f64;
-        let series: [(&str, &str, &str, Get); 16] = [
+        let series: [(&str, &str, &str, Get); 20] = [
             ("sluice_objects_uploads_in_flight", "gauge", "Segment uploads running now.", |s| s.stats().uploads_in_flight.load(Relaxed) as f64),
             ("sluice_objects_uploads_pending", "gauge", "Full segments waiting for (or in) their upload: their staging copy is their only copy.", |s| s.uploads_pending() as f64),
             ("sluice_objects_uploaded_total", "counter", "Segment objects stored.", |s| s.stats().uploaded_objects.load(Relaxed) as f64),
@@ -357,6 +357,10 @@ pub mod objects {
             ("sluice_objects_staging_max", "gauge", "The bound on full segments waiting in staging for their upload (--staging-max; 0: none).", |s| s.staging_bound().0 as f64),
             ("sluice_objects_staging_waits_total", "counter", "Writes that waited for room in staging (the bound reached: the store down or slow).", |s| s.stats().staging_waits.load(Relaxed) as f64),
             ("sluice_objects_staging_full_total", "counter", "Writes refused after --staging-wait without room in staging (the volume stopped).", |s| s.stats().staging_full.load(Relaxed) as f64),
+            ("sluice_objects_cache_check_left", "gauge", "Staging copies of an earlier mount the background cache check has still to read (0: done).", |s| s.stats().cache_check_left.load(Relaxed) as f64),
+            ("sluice_objects_cache_checked_total", "counter", "Staging copies of an earlier mount the cache check read.", |s| s.stats().cache_checked.load(Relaxed) as f64),
+            ("sluice_objects_cache_kept_total", "counter", "Of those, copies found whole (their CRC32C the object's) and read locally again.", |s| s.stats().cache_kept.load(Relaxed) as f64),
+            ("sluice_objects_cache_check_seconds", "gauge", "How long the cache check took (set when it is done).", |s| s.stats().cache_check_ms.load(Relaxed) as f64 / 1e3),
         ];
         for (name, kind, help, get) in series {
             t.head(name, kind, help);

@@ -29,10 +29,13 @@
 //! - the table names an object only while it holds the slot's current life:
 //!   an upload that finishes after its slot moved on is deleted, never
 //!   recorded.
-//! - after a mount, a stored slot's staging copy is read only when the
-//!   attach found it whole: its CRC32C over the whole segment is the
-//!   object's (`trust_whole_copies`); a punched, half-punched or stale copy
-//!   is never served.
+//! - after a mount, a stored slot's staging copy is read only once the
+//!   cache check found it whole: its CRC32C over the whole segment is the
+//!   object's (`check_cache`, in the background after the attach; reads go
+//!   to the object until then); a punched, half-punched or stale copy is
+//!   never served. The check holds the eviction lock shared from its read
+//!   to its switch and switches only while the slot still names the object
+//!   it read for (a sequence number no other life gets).
 //!
 //! Not in this slice: the superblock, checkpoints and intent ring stay in
 //! the local metadata file (a host that loses its cache loses the volume);
@@ -96,6 +99,50 @@ pub struct ObjSegOptions {
     pub staging_max: usize,
     /// How long a write waits for room in staging before it fails.
     pub staging_wait: Duration,
+    /// Called once by the cache check (`check_cache`) when it is done, on
+    /// its thread (`serve`'s log line).
+    pub on_cache_checked: Option<OnChecked>,
+    /// Tests: called by the cache check with a slot whose copy it found
+    /// whole, between that and marking it local (a punch, a write or a
+    /// close ordered into that gap).
+    pub check_gap: Option<CheckGap>,
+}
+
+/// `ObjSegOptions::on_cache_checked`.
+#[derive(Clone)]
+pub struct OnChecked(pub Arc<dyn Fn(&CacheCheck) + Send + Sync>);
+
+/// `ObjSegOptions::check_gap`.
+#[derive(Clone)]
+pub struct CheckGap(pub Arc<dyn Fn(u32) + Send + Sync>);
+
+impl std::fmt::Debug for OnChecked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnChecked")
+    }
+}
+
+impl std::fmt::Debug for CheckGap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CheckGap")
+    }
+}
+
+/// What the cache check (`check_cache`) did, once it is done.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CacheCheck {
+    /// Stored segments of an earlier mount: each read from its object
+    /// until its staging copy is found whole.
+    pub stored: usize,
+    /// Copies read (whole, or up to a first block of zeros).
+    pub checked: usize,
+    /// Copies found whole and read locally again.
+    pub kept: usize,
+    /// `stored - kept`: read from their objects.
+    pub dropped: usize,
+    pub ms: u64,
+    /// Why the check stopped before its last copy, if it did.
+    pub cut_short: Option<&'static str>,
 }
 
 /// `staging_max` by default: 256 segments (1 GiB of 4 MiB segments) of
@@ -112,6 +159,8 @@ impl Default for ObjSegOptions {
             ckpt_every: 16,
             staging_max: STAGING_MAX,
             staging_wait: Duration::from_secs(30),
+            on_cache_checked: None,
+            check_gap: None,
         }
     }
 }
@@ -156,6 +205,14 @@ pub struct ObjStats {
     pub staging_waits: AtomicU64,
     /// Writes refused after `staging_wait` without room (the volume stops).
     pub staging_full: AtomicU64,
+    /// Gauge: copies of an earlier mount the cache check has still to read
+    /// (0 once it is done).
+    pub cache_check_left: AtomicU64,
+    /// Copies the cache check read, and of them found whole (kept).
+    pub cache_checked: AtomicU64,
+    pub cache_kept: AtomicU64,
+    /// How long the cache check took (set when it is done).
+    pub cache_check_ms: AtomicU64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -239,7 +296,8 @@ struct Inner {
     /// Signalled when an upload is done (room in staging, `staging_room`).
     room: Condvar,
     /// Held shared by whoever touches the staging file's content of a slot
-    /// (reads, writes, tombstones); exclusively to punch a cached copy.
+    /// (reads, writes, tombstones, and the cache check from its read of a
+    /// copy to marking it local); exclusively to punch a copy.
     evict: RwLock<()>,
     next_seq: AtomicU64,
     /// Checkpoint objects: captures, the stored ones (`ckpt.rs`).
@@ -252,6 +310,10 @@ struct Inner {
     /// The lease was released (`close`) or must not be (read-only).
     released: AtomicBool,
     stats: ObjStats,
+    /// The cache check's result, once it is done.
+    check: Mutex<Option<CacheCheck>>,
+    /// Signalled when it is.
+    checked: Condvar,
 }
 
 pub struct ObjSegStore {
@@ -272,69 +334,47 @@ pub struct AttachReport {
     /// checkpoint objects are stored (never deleted at attach).
     pub orphans_deferred: usize,
     pub uploads_queued: usize,
-    /// Stored segments of an earlier mount whose staging copy was found
-    /// whole (its CRC32C is the object's) and is read from again.
+    /// The cache check, when it ran in the attach (inline mode,
+    /// `uploads == 0`): stored segments of an earlier mount whose staging
+    /// copy was found whole (its CRC32C is the object's) and is read from
+    /// again. Otherwise 0: the check runs in the background
+    /// (`ObjSegStore::cache_check`).
     pub cache_kept: usize,
     /// Stored segments read from their objects: their copy was punched,
-    /// partly punched, never made durable, or beyond the cache's size.
+    /// partly punched, never made durable, or beyond the cache's size
+    /// (inline mode; otherwise every stored segment until the check).
     pub cache_dropped: usize,
-    /// How long reading and checking the copies took.
+    /// How long reading and checking the copies took (inline mode).
     pub cache_check_ms: u64,
+    /// Copies the background check will read (0 in inline mode).
+    pub cache_checking: usize,
     pub notes: Vec<String>,
 }
 
-/// The stored slots whose staging copy is trusted again after a mount,
-/// newest object first, at most `limit`: exactly those whose copy is whole,
-/// i.e. whose CRC32C over the whole segment is the object's (recorded in
-/// the table with the object). A copy punched or half punched before a
-/// crash (`evict_over`), or one whose writes never reached the disk, does
-/// not match and stays untrusted: its reads are ranged GETs, as before.
-/// Each trusted slot is marked local; reads of it are still verified by
-/// the blocks' CRCs in the engine.
-fn trust_whole_copies(
-    local: &FlatStore<Arc<dyn Media>>,
-    table: &Table,
-    limit: usize,
-    slots: &mut [Slot],
-) -> io::Result<Vec<u32>> {
-    let mut stored: Vec<(u64, u32, u32)> = table
+/// The stored slots whose staging copy the cache check reads, newest
+/// object first (the order reads most likely want), at most `limit`.
+fn copies_to_check(table: &Table, limit: usize) -> Vec<(u32, ObjRef)> {
+    let mut stored: Vec<(u32, ObjRef)> = table
         .slots
         .iter()
         .enumerate()
-        .filter_map(|(s, r)| r.map(|r| (r.seq, s as u32, r.crc)))
+        .filter_map(|(s, r)| r.map(|r| (s as u32, r)))
         .collect();
-    stored.sort_unstable_by(|a, b| b.cmp(a));
-    let mut buf = AlignedBuf::new(table.segment_blocks as usize * BLOCK_BYTES);
-    let mut kept = Vec::new();
-    for (_, s, crc) in stored.into_iter().take(limit) {
-        // a copy whose first block is zeros (a cache rebuilt from the store
-        // has only holes there) is not read further
-        // a copy the cache disk cannot read is not trusted: its object
-        // serves it (the store holds every stored segment), the mount goes on
-        let read = local
-            .read_segment(s, 0, &mut buf[..BLOCK_BYTES])
-            .and_then(|()| match buf[..BLOCK_BYTES].iter().all(|&b| b == 0) {
-                true => Ok(false),
-                false => local.read_segment(s, 0, &mut buf).map(|()| true),
-            });
-        match read {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                tracing::warn!(
-                    "cache: segment slot {s}'s local copy unreadable ({e}); read from the store"
-                );
-                // MUTANT: cache-read-error-fatal s|continue;|return Err(e);|
-                continue;
-            }
-        }
-        // MUTANT: cache-trust-unverified s|crc32c::crc32c(&buf) == crc|true|
-        if crc32c::crc32c(&buf) == crc {
-            slots[s as usize].local = true;
-            kept.push(s);
-        }
-    }
-    Ok(kept)
+    stored.sort_unstable_by_key(|x| std::cmp::Reverse(x.1.seq));
+    stored.truncate(limit);
+    stored
+}
+
+/// One copy's fate in the cache check.
+enum Fate {
+    /// Whole (its CRC32C the object's): marked local, cached.
+    Kept,
+    /// Punched, half punched, stale, or unreadable: read from its object.
+    NotWhole,
+    /// The slot moved on (a new life) before the check got to it.
+    Moved,
+    /// The cache is full (this mount's own segments): the check stops.
+    Full,
 }
 
 /// The writer lease for a volume whose cache holds `table`: our own last
@@ -592,17 +632,14 @@ impl ObjSegStore {
             }
             slots.push(slot);
         }
-        if !read_only {
-            let t = Instant::now();
-            let kept = trust_whole_copies(&local, &table, opts.cache_segments, &mut slots)?;
-            rep.cache_check_ms = t.elapsed().as_millis() as u64;
-            rep.cache_kept = kept.len();
-            rep.cache_dropped = table.slots.iter().flatten().count() - kept.len();
-            // oldest first, before this mount's own (not yet uploaded) ones
-            for s in kept {
-                cached.push_front(s);
-            }
-        }
+        // every stored slot starts read from its object: the cache check
+        // marks the whole copies local (`check_cache`)
+        let stored = table.slots.iter().flatten().count();
+        let to_check = if read_only {
+            Vec::new()
+        } else {
+            copies_to_check(&table, opts.cache_segments)
+        };
         let inner = Arc::new(Inner {
             local,
             media,
@@ -634,8 +671,43 @@ impl ObjSegStore {
             read_only,
             released: AtomicBool::new(read_only),
             stats: ObjStats::default(),
+            check: Mutex::new(None),
+            checked: Condvar::new(),
         });
         let mut workers = Vec::new();
+        if read_only {
+            *inner.check.lock() = Some(CacheCheck {
+                stored,
+                dropped: stored,
+                ..CacheCheck::default()
+            });
+        } else if inner.opts.uploads == 0 || to_check.is_empty() {
+            // inline mode (deterministic: no thread), or nothing to read
+            let c = inner.check_cache(to_check, stored)?;
+            (rep.cache_kept, rep.cache_dropped) = (c.kept, c.dropped);
+            rep.cache_check_ms = c.ms;
+        } else {
+            rep.cache_checking = to_check.len();
+            inner
+                .stats
+                .cache_check_left
+                .store(to_check.len() as u64, Ordering::Relaxed);
+            let w = inner.clone();
+            workers.push(
+                std::thread::Builder::new()
+                    .name("sluice-cache-check".into())
+                    .spawn(move || {
+                        if let Err(e) = w.check_cache(to_check, stored) {
+                            tracing::warn!("cache: the check stopped: {e}");
+                            w.check_done(CacheCheck {
+                                stored,
+                                cut_short: Some("an error"),
+                                ..CacheCheck::default()
+                            });
+                        }
+                    })?,
+            );
+        }
         for i in 0..if read_only { 0 } else { inner.opts.uploads } {
             let w = inner.clone();
             workers.push(
@@ -655,6 +727,24 @@ impl ObjSegStore {
 
     pub fn stats(&self) -> &ObjStats {
         &self.inner.stats
+    }
+
+    /// The cache check's result once it is done (`check_cache`); None while
+    /// it runs.
+    pub fn cache_check(&self) -> Option<CacheCheck> {
+        self.inner.check.lock().clone()
+    }
+
+    /// Wait for the cache check's result, at most `timeout`.
+    pub fn wait_cache_check(&self, timeout: Duration) -> Option<CacheCheck> {
+        let end = Instant::now() + timeout;
+        let mut c = self.inner.check.lock();
+        while c.is_none() {
+            if self.inner.checked.wait_until(&mut c, end).timed_out() {
+                break;
+            }
+        }
+        c.clone()
     }
 
     pub fn epoch(&self) -> u64 {
@@ -1280,6 +1370,136 @@ impl Inner {
         true
     }
 
+    /// The cache check (docs/objects.md §5.7): read the staging copy of
+    /// each stored slot of `list` (newest object first), and mark local
+    /// exactly those whose CRC32C over the whole segment is their object's
+    /// (recorded in the table with the object). A copy punched or half
+    /// punched before a crash (`evict_over`), or one whose writes never
+    /// reached the disk, does not match: its reads stay ranged GETs. Reads
+    /// of a kept copy are still verified by the blocks' CRCs in the engine.
+    /// Stops at `stop` (close) and when the cache is full of this mount's
+    /// own segments; records its result (`check_done`).
+    fn check_cache(&self, list: Vec<(u32, ObjRef)>, stored: usize) -> io::Result<CacheCheck> {
+        let t = Instant::now();
+        let mut c = CacheCheck {
+            stored,
+            ..CacheCheck::default()
+        };
+        let mut buf = AlignedBuf::new(self.geo.segment_bytes() as usize);
+        for (seg, r) in list {
+            if self.stop.load(Ordering::SeqCst) {
+                c.cut_short = Some("the store closed");
+                break;
+            }
+            match self.check_copy(seg, r, &mut buf)? {
+                Fate::Kept => {
+                    c.checked += 1;
+                    c.kept += 1;
+                    self.stats.cache_checked.fetch_add(1, Ordering::Relaxed);
+                    self.stats.cache_kept.fetch_add(1, Ordering::Relaxed);
+                }
+                Fate::NotWhole => {
+                    c.checked += 1;
+                    self.stats.cache_checked.fetch_add(1, Ordering::Relaxed);
+                }
+                Fate::Moved => {}
+                Fate::Full => {
+                    c.cut_short = Some("the cache is full of this mount's segments");
+                    break;
+                }
+            }
+            let _ = self.stats.cache_check_left.fetch_update(
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+                |n| n.checked_sub(1),
+            );
+        }
+        c.dropped = stored - c.kept;
+        c.ms = t.elapsed().as_millis() as u64;
+        self.check_done(c.clone());
+        Ok(c)
+    }
+
+    /// Record the cache check's result; say it (`on_cache_checked`).
+    fn check_done(&self, c: CacheCheck) {
+        self.stats.cache_check_left.store(0, Ordering::Relaxed);
+        self.stats.cache_check_ms.store(c.ms, Ordering::Relaxed);
+        if let Some(f) = &self.opts.on_cache_checked {
+            (f.0)(&c);
+        }
+        *self.check.lock() = Some(c);
+        self.checked.notify_all();
+    }
+
+    /// Check slot `seg`'s staging copy against object `r` and mark it local
+    /// if whole. The eviction lock is held shared from before the read to
+    /// the switch: a punch (`discard_body`, `evict_over`) takes it
+    /// exclusively, so it comes wholly before the read (which then sees the
+    /// punched body) or wholly after the switch (which it undoes). A write
+    /// to the slot meanwhile starts a new life first (`new_life`, under the
+    /// state lock), which stops naming `r`: the switch requires the slot to
+    /// still name `r`, whose sequence number no other life ever gets, so a
+    /// copy read for an earlier life is never marked local for a later one.
+    fn check_copy(&self, seg: u32, r: ObjRef, buf: &mut AlignedBuf) -> io::Result<Fate> {
+        let _held = self.evict.read();
+        {
+            let st = self.state.lock();
+            if st.slots[seg as usize].stored != Some(r) || st.slots[seg as usize].local {
+                return Ok(Fate::Moved);
+            }
+            if st.cached.len() >= self.opts.cache_segments {
+                return Ok(Fate::Full);
+            }
+        }
+        // a copy whose first block is zeros (a cache rebuilt from the store
+        // has only holes there) is not read further
+        let read = self
+            .local
+            .read_segment(seg, 0, &mut buf[..BLOCK_BYTES])
+            .and_then(|()| match buf[..BLOCK_BYTES].iter().all(|&b| b == 0) {
+                true => Ok(false),
+                false => self.local.read_segment(seg, 0, buf).map(|()| true),
+            });
+        match read {
+            Ok(true) => {}
+            Ok(false) => return Ok(Fate::NotWhole),
+            Err(e) => {
+                // a copy the cache disk cannot read is not trusted: its
+                // object serves it (the store holds every stored segment),
+                // the mount and the check go on
+                tracing::warn!(
+                    "cache: segment slot {seg}'s local copy unreadable ({e}); read from the store"
+                );
+                // MUTANT: cache-read-error-fatal s|return Ok(Fate::NotWhole);|return Err(e);|
+                return Ok(Fate::NotWhole);
+            }
+        }
+        // MUTANT: cache-trust-unverified s|crc32c::crc32c(buf) != r.crc|false|
+        if crc32c::crc32c(buf) != r.crc {
+            return Ok(Fate::NotWhole);
+        }
+        // MUTANT: cache-check-unlocked s|let gap = &self.opts.check_gap;|drop(_held); let gap = &self.opts.check_gap;|
+        let gap = &self.opts.check_gap;
+        if let Some(g) = gap {
+            (g.0)(seg);
+        }
+        let mut st = self.state.lock();
+        let st = &mut *st;
+        if st.cached.len() >= self.opts.cache_segments {
+            return Ok(Fate::Full);
+        }
+        let s = &mut st.slots[seg as usize];
+        let same = s.stored == Some(r) && !s.local;
+        // MUTANT: cache-check-stale-life s|if !same {|if false {|
+        if !same {
+            return Ok(Fate::Moved);
+        }
+        s.local = true;
+        // oldest first, before this mount's own segments
+        st.cached.push_front(seg);
+        Ok(Fate::Kept)
+    }
+
     /// Punch the staging copies of the oldest cached segments beyond the
     /// cache's size: their reads become ranged GETs.
     fn evict_over(&self) {
@@ -1660,6 +1880,8 @@ pub fn open(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_check;
 #[cfg(test)]
 mod tests_cost;
 #[cfg(test)]

@@ -10,13 +10,13 @@ use crate::{CreateOptions, OpenOptions, StoreHandle, Volume};
 
 const SEG: u64 = 16 * BS;
 
-struct Rig {
-    media: Arc<dyn Media>,
+pub(super) struct Rig {
+    pub(super) media: Arc<dyn Media>,
     objects: Arc<MemObjects>,
     dir: tempfile::TempDir,
 }
 
-fn opts(cache: usize) -> ObjSegOptions {
+pub(super) fn opts(cache: usize) -> ObjSegOptions {
     ObjSegOptions {
         uploads: 2,
         cache_segments: cache,
@@ -28,7 +28,7 @@ fn opts(cache: usize) -> ObjSegOptions {
 }
 
 impl Rig {
-    fn new() -> Rig {
+    pub(super) fn new() -> Rig {
         let media: Arc<dyn Media> = Arc::new(MemMedia::new(4 << 20));
         Volume::format(
             &*media,
@@ -44,7 +44,7 @@ impl Rig {
             dir: tempfile::tempdir().unwrap(),
         }
     }
-    fn place(&self, cache: usize) -> Place<'_> {
+    pub(super) fn place(&self, cache: usize) -> Place<'_> {
         Place {
             objects: self.objects.clone(),
             dir: self.dir.path(),
@@ -52,7 +52,7 @@ impl Rig {
             opts: opts(cache),
         }
     }
-    fn create(&self, cache: usize) -> Arc<ObjSegStore> {
+    pub(super) fn create(&self, cache: usize) -> Arc<ObjSegStore> {
         create(self.media.clone(), self.place(cache), false)
             .unwrap()
             .0
@@ -84,12 +84,19 @@ impl Rig {
     }
 }
 
+/// The cache check's result (it runs in the background after the attach):
+/// waited for by its condition, never a fixed sleep.
+pub(super) fn check_of(s: &ObjSegStore) -> CacheCheck {
+    s.wait_cache_check(Duration::from_secs(60))
+        .expect("the cache check never finished")
+}
+
 /// A whole segment's worth of recognisable blocks.
-fn image(seed: u8) -> Vec<u8> {
+pub(super) fn image(seed: u8) -> Vec<u8> {
     (0..SEG as usize).map(|i| (i / 4096) as u8 ^ seed).collect()
 }
 
-fn fill(s: &ObjSegStore, seg: u32, seed: u8) {
+pub(super) fn fill(s: &ObjSegStore, seg: u32, seed: u8) {
     // out of order, as the writer threads may land chunks
     let img = image(seed);
     let half = SEG as usize / 2;
@@ -100,7 +107,7 @@ fn fill(s: &ObjSegStore, seg: u32, seed: u8) {
 /// Read segments `0..n` (filled with `image(seg + 1)`) whole: each must
 /// serve its bytes and cost `gets(seg)` GETs (1: from its object; 0: from
 /// the cache).
-fn read_back(s: &ObjSegStore, n: u32, gets: impl Fn(u32) -> u64, what: &str) {
+pub(super) fn read_back(s: &ObjSegStore, n: u32, gets: impl Fn(u32) -> u64, what: &str) {
     let count = || s.stats().gets.load(Ordering::Relaxed);
     for seg in 0..n {
         let before = count();
@@ -614,7 +621,10 @@ fn a_restart_trusts_exactly_the_whole_staging_copies() {
     // 3: one block of the copy never reached the disk (older bytes)
     flat.write(3, 5, &image(9)[..BLOCK_BYTES]).unwrap();
     let (s, rep) = open(r.media.clone(), r.place(100)).unwrap();
-    assert_eq!((rep.cache_kept, rep.cache_dropped), (3, 3), "{rep:?}");
+    // the attach returns before the check: it reads the six copies after
+    assert_eq!(rep.cache_checking, 6, "{rep:?}");
+    let c = check_of(&s);
+    assert_eq!((c.checked, c.kept, c.dropped), (6, 3, 3), "{c:?}");
     read_back(&s, 6, |seg| u64::from([1, 2, 3].contains(&seg)), "");
     // a cache of 2 keeps the copies of the newest two objects, if whole
     let mut newest: Vec<(u64, u32)> = (0..6).map(|g| (s.stored(g).unwrap().seq, g)).collect();
@@ -622,9 +632,10 @@ fn a_restart_trusts_exactly_the_whole_staging_copies() {
     let top: Vec<u32> = newest[..2].iter().map(|x| x.1).collect();
     let whole = |g: u32| ![1, 2, 3].contains(&g);
     drop(s);
-    let (s, rep) = open(r.media.clone(), r.place(2)).unwrap();
+    let s = open(r.media.clone(), r.place(2)).unwrap().0;
     let kept = top.iter().filter(|&&g| whole(g)).count();
-    assert_eq!(rep.cache_kept, kept, "{rep:?} (newest {top:?})");
+    let c = check_of(&s);
+    assert_eq!((c.checked, c.kept), (2, kept), "{c:?} (newest {top:?})");
     let want = |seg| u64::from(!(top.contains(&seg) && whole(seg)));
     read_back(&s, 6, want, ", cache of 2");
 }
@@ -675,8 +686,11 @@ fn a_staging_copy_the_disk_cannot_read_is_served_from_the_store() {
         inner: r.media.clone(),
         bad: at..at + BLOCK_BYTES as u64,
     });
-    let (s, rep) = open(media, r.place(100)).expect("a bad cache block does not stop the mount");
-    assert_eq!((rep.cache_kept, rep.cache_dropped), (3, 1), "{rep:?}");
+    let s = open(media, r.place(100))
+        .expect("a bad cache block does not stop the mount")
+        .0;
+    let c = check_of(&s);
+    assert_eq!((c.kept, c.dropped, c.cut_short), (3, 1, None), "{c:?}");
     read_back(&s, 4, |seg| u64::from(seg == 2), "");
 }
 
@@ -746,7 +760,8 @@ fn copies_evicted_before_a_crash_are_read_from_the_store_after_it() {
     assert_eq!(s.stats().local_reads.load(Ordering::Relaxed), 0);
     s.halt();
     drop(s);
-    let (s, rep) = open(r.media.clone(), r.place(100)).unwrap();
-    assert_eq!((rep.cache_kept, rep.cache_dropped), (1, 3), "{rep:?}");
+    let s = open(r.media.clone(), r.place(100)).unwrap().0;
+    let c = check_of(&s);
+    assert_eq!((c.kept, c.dropped), (1, 3), "{c:?}");
     read_back(&s, 4, |seg| u64::from(seg != 3), "");
 }
