@@ -73,6 +73,14 @@ fn pace_quantum_ns() -> u64 {
     })
 }
 
+/// `SLUICE_PACE_OFF=1`: no pacing at all, writers meet the housekeeper only
+/// through hard credit and the checkpoint bound (measurements only: what
+/// the pacer costs or saves, issue 22).
+fn pace_off() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("SLUICE_PACE_OFF").is_ok_and(|v| v == "1"))
+}
+
 /// `SLUICE_HK_SERIAL=1`: barriers and checkpoints run in series with GC
 /// again, as before issue 22's overlap (A/B in one build; measurements only).
 fn hk_serial() -> bool {
@@ -295,7 +303,7 @@ impl Housekeeper {
     /// the slots; only who sleeps, and how often, changes.
     /// Returns the nanoseconds it slept (0: none).
     pub fn pace(&self, blocks: u64, level: u32, headroom: u64) -> u64 {
-        if !self.threaded || level >= self.clean_mark || blocks == 0 {
+        if !self.threaded || level >= self.clean_mark || blocks == 0 || pace_off() {
             return 0;
         }
         let gc_rate = f64::from_bits(self.rate_bits.load(Ordering::Relaxed));
