@@ -17,7 +17,8 @@
 //! - hard credit: an append that finds no free segment beyond the reserve waits
 //!   for a housekeeper round (`wait_for_space`) instead of cleaning itself;
 //! - pacing: while free segments are below the clean-ahead mark, each append
-//!   batch waits for a slot from a rate that follows what GC frees (`pace`), so
+//!   batch waits for a slot from a rate that follows what GC frees per second
+//!   of the housekeeper's busy time (`pace`, `GcClock`), so
 //!   waiting is spread thinly over every write instead of stalling a few; a
 //!   writer that sleeps pays for a quantum of slots at once and spends that
 //!   credit on its next appends (one sleep per few 4 KiB writes);
