@@ -860,6 +860,11 @@ apply_pace_prepaid_free() {
   # blocks a pacing sleep lets by on credit take no slot: the rate is exceeded
   marker pace-prepaid-free
 }
+apply_gc_rate_wall_clock() {
+  # the pacer's GC rate over wall time again (idle between rounds counted):
+  # a GC that keeps up measures the writers' own paced rate
+  marker gc-rate-wall-clock
+}
 apply_barrier_every_victim() {
   # a reuse barrier whenever a segment is pending (main's rule was close:
   # at 4 pending and after every clean-ahead): the batch test counts them
@@ -1127,6 +1132,7 @@ run direct-never-samples compression
 run direct-run-not-reset compression
 run placed-record-without-places-ends-quietly intent_log
 run pace-prepaid-free lib
+run gc-rate-wall-clock lib:volume::housekeeper
 run barrier-every-victim lib:volume::housekeeper::tests
 run tails-in-series lib:volume::housekeeper::tests
 run ckpt-pad-stale lib:volume::housekeeper::tests

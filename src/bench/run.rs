@@ -113,6 +113,60 @@ pub struct Sample {
     pub write_amplification: Option<f64>,
     /// Shorter than the sampling interval (the phase ended inside it).
     pub partial: bool,
+    /// The engine's free space, GC and waits in this interval (in-process
+    /// sluice only): what bounds a phase, second by second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<SampleEngine>,
+}
+
+/// Engine counters over one sampling interval (`Sample::engine`): the free
+/// and pending segments at its end, the rest as differences.
+#[derive(Clone, Debug, Serialize)]
+pub struct SampleEngine {
+    pub segments_free: u32,
+    pub segments_pending: u32,
+    pub host_write_bytes: u64,
+    pub media_write_bytes: u64,
+    pub gc_runs: u64,
+    pub gc_blocks_moved: u64,
+    pub gc_bytes_read: u64,
+    pub pace_sleeps: u64,
+    pub pace_sleep_us: u64,
+    pub space_waits: u64,
+    pub space_wait_us: u64,
+    pub checkpoint_wait_us: u64,
+    /// The housekeeper's time reading victims, in reuse barriers and in
+    /// checkpoints (barriers and checkpoints may run beside a victim).
+    pub hk_gc_read_us: u64,
+    pub hk_barrier_us: u64,
+    pub hk_checkpoint_us: u64,
+    pub reuse_barriers: u64,
+    pub checkpoints: u64,
+}
+
+impl SampleEngine {
+    fn between(a: &Option<Stats>, b: &Option<Stats>) -> Option<Self> {
+        let (a, b) = (a.as_ref()?, b.as_ref()?);
+        Some(SampleEngine {
+            segments_free: b.segments_free,
+            segments_pending: b.segments_pending,
+            host_write_bytes: b.host_write_bytes.saturating_sub(a.host_write_bytes),
+            media_write_bytes: b.media_write_bytes.saturating_sub(a.media_write_bytes),
+            gc_runs: b.gc_runs.saturating_sub(a.gc_runs),
+            gc_blocks_moved: b.gc_blocks_moved.saturating_sub(a.gc_blocks_moved),
+            gc_bytes_read: b.gc_bytes_read.saturating_sub(a.gc_bytes_read),
+            pace_sleeps: b.pace_sleeps.saturating_sub(a.pace_sleeps),
+            pace_sleep_us: b.pace_sleep_us.saturating_sub(a.pace_sleep_us),
+            space_waits: b.space_waits.saturating_sub(a.space_waits),
+            space_wait_us: b.space_wait_us.saturating_sub(a.space_wait_us),
+            checkpoint_wait_us: b.checkpoint_wait_us.saturating_sub(a.checkpoint_wait_us),
+            hk_gc_read_us: b.hk_gc_read_us.saturating_sub(a.hk_gc_read_us),
+            hk_barrier_us: b.hk_barrier_us.saturating_sub(a.hk_barrier_us),
+            hk_checkpoint_us: b.hk_checkpoint_us.saturating_sub(a.hk_checkpoint_us),
+            reuse_barriers: b.reuse_barriers.saturating_sub(a.reuse_barriers),
+            checkpoints: b.checkpoints.saturating_sub(a.checkpoints),
+        })
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -489,6 +543,7 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
                             wa_between(&last_stats, &st)
                         },
                         partial,
+                        engine: SampleEngine::between(&last_stats, &st),
                     });
                     last_stats = st;
                 }

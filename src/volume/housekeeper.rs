@@ -17,7 +17,8 @@
 //! - hard credit: an append that finds no free segment beyond the reserve waits
 //!   for a housekeeper round (`wait_for_space`) instead of cleaning itself;
 //! - pacing: while free segments are below the clean-ahead mark, each append
-//!   batch waits for a slot from a rate that follows what GC frees (`pace`), so
+//!   batch waits for a slot from a rate that follows what GC frees per second
+//!   of the housekeeper's busy time (`pace`, `GcClock`), so
 //!   waiting is spread thinly over every write instead of stalling a few; a
 //!   writer that sleeps pays for a quantum of slots at once and spends that
 //!   credit on its next appends (one sleep per few 4 KiB writes);
@@ -71,6 +72,14 @@ fn pace_quantum_ns() -> u64 {
             .and_then(|v| v.parse::<u64>().ok())
             .map_or(PACE_QUANTUM_NS, |us| us.min(10_000) * 1000)
     })
+}
+
+/// `SLUICE_PACE_OFF=1`: no pacing at all, writers meet the housekeeper only
+/// through hard credit and the checkpoint bound (measurements only: what
+/// the pacer costs or saves, issue 22).
+fn pace_off() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("SLUICE_PACE_OFF").is_ok_and(|v| v == "1"))
 }
 
 /// `SLUICE_HK_SERIAL=1`: barriers and checkpoints run in series with GC
@@ -128,6 +137,28 @@ struct Side<'scope, 'env> {
     deferred: Option<Tail>,
 }
 
+/// GC's freeing rate is measured over the housekeeper's busy time, the
+/// time from one victim to the next less the waits between rounds: what GC
+/// can free per second while it works, not what writers' demand asked of it.
+/// (Measured over wall time, a GC that keeps up measures the rate writers
+/// wrote at, which pacing itself sets: the pacer then admitted its own last
+/// rate, and a GC that started after an idle spell measured a few blocks
+/// over that whole spell; issue 22, docs/benchmarks.md.)
+#[derive(Default)]
+struct GcClock {
+    /// When the last freeing was accounted (ns since `started`).
+    last_ns: u64,
+    /// Idle since (between rounds), and idle time since `last_ns`.
+    idle_from: Option<u64>,
+    idle_ns: u64,
+    /// Blocks freed and busy time of the window not yet in the rate.
+    win_blocks: u64,
+    win_busy_ns: u64,
+}
+
+/// Busy time a window of the GC rate spans before it is folded in.
+const GC_RATE_WINDOW_NS: u64 = 50_000_000;
+
 #[derive(Default)]
 struct Wake {
     stop: bool,
@@ -164,9 +195,8 @@ pub(in crate::volume) struct Housekeeper {
     /// host blocks per second (0: unpaced).
     next_slot_ns: AtomicU64,
     rate_bits: AtomicU64,
-    /// Net blocks GC has freed and when the rate was last measured.
-    freed: AtomicU64,
-    freed_mark: Mutex<(Instant, u64)>,
+    /// The housekeeper's busy time and what GC freed in it, for the rate.
+    gc_clock: Mutex<GcClock>,
     /// Segments beyond the reserve the housekeeper keeps free (or pending).
     pub clean_mark: u32,
     pub reserve: u32,
@@ -211,8 +241,10 @@ impl Housekeeper {
             credit_cv: Condvar::new(),
             next_slot_ns: AtomicU64::new(0),
             rate_bits: AtomicU64::new(0),
-            freed: AtomicU64::new(0),
-            freed_mark: Mutex::new((Instant::now(), 0)),
+            gc_clock: Mutex::new(GcClock {
+                idle_from: Some(0),
+                ..GcClock::default()
+            }),
             clean_mark,
             reserve,
             segment_blocks,
@@ -262,25 +294,50 @@ impl Housekeeper {
             .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
-    /// Measured rate (blocks/s) at which GC frees space; updated by the
-    /// housekeeper at most every 50 ms, averaged over the last ~second.
-    fn note_freed(&self, blocks: u64) {
-        let total = self.freed.fetch_add(blocks, Ordering::Relaxed) + blocks;
-        let mut m = self.freed_mark.lock();
-        let dt = m.0.elapsed().as_secs_f64();
-        if dt >= 0.05 {
-            let r = (total - m.1) as f64 / dt;
+    /// A housekeeping round begins (`now`: ns since `started`): the time
+    /// since the last round ended was idle, not GC's.
+    fn round_begin_at(&self, now: u64) {
+        let mut c = self.gc_clock.lock();
+        if let Some(i) = c.idle_from.take() {
+            // MUTANT: gc-rate-wall-clock s|c.idle_ns += now.saturating_sub(i);|c.idle_ns += 0 * i;|
+            c.idle_ns += now.saturating_sub(i);
+        }
+    }
+
+    /// A housekeeping round ended: idle from `now` until the next begins.
+    fn round_end_at(&self, now: u64) {
+        self.gc_clock.lock().idle_from = Some(now);
+    }
+
+    /// GC freed `blocks` net at `now`. The rate (blocks per second of the
+    /// housekeeper's busy time, `GcClock`) is folded in once a window spans
+    /// 50 ms of busy time, averaged over the last ~second of it.
+    fn note_freed_at(&self, blocks: u64, now: u64) {
+        let mut c = self.gc_clock.lock();
+        let busy = now.saturating_sub(c.last_ns).saturating_sub(c.idle_ns);
+        c.last_ns = now;
+        c.idle_ns = 0;
+        c.win_blocks += blocks;
+        c.win_busy_ns += busy;
+        if c.win_busy_ns >= GC_RATE_WINDOW_NS {
+            let dt = c.win_busy_ns as f64 / 1e9;
+            let r = c.win_blocks as f64 / dt;
             let old = f64::from_bits(self.rate_bits.load(Ordering::Relaxed));
             let w = dt.min(1.0);
             let new = if old > 0.0 { old + (r - old) * w } else { r };
             self.rate_bits.store(new.to_bits(), Ordering::Relaxed);
-            *m = (Instant::now(), total);
+            (c.win_blocks, c.win_busy_ns) = (0, 0);
         }
+    }
+
+    fn note_freed(&self, blocks: u64) {
+        self.note_freed_at(blocks, self.now_ns());
     }
 
     /// Pacing (background mode): below the clean-ahead mark (`level` free or
     /// pending segments beyond the reserve), wait for `blocks` slots at a rate
-    /// of the GC's measured freeing rate scaled by how full the reservoir is
+    /// of the GC's measured freeing rate (per second of the housekeeper's busy
+    /// time, `GcClock`) scaled by how full the reservoir is
     /// (`headroom` blocks of the mark's): balance at half the mark, slower
     /// below it. The scale follows headroom block by block, so the admitted
     /// rate moves smoothly instead of in steps of a segment.
@@ -295,7 +352,7 @@ impl Housekeeper {
     /// the slots; only who sleeps, and how often, changes.
     /// Returns the nanoseconds it slept (0: none).
     pub fn pace(&self, blocks: u64, level: u32, headroom: u64) -> u64 {
-        if !self.threaded || level >= self.clean_mark || blocks == 0 {
+        if !self.threaded || level >= self.clean_mark || blocks == 0 || pace_off() {
             return 0;
         }
         let gc_rate = f64::from_bits(self.rate_bits.load(Ordering::Relaxed));
@@ -518,6 +575,13 @@ impl Shared {
     /// writes (the background thread only).
     fn step(&self, idle_ahead: bool) -> Result<bool> {
         let _r = self.hk.round.lock();
+        self.hk.round_begin_at(self.hk.now_ns());
+        let r = self.step_counted(idle_ahead);
+        self.hk.round_end_at(self.hk.now_ns());
+        r
+    }
+
+    fn step_counted(&self, idle_ahead: bool) -> Result<bool> {
         let (round, writers_wait) = {
             let mut cr = self.hk.credit.lock();
             cr.started += 1;
@@ -1479,6 +1543,52 @@ mod tests {
             let got = u64::from_le_bytes(buf[..8].try_into().unwrap());
             assert_eq!(got, v, "block {lba} after the remount");
         }
+    }
+
+    /// The pacer's GC rate is what GC frees per second of the housekeeper's
+    /// busy time, not of wall time: a GC that keeps up with the writers
+    /// (busy a tenth of the time) may admit ten times what they wrote, and
+    /// one that is busy all the time measures what it frees. The first
+    /// rounds after a long idle spell (the mount, a burst's start) measure
+    /// GC, not the spell. Counts, not time: the clock is the test's
+    /// (mutation `gc-rate-wall-clock` measures over wall time, as before).
+    #[test]
+    fn the_gc_rate_is_measured_over_the_housekeepers_busy_time() {
+        const MS: u64 = 1_000_000;
+        let rate = |hk: &Housekeeper| f64::from_bits(hk.rate_bits.load(Ordering::Relaxed));
+        // 1000 blocks freed per ms of work, a round every 10 ms, after an
+        // idle second since the mount
+        let hk = Housekeeper::new(2, 8, 256, 1 << 30, true);
+        for i in 0..200 {
+            let t = 1000 * MS + i * 10 * MS;
+            hk.round_begin_at(t);
+            hk.note_freed_at(1000, t + MS);
+            hk.round_end_at(t + MS);
+        }
+        let r = rate(&hk);
+        assert!((0.95e6..1.05e6).contains(&r), "rate {r} blocks/s, want 1M");
+        // the same GC busy all the time: what it frees per wall second
+        let hk = Housekeeper::new(2, 8, 256, 1 << 30, true);
+        for i in 0..200 {
+            let t = 1000 * MS + i * 10 * MS;
+            hk.round_begin_at(t);
+            hk.note_freed_at(1000, t + 10 * MS);
+            hk.round_end_at(t + 10 * MS);
+        }
+        let r = rate(&hk);
+        assert!(
+            (0.95e5..1.05e5).contains(&r),
+            "rate {r} blocks/s, want 100K"
+        );
+        // victims in one long round: the time between them is GC's
+        let hk = Housekeeper::new(2, 8, 256, 1 << 30, true);
+        hk.round_begin_at(1000 * MS);
+        for i in 1..=200 {
+            hk.note_freed_at(1000, 1000 * MS + i * 4 * MS);
+        }
+        hk.round_end_at(1800 * MS);
+        let r = rate(&hk);
+        assert!((2.4e5..2.6e5).contains(&r), "rate {r} blocks/s, want 250K");
     }
 
     /// Prepaid pacing keeps the rate: every block a sleeping thread pays
