@@ -11,14 +11,6 @@
 //! submitted (under `sq`); the completions the kernel refused at submission
 //! (`refused`, handed out by the next `wait`).
 //!
-//! Spin before sleeping (`SLUICE_READ_SPIN_US`, 0 = off, the default): with
-//! reads in flight, `wait` first watches the kernel's completion ring (the
-//! `struct aio_ring` header mapped at the context's address) for up to that
-//! many microseconds, then calls `io_getevents` as always; the spin only
-//! reads the ring's tail, it never takes an event, so what comes back and in
-//! what order is `io_getevents`' whichever way (docs/nbd.md, "Spinning on the
-//! AIO ring before sleeping").
-//!
 //! Invariants: every pushed read comes back from `wait` exactly once (from
 //! the kernel, or from `refused` when `io_submit` refused it); the context is
 //! destroyed only after the caller reaped every read (the caller's promise,
@@ -27,11 +19,6 @@
 
 use std::io;
 use std::os::unix::io::RawFd;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-
-/// `AIO_RING_MAGIC`: the header the kernel maps at the context's address.
-const AIO_RING_MAGIC: u32 = 0xa10a10a1;
 
 const IOCB_CMD_PREAD: u16 = 0;
 const IOCB_CMD_POLL: u16 = 5;
@@ -72,21 +59,6 @@ pub(super) struct AioReads {
     sq: parking_lot::Mutex<Vec<Iocb>>,
     cq: parking_lot::Mutex<Vec<IoEvent>>,
     refused: parking_lot::Mutex<Vec<(u64, i32)>>,
-    /// Reads the kernel took and `wait` has not yet returned.
-    inflight: AtomicUsize,
-    /// How long `wait` watches the ring before it sleeps (zero: never; also
-    /// zero when the ring's header is not the one we know).
-    spin: Duration,
-}
-
-/// The spin from `SLUICE_READ_SPIN_US` (microseconds, at most 1 s; unset or
-/// unparsable: 0, off).
-fn spin_from_env() -> Duration {
-    let us = std::env::var("SLUICE_READ_SPIN_US")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    Duration::from_micros(us.min(1_000_000))
 }
 
 fn errno() -> i32 {
@@ -101,11 +73,6 @@ impl AioReads {
     /// default; the kernel counts twice what is asked): when it is used up
     /// this fails (EAGAIN) and the caller uses an io_uring instead.
     pub(super) fn new(fd: RawFd, entries: u32) -> io::Result<AioReads> {
-        Self::with_spin(fd, entries, spin_from_env())
-    }
-
-    /// As `new`, with the spin given (tests).
-    pub(super) fn with_spin(fd: RawFd, entries: u32, spin: Duration) -> io::Result<AioReads> {
         let mut ctx: u64 = 0;
         // a few events over `entries` for the wake-ups (a refused read
         // holds none in the kernel, so its wake-up takes its place)
@@ -123,61 +90,14 @@ impl AioReads {
             unsafe { libc::syscall(libc::SYS_io_destroy, ctx) };
             return Err(e);
         }
-        let mut a = AioReads {
+        Ok(AioReads {
             ctx,
             fd,
             wake_fd,
             sq: parking_lot::Mutex::new(Vec::with_capacity(entries as usize)),
             cq: parking_lot::Mutex::new(vec![IoEvent::default(); entries as usize]),
             refused: parking_lot::Mutex::new(Vec::new()),
-            inflight: AtomicUsize::new(0),
-            spin: Duration::ZERO,
-        };
-        if !spin.is_zero() && a.ring_word(4) == Some(AIO_RING_MAGIC) {
-            a.spin = spin;
-        }
-        Ok(a)
-    }
-
-    /// Word `i` (u32) of the kernel's `struct aio_ring` header at the
-    /// context's address: 2 head, 3 tail, 4 magic. None: no context.
-    fn ring_word(&self, i: usize) -> Option<u32> {
-        if self.ctx == 0 {
-            return None;
-        }
-        // SAFETY: the AIO context id is the user address of the ring the
-        // kernel mapped for it (readable, page-aligned, at least its 32-byte
-        // header), alive until io_destroy in Drop; the kernel updates head and
-        // tail concurrently, hence the atomic load.
-        let w = unsafe { &*(self.ctx as *const AtomicU32).add(i) };
-        Some(w.load(Ordering::Acquire))
-    }
-
-    /// Watch the ring for up to `self.spin`: true when a completion is there
-    /// (head != tail), so `io_getevents` will return at once instead of
-    /// sleeping. Not only while reads are in flight: at QD32 the completion
-    /// thread reaps the whole burst, so none is in flight when it comes back
-    /// here; the next burst is submitted while it waits. Between looks it
-    /// yields the CPU, so a thread of the same real-time priority (the
-    /// reader, the client) still runs on this core.
-    fn spin_for_completion(&self) -> bool {
-        if self.spin.is_zero() {
-            return false;
-        }
-        let start = Instant::now();
-        loop {
-            for _ in 0..16 {
-                if self.ring_word(2) != self.ring_word(3) {
-                    return true;
-                }
-                std::hint::spin_loop();
-            }
-            std::thread::yield_now();
-            // MUTANT: aio-spin-unbounded s|start.elapsed() >= self.spin|false|
-            if start.elapsed() >= self.spin {
-                return false;
-            }
-        }
+        })
     }
 
     /// Queue a read (submitted by `submit`).
@@ -227,7 +147,6 @@ impl AioReads {
             };
             if r > 0 {
                 at += r as usize;
-                self.inflight.fetch_add(r as usize, Ordering::Relaxed);
                 continue;
             }
             let e = if r == 0 { libc::EAGAIN } else { errno() };
@@ -285,9 +204,6 @@ impl AioReads {
         out.append(&mut self.refused.lock());
         // refused blocks handed out: still reap what the kernel has, without waiting
         let min = if out.len() > before { 0 } else { 1 };
-        if min == 1 {
-            self.spin_for_completion();
-        }
         loop {
             // SAFETY: `ev` holds room for `ev.len()` events.
             let r = unsafe {
@@ -306,14 +222,11 @@ impl AioReads {
                     e => return Err(io::Error::from_raw_os_error(e)),
                 }
             }
-            let mut reads = 0;
             for e in &ev[..r as usize] {
                 // res: bytes read or a negative errno (fits i32: len <= u32)
                 let res = e.res.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
-                reads += usize::from(e.data != super::uring::WAKE);
                 out.push((e.data, res));
             }
-            self.inflight.fetch_sub(reads, Ordering::Relaxed);
             if out.len() > before {
                 return Ok(());
             }
@@ -467,75 +380,5 @@ mod tests {
         out.retain(|c| c.0 != URING_WAKE);
         out.sort();
         assert_eq!(out, vec![(7, -libc::EBADF), (8, -libc::EBADF)]);
-    }
-
-    /// With the spin on, `wait` still returns every completion exactly once:
-    /// one that lands while it spins (spin 2 s, the completion after 50 ms)
-    /// and one that lands after the spin gave up (spin 20 us, the completion
-    /// after 100 ms: `io_getevents` sleeps for it); real reads come back
-    /// whole. A late completion is a poll of an eventfd the test makes
-    /// readable from another thread.
-    #[test]
-    fn the_spin_returns_every_completion_early_or_late() {
-        use std::time::Duration;
-        let dir = tempfile::tempdir().unwrap();
-        let Some(file) = direct_file(dir.path()) else {
-            eprintln!("*** SKIP: no O_DIRECT on the test directory's file system ***");
-            return;
-        };
-        use std::os::unix::io::AsRawFd;
-        for (spin_us, late_ms) in [(2_000_000u64, 50u64), (20, 100)] {
-            let spin = Duration::from_micros(spin_us);
-            let r = match super::AioReads::with_spin(file.as_raw_fd(), 8, spin) {
-                Ok(r) => r,
-                Err(e) => {
-                    assert!(std::env::var_os("CI").is_none(), "aio: {e}");
-                    eprintln!("*** SKIP: aio not available: {e} ***");
-                    return;
-                }
-            };
-            assert_eq!(r.spin, spin, "the ring's header is the one we know");
-            // a real read first: it comes back whole through the spin
-            let mut buf = AlignedBuf::new(BS);
-            r.push(buf.as_mut_ptr(), BS as u32, 3 * BS as u64, 5);
-            r.submit().unwrap();
-            let mut out = Vec::new();
-            while out.is_empty() {
-                r.wait(&mut out).unwrap();
-            }
-            assert_eq!(out, vec![(5, BS as i32)]);
-            assert!(buf.iter().all(|&b| b == 4), "block 3 read");
-            assert_eq!(r.inflight.load(std::sync::atomic::Ordering::Relaxed), 0);
-            // then one that completes late
-            // SAFETY: plain eventfd creation, not readable until written.
-            let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-            assert!(efd >= 0);
-            r.sq.lock().push(super::Iocb {
-                data: 9,
-                opcode: super::IOCB_CMD_POLL,
-                fd: efd as u32,
-                buf: libc::POLLIN as u64,
-                ..super::Iocb::default()
-            });
-            r.submit().unwrap();
-            let t = std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(late_ms));
-                let one = 1u64.to_ne_bytes();
-                // SAFETY: 8 bytes to an eventfd we own until joined.
-                let n = unsafe { libc::write(efd, one.as_ptr().cast(), 8) };
-                assert_eq!(n, 8);
-            });
-            let mut out = Vec::new();
-            while out.is_empty() {
-                r.wait(&mut out).unwrap();
-            }
-            t.join().unwrap();
-            assert_eq!(out.len(), 1, "spin {spin_us} us: one completion: {out:?}");
-            assert_eq!(out[0].0, 9, "spin {spin_us} us: the late poll");
-            assert!(out[0].1 > 0, "spin {spin_us} us: the poll saw POLLIN");
-            assert_eq!(r.inflight.load(std::sync::atomic::Ordering::Relaxed), 0);
-            // SAFETY: ours, nothing in flight on it any more.
-            unsafe { libc::close(efd) };
-        }
     }
 }
