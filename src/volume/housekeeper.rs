@@ -740,22 +740,23 @@ impl Shared {
     /// Checkpoint when at least `limit` bytes of chunks were sealed since the last.
     fn checkpoint_if_due(&self, limit: u64) -> Result<()> {
         if self.checkpoint_due(limit) {
-            let t0 = Instant::now();
-            let r = self.write_checkpoint(false);
-            Counters::add(
-                &self.counters.hk_checkpoint_us,
-                t0.elapsed().as_micros() as u64,
-            );
-            r?;
+            self.write_checkpoint(false)?;
         }
         Ok(())
     }
 
     /// Write a checkpoint of the current state (`clean`: a clean close). The
     /// caller holds the round lock (or is the mount, before any other thread).
+    /// `hk_checkpoint_us` gets the plan's time here and the tail's in
+    /// `run_tail`, each once.
     fn write_checkpoint(&self, clean: bool) -> Result<()> {
-        let t = self.plan_checkpoint(clean)?;
-        self.run_tail(t)
+        let t0 = Instant::now();
+        let t = self.plan_checkpoint(clean);
+        Counters::add(
+            &self.counters.hk_checkpoint_us,
+            t0.elapsed().as_micros() as u64,
+        );
+        self.run_tail(t?)
     }
 
     /// A checkpoint's plan: seal every open chunk and make the image of the
