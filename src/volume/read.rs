@@ -7,6 +7,9 @@
 //! `ReadRing` does the same per request, asynchronously: a read is looked up
 //! and submitted by one thread and verified by another when its media reads
 //! complete (the NBD server's reads, answered in completion order).
+//! A streamed block of a chunk still in memory is in no chunk image (log.rs):
+//! it is read at its place once its placing write completed and checked
+//! against its chunk's CRC (`read_once`; the ring reads it synchronously).
 //!
 //! Invariant: the reuse lock is held shared from the map lookup until the last
 //! block is verified, so the bytes read and the CRC they are checked against
