@@ -594,6 +594,18 @@ apply_streamed_record_with_company() {
 apply_stream_claims_untaken() {
   marker stream-claims-untaken
 }
+apply_streamed_block_copied() {
+  marker streamed-block-copied
+}
+apply_streamed_read_from_image() {
+  marker streamed-read-from-image
+}
+apply_record_copies_streamed() {
+  marker record-copies-streamed
+}
+apply_streamed_read_unverified() {
+  marker streamed-read-unverified
+}
 apply_metered_batch_unforwarded() {
   marker metered-batch-unforwarded
 }
@@ -1041,6 +1053,10 @@ run streamed-write-dropped streamed_writes
 run streamed-record-names-others lib:intent
 run streamed-record-with-company streamed_writes
 run stream-claims-untaken streamed_writes
+run streamed-block-copied streamed_writes
+run streamed-read-from-image streamed_writes
+run record-copies-streamed streamed_writes
+run streamed-read-unverified streamed_writes
 run metered-batch-unforwarded lib
 run beside-error-dropped lib
 run nbd-payload-unaligned observe

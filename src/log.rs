@@ -19,6 +19,17 @@
 //! ended (`Placed::wait_idle`), writing itself any claimed block whose
 //! placing write did not complete.
 //!
+//! Invariant (the image): it holds the bytes of every data block of the
+//! chunk except the streamed ones, those whose bit is set in `Placed`'s
+//! `claimed` map. A streamed block is appended without a copy
+//! (`push_data_streamed`) and claimed in the same engine lock hold, so no
+//! one who looks under the lock finds it unclaimed. Its bytes are in the
+//! caller's buffer until its placing write completes and on the media after:
+//! reads of it wait for that write and read its place (`Core::buffered_data`),
+//! a FLUSH's record never copies it from the image (`Ring::plan`), and a seal
+//! whose chunk holds one whose placing write failed fails (`write_chunk`:
+//! the volume has failed by then) instead of writing the image's slot.
+//!
 //! Chunk images come from a `ChunkPool` and go back to it when the last holder
 //! (the engine's in-flight list or the commit stage's writer) lets go, so a
 //! busy volume neither allocates, zeroes nor faults in a 1 MiB buffer per chunk.
@@ -428,6 +439,29 @@ impl OpenChunk {
         self.push_data_crc(lba, block, chunk::block_crc(block), src)
     }
 
+    /// A data block whose bytes stay in its host write's buffer: that write
+    /// claims it at the end of this engine lock hold (`Placed::claim_range`)
+    /// and writes it at its place itself, so nothing is copied into the
+    /// image (its slot there holds stale bytes, never read: see the module
+    /// invariant). Returns its block offset within the segment.
+    pub fn push_data_streamed(&mut self, lba: u64, crc: u32, src: u32) -> u32 {
+        assert!(self.has_room(lba, Kind::Data, src), "chunk overflow");
+        assert!(
+            self.staged.is_none(),
+            "a staged chunk's blocks have no place"
+        );
+        let idx = self.data_blocks();
+        self.crcs.push(crc);
+        self.push_entry(lba, Kind::Data, src);
+        self.start + 1 + idx
+    }
+
+    /// Data block `i` (index into the data area) is not in the image: a
+    /// streamed host write claimed it (`push_data_streamed`).
+    pub fn is_streamed(&self, i: u32) -> bool {
+        self.placed.as_ref().is_some_and(|p| p.is_claimed(i))
+    }
+
     /// As `push_data`, for a block whose CRC32C is already known: a host write
     /// computed it before taking the engine lock, GC verified the block against
     /// its old chunk's CRC. Under the lock this is one 4 KiB copy.
@@ -519,7 +553,11 @@ impl OpenChunk {
         let blocks = 1 + data_blocks;
         // Block CRCs were computed at append; only the header CRC remains.
         chunk::seal_crc(&mut self.image[..BLOCK_BYTES]);
-        debug_assert!(chunk::verify(&self.image[..blocks as usize * BLOCK_BYTES], &uuid).is_ok());
+        // (streamed blocks are not in the image: only a chunk without them verifies whole)
+        debug_assert!(
+            self.placed.is_some()
+                || chunk::verify(&self.image[..blocks as usize * BLOCK_BYTES], &uuid).is_ok()
+        );
         Sealed {
             seq,
             stream: self.stream,

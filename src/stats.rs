@@ -337,6 +337,9 @@ pub struct Stats {
     pub streamed_records: u64,
     /// Of `streamed_blocks`, those copied first (`Counters::streamed_copied_blocks`).
     pub streamed_copied_blocks: u64,
+    /// Host data blocks copied into the open chunk's image under the engine
+    /// lock, this session (`Core::image_copied_blocks`; streamed blocks are not).
+    pub image_copied_blocks: u64,
     /// Write or flush errors of log devices this session.
     pub log_device_errors: u64,
     /// Log devices of the volume it runs without: its intent log is degraded.

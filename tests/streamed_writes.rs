@@ -476,3 +476,176 @@ fn a_streamed_write_with_company_leaves_its_record_to_the_flush() {
     );
     vol.flush().unwrap();
 }
+
+/// A streamed block is not copied into its chunk's image (log.rs, the
+/// image invariant): the only host blocks copied there are those of writes
+/// too small to stream (`Stats::image_copied_blocks`, mutation
+/// `streamed-block-copied`). Read before any FLUSH, while their chunk is
+/// open or its image in flight, the streamed blocks come from their places,
+/// checked against their chunk's CRCs, never from the image's stale slots
+/// (mutation `streamed-read-from-image`); a crash after the FLUSH keeps all.
+#[test]
+fn streamed_blocks_skip_the_chunk_image_and_read_back_from_their_places() {
+    for (log, threads) in [
+        (None, false),
+        (Some(1u64 << 20), false),
+        (None, true),
+        (Some(1u64 << 20), true),
+    ] {
+        let (c, len) = create(log);
+        let media = Arc::new(SimMedia::new(len));
+        let opts = OpenOptions {
+            background: threads,
+            ..det()
+        };
+        let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &opts).unwrap();
+        let mut expect = vec![0u8; LOGICAL as usize * BS];
+        // (lba, blocks, seed, aligned buffer): the last too small to stream
+        let writes: [(u64, usize, u8, bool); 4] = [
+            (0, 40, 21, true),
+            (300, 300, 22, true), // across a chunk boundary: one image in flight
+            (700, 17, 23, false), // unaligned: streamed from a pool copy
+            (1000, 4, 24, true),
+        ];
+        for &(lba, n, seed, aligned) in &writes {
+            let p = payload(seed, n, false);
+            if aligned {
+                vol.write(lba * BS as u64, &aligned_buf(&p), false).unwrap();
+            } else {
+                let mut v = vec![0u8; p.len() + 1];
+                v[1..].copy_from_slice(&p);
+                vol.write(lba * BS as u64, &v[1..], false).unwrap();
+            }
+            expect[lba as usize * BS..(lba as usize + n) * BS].copy_from_slice(&p);
+        }
+        let s = vol.stats();
+        assert_eq!(
+            s.streamed_blocks,
+            40 + 300 + 17,
+            "{log:?}/{threads}: every block of the large writes streamed"
+        );
+        assert_eq!(
+            s.image_copied_blocks, 4,
+            "{log:?}/{threads}: only the small write's blocks go into the chunk image"
+        );
+        assert_eq!(
+            read(&vol, 0, LOGICAL as usize),
+            expect,
+            "{log:?}/{threads}: read before the FLUSH"
+        );
+        vol.flush().unwrap();
+        assert_eq!(
+            read(&vol, 0, LOGICAL as usize),
+            expect,
+            "{log:?}/{threads}: read after the FLUSH"
+        );
+        drop(vol);
+        let m2 = Arc::new(SimMedia::from_image(media.crash_image(Loss::DropAll, 5)));
+        let v2 = Volume::open(m2 as Arc<dyn Media>, &det()).unwrap();
+        assert_eq!(
+            read(&v2, 0, LOGICAL as usize),
+            expect,
+            "{log:?}/{threads}: after a crash"
+        );
+    }
+}
+
+/// With a streamed write's placing write held back: a read of its blocks
+/// waits for that write (they are in no image) and returns the new data;
+/// and a FLUSH whose record would have to carry those blocks (not yet
+/// placed, not in the image) seals the chunk instead and waits for them,
+/// so a power cut right after it keeps the flushed write (mutation
+/// `record-copies-streamed`: the record copied the image's stale slots to
+/// their places, the FLUSH was answered, and replay ended at that record).
+#[test]
+fn reads_and_flushes_wait_for_a_streamed_write_in_flight() {
+    let (c, len) = create(Some(1 << 20));
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(SlowPlacing {
+        sim: sim.clone(),
+        started: AtomicBool::new(false),
+    });
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
+    // an interval of two writes: the next large write leaves its record to
+    // its FLUSH (`a_streamed_write_with_company_leaves_its_record_to_the_flush`)
+    vol.write(1800 * BS as u64, &payload(30, 1, false), false)
+        .unwrap();
+    vol.write(1801 * BS as u64, &payload(31, 1, false), false)
+        .unwrap();
+    vol.flush().unwrap();
+    media.started.store(false, Ordering::Release);
+    let a = aligned_buf(&payload(32, 32, false));
+    let a2 = aligned_buf(&a);
+    let v = vol.clone();
+    let writer = std::thread::spawn(move || v.write(0, &a2, false).unwrap());
+    media.wait_started("the 128 KiB write never streamed its blocks");
+    let s = vol.stats();
+    assert_eq!(
+        s.streamed_records, 0,
+        "the held write planned its own record"
+    );
+    // read while the placing write is held: waits, then the new data
+    assert_eq!(
+        read(&vol, 0, 32),
+        a[..],
+        "a streamed block read before its write"
+    );
+    writer.join().unwrap();
+
+    // again, now a small write and a FLUSH while the placing write is held
+    media.started.store(false, Ordering::Release);
+    let b = aligned_buf(&payload(33, 32, false));
+    let b2 = aligned_buf(&b);
+    let small = payload(34, 1, false);
+    vol.write(1802 * BS as u64, &payload(35, 1, false), false)
+        .unwrap();
+    vol.flush().unwrap();
+    let v = vol.clone();
+    let writer = std::thread::spawn(move || v.write(100 * BS as u64, &b2, false).unwrap());
+    media.wait_started("the second 128 KiB write never streamed its blocks");
+    assert_eq!(
+        vol.stats().streamed_records,
+        0,
+        "the second held write planned its own record"
+    );
+    vol.write(1000 * BS as u64, &small, false).unwrap();
+    vol.flush().unwrap();
+    // power cut now: only what the FLUSH made durable is there
+    let img = sim.crash_image(Loss::DropAll, 6);
+    writer.join().unwrap();
+    let v2 = Volume::open(
+        Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>,
+        &det(),
+    )
+    .unwrap();
+    assert_eq!(read(&v2, 1000, 1), small, "a flushed write lost");
+    assert_eq!(read(&v2, 0, 32), a[..], "the first streamed write lost");
+}
+
+/// A streamed block read at its place while its chunk is still open is
+/// checked against the CRC its chunk will record: a bit flipped on the way
+/// from the media fails the read, never returned as data (mutation
+/// `streamed-read-unverified`).
+#[test]
+fn a_streamed_block_read_from_its_place_is_checked() {
+    let (c, len) = create(Some(1 << 20));
+    let media = Arc::new(SimMedia::new(len));
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+    let p = payload(40, 32, false);
+    vol.write(64 * BS as u64, &aligned_buf(&p), false).unwrap();
+    assert_eq!(vol.stats().streamed_blocks, 32, "the write streamed");
+    // where block 70 (the 7th) went: the one place in the image holding it
+    let img = media.current_image();
+    let want = &p[6 * BS..7 * BS];
+    let at: Vec<usize> = (0..img.len() / BS)
+        .filter(|&k| &img[k * BS..(k + 1) * BS] == want)
+        .collect();
+    assert_eq!(at.len(), 1, "the block is on the media once");
+    assert_eq!(read(&vol, 64, 32), p, "read back intact");
+    media.flip_on_read((at[0] * BS + 100) as u64);
+    let mut b = vec![0u8; 32 * BS];
+    assert!(
+        vol.read(64 * BS as u64, &mut b).is_err(),
+        "a streamed block that does not match its CRC was returned"
+    );
+}

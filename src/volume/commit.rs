@@ -816,8 +816,8 @@ impl Commit {
     /// are skipped: for a chunk filled by FLUSHed writes, the header alone.
     /// Blocks a streamed host write claimed (`Placed::claim`) are skipped
     /// too, and the chunk counts as written only once their placing writes
-    /// have ended (`wait_idle`); a claimed block whose write failed is
-    /// written here.
+    /// have ended (`wait_idle`); a claimed block whose write failed is not
+    /// in the image, so the chunk is not written (Err).
     fn write_chunk(&self, s: &Sealed) -> std::io::Result<u64> {
         let Some(placed) = &s.placed else {
             self.store.write(s.segment, s.start, s.bytes())?;
@@ -845,10 +845,16 @@ impl Commit {
             Ok(())
         };
         write_runs(&runs)?;
-        // the streamed blocks: written by their host write, or here
+        // the streamed blocks: written by their host write. They are not in
+        // the image (log.rs), so one whose placing write failed (the volume
+        // failed with it, `place`) leaves the chunk unwritten
         // MUTANT: seal-skips-claim-wait s|placed.wait_idle();|();|
         placed.wait_idle();
-        write_runs(&placed.claimed_unplaced(s.blocks - 1))?;
+        if let Some(&(from, to)) = placed.claimed_unplaced(s.blocks - 1).first() {
+            return Err(std::io::Error::other(format!(
+                "streamed data blocks {from}..{to} of the chunk were never written"
+            )));
+        }
         Ok(data)
     }
 

@@ -45,6 +45,10 @@ const _: () = assert!(SLOTS <= crate::format::chunk::CHAIN_CLASSES);
 pub enum What<'a> {
     /// A host data block and its CRC32C (computed before the engine lock).
     Data(&'a [u8], u32),
+    /// A host data block its request streams to its place itself and claims
+    /// before this engine lock hold ends (`Shared::append_run`): not copied
+    /// into the chunk image unless the chunk has no place (staged).
+    Streamed(&'a [u8], u32),
     /// A data block GC moves, with the CRC32C it was verified against.
     Moved(&'a [u8], u32),
     /// A fragment GC moves as it is, with the CRC32C of its 4 KiB.
@@ -78,6 +82,20 @@ pub struct InFlight {
     pub seq: u64,
     pub blocks: u32,
     pub image: Arc<AlignedBuf>,
+    /// Its streamed data blocks (claimed: not in `image`).
+    pub placed: Option<Arc<Placed>>,
+}
+
+/// A block still in memory (`Core::buffered_data`): its bytes, or, for a
+/// streamed block (not in its chunk's image), where to find it once its
+/// placing write completed and the CRC32C to check it against.
+pub enum Buffered<'a> {
+    Bytes(&'a [u8]),
+    Streamed {
+        placed: Arc<Placed>,
+        idx: u32,
+        crc: u32,
+    },
 }
 
 pub struct Core {
@@ -107,6 +125,9 @@ pub struct Core {
     pub next_seq: u64,
     /// Sealed chunks by first physical block; pruned once written.
     pub inflight: BTreeMap<u64, InFlight>,
+    /// Host data blocks copied into a user chunk's image (streamed ones are
+    /// not: `What::Streamed`), this session.
+    pub image_copied_blocks: u64,
     pub bytes_since_checkpoint: u64,
     /// The open chunk of this stream holds a record that emptied a segment now
     /// Pending: a reuse barrier must seal it (and only then) to free that segment.
@@ -203,6 +224,7 @@ impl Core {
             last_write: Vec::new(),
             next_seq,
             inflight: BTreeMap::new(),
+            image_copied_blocks: 0,
             bytes_since_checkpoint: 0,
             killed_pending: [false; SLOTS],
             // (a chunk never spans segments: small segments need small buffers)
@@ -472,6 +494,7 @@ impl Core {
                 seq,
                 blocks: sealed.blocks,
                 image: sealed.image.clone(),
+                placed: sealed.placed.clone(),
             },
         );
         if full {
@@ -949,6 +972,7 @@ impl Core {
                 seq: st.seq,
                 blocks,
                 image: image.clone(),
+                placed: None,
             },
         );
         if full {
@@ -1051,7 +1075,7 @@ impl Core {
         assert!(lba < self.map.len(), "append beyond the volume");
         let old = self.map.get(lba);
         let kind = match what {
-            What::Data(..) | What::Moved(..) => Kind::Data,
+            What::Data(..) | What::Streamed(..) | What::Moved(..) => Kind::Data,
             What::MovedFragment(..) => Kind::Packed,
             What::Virtual(v) => kind_of(v),
         };
@@ -1079,7 +1103,7 @@ impl Core {
             if let Some(other) = self.held_by_other_open(old, slot) {
                 self.seal_slot(other, durable_seq, out);
             }
-            if matches!(what, What::Data(..)) {
+            if matches!(what, What::Data(..) | What::Streamed(..)) {
                 self.user_clock += 1;
                 self.segs.clock += 1;
                 if let Some(t) = self.last_write.get_mut(lba as usize) {
@@ -1090,7 +1114,9 @@ impl Core {
         // Trim and zero records free space: they may dip into the GC reserve
         // (all but its last segment) so a full volume can always be trimmed.
         let reserve_for = match what {
-            What::Data(..) | What::Moved(..) | What::MovedFragment(..) => reserve,
+            What::Data(..) | What::Streamed(..) | What::Moved(..) | What::MovedFragment(..) => {
+                reserve
+            }
             What::Virtual(_) => reserve.min(1),
         };
         loop {
@@ -1103,8 +1129,17 @@ impl Core {
         let seg_blocks = self.seg_blocks();
         let ch = self.open[slot].as_mut().expect("open chunk");
         let new = match what {
-            What::Data(b, crc) | What::Moved(b, crc) => {
-                let off = ch.push_data_crc(lba, b, crc, src);
+            What::Data(b, crc) | What::Streamed(b, crc) | What::Moved(b, crc) => {
+                let streamed = matches!(what, What::Streamed(..)) && ch.staged.is_none();
+                // MUTANT: streamed-block-copied s|let off = if streamed {|let off = if false {|
+                let off = if streamed {
+                    ch.push_data_streamed(lba, crc, src)
+                } else {
+                    if stream == Stream::User {
+                        self.image_copied_blocks += 1;
+                    }
+                    ch.push_data_crc(lba, b, crc, src)
+                };
                 match ch.staged {
                     None => Loc::Data(ch.segment * seg_blocks + off),
                     Some(id) => Loc::Staged {
@@ -1179,21 +1214,63 @@ impl Core {
         }
     }
 
-    /// The content of physical block `p` if it is still in memory (open or in flight).
+    /// The content of physical block `p` if it is still in memory (open or
+    /// in flight); None for a streamed block (GC fragments: never streamed).
     pub fn buffered(&self, p: u32) -> Option<&[u8]> {
+        match self.buffered_data(p)? {
+            Buffered::Bytes(b) => Some(b),
+            Buffered::Streamed { .. } => None,
+        }
+    }
+
+    /// Physical block `p` if its chunk is still in memory (open or in
+    /// flight): its bytes from the chunk image, or, for a streamed block
+    /// (claimed: never in the image, log.rs), its chunk's `Placed` map, its
+    /// data index and its CRC32C, for the reader to read it at its place
+    /// once placed.
+    pub fn buffered_data(&self, p: u32) -> Option<Buffered<'_>> {
         let sb = self.seg_blocks();
         let (seg, off) = (p / sb, p % sb);
         for ch in self.open.iter().flatten() {
+            if ch.segment == seg && ch.staged.is_none() {
+                if let Some(i) = off.checked_sub(ch.start + 1) {
+                    let streamed = i < ch.data_blocks() && ch.is_streamed(i);
+                    // MUTANT: streamed-read-from-image s|if streamed {|if false {|
+                    if streamed {
+                        return Some(Buffered::Streamed {
+                            placed: ch.placed.clone().expect("a streamed block has a map"),
+                            idx: i,
+                            crc: ch.crcs[i as usize],
+                        });
+                    }
+                }
+            }
             if ch.segment == seg {
                 if let Some(b) = ch.block_at(off) {
-                    return Some(b);
+                    return Some(Buffered::Bytes(b));
                 }
             }
         }
         let (&start, f) = self.inflight.range(..=p as u64).next_back()?;
         let i = p as u64 - start;
-        (i < f.blocks as u64)
-            .then(|| &f.image[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES])
+        if i >= f.blocks as u64 {
+            return None;
+        }
+        if let Some(placed) = f
+            .placed
+            .as_ref()
+            .filter(|pl| i > 0 && pl.is_claimed(i as u32 - 1))
+        {
+            let idx = i as u32 - 1;
+            return Some(Buffered::Streamed {
+                placed: placed.clone(),
+                idx,
+                crc: crate::format::chunk::stored_block_crc(&f.image[..BLOCK_BYTES], idx as usize),
+            });
+        }
+        Some(Buffered::Bytes(
+            &f.image[i as usize * BLOCK_BYTES..(i as usize + 1) * BLOCK_BYTES],
+        ))
     }
 
     /// Checkpoint plan: seal every open chunk (into `out`, for the commit stage)

@@ -223,6 +223,28 @@ impl Ring {
         let un = ch.unlogged();
         let ndata = un.data.len();
         let v3 = self.indirect && ch.staged.is_none();
+        // the data blocks the record copies from the chunk image: version 3
+        // those between the first and the last not yet placed (nor `also_done`),
+        // version 2 all. A streamed block is not in the image (log.rs): with
+        // one among them there is no record (the FLUSH seals the chunk, whose
+        // write waits for the streamed blocks' own)
+        let mut w = un.data.clone();
+        if v3 {
+            let placed_now = |i: u32| ch.placed.as_ref().is_some_and(|p| p.get(i));
+            // MUTANT: record-rewrites-placed s|placed_now(i)|false|
+            let done = |i: u32| placed_now(i) || also_done(i);
+            while w.start < w.end && done(w.start) {
+                w.start += 1;
+            }
+            while w.start < w.end && done(w.end - 1) {
+                w.end -= 1;
+            }
+        }
+        let copies_streamed = w.clone().any(|i| ch.is_streamed(i));
+        // MUTANT: record-copies-streamed s|if copies_streamed {|if false {|
+        if copies_streamed {
+            return None;
+        }
         let len = if v3 {
             let need = crate::format::intent::v3_bytes(un.entries.len(), ndata) as u64;
             if need > BS {
@@ -261,17 +283,8 @@ impl Ring {
             let placed = ch.placed.get_or_insert_with(Default::default).clone();
             // blocks already at their places (a streamed host write's, an
             // earlier record's) are not written again: the record's data is
-            // the rest, trimmed at both ends (a placed block in between is
-            // written again, the same bytes)
-            let mut w = un.data.clone();
-            // MUTANT: record-rewrites-placed s|placed.get(i)|false|
-            let done = |i: u32| placed.get(i) || also_done(i);
-            while w.start < w.end && done(w.start) {
-                w.start += 1;
-            }
-            while w.start < w.end && done(w.end - 1) {
-                w.end -= 1;
-            }
+            // `w` above, the rest trimmed at both ends (a block placed by an
+            // earlier record in between is written again, the same bytes)
             let nw = w.len();
             let data = (nw > 0).then(|| {
                 let (n, from) = (nw * BLOCK_BYTES, (1 + w.start as usize) * BLOCK_BYTES);

@@ -392,8 +392,9 @@ struct StreamRun {
 }
 
 /// Claimed runs not yet written. Dropped with runs in it (an error ended the
-/// request between claim and write), it ends their claims unwritten, so the
-/// seals waiting for them go on and write those blocks themselves.
+/// request between claim and write: the volume had failed), it ends their
+/// claims unwritten, so the seals waiting for them go on (and fail: those
+/// blocks are in no image, log.rs) and reads of them answer the failure.
 #[derive(Default)]
 struct Claims(Vec<StreamRun>);
 
@@ -1715,7 +1716,8 @@ impl Shared {
     /// what to record for each block. The engine lock is held for at most
     /// `recs.per_lock()` blocks at a time, after `recs.prepare` did the work
     /// that needs no lock for them (classification and CRCs of host data), so
-    /// under the lock a data block costs one 4 KiB copy. The blocks of one
+    /// under the lock a data block costs one 4 KiB copy (none when streamed:
+    /// log.rs, the image invariant). The blocks of one
     /// request still enter the user stream in ascending order; another
     /// request's may come between two batches, as between two chunks.
     fn append_run<'a>(&self, lba0: u64, n: u64, recs: &mut dyn Records<'a>) -> Result<()> {
@@ -1765,6 +1767,12 @@ impl Shared {
                         continue;
                     };
                     let data = matches!(w, What::Data(..));
+                    // a streamed block is not copied into the chunk image
+                    // (log.rs): its claim below, in this hold, says so
+                    let w = match w {
+                        What::Data(b, crc) if stream => What::Streamed(b, crc),
+                        w => w,
+                    };
                     match c.append(
                         Stream::User,
                         recs.lba(lba0, i),
@@ -1776,6 +1784,8 @@ impl Shared {
                     ) {
                         Ok(()) => {
                             if stream && data {
+                                // None: a staged chunk (no place), which
+                                // took the block's copy
                                 if let Some(block) = c.last_user_data() {
                                     claims.push(block, i);
                                 }
@@ -1930,7 +1940,10 @@ impl Shared {
             })
             .collect();
         let res = {
-            let _r = self.reuse.read();
+            // recursive: a reader of these claimed blocks waits for this write
+            // under its own share (`read_once`), so this take must not queue
+            // behind a barrier that waits for that share
+            let _r = self.reuse.read_recursive();
             self.commit.place(&place, rec.as_ref())
         };
         drop(place);
@@ -2306,6 +2319,7 @@ impl Shared {
             streamed_blocks: 0,
             streamed_records: 0,
             streamed_copied_blocks: 0,
+            image_copied_blocks: c.image_copied_blocks,
             log_device_errors: 0,
             log_devices_degraded: 0,
             log_fallbacks: 0,

@@ -7,6 +7,9 @@
 //! `ReadRing` does the same per request, asynchronously: a read is looked up
 //! and submitted by one thread and verified by another when its media reads
 //! complete (the NBD server's reads, answered in completion order).
+//! A streamed block of a chunk still in memory is in no chunk image (log.rs):
+//! it is read at its place once its placing write completed and checked
+//! against its chunk's CRC (`read_once`; the ring reads it synchronously).
 //!
 //! Invariant: the reuse lock is held shared from the map lookup until the last
 //! block is verified, so the bytes read and the CRC they are checked against
@@ -16,7 +19,7 @@
 //! held, nested takes use `read_recursive`, which never waits for a barrier
 //! queued behind that share (a plain `read` there could deadlock).
 
-use super::core::Core;
+use super::core::{Buffered, Core};
 use super::{ReadBuf, Shared, Volume};
 use crate::crc_index::{self, Expect};
 use crate::error::{Error, Result};
@@ -38,6 +41,17 @@ type Run = (u64, usize, usize);
 /// A fragment to read from the media (compressed volumes): its block's index
 /// in the request and its map value (`Loc::Fragment`).
 type FragRead = (usize, Loc);
+
+/// A streamed block of a chunk still in memory (not in its image, log.rs),
+/// read at its place once its placing write completed: its index in the
+/// request, its physical block, and what `Core::buffered_data` said.
+struct StreamedRead {
+    i: usize,
+    p: u32,
+    placed: Arc<crate::log::Placed>,
+    idx: u32,
+    crc: u32,
+}
 
 /// A fragment's packed blocks: (first physical block, 1 or 2 blocks).
 fn frag_blocks(loc: Loc) -> (u32, usize) {
@@ -179,6 +193,7 @@ impl Shared {
         out: &mut [u8],
         load: &mut Vec<(u32, u32)>,
         frags: &mut Vec<FragRead>,
+        streamed: &mut Vec<StreamedRead>,
     ) -> Vec<Run> {
         let verify = self.opts.verify_reads;
         let sb = self.geo.segment_blocks;
@@ -216,8 +231,15 @@ impl Shared {
                         }
                     }
                 }
-                Loc::Data(p) => match c.buffered(p) {
-                    Some(b) => dst.copy_from_slice(b),
+                Loc::Data(p) => match c.buffered_data(p) {
+                    Some(Buffered::Bytes(b)) => dst.copy_from_slice(b),
+                    Some(Buffered::Streamed { placed, idx, crc }) => streamed.push(StreamedRead {
+                        i,
+                        p,
+                        placed,
+                        idx,
+                        crc,
+                    }),
                     None => {
                         let seg = p / sb;
                         if verify
@@ -279,19 +301,46 @@ impl Shared {
         };
         let mut runs: Vec<Vec<Run>> = Vec::with_capacity(reqs.len());
         let mut frags: Vec<Vec<FragRead>> = Vec::new();
+        let mut streamed: Vec<Vec<StreamedRead>> = Vec::new();
         let mut load: Vec<(u32, u32)> = Vec::new();
         {
             let c = self.core.lock();
             let mut f = Vec::new();
+            let mut st = Vec::new();
             for (k, (first, out)) in reqs.iter_mut().enumerate() {
-                runs.push(self.plan(&c, *first, out, &mut load, &mut f));
+                runs.push(self.plan(&c, *first, out, &mut load, &mut f, &mut st));
                 if !f.is_empty() {
                     frags.resize_with(k + 1, Vec::new);
                     frags[k] = std::mem::take(&mut f);
                 }
+                if !st.is_empty() {
+                    streamed.resize_with(k + 1, Vec::new);
+                    streamed[k] = std::mem::take(&mut st);
+                }
             }
         }
         self.load_crcs(&load)?;
+        // streamed blocks (in no chunk image): wait for their placing writes
+        // (which never wait for a barrier: `place_claims`), then read them at
+        // their places and check them against their chunk's CRC
+        for (k, st) in streamed.iter().enumerate() {
+            for s in st {
+                if !s.placed.get(s.idx) {
+                    s.placed.wait_idle();
+                }
+                if !s.placed.get(s.idx) {
+                    // its placing write failed: the volume failed with it
+                    self.check_failed()?;
+                    return Err(Error::Failed(crate::error::Failure::io(
+                        format_args!("streamed block at {}", s.p),
+                        &std::io::Error::other("its write did not complete"),
+                    )));
+                }
+                let (_, out) = &mut reqs[k];
+                let dst = &mut out[s.i * BLOCK_BYTES..(s.i + 1) * BLOCK_BYTES];
+                self.store.read_batch(&mut [(dst, s.p as u64)])?;
+            }
+        }
         {
             let mut io: Vec<(&mut [u8], u64)> = Vec::new();
             for ((_, out), mine) in reqs.iter_mut().zip(&runs) {
@@ -313,6 +362,16 @@ impl Shared {
         let mut failed = Vec::new();
         for (k, r) in res.iter_mut().enumerate() {
             *r = Ok(());
+            // MUTANT: streamed-read-unverified s|block_crc(b) != s.crc|false|
+            let bad = |s: &&StreamedRead, b: &[u8]| block_crc(b) != s.crc;
+            let out = &reqs[k].1;
+            if let Some(s) = streamed.get(k).and_then(|st| {
+                st.iter()
+                    .find(|s| bad(s, &out[s.i * BLOCK_BYTES..(s.i + 1) * BLOCK_BYTES]))
+            }) {
+                failed.push((k, reqs[k].0 + s.i as u64, Loc::Data(s.p)));
+                continue;
+            }
             if verify {
                 if let Some((lba, p)) = self.verify_runs(reqs[k].0, &reqs[k].1[..], &runs[k]) {
                     failed.push((k, lba, Loc::Data(p)));
@@ -632,7 +691,28 @@ impl<T: Send> ReadRing<T> {
         std::mem::forget(share);
         let mut load = Vec::new();
         let mut frags = Vec::new();
-        let runs = sh.plan(&sh.core.lock(), first, &mut rb.buf, &mut load, &mut frags);
+        let mut streamed = Vec::new();
+        let runs = sh.plan(
+            &sh.core.lock(),
+            first,
+            &mut rb.buf,
+            &mut load,
+            &mut frags,
+            &mut streamed,
+        );
+        if !streamed.is_empty() {
+            // a streamed block of a chunk in memory (a read right after a
+            // large write): the synchronous path waits for its placing write
+            // SAFETY: the share forgotten above, released once.
+            unsafe { sh.reuse.force_unlock_read() };
+            self.unreserve(blocks);
+            self.submit();
+            let r = vol
+                .read_batch(&[(offset, len)])
+                .pop()
+                .expect("one range, one result");
+            return Some((ctx, r));
+        }
         let loaded = sh.load_crcs(&load);
         if (runs.is_empty() && frags.is_empty()) || loaded.is_err() {
             // SAFETY: the share forgotten above, released once.
