@@ -2,9 +2,9 @@
 # Issue 21's durable-write ratio in steady state, by hand (not in CI): on one
 # single-node Ceph (scripts/ceph-cluster.sh, started here if not running),
 # long runs with fio's IOPS logged per window, so a ratio to RBD is taken
-# where both have settled rather than in RBD's first minute after its fill
-# (RBD's 4 KiB random-write rate falls several-fold over its first minutes
-# on this cluster: docs/objects.md §4.12).
+# where both have settled, and RBD is measured on both sides of sluice
+# (on a machine shared with builds RBD's rate fell several-fold within
+# minutes; on a quiet one it held: docs/objects.md §4.12).
 #
 #   scripts/bench-objects-steady.sh DIR [SECONDS] [WINDOW_S]   # 180 s, 15 s windows
 #
