@@ -154,6 +154,21 @@ struct SlowPlacing {
     started: AtomicBool,
 }
 
+/// A volume (intent log `log`) over a `SlowPlacing` of a fresh simulated
+/// device, its `started` cleared after the create (the create's own writes
+/// do not count): the device, the wrapper and the volume.
+fn slow_placing_volume(log: Option<u64>) -> (Arc<SimMedia>, Arc<SlowPlacing>, Arc<Volume>) {
+    let (c, len) = create(log);
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(SlowPlacing {
+        sim: sim.clone(),
+        started: AtomicBool::new(false),
+    });
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
+    media.started.store(false, Ordering::Release);
+    (sim, media, vol)
+}
+
 impl SlowPlacing {
     /// Wait (20 s at most, else fail with `what`) until a placing write
     /// has begun and is held.
@@ -192,15 +207,7 @@ impl Media for SlowPlacing {
 
 #[test]
 fn a_flush_that_seals_a_chunk_waits_for_its_streamed_blocks_in_flight() {
-    let (c, len) = create(None);
-    let sim = Arc::new(SimMedia::new(len));
-    let media = Arc::new(SlowPlacing {
-        sim: sim.clone(),
-        started: AtomicBool::new(false),
-    });
-    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
-    // (the create's own writes do not count)
-    media.started.store(false, Ordering::Release);
+    let (sim, media, vol) = slow_placing_volume(None);
     let big = aligned_buf(&payload(7, 32, false));
     let small = payload(8, 1, false);
     let v = vol.clone();
@@ -401,14 +408,7 @@ fn a_streamed_write_carries_its_record_and_the_flush_writes_none() {
 /// a power cut right after the FLUSH keeps both.
 #[test]
 fn a_streamed_write_with_company_leaves_its_record_to_the_flush() {
-    let (c, len) = create(Some(1 << 20));
-    let sim = Arc::new(SimMedia::new(len));
-    let media = Arc::new(SlowPlacing {
-        sim: sim.clone(),
-        started: AtomicBool::new(false),
-    });
-    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
-    media.started.store(false, Ordering::Release);
+    let (sim, media, vol) = slow_placing_volume(Some(1 << 20));
     let aligned = |seed: u8| aligned_buf(&payload(seed, 32, false));
     let (a, b) = (aligned(11), aligned(12));
     let before = vol.stats();
@@ -559,13 +559,7 @@ fn streamed_blocks_skip_the_chunk_image_and_read_back_from_their_places() {
 /// their places, the FLUSH was answered, and replay ended at that record).
 #[test]
 fn reads_and_flushes_wait_for_a_streamed_write_in_flight() {
-    let (c, len) = create(Some(1 << 20));
-    let sim = Arc::new(SimMedia::new(len));
-    let media = Arc::new(SlowPlacing {
-        sim: sim.clone(),
-        started: AtomicBool::new(false),
-    });
-    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
+    let (sim, media, vol) = slow_placing_volume(Some(1 << 20));
     // an interval of two writes: the next large write leaves its record to
     // its FLUSH (`a_streamed_write_with_company_leaves_its_record_to_the_flush`)
     vol.write(1800 * BS as u64, &payload(30, 1, false), false)

@@ -22,13 +22,15 @@ fn four_stored(r: &Rig) -> Vec<u32> {
     newest.into_iter().map(|x| x.1).collect()
 }
 
-/// Options whose cache check runs `f` in its gap at slot `at`, with the
-/// store the test hands over through the sender once `open` returned.
+/// The rig's store opened with a cache of `cache` segments, whose cache
+/// check runs `f` in its gap at slot `at` with the store (handed to the
+/// check once `open` returned).
 fn gap_at(
+    r: &Rig,
     cache: usize,
     at: u32,
     f: impl Fn(&Arc<ObjSegStore>) + Send + Sync + 'static,
-) -> (ObjSegOptions, mpsc::Sender<Arc<ObjSegStore>>) {
+) -> Arc<ObjSegStore> {
     let (tx, rx) = mpsc::channel::<Arc<ObjSegStore>>();
     let rx = Mutex::new(rx);
     let gap = CheckGap(Arc::new(move |seg| {
@@ -37,13 +39,21 @@ fn gap_at(
             f(&s);
         }
     }));
-    (
-        ObjSegOptions {
-            check_gap: Some(gap),
-            ..opts(cache)
+    let o = ObjSegOptions {
+        check_gap: Some(gap),
+        ..opts(cache)
+    };
+    let s = open(
+        r.media.clone(),
+        Place {
+            opts: o,
+            ..r.place(cache)
         },
-        tx,
     )
+    .unwrap()
+    .0;
+    tx.send(s.clone()).unwrap();
+    s
 }
 
 /// A copy punched while the check holds it (after its CRC matched, before
@@ -57,7 +67,7 @@ fn a_copy_punched_during_its_check_is_read_from_the_store() {
     let order = four_stored(&r);
     let at = order[1];
     let (punch_tx, punch_rx) = mpsc::channel();
-    let (o, tx) = gap_at(100, at, move |s| {
+    let s = gap_at(&r, 100, at, move |s| {
         // an evictor that finds the eviction lock free punches now; one
         // that does not waits for it on its own thread
         let free = s.inner.evict.try_write().is_some();
@@ -72,16 +82,6 @@ fn a_copy_punched_during_its_check_is_read_from_the_store() {
             punch_tx.send(Some(t)).unwrap();
         }
     });
-    let s = open(
-        r.media.clone(),
-        Place {
-            opts: o,
-            ..r.place(100)
-        },
-    )
-    .unwrap()
-    .0;
-    tx.send(s.clone()).unwrap();
     let c = check_of(&s);
     if let Some(t) = punch_rx.recv().unwrap() {
         t.join().unwrap();
@@ -99,22 +99,12 @@ fn a_slot_rewritten_during_its_check_is_not_marked_from_the_old_copy() {
     let r = Rig::new();
     let order = four_stored(&r);
     let (a, b) = (order[0], order[1]);
-    let (o, tx) = gap_at(2, a, move |s| {
+    let s = gap_at(&r, 2, a, move |s| {
         // another writer starts the slot's next life and fills it
         std::thread::scope(|sc| {
             sc.spawn(|| fill(s, a, 9)).join().unwrap();
         });
     });
-    let s = open(
-        r.media.clone(),
-        Place {
-            opts: o,
-            ..r.place(2)
-        },
-    )
-    .unwrap()
-    .0;
-    tx.send(s.clone()).unwrap();
     let c = check_of(&s);
     assert!(s.wait_idle(Duration::from_secs(5)));
     assert_eq!((c.kept, c.cut_short), (1, None), "{c:?}");
@@ -143,20 +133,10 @@ fn a_close_during_the_check_stops_it() {
     let (started_tx, started_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let go_rx = Mutex::new(go_rx);
-    let (o, tx) = gap_at(100, order[0], move |_| {
+    let s = gap_at(&r, 100, order[0], move |_| {
         started_tx.send(()).unwrap();
         go_rx.lock().recv().unwrap();
     });
-    let s = open(
-        r.media.clone(),
-        Place {
-            opts: o,
-            ..r.place(100)
-        },
-    )
-    .unwrap()
-    .0;
-    tx.send(s.clone()).unwrap();
     started_rx.recv().unwrap();
     assert!(s.cache_check().is_none(), "the check is running");
     // the copies not yet marked local: every read is a GET

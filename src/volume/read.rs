@@ -617,6 +617,17 @@ impl Volume {
 }
 
 impl<T: Send> ReadRing<T> {
+    /// Read `len` bytes at `offset` synchronously, outside the ring (`start`'s
+    /// fallback). A synchronous read takes the reuse lock: what is queued
+    /// goes to the kernel first.
+    fn read_sync(&self, offset: u64, len: u32) -> Result<ReadBuf> {
+        self.submit();
+        self.vol
+            .read_batch(&[(offset, len)])
+            .pop()
+            .expect("one range, one result")
+    }
+
     /// A read of `len` bytes at `offset` goes through the ring (else `start`
     /// reads it synchronously).
     pub fn fits(&self, offset: u64, len: u32) -> bool {
@@ -645,13 +656,7 @@ impl<T: Send> ReadRing<T> {
         }
         let blocks = (last - first + 1) as usize;
         if len == 0 || blocks > self.io.capacity() {
-            // (a synchronous read takes the reuse lock: what is queued goes first)
-            self.submit();
-            let r = vol
-                .read_batch(&[(offset, len)])
-                .pop()
-                .expect("one range, one result");
-            return Some((ctx, r));
+            return Some((ctx, self.read_sync(offset, len)));
         }
         let spare = {
             let mut st = self.state.lock();
@@ -706,12 +711,7 @@ impl<T: Send> ReadRing<T> {
             // SAFETY: the share forgotten above, released once.
             unsafe { sh.reuse.force_unlock_read() };
             self.unreserve(blocks);
-            self.submit();
-            let r = vol
-                .read_batch(&[(offset, len)])
-                .pop()
-                .expect("one range, one result");
-            return Some((ctx, r));
+            return Some((ctx, self.read_sync(offset, len)));
         }
         let loaded = sh.load_crcs(&load);
         if (runs.is_empty() && frags.is_empty()) || loaded.is_err() {
