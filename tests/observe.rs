@@ -141,29 +141,64 @@ fn metrics_count_what_the_client_did_and_show_random_in_front_sequential_behind(
     c.disconnect();
 }
 
+/// A client writing random blocks over and over (each round of `blocks`
+/// writes followed by a FLUSH when `flush`), until `stop`. `start` returns
+/// once a few rounds are done, so a `top` started after it samples a writer
+/// already under way: a loaded CI machine can take longer than a sampling
+/// interval to connect one (a 0.3 s interval once saw no write at all).
+struct BusyWriter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl BusyWriter {
+    fn start(uri: &str, blocks: u64, flush: bool) -> BusyWriter {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let rounds = std::sync::Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (stop, rounds, uri) = (stop.clone(), rounds.clone(), uri.to_string());
+            std::thread::spawn(move || {
+                let c = NbdClient::connect(&uri).unwrap();
+                let mut seed = 1;
+                while !stop.load(Relaxed) {
+                    random_writes(&c, blocks, seed);
+                    if flush {
+                        c.flush().unwrap();
+                    }
+                    rounds.fetch_add(1, Relaxed);
+                    seed += 1;
+                }
+                c.disconnect();
+            })
+        };
+        let t0 = std::time::Instant::now();
+        while rounds.load(Relaxed) < 3 {
+            assert!(
+                t0.elapsed().as_secs() < 60,
+                "the writer made no progress in 60 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        BusyWriter { stop, thread }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap();
+    }
+}
+
 #[test]
 fn top_json_reports_live_rates() {
     let dir = tempfile::tempdir().unwrap();
     let (_srv, uri, addr) = start(dir.path());
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let c = NbdClient::connect(&uri).unwrap();
-            let mut seed = 1;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                random_writes(&c, 200, seed);
-                seed += 1;
-            }
-            c.disconnect();
-        })
-    };
+    let writer = BusyWriter::start(&uri, 200, false);
     let o = Command::new(BIN)
-        .args(["top", &addr, "--json", "--count", "3", "--interval", "0.3"])
+        .args(["top", &addr, "--json", "--count", "3", "--interval", "0.5"])
         .output()
         .unwrap();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.join().unwrap();
+    writer.stop();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
         .lines()
@@ -193,26 +228,12 @@ fn top_shows_the_intent_log() {
     let dir = tempfile::tempdir().unwrap();
     create(dir.path(), &["v.img", "--size", "64M", "--intent-log"]);
     let (_srv, uri, addr) = start(dir.path());
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let c = NbdClient::connect(&uri).unwrap();
-            let mut seed = 1;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                random_writes(&c, 2, seed); // 8 KiB, then a FLUSH: one record
-                c.flush().unwrap();
-                seed += 1;
-            }
-            c.disconnect();
-        })
-    };
+    let writer = BusyWriter::start(&uri, 2, true); // 8 KiB, then a FLUSH: one record
     let o = Command::new(BIN)
-        .args(["top", &addr, "--json", "--count", "2", "--interval", "0.3"])
+        .args(["top", &addr, "--json", "--count", "2", "--interval", "1"])
         .output()
         .unwrap();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.join().unwrap();
+    writer.stop();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for l in String::from_utf8_lossy(&o.stdout).lines() {
         let r: serde_json::Value = serde_json::from_str(l).unwrap();
