@@ -492,6 +492,7 @@ fn worker(sh: &Shared, w: usize) -> (Histogram, Histogram) {
         // WriteFlush: the write counts once its FLUSH returned
         let mut flushed = None;
         let r = r.and_then(|_| {
+            // MUTANT: durable-write-not-flushed s|if flushes {|if false {|
             if flushes {
                 let f0 = Instant::now();
                 sh.t.flush().map_err(|e| e.context("the FLUSH after it"))?;

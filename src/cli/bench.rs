@@ -530,6 +530,7 @@ fn open_objects(o: &ObjectsSpec, a: &Args, spec: &OpenSpec) -> anyhow::Result<Ar
         sa.prepare_create()?;
         let mut c = super::create::Args::defaults(&path, spec.create_size, sa.clone());
         c.overprovision = spec.overprovision * 100.0;
+        // MUTANT: bench-objects-create-forced s|spec.force;|true;|
         c.force = spec.force;
         c.no_intent_log = o.no_intent_log;
         super::create::create_volume(&c)?.close()?;
@@ -547,6 +548,7 @@ fn open_objects(o: &ObjectsSpec, a: &Args, spec: &OpenSpec) -> anyhow::Result<Ar
         .attached()
         .context("the volume's store was not registered by its attach")?;
     let live = vol.stats().live_data_blocks;
+    // MUTANT: bench-objects-live-unchecked s|if !created|if false && !created|
     if !created && spec.writes && !spec.force && live > 0 {
         let host = vol.stats().host_write_bytes;
         let _ = vol.close();
