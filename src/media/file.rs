@@ -21,25 +21,6 @@ use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-/// `fdatasync`s the engine's group commit may have running at once on one
-/// file or device (`Media::flush_parallelism`; `SLUICE_FILE_FLUSHES`
-/// overrides it, 1..=16). fdatasync answers for every write completed
-/// before the call whatever runs beside it (the `Media::flush` contract),
-/// so overlapping flushes are safe; whether they pay is docs/objects.md
-/// §4.13.
-pub const FILE_FLUSHES: usize = 1;
-
-fn file_flushes() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("SLUICE_FILE_FLUSHES")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .map(|n| n.clamp(1, 16))
-            .unwrap_or(FILE_FLUSHES)
-    })
-}
-
 /// The largest write of a two-write batch that goes to the writer beside
 /// the caller (a copy is made of it): a version 3 record is 512 B to 4 KiB.
 const BESIDE_MAX: usize = 4096;
@@ -392,9 +373,6 @@ impl Media for FileMedia {
     }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
-    }
-    fn flush_parallelism(&self) -> usize {
-        file_flushes()
     }
     fn flush_overlaps(&self) -> bool {
         true
