@@ -489,7 +489,8 @@ impl Target for ObjectsTarget {
     fn close(&self) -> anyhow::Result<()> {
         let host = self.inner.volume().stats().host_write_bytes;
         self.inner.close()?;
-        // its uploads waited for (30 s at most), the lease released
+        // its uploads waited for (30 s at most), the lease released: as
+        // serve, only after a clean close
         super::objects::finish_store(&self.name, &self.store, host)
     }
     fn write_many(&self, writes: &[(u64, &[u8])]) -> anyhow::Result<()> {
