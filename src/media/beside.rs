@@ -23,15 +23,6 @@
 //! duplicate descriptor (which shares the volume lock) is closed when the
 //! FileMedia is.
 //!
-//! Only alone: a pair that starts while another pair is in flight (FLUSHes
-//! with company, e.g. 32 writers each a write + FLUSH) writes both its
-//! writes on the calling thread, one after the other. With company the
-//! callers already keep the device busy in parallel, and on busy cores the
-//! hand-off's wake-up (and the caller's sleep for the kept thread) cost
-//! more than the second `pwrite` it hides: in process at 32 writers the
-//! groups grew from 9.9 to 13-15 writes a media flush with the hand-off off
-//! (docs/objects.md §4.13). Alone (QD1) both are in flight at once as before.
-//!
 //! The hand-off is a slot and `thread::park`/`unpark`, not channels: an
 //! `unpark` of a thread that is not asleep is an atomic store, so the
 //! caller, whose own write usually ends after the small one, is woken by
@@ -43,7 +34,7 @@ use parking_lot::Mutex;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, Thread};
 
@@ -82,19 +73,6 @@ pub struct Beside {
     file: Arc<File>,
     slots: Vec<Arc<Slot>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
-    /// `write_pair` calls in progress (a pair with company writes inline).
-    pairs: AtomicUsize,
-    /// Pairs handed to a kept thread (tests).
-    handed: AtomicUsize,
-}
-
-/// Counts a `write_pair` in progress until dropped.
-struct InFlight<'a>(&'a AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl Beside {
@@ -116,27 +94,17 @@ impl Beside {
                 })
                 .collect(),
             threads: Mutex::new(Vec::new()),
-            pairs: AtomicUsize::new(0),
-            handed: AtomicUsize::new(0),
         })
     }
 
     /// Write `big` on this thread and a copy of `small` on a kept thread, at
     /// once; Ok only if both landed whole.
     pub fn write_pair(&self, big: (&[u8], u64), small: (&[u8], u64)) -> io::Result<()> {
-        let company = self.pairs.fetch_add(1, Ordering::AcqRel) > 0;
-        let _in_flight = InFlight(&self.pairs);
-        // with company (another pair in flight), or no kept thread free or
-        // startable: both here, one after the other
-        let slot = match company {
-            true => None,
-            false => self.post(small),
-        };
-        let Some(slot) = slot else {
+        let Some(slot) = self.post(small) else {
+            // no kept thread free or startable: both here, one after the other
             let first = self.file.write_all_at(big.0, big.1);
             return first.and(self.file.write_all_at(small.0, small.1));
         };
-        self.handed.fetch_add(1, Ordering::Relaxed);
         let first = self.file.write_all_at(big.0, big.1);
         let second = wait(slot);
         // MUTANT: beside-error-dropped s|first.and(second)|first|
@@ -296,38 +264,5 @@ mod tests {
         let e = b.write_pair((&[], 0), (&[1; 512], 0)).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EBADF));
         drop(b);
-    }
-
-    /// A pair alone goes to a kept thread; a pair that starts while another
-    /// is in flight writes both itself, and both of its writes land.
-    #[test]
-    fn a_pair_with_company_writes_both_on_its_own_thread() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("f");
-        let f = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&p)
-            .unwrap();
-        f.set_len(1 << 20).unwrap();
-        let b = Beside::new(&f).unwrap();
-        b.write_pair((&[1; 4096], 0), (&[2; 512], 8192)).unwrap();
-        assert_eq!(b.handed.load(Ordering::Relaxed), 1, "alone: handed");
-        // another pair in flight
-        b.pairs.fetch_add(1, Ordering::AcqRel);
-        b.write_pair((&[3; 4096], 4096), (&[4; 512], 8704)).unwrap();
-        assert_eq!(b.handed.load(Ordering::Relaxed), 1, "with company: inline");
-        b.pairs.fetch_sub(1, Ordering::AcqRel);
-        assert_eq!(b.pairs.load(Ordering::Relaxed), 0, "counted out again");
-        let mut back = vec![0; 9216];
-        f.read_exact_at(&mut back, 0).unwrap();
-        assert!(back[..4096].iter().all(|&x| x == 1));
-        assert!(back[4096..8192].iter().all(|&x| x == 3));
-        assert!(back[8192..8704].iter().all(|&x| x == 2));
-        assert!(back[8704..].iter().all(|&x| x == 4));
-        b.write_pair((&[5; 4096], 0), (&[6; 512], 8192)).unwrap();
-        assert_eq!(b.handed.load(Ordering::Relaxed), 2, "alone again: handed");
     }
 }
