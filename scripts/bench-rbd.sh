@@ -17,7 +17,8 @@
 # own. Prints one line per run and a markdown table (docs/objects.md), then
 # what osd.0 did per GiB in each RBD run (scripts/osd-breakdown.py, its perf
 # counters; docs/objects.md §4.8). RBD_QDS="32" runs those depths only
-# (default "32 1").
+# (default "32 1"). FILE_PEER=0 skips the file peer (a script that brings
+# its own peers: scripts/bench-objects-inproc.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 1 ] || { echo "usage: $0 DIR [SECONDS]" >&2; exit 2; }
@@ -52,7 +53,9 @@ rows=() ratios=()
 peer=$dir/bench-peer.file
 [ -f "$peer" ] || fallocate -l 1G "$peer"
 declare -A file_iops
-for qd in ${RBD_QDS:-32 1}; do
+file_qds=${RBD_QDS:-32 1}
+[ "${FILE_PEER:-1}" = 0 ] && file_qds=
+for qd in $file_qds; do
   fio --name=file-qd$qd --filename="$peer" --ioengine=io_uring --direct=1 --sync=dsync \
     --rw=randwrite --bs=4k --iodepth=$qd --size=1G --time_based --runtime="$secs" \
     --randrepeat=0 --output-format=json --output="$dir/fio-file-qd$qd.json"
@@ -105,7 +108,9 @@ EOF
   echo "$row"
   rows+=("$row")
   rbd=$(echo "$row" | awk -F'|' '{print $3}')
-  ratios+=("QD$qd: RBD IOPS / file IOPS = $(python3 -c "print(f'{$rbd / $((file_iops[$qd])):.3f}')")")
+  if [ -n "${file_iops[$qd]:-}" ]; then
+    ratios+=("QD$qd: RBD IOPS / file IOPS = $(python3 -c "print(f'{$rbd / $((file_iops[$qd])):.3f}')")")
+  fi
 done
 echo
 echo "| run | IOPS | mean lat us | p99 lat us | OSD CPU s | OSD CPU s per GiB |"

@@ -859,6 +859,19 @@ apply_gc_read_misses_live() {
 apply_gc_moves_unverified() {
   marker gc-moves-unverified
 }
+# `sluice bench durable` (issue 21, docs/objects.md §4.13): a write counted
+# without its FLUSH (the workload's IOPS would not be durable writes)
+apply_durable_write_not_flushed() {
+  marker durable-write-not-flushed
+}
+# the sluice-objects: bench target: a prefix holding another volume is
+# created over without --force; a volume holding live data is benched over
+apply_bench_objects_create_forced() {
+  marker bench-objects-create-forced
+}
+apply_bench_objects_live_unchecked() {
+  marker bench-objects-live-unchecked
+}
 apply_place_unconditional() {
   marker place-unconditional
 }
@@ -1160,6 +1173,9 @@ run carved-buffer-freed-alone lib
 run gc-read-skips-crc lib:volume::gcread::tests
 run gc-read-misses-live lib:volume::gcread::tests
 run gc-moves-unverified lib:volume::gcread::tests
+run durable-write-not-flushed bench
+run bench-objects-create-forced bench_objects
+run bench-objects-live-unchecked bench_objects
 
 if [ "$check" = 1 ] && [ -z "$only" ]; then
   # the list itself: one apply_ per name (bash keeps the last of two), and

@@ -474,3 +474,134 @@ fn batch_target_submits_a_random_write_phase_as_batches_from_one_thread() {
     assert_eq!(host, rand.bytes + seq.bytes);
     t.inner.close().unwrap();
 }
+
+#[test]
+fn durable_smoke_counts_each_write_once_its_flush_returned_on_every_target_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = small(Workload::Durable);
+    cfg.threads = vec![4, 1];
+    let ctx = Ctx::quiet(7);
+    let mut rep = Report::new(&cfg);
+    for spec in [
+        format!("sluice:{}", dir.path().join("d.vol").display()),
+        format!("sluice-ilog:{}", dir.path().join("i.vol").display()),
+        format!("file:{}", dir.path().join("d.raw").display()),
+    ] {
+        let t = open(&spec);
+        let r = bench::run_target(&cfg, &spec, &*t, &ctx);
+        t.close().unwrap();
+        assert!(r.error.is_none(), "{spec}: {:?}", r.error);
+        assert_eq!(r.phases.len(), 2, "{spec}: one phase per thread count");
+        for (p, th) in r.phases.iter().zip([4usize, 1]) {
+            assert_eq!((p.name.as_str(), p.threads), ("durable", th), "{spec}");
+            assert!(p.ops > 0 && p.complete, "{spec}: {p:?}");
+            let fl = p.flush_latency.as_ref().expect("FLUSH latency");
+            assert!(fl.p50_us > 0.0 && fl.p99_us >= fl.p50_us, "{spec}: {fl:?}");
+            // the FLUSH is part of each op's time
+            assert!(p.latency.mean_us >= fl.mean_us, "{spec}");
+            assert!(p.cpu.unwrap().us_per_op > 0.0);
+            if spec.starts_with("file:") {
+                assert!(p.durable.is_none(), "a raw file has no engine");
+                continue;
+            }
+            let d = p.durable.as_ref().expect("engine counters");
+            assert_eq!(d.writes, p.ops);
+            // every counted write had its own FLUSH, each FLUSH was a write's
+            assert_eq!(d.host_flushes, p.ops, "{spec} x{th}");
+            // (the housekeeper's idle seals and checkpoints flush too)
+            assert!(d.media_flushes >= 1, "{spec}: {d:?}");
+            assert!(d.writes_per_media_flush > 0.0);
+            if spec.starts_with("sluice-ilog:") {
+                // a FLUSH of a few blocks writes a record, it does not seal
+                assert!(d.log_records > 0, "{spec}: {d:?}");
+            }
+            assert!(d.store.is_none(), "no object store");
+        }
+        rep.targets.push(r);
+    }
+    let text = bench::report::render(&rep);
+    assert!(text.contains("each followed by a FLUSH"), "{text}");
+    assert!(text.contains("media flushes"), "{text}");
+    let json = serde_json::to_string(&rep).unwrap();
+    assert!(json.contains("\"flush_latency\"") && json.contains("\"writes_per_media_flush\""));
+    assert!(bench::plot::svg(&rep).unwrap().contains("<svg"));
+}
+
+/// Records, per thread, the order of writes and FLUSHes the workload made.
+struct Ordered {
+    inner: Arc<dyn Target>,
+    last_was_write: parking_lot::Mutex<std::collections::HashMap<std::thread::ThreadId, bool>>,
+    writes: std::sync::atomic::AtomicU64,
+    flushes: std::sync::atomic::AtomicU64,
+    out_of_order: std::sync::atomic::AtomicU64,
+}
+
+impl Target for Ordered {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn min_io(&self) -> u64 {
+        self.inner.min_io()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, buf: &[u8]) -> anyhow::Result<()> {
+        let prev = self
+            .last_was_write
+            .lock()
+            .insert(std::thread::current().id(), true);
+        if prev == Some(true) {
+            self.out_of_order.fetch_add(1, Ordering::Relaxed); // two writes, no FLUSH between
+        }
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.inner.write(offset, buf)
+    }
+    fn flush(&self) -> anyhow::Result<()> {
+        let r = self.inner.flush();
+        let prev = self
+            .last_was_write
+            .lock()
+            .insert(std::thread::current().id(), false);
+        if prev != Some(true) {
+            self.out_of_order.fetch_add(1, Ordering::Relaxed); // a FLUSH of no write of its own
+        }
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+    fn engine_stats(&self) -> Option<sluice::Stats> {
+        self.inner.engine_stats()
+    }
+}
+
+#[test]
+fn durable_workload_flushes_after_every_write_of_every_thread_and_counts_only_flushed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Ordered {
+        inner: open(&format!("sluice:{}", dir.path().join("o.vol").display())),
+        last_was_write: Default::default(),
+        writes: Default::default(),
+        flushes: Default::default(),
+        out_of_order: Default::default(),
+    };
+    let mut cfg = small(Workload::Durable);
+    cfg.threads = vec![8];
+    let r = bench::run_target(&cfg, "ordered", &t, &Ctx::quiet(3));
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let p = &r.phases[0];
+    let (w, f) = (
+        t.writes.load(Ordering::Relaxed),
+        t.flushes.load(Ordering::Relaxed),
+    );
+    assert_eq!(
+        t.out_of_order.load(Ordering::Relaxed),
+        0,
+        "write, FLUSH, write, FLUSH on each thread"
+    );
+    assert_eq!(w, f, "every write is followed by its FLUSH");
+    assert_eq!(p.ops, f, "IOPS counts the writes whose FLUSH returned");
+    t.inner.close().unwrap();
+}

@@ -37,6 +37,10 @@ pub enum Workload {
     Ceiling,
     /// Write the region once, sequentially, with 1 MiB random data.
     Fill,
+    /// Durable random writes: each of N threads does a 4 KiB random write
+    /// then a FLUSH, over and over (fio's `--fsync=1` per job, issue 21's
+    /// "32 outstanding, durable"); one phase per `--threads` count.
+    Durable,
 }
 
 impl Workload {
@@ -48,9 +52,10 @@ impl Workload {
             "mix" => Workload::Mix,
             "ceiling" => Workload::Ceiling,
             "fill" => Workload::Fill,
+            "durable" => Workload::Durable,
             _ => {
                 return Err(format!(
-                    "unknown workload {s:?} (grid, slog, steady, mix, ceiling, fill)"
+                    "unknown workload {s:?} (grid, slog, steady, mix, ceiling, fill, durable)"
                 ))
             }
         })
@@ -63,6 +68,7 @@ impl Workload {
             Workload::Mix => "mix",
             Workload::Ceiling => "ceiling",
             Workload::Fill => "fill",
+            Workload::Durable => "durable",
         }
     }
     pub fn writes(self) -> bool {
@@ -143,6 +149,10 @@ impl BenchConfig {
                 c.threads = vec![4];
                 c.prefill = false;
             }
+            Workload::Durable => {
+                c.sizes = vec![4096];
+                c.prefill = false;
+            }
         }
         c
     }
@@ -160,6 +170,7 @@ impl BenchConfig {
             Workload::Mix => 3.0 * self.seconds,
             Workload::Ceiling => 2.0 * self.seconds,
             Workload::Fill => 0.0,
+            Workload::Durable => self.threads.len() as f64 * self.seconds,
         }
     }
 }
@@ -338,6 +349,12 @@ pub fn run_target(cfg: &BenchConfig, label: &str, t: &dyn Target, ctx: &Ctx) -> 
                 cfg.seconds,
             ));
             plan.push(phase("seqwrite", Op::SeqWrite, 1 << 20, 1, cfg.seconds));
+        }
+        Workload::Durable => {
+            let block = cfg.sizes.first().copied().unwrap_or(4096);
+            for &th in &cfg.threads {
+                plan.push(phase("durable", Op::WriteFlush, block, th, cfg.seconds));
+            }
         }
         Workload::Slog | Workload::Fill => {}
     }

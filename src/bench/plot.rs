@@ -155,7 +155,7 @@ fn phase_panels(r: &Report) -> Figure {
             }
             rows.push(vec![p]);
         }
-        Workload::Mix | Workload::Ceiling | Workload::Fill => {
+        Workload::Mix | Workload::Ceiling | Workload::Fill | Workload::Durable => {
             let mut p = Panel::new(
                 format!("{} workload: IOPS per phase", r.workload.name()),
                 "phase",
@@ -166,7 +166,16 @@ fn phase_panels(r: &Report) -> Figure {
             p.xcats = r
                 .targets
                 .first()
-                .map(|t| t.phases.iter().map(|p| p.name.clone()).collect())
+                .map(|t| {
+                    t.phases
+                        .iter()
+                        .map(|p| match r.workload {
+                            // one phase per thread count
+                            Workload::Durable => format!("{} x{}", p.name, p.threads),
+                            _ => p.name.clone(),
+                        })
+                        .collect()
+                })
                 .unwrap_or_default();
             for (i, t) in r.targets.iter().enumerate() {
                 let pts = t

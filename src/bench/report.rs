@@ -467,6 +467,103 @@ fn fill_table(r: &Report) -> String {
     o
 }
 
+/// `durable`: per target and thread count, durable writes per second (each
+/// counted once its FLUSH returned), the ratio to the first target at the
+/// same count, the latency of write + FLUSH and of the FLUSH alone, CPU per
+/// write, and what the engine (and its store) did for the FLUSHes.
+fn durable_table(r: &Report) -> String {
+    let mut o = String::new();
+    let block = r.config.sizes.first().copied().unwrap_or(4096);
+    let _ = writeln!(
+        o,
+        "{} random writes, each followed by a FLUSH, per thread (IOPS = writes durable when their FLUSH returned)",
+        size_label(block)
+    );
+    let _ = writeln!(
+        o,
+        "{:<40} {:>4} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "target",
+        "thr",
+        "IOPS",
+        "/first",
+        "op p50",
+        "op p99",
+        "fl p50",
+        "fl p99",
+        "fl p99.9",
+        "CPU/wr",
+        "wr/flush"
+    );
+    let first = r.targets.first();
+    for t in &r.targets {
+        for p in t.phases.iter().filter(|p| p.name == "durable") {
+            let base = first
+                .and_then(|f| f.find("durable", p.block_bytes, p.threads))
+                .filter(|b| b.measured())
+                .map(|b| b.iops)
+                .unwrap_or(0.0);
+            let fl = p.flush_latency.clone().unwrap_or_default();
+            let us = |v: f64| format!("{v:.0}us");
+            let _ = writeln!(
+                o,
+                "{:<40} {:>4} {:>9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}{}",
+                short(&t.target, 40),
+                p.threads,
+                thousands(p.iops),
+                ratio(p.iops, base),
+                us(p.latency.p50_us),
+                us(p.latency.p99_us),
+                us(fl.p50_us),
+                us(fl.p99_us),
+                us(fl.p999_us),
+                p.cpu
+                    .map(|c| format!("{:.1}us", c.us_per_op))
+                    .unwrap_or_else(|| "-".into()),
+                p.durable
+                    .as_ref()
+                    .map(|d| format!("{:.1}", d.writes_per_media_flush))
+                    .unwrap_or_else(|| "-".into()),
+                if p.complete { "" } else { " *" }
+            );
+        }
+    }
+    for t in &r.targets {
+        for p in t.phases.iter().filter(|p| p.name == "durable") {
+            let Some(d) = &p.durable else { continue };
+            let _ = writeln!(
+                o,
+                "{} x{}: {} writes, {} FLUSHes, {} media flushes ({:.1} writes each), {} log records, {} chunks sealed, {} group-commit waits",
+                t.target,
+                p.threads,
+                d.writes,
+                d.host_flushes,
+                d.media_flushes,
+                d.writes_per_media_flush,
+                d.log_records,
+                d.chunks_sealed,
+                d.group_commit_waits
+            );
+            if let Some(st) = &d.store {
+                let _ = writeln!(
+                    o,
+                    "{} x{}: store: {} FLUSH log PUTs ({:.0}/s, {:.2} ms each, {:.1} writes each, {:.1} MiB), {} segment uploads ({:.1} MiB), {} GETs",
+                    t.target,
+                    p.threads,
+                    st.log_puts,
+                    st.log_puts_per_s,
+                    st.log_put_ms,
+                    st.writes_per_log_put,
+                    st.log_bytes as f64 / (1 << 20) as f64,
+                    st.uploads,
+                    st.upload_bytes as f64 / (1 << 20) as f64,
+                    st.gets
+                );
+            }
+        }
+    }
+    o
+}
+
 /// The whole report as terminal text.
 pub fn render(r: &Report) -> String {
     let mut o = String::new();
@@ -518,10 +615,11 @@ pub fn render(r: &Report) -> String {
         Workload::Mix => o.push_str(&mix_table(r)),
         Workload::Ceiling => o.push_str(&ceiling_table(r)),
         Workload::Fill => o.push_str(&fill_table(r)),
+        Workload::Durable => o.push_str(&durable_table(r)),
     }
     if matches!(
         r.workload,
-        Workload::Slog | Workload::Mix | Workload::Ceiling
+        Workload::Slog | Workload::Mix | Workload::Ceiling | Workload::Durable
     ) {
         o.push_str(&phase_cpu(r));
     }

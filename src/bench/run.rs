@@ -11,7 +11,7 @@
 //! about as much as a tenth of a sluice write, and showed as 7% of a profile.
 
 use super::stats::{Histogram, Latency};
-use super::target::Target;
+use super::target::{StoreCounters, Target};
 use super::workload::{sequential_offset, DataGen, OffsetGen, OpChooser};
 use crate::media::AlignedBuf;
 use crate::stats::Stats;
@@ -74,6 +74,9 @@ pub enum Op {
     /// Random mix with this percentage of reads.
     Mix(u32),
     SeqWrite,
+    /// A random write, then a FLUSH, by each thread in turn: each write
+    /// counts once its FLUSH returned (the `durable` workload).
+    WriteFlush,
 }
 
 impl Op {
@@ -191,6 +194,107 @@ pub struct PhaseResult {
     /// and for an in-process sluice target its writers, housekeeper and reads;
     /// an NBD server's CPU is in its own process and not counted here).
     pub cpu: Option<Cpu>,
+    /// `WriteFlush` phases: the FLUSH calls' own latency (`latency` is the
+    /// write and its FLUSH together).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flush_latency: Option<Latency>,
+    /// `WriteFlush` phases on an in-process sluice target: what the engine
+    /// (and its object store) did for the phase's FLUSHes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durable: Option<DurableCounters>,
+}
+
+/// The engine's and the store's work over a `WriteFlush` phase (differences
+/// of the counters at its ends; they include what background threads did
+/// meanwhile: GC, checkpoints, uploads).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct DurableCounters {
+    /// Writes acknowledged durable (the phase's ops).
+    pub writes: u64,
+    /// FLUSH calls the engine took (every write's own: equal to `writes`).
+    pub host_flushes: u64,
+    /// Media flushes: FLUSH groups (group commit: one serves every waiter
+    /// whose writes it covers).
+    pub media_flushes: u64,
+    /// Intent log records written (a FLUSH of a few blocks writes one
+    /// instead of sealing its chunk).
+    pub log_records: u64,
+    /// Chunks sealed (FLUSHes that sealed, full chunks, idle seals, GC).
+    pub chunks_sealed: u64,
+    /// FLUSHes that waited in the group commit for others' writes.
+    pub group_commit_waits: u64,
+    /// Writes each media flush covered, on average.
+    pub writes_per_media_flush: f64,
+    /// The object store's share (`sluice-objects:` targets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreDelta>,
+}
+
+/// What a volume in an object store asked of the store over a phase.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct StoreDelta {
+    pub log_puts: u64,
+    pub log_puts_per_s: f64,
+    /// Mean time of one FLUSH log PUT.
+    pub log_put_ms: f64,
+    /// Durable writes per FLUSH log object.
+    pub writes_per_log_put: f64,
+    pub log_bytes: u64,
+    pub uploads: u64,
+    pub upload_bytes: u64,
+    pub gets: u64,
+}
+
+impl DurableCounters {
+    /// Between two engine snapshots (None without an engine) and two store
+    /// snapshots, over `writes` writes in `seconds`.
+    pub fn between(
+        a: &Option<Stats>,
+        b: &Option<Stats>,
+        sa: Option<StoreCounters>,
+        sb: Option<StoreCounters>,
+        writes: u64,
+        seconds: f64,
+    ) -> Option<DurableCounters> {
+        let (a, b) = (a.as_ref()?, b.as_ref()?);
+        let media_flushes = b.media_flushes.saturating_sub(a.media_flushes);
+        let store = match (sa, sb) {
+            (Some(x), Some(y)) => {
+                let puts = y.log_puts.saturating_sub(x.log_puts);
+                Some(StoreDelta {
+                    log_puts: puts,
+                    log_puts_per_s: puts as f64 / seconds.max(1e-9),
+                    log_put_ms: y.log_put_us.saturating_sub(x.log_put_us) as f64
+                        / 1000.0
+                        / puts.max(1) as f64,
+                    writes_per_log_put: if puts == 0 {
+                        0.0
+                    } else {
+                        writes as f64 / puts as f64
+                    },
+                    log_bytes: y.log_bytes.saturating_sub(x.log_bytes),
+                    uploads: y.uploads.saturating_sub(x.uploads),
+                    upload_bytes: y.upload_bytes.saturating_sub(x.upload_bytes),
+                    gets: y.gets.saturating_sub(x.gets),
+                })
+            }
+            _ => None,
+        };
+        Some(DurableCounters {
+            writes,
+            host_flushes: b.host_flushes.saturating_sub(a.host_flushes),
+            media_flushes,
+            log_records: b.log_records.saturating_sub(a.log_records),
+            chunks_sealed: b.chunks_sealed.saturating_sub(a.chunks_sealed),
+            group_commit_waits: b.group_commit_waits.saturating_sub(a.group_commit_waits),
+            writes_per_media_flush: if media_flushes == 0 {
+                0.0
+            } else {
+                writes as f64 / media_flushes as f64
+            },
+            store,
+        })
+    }
 }
 
 /// Process CPU over a phase, from `getrusage(RUSAGE_SELF)` read once at each end
@@ -252,6 +356,8 @@ impl PhaseResult {
             skipped: None,
             error: None,
             cpu: None,
+            flush_latency: None,
+            durable: None,
         }
     }
     pub fn skipped(spec: &PhaseSpec, why: String) -> PhaseResult {
@@ -310,10 +416,13 @@ struct Shared<'a> {
 pub const TIME_ALL_FIRST: u64 = 256;
 pub const TIME_EVERY: u64 = 16;
 
-fn worker(sh: &Shared, w: usize) -> Histogram {
+/// One thread of a phase: its latencies, and (`WriteFlush`) its FLUSHes'.
+fn worker(sh: &Shared, w: usize) -> (Histogram, Histogram) {
     let spec = sh.spec;
     let block = spec.block as usize;
     let mut h = Histogram::default();
+    let mut hf = Histogram::default();
+    let flushes = spec.op == Op::WriteFlush;
     let mut wbuf = AlignedBuf::new(if spec.op.writes() { block } else { 0 });
     let mut rbuf = AlignedBuf::new(if spec.op.reads() { block } else { 0 });
     let mut data = DataGen::compressible(sh.seed, w as u64, sh.compressible);
@@ -341,7 +450,7 @@ fn worker(sh: &Shared, w: usize) -> Histogram {
         *n = 0;
     };
     if Instant::now() >= sh.deadline {
-        return h;
+        return (h, hf);
     }
     loop {
         if sh.halt.load(Relaxed) {
@@ -366,7 +475,8 @@ fn worker(sh: &Shared, w: usize) -> Histogram {
         if !read {
             data.stamp(&mut wbuf);
         }
-        let weight = if done < TIME_ALL_FIRST {
+        // a durable write (tens of microseconds at least) times every IO
+        let weight = if done < TIME_ALL_FIRST || flushes {
             1
         } else if done.is_multiple_of(TIME_EVERY) {
             TIME_EVERY
@@ -379,6 +489,17 @@ fn worker(sh: &Shared, w: usize) -> Histogram {
         } else {
             sh.t.write(off, &wbuf)
         };
+        // WriteFlush: the write counts once its FLUSH returned
+        let mut flushed = None;
+        let r = r.and_then(|_| {
+            // MUTANT: durable-write-not-flushed s|if flushes {|if false {|
+            if flushes {
+                let f0 = Instant::now();
+                sh.t.flush().map_err(|e| e.context("the FLUSH after it"))?;
+                flushed = Some(f0.elapsed());
+            }
+            Ok(())
+        });
         let t1 = t0.map(|t0| (t0, Instant::now()));
         if let Err(e) = r {
             sh.error.lock().get_or_insert_with(|| {
@@ -391,6 +512,9 @@ fn worker(sh: &Shared, w: usize) -> Histogram {
             sh.halt.store(true, Relaxed);
             break;
         }
+        if let Some(f) = flushed {
+            hf.record(f.as_nanos() as u64);
+        }
         done += 1;
         unposted += 1;
         if let Some((t0, t1)) = t1 {
@@ -402,7 +526,7 @@ fn worker(sh: &Shared, w: usize) -> Histogram {
         }
     }
     post(&mut unposted);
-    h
+    (h, hf)
 }
 
 /// A random-write phase on a target that `batches`: one thread keeps the
@@ -488,6 +612,7 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
     let mut reported = 0.0f64;
     let mut samples = Vec::new();
     let stats0 = t.engine_stats();
+    let store0 = t.store_counters();
     let threads = spec.threads.max(1);
     // a batching target runs a random-write phase on one thread
     let batch = t.batches() && spec.op == Op::RandWrite;
@@ -498,7 +623,7 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
                 let sh = &sh;
                 s.spawn(move || {
                     let h = if batch {
-                        worker_batch(sh)
+                        (worker_batch(sh), Histogram::default())
                     } else {
                         worker(sh, w)
                     };
@@ -559,14 +684,16 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
                 break;
             }
         }
-        let mut all = Histogram::default();
+        let (mut all, mut all_flush) = (Histogram::default(), Histogram::default());
         for h in handles {
-            if let Ok(h) = h.join() {
+            if let Ok((h, hf)) = h.join() {
                 all.merge(&h);
+                all_flush.merge(&hf);
             }
         }
-        all
+        (all, all_flush)
     });
+    let (hist, flush_hist) = hist;
     let seconds = start.elapsed().as_secs_f64();
     if planned > reported {
         ctx.observer.advance(planned - reported);
@@ -578,6 +705,12 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
     let complete = error.is_none()
         && !ctx.stopped()
         && (budget_done || seconds >= spec.duration.as_secs_f64() * 0.999);
+    let stats1 = t.engine_stats();
+    let durable = (spec.op == Op::WriteFlush)
+        .then(|| {
+            DurableCounters::between(&stats0, &stats1, store0, t.store_counters(), ops, seconds)
+        })
+        .flatten();
     PhaseResult {
         name: spec.name.clone(),
         op: spec.op,
@@ -589,12 +722,14 @@ pub fn run_phase(t: &dyn Target, spec: &PhaseSpec, ctx: &Ctx) -> PhaseResult {
         iops: ops as f64 / seconds.max(1e-9),
         mib_s: bytes as f64 / seconds.max(1e-9) / (1 << 20) as f64,
         latency: Latency::from_histogram(&hist),
-        write_amplification: wa_between(&stats0, &t.engine_stats()),
+        write_amplification: wa_between(&stats0, &stats1),
         samples,
         complete,
         skipped: None,
         error,
         cpu: Some(Cpu::since(cpu0, ops, seconds)),
+        flush_latency: (spec.op == Op::WriteFlush).then(|| Latency::from_histogram(&flush_hist)),
+        durable,
     }
 }
 

@@ -1,6 +1,9 @@
 //! Benchmark targets: what `--target` names (sluice:PATH, nbd:URI, file:PATH,
-//! dev:PATH), opened behind one blocking, thread-safe interface. Queue depth is the
-//! number of threads calling a target at once.
+//! dev:PATH, sluice-objects:URL,CACHEDIR), opened behind one blocking,
+//! thread-safe interface. Queue depth is the number of threads calling a target
+//! at once. A volume in an object store is opened by the `sluice bench`
+//! command with the opener `create` and `serve` use (src/cli/objects.rs) and
+//! handed in as a `SluiceTarget::from_volume`; `open` here refuses that kind.
 //!
 //! Invariant: a target never writes anything the workload did not ask for, except
 //! that a missing sluice volume or raw file is created at `--size`; opening refuses
@@ -39,9 +42,64 @@ pub enum TargetSpec {
     /// A stripe set over these member files (`sluice-stripe:A,B,C;parity=N`,
     /// parity 1 when not given), created at `--size` when they are not one.
     SluiceStripe(Vec<PathBuf>, u32),
+    /// A volume in an object store, in process
+    /// (`sluice-objects:URL,CACHEDIR[;flush-to=store][;no-intent-log]`):
+    /// URL `s3://BUCKET/PREFIX` or `rados://POOL/PREFIX`, its local metadata
+    /// file and staging in CACHEDIR; created (as `sluice create --store`
+    /// would) when CACHEDIR holds no volume.
+    SluiceObjects(ObjectsSpec),
     Nbd(String),
     File(PathBuf),
     Dev(PathBuf),
+}
+
+/// Where and how a `sluice-objects:` target's volume lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectsSpec {
+    /// `s3://BUCKET/PREFIX` or `rados://POOL/PREFIX`.
+    pub store: String,
+    pub cache_dir: PathBuf,
+    /// The store-durable mode (`create --flush-to store`): a FLUSH is
+    /// answered once its log object is stored.
+    pub flush_to_store: bool,
+    /// `create --no-intent-log` (the local-log mode's ring is the default).
+    pub no_intent_log: bool,
+}
+
+impl ObjectsSpec {
+    fn parse(s: &str, rest: &str) -> Result<ObjectsSpec> {
+        let mut parts = rest.split(';');
+        let main = parts.next().unwrap_or_default();
+        let (store, dir) = match main.split_once(',') {
+            Some((u, d)) if !u.is_empty() && !d.is_empty() => (u, d),
+            _ => bail!(
+                "target {s:?}: give sluice-objects:URL,CACHEDIR[;flush-to=store][;no-intent-log]"
+            ),
+        };
+        if !(store.starts_with("s3://") || store.starts_with("rados://")) {
+            bail!("target {s:?}: the store is s3://BUCKET/PREFIX or rados://POOL/PREFIX");
+        }
+        let mut o = ObjectsSpec {
+            store: store.to_string(),
+            cache_dir: dir.into(),
+            flush_to_store: false,
+            no_intent_log: false,
+        };
+        for opt in parts {
+            match opt {
+                "flush-to=store" => o.flush_to_store = true,
+                "flush-to=local" => o.flush_to_store = false,
+                "no-intent-log" => o.no_intent_log = true,
+                other => bail!(
+                    "target {s:?}: unknown option {other:?} (flush-to=store, flush-to=local, no-intent-log)"
+                ),
+            }
+        }
+        if o.flush_to_store && o.no_intent_log {
+            bail!("target {s:?}: the store-durable mode has no intent log anyway (drop no-intent-log)");
+        }
+        Ok(o)
+    }
 }
 
 impl TargetSpec {
@@ -82,11 +140,12 @@ impl TargetSpec {
                 }
                 TargetSpec::SluiceStripe(paths, parity)
             }
+            "sluice-objects" => TargetSpec::SluiceObjects(ObjectsSpec::parse(s, rest)?),
             "nbd" => TargetSpec::Nbd(rest.to_string()),
             "file" => TargetSpec::File(rest.into()),
             "dev" => TargetSpec::Dev(rest.into()),
             other => {
-                bail!("unknown target kind {other:?} in {s:?} (use sluice:, nbd:, file: or dev:)")
+                bail!("unknown target kind {other:?} in {s:?} (use sluice:, sluice-objects:, nbd:, file: or dev:)")
             }
         })
     }
@@ -97,7 +156,8 @@ impl TargetSpec {
             | TargetSpec::SluiceNoDiscard(_)
             | TargetSpec::SluiceBatch(_)
             | TargetSpec::SluiceLog(..)
-            | TargetSpec::SluiceStripe(..) => "sluice",
+            | TargetSpec::SluiceStripe(..)
+            | TargetSpec::SluiceObjects(_) => "sluice",
             TargetSpec::Nbd(_) => "nbd",
             TargetSpec::File(_) => "file",
             TargetSpec::Dev(_) => "dev",
@@ -120,6 +180,22 @@ impl std::fmt::Display for TargetSpec {
                 let names: Vec<String> = ps.iter().map(|p| p.display().to_string()).collect();
                 write!(f, "sluice-stripe:{};parity={parity}", names.join(","))
             }
+            TargetSpec::SluiceObjects(o) => write!(
+                f,
+                "sluice-objects:{},{}{}{}",
+                o.store,
+                o.cache_dir.display(),
+                if o.flush_to_store {
+                    ";flush-to=store"
+                } else {
+                    ""
+                },
+                if o.no_intent_log {
+                    ";no-intent-log"
+                } else {
+                    ""
+                }
+            ),
             TargetSpec::Nbd(u) => write!(f, "nbd:{u}"),
             TargetSpec::File(p) => write!(f, "file:{}", p.display()),
             TargetSpec::Dev(p) => write!(f, "dev:{}", p.display()),
@@ -152,6 +228,10 @@ pub trait Target: Send + Sync {
     fn engine_stats(&self) -> Option<Stats> {
         None
     }
+    /// The object store's counters, for a volume in one (`sluice-objects:`).
+    fn store_counters(&self) -> Option<StoreCounters> {
+        None
+    }
     /// Clean shutdown (sluice: close with a checkpoint; nbd: disconnect).
     fn close(&self) -> Result<()> {
         Ok(())
@@ -171,8 +251,28 @@ pub trait Target: Send + Sync {
     }
 }
 
+/// What a volume in an object store asked of the store so far (totals; a
+/// phase reports differences).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreCounters {
+    /// Segment objects put, and their bytes.
+    pub uploads: u64,
+    pub upload_bytes: u64,
+    /// Ranged or whole GETs.
+    pub gets: u64,
+    /// FLUSH log objects put (the store-durable mode), their bytes and the
+    /// microseconds their PUTs took, summed.
+    pub log_puts: u64,
+    pub log_bytes: u64,
+    pub log_put_us: u64,
+}
+
 pub fn open(spec: &TargetSpec, o: &OpenSpec) -> Result<Arc<dyn Target>> {
     Ok(match spec {
+        TargetSpec::SluiceObjects(_) => bail!(
+            "{spec}: a volume in an object store is opened by `sluice bench` (the store's client, \
+             lease and create options are the CLI's: src/cli/objects.rs)"
+        ),
         TargetSpec::Sluice(p) => Arc::new(SluiceTarget::open(p, o)?),
         TargetSpec::SluiceBatch(p) => {
             let mut t = SluiceTarget::open(p, o)?;
@@ -235,6 +335,21 @@ pub struct SluiceTarget {
 }
 
 impl SluiceTarget {
+    /// A volume already mounted (`sluice bench` hands in a volume in an
+    /// object store this way), described as `desc`.
+    pub fn from_volume(vol: Volume, desc: String) -> SluiceTarget {
+        SluiceTarget {
+            vol,
+            desc,
+            batch: false,
+        }
+    }
+
+    /// The mounted volume.
+    pub fn volume(&self) -> &Volume {
+        &self.vol
+    }
+
     pub fn open(path: &Path, o: &OpenSpec) -> Result<SluiceTarget> {
         Self::open_with(path, o, OpenOptions::default())
     }
@@ -653,6 +768,33 @@ mod tests {
         assert_eq!(b, TargetSpec::SluiceBatch("/tmp/v.img".into()));
         assert_eq!(b.to_string(), "sluice-batch:/tmp/v.img");
         assert_eq!(b.kind(), "sluice");
+        let o = TargetSpec::parse("sluice-objects:rados://sluice/v1,/var/tmp/c;flush-to=store")
+            .unwrap();
+        assert_eq!(
+            o,
+            TargetSpec::SluiceObjects(ObjectsSpec {
+                store: "rados://sluice/v1".into(),
+                cache_dir: "/var/tmp/c".into(),
+                flush_to_store: true,
+                no_intent_log: false,
+            })
+        );
+        assert_eq!(
+            o.to_string(),
+            "sluice-objects:rados://sluice/v1,/var/tmp/c;flush-to=store"
+        );
+        assert_eq!(o.kind(), "sluice");
+        let l = TargetSpec::parse("sluice-objects:s3://b/p,c;no-intent-log").unwrap();
+        assert_eq!(l.to_string(), "sluice-objects:s3://b/p,c;no-intent-log");
+        for bad in [
+            "sluice-objects:s3://b/p",
+            "sluice-objects:,c",
+            "sluice-objects:/tmp/x,c",
+            "sluice-objects:s3://b/p,c;flush-to=disk",
+            "sluice-objects:s3://b/p,c;flush-to=store;no-intent-log",
+        ] {
+            assert!(TargetSpec::parse(bad).is_err(), "{bad}");
+        }
         assert!(TargetSpec::parse("sluice-stripe:a,,b").is_err());
         assert!(TargetSpec::parse("sluice-stripe:a,b;parity=x").is_err());
         assert!(TargetSpec::parse("/tmp/x").is_err());

@@ -5,16 +5,23 @@
 
 use anyhow::{bail, Context};
 use sluice::bench::run::{Ctx, Observer};
-use sluice::bench::target::{self, OpenSpec, TargetSpec};
+use sluice::bench::target::{
+    self, ObjectsSpec, OpenSpec, SluiceTarget, StoreCounters, Target, TargetSpec,
+};
 use sluice::bench::{self as b, BenchConfig, Report, Workload};
 use sluice::media::outfile::{self, Output};
+use sluice::media::{FileMedia, Media};
+use sluice::objseg::ObjSegStore;
+use sluice::stats::Stats;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// grid | slog | steady | mix | ceiling | fill
+    /// grid | slog | steady | mix | ceiling | fill | durable (each of
+    /// --threads threads a 4 KiB random write then a FLUSH, over and over:
+    /// `sluice bench durable --threads 32,1 --seconds 20 --target ...`)
     #[arg(value_parser = Workload::parse)]
     pub workload: Workload,
     /// Target to measure, optionally named (LABEL=KIND:WHERE); repeat to compare
@@ -26,10 +33,30 @@ pub struct Args {
     /// (Volume::write_many); sluice-ilog:PATH a volume with its intent log in it,
     /// sluice-logdev:PATH,LOG with its intent log on the log device LOG,
     /// sluice-stripe:A,B,C,...[;parity=N] a stripe set over those member files),
+    /// sluice-objects:URL,CACHEDIR[;flush-to=store][;no-intent-log] a volume
+    /// in an object store, URL s3://BUCKET/PREFIX or rados://POOL/PREFIX, its
+    /// metadata and staging in CACHEDIR, opened as `serve --store` opens it
+    /// (lease, cache) and created as `create --store` would when CACHEDIR
+    /// holds none (a prefix holding objects is refused without --force);
+    /// flush-to=store the store-durable mode, else the local-log mode with
+    /// its intent log ring unless no-intent-log; endpoint and credentials
+    /// as `create` takes them: --endpoint / --ceph-conf or the environment),
     /// nbd:URI (nbd+unix:///NAME?socket=PATH or
     /// nbd://HOST:PORT/NAME), file:PATH, dev:PATH (raw, O_DIRECT).
     #[arg(long = "target", required = true, value_name = "KIND:WHERE")]
     pub targets: Vec<String>,
+    /// sluice-objects: targets on s3://: the S3 endpoint (default
+    /// AWS_ENDPOINT_URL, else the AWS config file's, else AWS), as `create
+    /// --endpoint`.
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// sluice-objects: targets on rados://: the ceph.conf (default
+    /// CEPH_CONF, else /etc/ceph/ceph.conf), as `create --ceph-conf`.
+    #[arg(long)]
+    pub ceph_conf: Option<PathBuf>,
+    /// sluice-objects: targets on rados://: the client id.
+    #[arg(long, default_value = "admin")]
+    pub ceph_user: String,
     /// Size of a sluice volume or raw file created because it is missing
     /// (default: the region size).
     #[arg(long, value_parser = super::parse_size)]
@@ -256,8 +283,18 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         | TargetSpec::SluiceNoVerify(p)
         | TargetSpec::SluiceNoDiscard(p)
         | TargetSpec::SluiceBatch(p)
-        | TargetSpec::SluiceLog(p, _) = s
+        | TargetSpec::SluiceLog(p, _)
+        | TargetSpec::SluiceObjects(ObjectsSpec { cache_dir: p, .. }) = s
         {
+            // a volume in a store: its metadata file in the cache directory
+            let vol;
+            let p = match s {
+                TargetSpec::SluiceObjects(_) => {
+                    vol = p.join("volume");
+                    &vol
+                }
+                _ => p,
+            };
             // (the file may not exist yet: resolve its directory)
             let dir = match p.parent() {
                 Some(d) if !d.as_os_str().is_empty() => d,
@@ -289,6 +326,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             | TargetSpec::File(p)
             | TargetSpec::Dev(p) => vec![p.clone()],
             TargetSpec::SluiceStripe(ps, _) => ps.clone(),
+            TargetSpec::SluiceObjects(o) => vec![o.cache_dir.join("volume")],
             TargetSpec::Nbd(_) => vec![],
         })
         .collect();
@@ -313,7 +351,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     // Open (and safety-check) every target before measuring anything.
     let mut targets = Vec::new();
     for (label, s) in &specs {
-        let t = target::open(s, &open_spec).with_context(|| format!("target {s}"))?;
+        let t = match s {
+            TargetSpec::SluiceObjects(o) => open_objects(o, &a, &open_spec),
+            _ => target::open(s, &open_spec),
+        }
+        .with_context(|| format!("target {s}"))?;
         targets.push((label.clone(), t));
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -389,6 +431,150 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     } else {
         0
     })
+}
+
+/// `StoreArgs` as `create` and `serve` parse them (their defaults: cache,
+/// uploads, staging bound), for a `sluice-objects:` target.
+#[derive(clap::Parser)]
+struct StoreOnly {
+    #[command(flatten)]
+    s: super::objects::StoreArgs,
+}
+
+/// A volume in an object store, in process (`sluice-objects:`).
+struct ObjectsTarget {
+    inner: SluiceTarget,
+    store: Arc<ObjSegStore>,
+    name: String,
+}
+
+impl Target for ObjectsTarget {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn min_io(&self) -> u64 {
+        self.inner.min_io()
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, buf: &[u8]) -> anyhow::Result<()> {
+        self.inner.write(offset, buf)
+    }
+    fn flush(&self) -> anyhow::Result<()> {
+        self.inner.flush()
+    }
+    fn engine_stats(&self) -> Option<Stats> {
+        self.inner.engine_stats()
+    }
+    fn store_counters(&self) -> Option<StoreCounters> {
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let st = self.store.stats();
+        let mut c = StoreCounters {
+            uploads: n(&st.uploaded_objects),
+            upload_bytes: n(&st.uploaded_bytes),
+            gets: n(&st.gets),
+            ..StoreCounters::default()
+        };
+        if let Some(l) = self.store.flush_log() {
+            c.log_puts = n(&l.stats.objects_put);
+            c.log_bytes = n(&l.stats.bytes_put);
+            c.log_put_us = n(&l.stats.put_us);
+        }
+        Some(c)
+    }
+    fn close(&self) -> anyhow::Result<()> {
+        let host = self.inner.volume().stats().host_write_bytes;
+        self.inner.close()?;
+        // its uploads waited for (30 s at most), the lease released: as
+        // serve, only after a clean close
+        super::objects::finish_store(&self.name, &self.store, host)
+    }
+    fn write_many(&self, writes: &[(u64, &[u8])]) -> anyhow::Result<()> {
+        self.inner.write_many(writes)
+    }
+}
+
+/// Open a `sluice-objects:` target with `serve`'s opener
+/// (`StoreArgs::mount`: the volume lock on CACHEDIR/volume, then the
+/// store's lease), creating the volume first as `create --store` would when
+/// CACHEDIR holds none (`create_volume`: a prefix holding objects is
+/// refused unless --force). An existing volume holding live data is
+/// refused unless --force, as every write target is.
+fn open_objects(o: &ObjectsSpec, a: &Args, spec: &OpenSpec) -> anyhow::Result<Arc<dyn Target>> {
+    let mut argv: Vec<std::ffi::OsString> = vec![
+        "sluice bench".into(),
+        "--store".into(),
+        o.store.clone().into(),
+        "--cache-dir".into(),
+        o.cache_dir.clone().into(),
+        "--flush-to".into(),
+        if o.flush_to_store { "store" } else { "local" }.into(),
+        "--ceph-user".into(),
+        a.ceph_user.clone().into(),
+    ];
+    if let Some(e) = &a.endpoint {
+        argv.extend(["--endpoint".into(), e.into()]);
+    }
+    if let Some(c) = &a.ceph_conf {
+        argv.extend(["--ceph-conf".into(), c.into()]);
+    }
+    let sa = <StoreOnly as clap::Parser>::try_parse_from(argv)
+        .context("the target's store options")?
+        .s;
+    let path = o.cache_dir.join("volume");
+    let created = !path.exists();
+    if created {
+        sa.prepare_create()?;
+        let mut c = super::create::Args::defaults(&path, spec.create_size, sa.clone());
+        c.overprovision = spec.overprovision * 100.0;
+        // MUTANT: bench-objects-create-forced s|spec.force;|true;|
+        c.force = spec.force;
+        c.no_intent_log = o.no_intent_log;
+        super::create::create_volume(&c)?.close()?;
+    }
+    // the volume lock (named holder if another process has it), as serve
+    let file =
+        FileMedia::open(&path, false).with_context(|| format!("opening {}", path.display()))?;
+    let media: Arc<dyn Media> = if sluice::metrics::get().is_some() {
+        Arc::new(sluice::metrics::MeteredMedia { inner: file })
+    } else {
+        Arc::new(file)
+    };
+    let vol = sa.mount(media, sluice::OpenOptions::default())?;
+    let store = sa
+        .attached()
+        .context("the volume's store was not registered by its attach")?;
+    let live = vol.stats().live_data_blocks;
+    // MUTANT: bench-objects-live-unchecked s|if !created|if false && !created|
+    if !created && spec.writes && !spec.force && live > 0 {
+        let host = vol.stats().host_write_bytes;
+        let _ = vol.close();
+        let _ = super::objects::finish_store(&o.store, &store, host);
+        bail!(
+            "{} holds a volume with {} of live data; a write test would overwrite it (use --force to run anyway, or give a new prefix and cache directory)",
+            o.store,
+            sluice::size::human(live * 4096)
+        );
+    }
+    let desc = format!(
+        "sluice in-process on {} ({}), cache {}",
+        o.store,
+        match (o.flush_to_store, vol.superblock().has_intent_log()) {
+            (true, _) => "store-durable: a FLUSH answered once its log object is stored",
+            (false, true) => "local-log mode, intent log ring",
+            (false, false) => "local-log mode, no intent log",
+        },
+        o.cache_dir.display()
+    );
+    Ok(Arc::new(ObjectsTarget {
+        inner: SluiceTarget::from_volume(vol, desc),
+        store,
+        name: o.store.clone(),
+    }))
 }
 
 /// A `bench --json` report (replaced without --force).

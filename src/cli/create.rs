@@ -88,6 +88,30 @@ pub struct Args {
 }
 
 impl Args {
+    /// `create PATH --size SIZE` with every other option at its default
+    /// (and `objects` as given): what `serve --create` and `bench`'s
+    /// `sluice-objects:` target create a missing volume with.
+    pub fn defaults(path: &Path, size: u64, objects: super::objects::StoreArgs) -> Args {
+        Args {
+            path: path.to_path_buf(),
+            size: Some(size),
+            overprovision: 10.0,
+            segment_size: 4 << 20,
+            gc: sluice::gc::DEFAULT_POLICY,
+            force: false,
+            preallocate: false,
+            intent_log: false,
+            // create's default: the ring on a store volume in local-log mode
+            no_intent_log: false,
+            log_devices: Vec::new(),
+            objects,
+            compress: Default::default(),
+            devices: Vec::new(),
+            parity: 1,
+            stripe_unit: 64 << 10,
+        }
+    }
+
     /// The ring in the volume file: --intent-log, or by default on a
     /// volume in an object store in the local-log mode (not with
     /// --no-intent-log, not with a log device: that is the log then).

@@ -42,54 +42,62 @@ pub fn finish_attached(host_written: u64) -> anyhow::Result<()> {
         .collect();
     for (name, w) in stores {
         let Some(s) = w.upgrade() else { continue };
-        let left = s.finish().with_context(|| format!("closing {name}"))?;
-        let (seg, log, ck) = s.bytes_put();
-        let mib = |b: u64| b as f64 / 1048576.0;
-        let ratio = store_ratio(seg + log + ck, host_written);
+        finish_store(&name, &s, host_written)?;
+    }
+    Ok(())
+}
+
+/// One store of a closed volume: wait for its queued uploads (30 s at
+/// most), release its lease, and say what it put (`serve`, through
+/// `finish_attached`, and `bench`'s `sluice-objects:` target at its close).
+pub fn finish_store(name: &str, s: &ObjSegStore, host_written: u64) -> anyhow::Result<()> {
+    let left = s.finish().with_context(|| format!("closing {name}"))?;
+    let (seg, log, ck) = s.bytes_put();
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let ratio = store_ratio(seg + log + ck, host_written);
+    say!(
+        "sluice: {name}: put {:.1} MiB: {:.1} MiB of segment objects, {:.1} MiB of FLUSH log objects, {:.1} MiB of checkpoint objects; store bytes per host byte {ratio}",
+        mib(seg + log + ck),
+        mib(seg),
+        mib(log),
+        mib(ck),
+    );
+    // what the store was asked, by kind (docs/objects.md §4.8: the
+    // OSD's CPU per GiB broken down)
+    let st = s.stats();
+    let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    say!(
+        "sluice: {name}: objects: {} segment object(s) put ({:.1} MiB of them written by the volume), {} checkpoint object(s) ({:.1} MiB), {} delete(s) ({:.1} MiB), {} GET(s) ({:.1} MiB), {} upload retries, GC victims {} from the cache and {} from the store",
+        n(&st.uploaded_objects),
+        mib(n(&st.uploaded_written_bytes)),
+        n(&st.checkpoints_stored),
+        mib(n(&st.checkpoint_bytes)),
+        n(&st.deleted_objects),
+        mib(n(&st.deleted_bytes)),
+        n(&st.gets),
+        mib(n(&st.get_bytes)),
+        n(&st.upload_retries),
+        n(&st.gc_victims_cached),
+        n(&st.gc_victims_fetched),
+    );
+    if let Some(l) = s.flush_log() {
+        let n = l.stats.objects_put.load(Ordering::Relaxed);
         say!(
-            "sluice: {name}: put {:.1} MiB: {:.1} MiB of segment objects, {:.1} MiB of FLUSH log objects, {:.1} MiB of checkpoint objects; store bytes per host byte {ratio}",
-            mib(seg + log + ck),
-            mib(seg),
-            mib(log),
-            mib(ck),
+            "sluice: {name}: FLUSH log: {n} object(s) put, {:.2} ms a PUT on average, {:.1} KiB an object, {:.3} log bytes per byte the volume wrote to its metadata file, at most {} in flight, pieces of at most {} KiB (0: one object a FLUSH group)",
+            l.stats.put_us.load(Ordering::Relaxed) as f64 / 1000.0 / n.max(1) as f64,
+            l.stats.bytes_put.load(Ordering::Relaxed) as f64 / 1024.0 / n.max(1) as f64,
+            l.stats.bytes_put.load(Ordering::Relaxed) as f64
+                / l.stats.record_bytes.load(Ordering::Relaxed).max(1) as f64,
+            l.stats.most_in_flight.load(Ordering::Relaxed),
+            l.piece_bytes() >> 10,
         );
-        // what the store was asked, by kind (docs/objects.md §4.8: the
-        // OSD's CPU per GiB broken down)
-        let st = s.stats();
-        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        say!(
-            "sluice: {name}: objects: {} segment object(s) put ({:.1} MiB of them written by the volume), {} checkpoint object(s) ({:.1} MiB), {} delete(s) ({:.1} MiB), {} GET(s) ({:.1} MiB), {} upload retries, GC victims {} from the cache and {} from the store",
-            n(&st.uploaded_objects),
-            mib(n(&st.uploaded_written_bytes)),
-            n(&st.checkpoints_stored),
-            mib(n(&st.checkpoint_bytes)),
-            n(&st.deleted_objects),
-            mib(n(&st.deleted_bytes)),
-            n(&st.gets),
-            mib(n(&st.get_bytes)),
-            n(&st.upload_retries),
-            n(&st.gc_victims_cached),
-            n(&st.gc_victims_fetched),
-        );
-        if let Some(l) = s.flush_log() {
-            let n = l.stats.objects_put.load(Ordering::Relaxed);
-            say!(
-                "sluice: {name}: FLUSH log: {n} object(s) put, {:.2} ms a PUT on average, {:.1} KiB an object, {:.3} log bytes per byte the volume wrote to its metadata file, at most {} in flight, pieces of at most {} KiB (0: one object a FLUSH group)",
-                l.stats.put_us.load(Ordering::Relaxed) as f64 / 1000.0 / n.max(1) as f64,
-                l.stats.bytes_put.load(Ordering::Relaxed) as f64 / 1024.0 / n.max(1) as f64,
-                l.stats.bytes_put.load(Ordering::Relaxed) as f64
-                    / l.stats.record_bytes.load(Ordering::Relaxed).max(1) as f64,
-                l.stats.most_in_flight.load(Ordering::Relaxed),
-                l.piece_bytes() >> 10,
-            );
-        }
-        match left {
-            0 => say!("sluice: {name}: every segment uploaded; epoch {} released", s.epoch()),
-            n => say!(
-                "sluice: {name}: {n} segment upload(s) still pending (kept in the cache, uploaded at the next serve); epoch {} released",
-                s.epoch()
-            ),
-        }
+    }
+    match left {
+        0 => say!("sluice: {name}: every segment uploaded; epoch {} released", s.epoch()),
+        n => say!(
+            "sluice: {name}: {n} segment upload(s) still pending (kept in the cache, uploaded at the next serve); epoch {} released",
+            s.epoch()
+        ),
     }
     Ok(())
 }
@@ -492,6 +500,53 @@ impl StoreArgs {
             media: s.media(),
             store: s,
         }))
+    }
+
+    /// `serve` and `bench`: mount the volume whose local metadata file
+    /// `media` is open (and locked): attach to its objects (the lease),
+    /// open the volume on the store's media with `opts` (its `store` set
+    /// here), and in the store-durable mode store this epoch's first
+    /// checkpoint object before any FLUSH is answered (the log a mount from
+    /// the store replays is the one of its checkpoint object's epoch).
+    pub fn mount(
+        &self,
+        media: Arc<dyn Media>,
+        opts: sluice::OpenOptions,
+    ) -> anyhow::Result<sluice::Volume> {
+        let Some(at) = self.attach(media)? else {
+            bail!("mounting a volume in an object store needs --store");
+        };
+        let vol = sluice::Volume::open(
+            at.media,
+            &sluice::OpenOptions {
+                store: Some(at.handle),
+                ..opts
+            },
+        )?;
+        let name = self.store.as_deref().unwrap_or_default();
+        if at.store.flush_log().is_some() {
+            vol.checkpoint()
+                .and_then(|_| at.store.checkpoint_now().map_err(Into::into))
+                .with_context(|| format!("{name}: storing this epoch's first checkpoint object"))?;
+            say!(
+                "sluice: {name}: store-durable: a FLUSH is answered once its log object is stored (epoch {})",
+                at.store.epoch()
+            );
+        }
+        Ok(vol)
+    }
+
+    /// The store `attach` registered last for this location (`bench`
+    /// reads its counters and finishes it at close).
+    pub fn attached(&self) -> Option<Arc<ObjSegStore>> {
+        let name = self.store.as_deref()?;
+        ATTACHED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, w)| w.upgrade())
     }
 
     /// `check`: the store for reading only, and what its attach found.

@@ -497,24 +497,7 @@ fn open_volume(
         let Some(size) = a.size else {
             bail!("--create needs --size for a volume that does not exist yet");
         };
-        let vol = create::create_volume(&create::Args {
-            path: path.to_path_buf(),
-            size: Some(size),
-            overprovision: 10.0,
-            segment_size: 4 << 20,
-            gc: sluice::gc::DEFAULT_POLICY,
-            force: false,
-            preallocate: false,
-            intent_log: false,
-            // create's default: the ring on a store volume in local-log mode
-            no_intent_log: false,
-            log_devices: Vec::new(),
-            objects: a.objects.clone(),
-            compress: Default::default(),
-            devices: Vec::new(),
-            parity: 1,
-            stripe_unit: 64 << 10,
-        })?;
+        let vol = create::create_volume(&create::Args::defaults(path, size, a.objects.clone()))?;
         vol.close()?;
         say!("sluice: created {} ({})", path.display(), human(size));
     } else if !path.exists() && a.objects.store.is_some() && a.path.as_deref() == Some(path) {
@@ -543,20 +526,10 @@ fn open_volume(
     let log_devices = open_log_devices(&a.log_devices, read_only, a.log_device_missing_ok)?;
     // --store belongs to the default export only
     let objects = a.objects.store.is_some() && a.path.as_deref() == Some(path);
-    let attached = if read_only || !objects {
-        None
-    } else {
-        a.objects.attach(media.clone())?
-    };
-    let (store, media, obj_store) = match attached {
-        Some(at) => (Some(at.handle), at.media, Some(at.store)),
-        None => (None, media, None),
-    };
     if read_only && objects {
         bail!("--read-only with --store is not supported yet (`sluice check --store` reads the objects)");
     }
     let opts = OpenOptions {
-        store,
         log_devices,
         log_device_missing_ok: a.log_device_missing_ok,
         read_only,
@@ -566,7 +539,14 @@ fn open_volume(
         salvage: a.salvage && read_only,
         ..OpenOptions::default()
     };
-    let vol = match Volume::open(media, &opts) {
+    let opened = if objects {
+        // attached to its objects, and in the store-durable mode this
+        // epoch's first checkpoint object stored (StoreArgs::mount)
+        a.objects.mount(media, opts)
+    } else {
+        Volume::open(media, &opts).map_err(anyhow::Error::from)
+    };
+    let vol = match opened {
         Ok(v) => Arc::new(v),
         // A file that never was a volume is not "damaged" (both superblock
         // copies are checked by the mount; this only chooses the words).
@@ -575,9 +555,7 @@ fn open_volume(
              make a volume with `sluice create FILE --size SIZE`",
             path.display()
         ),
-        Err(e) => {
-            return Err(anyhow::Error::from(e).context(format!("mounting {}", path.display())))
-        }
+        Err(e) => return Err(e.context(format!("mounting {}", path.display()))),
     };
     if let (Some(want), true) = (a.size, create_it) {
         if want != vol.size_bytes() {
@@ -588,24 +566,6 @@ fn open_volume(
                 human(want)
             );
         }
-    }
-    if let Some(st) = obj_store.filter(|s| s.flush_log().is_some()) {
-        // store-durable: this epoch's first checkpoint object, before any
-        // FLUSH is answered (the log a mount from the store replays is
-        // the one of its checkpoint object's epoch)
-        vol.checkpoint()
-            .and_then(|_| st.checkpoint_now().map_err(Into::into))
-            .with_context(|| {
-                format!(
-                    "{}: storing this epoch's first checkpoint object",
-                    a.objects.store.as_deref().unwrap_or_default()
-                )
-            })?;
-        say!(
-            "sluice: {}: store-durable: a FLUSH is answered once its log object is stored (epoch {})",
-            a.objects.store.as_deref().unwrap_or_default(),
-            st.epoch()
-        );
     }
     let r = vol.mount_report();
     for n in r.notes.iter().filter(|n| n.contains("intent log")) {
