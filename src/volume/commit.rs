@@ -18,7 +18,7 @@
 //!   `fail` (one path: the reason is kept, logged once at error level, and its
 //!   errno, ENOSPC or EIO, is what every later write answers); reads go on.
 
-use super::intent::PlannedRecord;
+use super::intent::{self, PlannedRecord};
 use super::OpenOptions;
 use crate::crc_index::CrcIndex;
 use crate::error::{Error, Failure, Result};
@@ -917,11 +917,41 @@ impl Commit {
                 Counters::add(&self.counters.streamed_blocks, (run.to - run.from) as u64);
             }
         }
+        // a record naming blocks other writes were placing (the last write
+        // of a burst) counts written only once they are on the media too:
+        // else a FLUSH could be answered with the record durable and a block
+        // it names not, and replay would end the log at it, losing every
+        // write it carries (docs/intent-log.md §4.13)
+        let r = match (r, rec.and_then(|x| x.company.as_ref())) {
+            // MUTANT: streamed-record-before-company s|(Ok(()), Some(c)) => self.company_placed(c),|(Ok(()), Some(_)) => Ok(()),|
+            (Ok(()), Some(c)) => self.company_placed(c),
+            (r, _) => r,
+        };
         if let (Ok(()), Some(rec)) = (&r, rec) {
             Counters::add(&self.counters.streamed_records, 1);
             self.record_done(rec);
         }
         r
+    }
+
+    /// Wait until the placing writes of the other writes a streamed record
+    /// names have ended (`Placed::wait_idle`: every claim of the chunk,
+    /// those taken after the record was planned too, at most a chunk's
+    /// blocks); an error when one of them did not place its blocks (the
+    /// volume has failed with that write).
+    fn company_placed(&self, c: &intent::Company) -> Result<()> {
+        c.placed.wait_idle();
+        if (c.from..c.to).all(|i| c.placed.get(i)) {
+            return Ok(());
+        }
+        self.check_failed()?;
+        Err(self.fail(
+            format_args!(
+                "a streamed intent log record names data blocks {}..{} of its chunk",
+                c.from, c.to
+            ),
+            &std::io::Error::other("a block it names was not placed"),
+        ))
     }
 
     /// Streamed host writes may write intent log records (`place`): the
