@@ -791,3 +791,79 @@ fn the_last_write_of_a_burst_carries_the_record_and_waits_for_its_company() {
         "a flushed write lost after a power cut right after its FLUSH"
     );
 }
+
+/// SimMedia whose first intent log record write after `armed` fails (EIO).
+struct FailRecord {
+    sim: Arc<SimMedia>,
+    armed: AtomicBool,
+}
+
+impl Media for FailRecord {
+    fn len(&self) -> u64 {
+        self.sim.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.sim.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if buf.starts_with(b"SLUICELR") && self.armed.swap(false, Ordering::AcqRel) {
+            return Err(io::Error::other("injected record write error"));
+        }
+        self.sim.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.sim.flush()
+    }
+    fn describe(&self) -> String {
+        "failing record".into()
+    }
+}
+
+/// A write error into the ring of a streamed write's own record (its data
+/// landed) does not stop the volume: the write returns, the volume falls
+/// back to seal-on-FLUSH as after any ring write error (`Commit::place`, as
+/// `write_record`), and the FLUSH after it seals the write into the main
+/// log; a power cut right after the FLUSH keeps it (mutation
+/// `streamed-record-error-stops`).
+#[test]
+fn a_streamed_records_write_error_falls_back_to_sealing() {
+    let (c, len) = create(Some(1 << 20));
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(FailRecord {
+        sim: sim.clone(),
+        armed: AtomicBool::new(false),
+    });
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+    // an interval of one write: the next lone large write carries its record
+    let small = payload(41, 1, false);
+    vol.write(1500 * BS as u64, &small, false).unwrap();
+    vol.flush().unwrap();
+    let before = vol.stats();
+    media.armed.store(true, Ordering::Release);
+    let big = payload(42, 32, false);
+    vol.write(0, &aligned_buf(&big), false)
+        .expect("a streamed write failed with its record's write error");
+    assert!(
+        !media.armed.load(Ordering::Acquire),
+        "the large write wrote no record"
+    );
+    let s = vol.stats();
+    assert_eq!(s.log_fallbacks - before.log_fallbacks, 1, "no fall-back");
+    assert_eq!(
+        s.streamed_records, before.streamed_records,
+        "a record whose write failed was counted"
+    );
+    vol.flush().expect("the FLUSH after a ring error");
+    let img = sim.crash_image(Loss::DropAll, 8);
+    let v2 = Volume::open(
+        Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>,
+        &det(),
+    )
+    .unwrap();
+    assert_eq!(
+        read(&v2, 0, 32),
+        big,
+        "the streamed write lost after its FLUSH"
+    );
+    assert_eq!(read(&v2, 1500, 1), small);
+}
