@@ -897,7 +897,7 @@ impl Commit {
                         Some(Ok(())) => Ok(()),
                         // the data's error or the record's: the data again,
                         // alone; if it lands, the ring failed (below)
-                        // MUTANT: streamed-record-error-stops s|Some(Err(e)) => self.store.write_pieces(&pieces).map(|()| {|Some(Err(e)) => Err::<(), std::io::Error>(e).map(|()| {|
+                        // MUTANT: streamed-record-error-stops s|self.store.write_pieces(&pieces).map(|Err::<(), std::io::Error>(std::io::Error::other("stop")).map(|
                         Some(Err(e)) => self.store.write_pieces(&pieces).map(|()| {
                             rec_failed = Some(e);
                         }),
