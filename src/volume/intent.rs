@@ -229,7 +229,7 @@ impl Ring {
             r.data.is_none(),
             "a streamed write's record carries no data"
         );
-        r.company = others.then(|| Company {
+        r.company = others.then_some(Company {
             placed,
             from: first,
             to: last,
