@@ -16,6 +16,9 @@
 //! - a version 3 record names only data blocks of the open chunk it was built
 //!   from, inside that chunk's reservation, which nothing else writes before
 //!   the chunk's seal.
+//! - a streamed record that names blocks other writes were still placing
+//!   (`Company`) counts written only once every one of them is placed
+//!   (`Commit::place`).
 
 use crate::format::intent::{Place, RecordHeader, SECTOR_BYTES};
 use crate::format::superblock::LogStart;
