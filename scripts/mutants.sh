@@ -594,6 +594,12 @@ apply_streamed_record_with_company() {
 apply_stream_claims_untaken() {
   marker stream-claims-untaken
 }
+apply_streamed_record_before_company() {
+  marker streamed-record-before-company
+}
+apply_streamed_record_error_stops() {
+  marker streamed-record-error-stops
+}
 apply_streamed_block_copied() {
   marker streamed-block-copied
 }
@@ -1066,6 +1072,8 @@ run streamed-write-dropped streamed_writes
 run streamed-record-names-others lib:intent
 run streamed-record-with-company streamed_writes
 run stream-claims-untaken streamed_writes
+run streamed-record-before-company streamed_writes
+run streamed-record-error-stops streamed_writes
 run streamed-block-copied streamed_writes
 run streamed-read-from-image streamed_writes
 run record-copies-streamed streamed_writes

@@ -643,3 +643,227 @@ fn a_streamed_block_read_from_its_place_is_checked() {
         "a streamed block that does not match its CRC was returned"
     );
 }
+
+/// SimMedia whose first placing write (8 blocks or more, not a chunk header
+/// nor a superblock) after `arm` is held until `release`; it counts the
+/// intent log records it takes (`SLUICELR`).
+struct Gated {
+    sim: Arc<SimMedia>,
+    armed: AtomicBool,
+    held: AtomicBool,
+    open: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+    records: std::sync::atomic::AtomicU64,
+}
+
+impl Gated {
+    fn wait_for(&self, what: &str, f: impl Fn() -> bool) {
+        let t0 = std::time::Instant::now();
+        while !f() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    fn release(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+}
+
+impl Media for Gated {
+    fn len(&self) -> u64 {
+        self.sim.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.sim.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if buf.starts_with(b"SLUICELR") {
+            self.records.fetch_add(1, Ordering::AcqRel);
+        }
+        if buf.len() >= 8 * BS
+            && !buf.starts_with(b"SLUICE")
+            && self.armed.swap(false, Ordering::AcqRel)
+        {
+            self.held.store(true, Ordering::Release);
+            let mut open = self.open.lock().unwrap();
+            while !*open {
+                open = self.cv.wait(open).unwrap();
+            }
+        }
+        self.sim.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.sim.flush()
+    }
+    fn describe(&self) -> String {
+        "gated placing".into()
+    }
+}
+
+/// The last write of a burst as long as the last FLUSH interval's (the
+/// bench's 8th 128 KiB piece of a 1 MiB write) writes the record of what
+/// the open chunk holds unlogged with its own data, naming the blocks the
+/// burst's other writes are still placing, so their FLUSH writes no record
+/// (docs/intent-log.md §4.13). That record counts written only once those
+/// blocks are placed: A's placing write is held; B's data and record reach
+/// the media; B's write (and so its FLUSH) must not return before A's
+/// blocks are placed, else a power cut right after the FLUSH finds B's
+/// record naming blocks that fail their CRCs, replay ends the log there and
+/// B, flushed, is lost (mutation `streamed-record-before-company`).
+#[test]
+fn the_last_write_of_a_burst_carries_the_record_and_waits_for_its_company() {
+    let (c, len) = create(Some(1 << 20));
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(Gated {
+        sim: sim.clone(),
+        armed: AtomicBool::new(false),
+        held: AtomicBool::new(false),
+        open: std::sync::Mutex::new(false),
+        cv: std::sync::Condvar::new(),
+        records: std::sync::atomic::AtomicU64::new(0),
+    });
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap());
+    let mut expect = vec![0u8; LOGICAL as usize * BS];
+    // an interval of two writes (too small to stream), then its FLUSH
+    for (k, lba) in [1500usize, 1501].into_iter().enumerate() {
+        let p = payload(30 + k as u8, 1, false);
+        vol.write(lba as u64 * BS as u64, &p, false).unwrap();
+        expect[lba * BS..(lba + 1) * BS].copy_from_slice(&p);
+    }
+    vol.flush().unwrap();
+    let before = vol.stats();
+    let (a, b) = (payload(31, 32, false), payload(32, 32, false));
+    expect[..32 * BS].copy_from_slice(&a);
+    expect[500 * BS..532 * BS].copy_from_slice(&b);
+    // A, the first write of this interval: its placing write is held
+    media.armed.store(true, Ordering::Release);
+    let (va, a2) = (vol.clone(), aligned_buf(&a));
+    let wa = std::thread::spawn(move || va.write(0, &a2, false).unwrap());
+    media.wait_for("A's placing write never began", || {
+        media.held.load(Ordering::Acquire)
+    });
+    // B, the second: as many writes as the last interval held
+    let records = media.records.load(Ordering::Acquire);
+    let (vb, b2, sb) = (vol.clone(), aligned_buf(&b), sim.clone());
+    let wb = std::thread::spawn(move || {
+        vb.write(500 * BS as u64, &b2, false).unwrap();
+        vb.flush().unwrap();
+        // a power cut right after B's FLUSH returned
+        sb.crash_image(Loss::DropAll, 6)
+    });
+    media.wait_for("B wrote no record with its data", || {
+        media.records.load(Ordering::Acquire) > records
+    });
+    // room for B's write and FLUSH to return, were they to
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !wb.is_finished(),
+        "B's write and FLUSH returned while a block its record names was still being placed"
+    );
+    media.release();
+    wa.join().unwrap();
+    let img = wb.join().unwrap();
+    let s = vol.stats();
+    assert_eq!(
+        s.streamed_records - before.streamed_records,
+        1,
+        "the last write of the burst wrote one record with its data (the first none)"
+    );
+    assert_eq!(
+        s.log_records - before.log_records,
+        1,
+        "the FLUSH after the burst wrote a record of its own"
+    );
+    assert_eq!(
+        s.media_user_data_bytes - before.media_user_data_bytes,
+        64 * BS as u64,
+        "a data block reached the media twice"
+    );
+    let v2 = Volume::open(
+        Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>,
+        &det(),
+    )
+    .unwrap();
+    assert_eq!(
+        read(&v2, 0, LOGICAL as usize),
+        expect,
+        "a flushed write lost after a power cut right after its FLUSH"
+    );
+}
+
+/// SimMedia whose first intent log record write after `armed` fails (EIO).
+struct FailRecord {
+    sim: Arc<SimMedia>,
+    armed: AtomicBool,
+}
+
+impl Media for FailRecord {
+    fn len(&self) -> u64 {
+        self.sim.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.sim.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if buf.starts_with(b"SLUICELR") && self.armed.swap(false, Ordering::AcqRel) {
+            return Err(io::Error::other("injected record write error"));
+        }
+        self.sim.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.sim.flush()
+    }
+    fn describe(&self) -> String {
+        "failing record".into()
+    }
+}
+
+/// A write error into the ring of a streamed write's own record (its data
+/// landed) does not stop the volume: the write returns, the volume falls
+/// back to seal-on-FLUSH as after any ring write error (`Commit::place`, as
+/// `write_record`), and the FLUSH after it seals the write into the main
+/// log; a power cut right after the FLUSH keeps it (mutation
+/// `streamed-record-error-stops`).
+#[test]
+fn a_streamed_records_write_error_falls_back_to_sealing() {
+    let (c, len) = create(Some(1 << 20));
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(FailRecord {
+        sim: sim.clone(),
+        armed: AtomicBool::new(false),
+    });
+    let vol = Volume::create(media.clone() as Arc<dyn Media>, &c, &det()).unwrap();
+    // an interval of one write: the next lone large write carries its record
+    let small = payload(41, 1, false);
+    vol.write(1500 * BS as u64, &small, false).unwrap();
+    vol.flush().unwrap();
+    let before = vol.stats();
+    media.armed.store(true, Ordering::Release);
+    let big = payload(42, 32, false);
+    vol.write(0, &aligned_buf(&big), false)
+        .expect("a streamed write failed with its record's write error");
+    assert!(
+        !media.armed.load(Ordering::Acquire),
+        "the large write wrote no record"
+    );
+    let s = vol.stats();
+    assert_eq!(s.log_fallbacks - before.log_fallbacks, 1, "no fall-back");
+    assert_eq!(
+        s.streamed_records, before.streamed_records,
+        "a record whose write failed was counted"
+    );
+    vol.flush().expect("the FLUSH after a ring error");
+    let img = sim.crash_image(Loss::DropAll, 8);
+    let v2 = Volume::open(
+        Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>,
+        &det(),
+    )
+    .unwrap();
+    assert_eq!(
+        read(&v2, 0, 32),
+        big,
+        "the streamed write lost after its FLUSH"
+    );
+    assert_eq!(read(&v2, 1500, 1), small);
+}

@@ -18,7 +18,7 @@
 //!   `fail` (one path: the reason is kept, logged once at error level, and its
 //!   errno, ENOSPC or EIO, is what every later write answers); reads go on.
 
-use super::intent::PlannedRecord;
+use super::intent::{self, PlannedRecord};
 use super::OpenOptions;
 use crate::crc_index::CrcIndex;
 use crate::error::{Error, Failure, Result};
@@ -871,15 +871,20 @@ impl Commit {
     /// that is not placed, `Ring::plan_streamed`), written in the same
     /// submission; the record counts written only once the whole
     /// submission has completed, so a FLUSH that waits for it finds the
-    /// data on the media too. An error there stops the volume as well
-    /// (the data's or the record's, they are not told apart). While the
-    /// log is lost (`log_lost`) the record is not written (its waiters seal).
+    /// data on the media too. An error there: the data is written again
+    /// alone; if that fails too the volume stops, else the record's write
+    /// failed and the volume falls back to seal-on-FLUSH (`fall_back`, as
+    /// `write_record` does). While the log is lost (`log_lost`) the record
+    /// is not written (its waiters seal).
     pub fn place(&self, runs: &[PlaceRun<'_>], rec: Option<&PlannedRecord>) -> Result<()> {
         let rec = rec.filter(|_| !self.log_lost());
         assert!(
             rec.is_none() || self.log_devs.is_empty(),
             "a streamed write's record goes to the volume's own ring"
         );
+        // a write error into the ring alone (the data landed) does not stop
+        // the volume: the log is lost, FLUSH seals (`write_record`'s rule)
+        let mut rec_failed = None;
         let r = match self.check_failed() {
             Err(e) => Err(e),
             Ok(()) => {
@@ -889,11 +894,16 @@ impl Commit {
                     // MUTANT: streamed-write-dropped s|self.store.write_pieces(&pieces)|Ok::<(), std::io::Error>(())|
                     None => self.store.write_pieces(&pieces),
                     Some(r) => match self.store.write_pieces_with(&pieces, (&r.image, r.at)) {
-                        Some(res) => res,
-                        None => self
-                            .store
-                            .write_pieces(&pieces)
-                            .and_then(|_| self.media.write_at(&r.image, r.at)),
+                        Some(Ok(())) => Ok(()),
+                        // the data's error or the record's: the data again,
+                        // alone; if it lands, the ring failed (below)
+                        // MUTANT: streamed-record-error-stops s|self.store.write_pieces(&pieces).map(|Err::<(), std::io::Error>(std::io::Error::other("stop")).map(|
+                        Some(Err(e)) => self.store.write_pieces(&pieces).map(|()| {
+                            rec_failed = Some(e);
+                        }),
+                        None => self.store.write_pieces(&pieces).map(|()| {
+                            rec_failed = self.media.write_at(&r.image, r.at).err();
+                        }),
                     },
                 };
                 res.map_err(|e| {
@@ -917,11 +927,56 @@ impl Commit {
                 Counters::add(&self.counters.streamed_blocks, (run.to - run.from) as u64);
             }
         }
+        if let (Ok(()), Some(e), Some(rec)) = (&r, &rec_failed, rec) {
+            // not counted written (it may be on the media: replay verifies
+            // it); its waiters seal
+            self.fall_back(
+                format_args!(
+                    "intent log ring in {}: writing streamed record {} at byte {}",
+                    self.media.describe(),
+                    rec.seq,
+                    rec.at
+                ),
+                "once the media takes writes there",
+                e,
+            );
+            return Ok(());
+        }
+        // a record naming blocks other writes were placing (the last write
+        // of a burst) counts written only once they are on the media too:
+        // else a FLUSH could be answered with the record durable and a block
+        // it names not, and replay would end the log at it, losing every
+        // write it carries (docs/intent-log.md §4.13)
+        let r = match (r, rec.and_then(|x| x.company.as_ref())) {
+            // MUTANT: streamed-record-before-company s|(Ok(()), Some(c)) => self.company_placed(c),|(Ok(()), Some(_)) => Ok(()),|
+            (Ok(()), Some(c)) => self.company_placed(c),
+            (r, _) => r,
+        };
         if let (Ok(()), Some(rec)) = (&r, rec) {
             Counters::add(&self.counters.streamed_records, 1);
             self.record_done(rec);
         }
         r
+    }
+
+    /// Wait until the placing writes of the other writes a streamed record
+    /// names have ended (`Placed::wait_idle`: every claim of the chunk,
+    /// those taken after the record was planned too, at most a chunk's
+    /// blocks); an error when one of them did not place its blocks (the
+    /// volume has failed with that write).
+    fn company_placed(&self, c: &intent::Company) -> Result<()> {
+        c.placed.wait_idle();
+        if (c.from..c.to).all(|i| c.placed.get(i)) {
+            return Ok(());
+        }
+        self.check_failed()?;
+        Err(self.fail(
+            format_args!(
+                "a streamed intent log record names data blocks {}..{} of its chunk",
+                c.from, c.to
+            ),
+            &std::io::Error::other("a block it names was not placed"),
+        ))
     }
 
     /// Streamed host writes may write intent log records (`place`): the

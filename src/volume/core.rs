@@ -1049,15 +1049,18 @@ impl Core {
     /// own data (`Ring::plan_streamed`); `ours(placed, i)`: data block `i` of
     /// the chunk whose map is `placed` is claimed by that write, not yet
     /// written. None without an in-volume version 3 ring, or when a block
-    /// the record would name is neither placed nor that write's.
+    /// the record would name is neither placed nor that write's (nor, with
+    /// `company`, claimed by another write still placing it: the record
+    /// then counts written only once those are placed, `Commit::place`).
     pub fn plan_streamed_record(
         &mut self,
         ours: &dyn Fn(&Arc<Placed>, u32) -> bool,
+        company: bool,
     ) -> Option<super::intent::PlannedRecord> {
         let uuid = self.uuid;
         let (ring, ch) = (self.ring.as_mut()?, self.open[0].as_mut()?);
         let placed = ch.placed.clone()?;
-        ring.plan_streamed(ch, uuid, &self.pool, &|i| ours(&placed, i))
+        ring.plan_streamed(ch, uuid, &self.pool, &|i| ours(&placed, i), company)
     }
 
     /// Append one block record to `stream` and point the map at it.

@@ -16,6 +16,9 @@
 //! - a version 3 record names only data blocks of the open chunk it was built
 //!   from, inside that chunk's reservation, which nothing else writes before
 //!   the chunk's seal.
+//! - a streamed record that names blocks other writes were still placing
+//!   (`Company`) counts written only once every one of them is placed
+//!   (`Commit::place`).
 
 use crate::format::intent::{Place, RecordHeader, SECTOR_BYTES};
 use crate::format::superblock::LogStart;
@@ -56,6 +59,19 @@ pub struct PlannedRecord {
     pub image: AlignedBuf,
     /// Version 3: the data blocks the record names, written before it.
     pub data: Option<PlacedData>,
+    /// A streamed record that names blocks other writes were still placing
+    /// when it was planned (`Ring::plan_streamed` with company): it counts
+    /// written only once every one of them is placed (`Commit::place`).
+    pub company: Option<Company>,
+}
+
+/// The data blocks `from..to` of an open chunk a streamed record names,
+/// some of them claimed by other writes whose placing writes were in
+/// flight when it was planned.
+pub struct Company {
+    pub placed: Arc<Placed>,
+    pub from: u32,
+    pub to: u32,
 }
 
 /// A version 3 record's data blocks: data indexes `from..to` of the open
@@ -180,13 +196,17 @@ impl Ring {
     /// written only once the submission, that data with it, has completed.
     /// A block another write claimed and has not placed yet is not in this
     /// submission, so a record naming it could be counted written (and a
-    /// FLUSH answered) while that block is not on the media: None then.
+    /// FLUSH answered) while that block is not on the media: None then,
+    /// unless `company` (the last write of a burst, `Shared::append_run`):
+    /// then such blocks are named too, and the record says so (`company`
+    /// of the record): it counts written only once they are all placed.
     pub fn plan_streamed(
         &mut self,
         ch: &mut OpenChunk,
         uuid: [u8; 16],
         pool: &ChunkPool,
         ours: &dyn Fn(u32) -> bool,
+        company: bool,
     ) -> Option<PlannedRecord> {
         if !self.indirect || ch.staged.is_some() {
             return None;
@@ -197,17 +217,26 @@ impl Ring {
             return None;
         }
         let first = ch.data_blocks() - data;
-        // a block the record may name: on the media, or in this submission
+        let last = ch.data_blocks();
+        // a block the record may name: on the media, or in this submission;
+        // with company also one another write is placing (claimed, not yet
+        // placed), which the record then waits for before it counts written
         // MUTANT: streamed-record-names-others s|ours(i)|placed.is_claimed(i)|
-        let nameable = |i: u32| placed.get(i) || ours(i);
-        if !(first..ch.data_blocks()).all(&nameable) {
+        let nameable = |i: u32| placed.get(i) || ours(i) || (company && placed.is_claimed(i));
+        if !(first..last).all(&nameable) {
             return None;
         }
-        let r = self.plan_with(ch, uuid, pool, &nameable)?;
+        let others = company && (first..last).any(|i| !placed.get(i) && !ours(i));
+        let mut r = self.plan_with(ch, uuid, pool, &nameable)?;
         assert!(
             r.data.is_none(),
             "a streamed write's record carries no data"
         );
+        r.company = others.then_some(Company {
+            placed,
+            from: first,
+            to: last,
+        });
         Some(r)
     }
 
@@ -329,6 +358,7 @@ impl Ring {
             at: self.offset + at,
             image,
             data,
+            company: None,
         })
     }
 
@@ -481,7 +511,7 @@ mod tests {
         placed.set(3, 4);
         let seq = ring.next_seq;
         assert!(
-            ring.plan_streamed(&mut ch, [2; 16], &pool(), &|i| i < 2)
+            ring.plan_streamed(&mut ch, [2; 16], &pool(), &|i| i < 2, false)
                 .is_none(),
             "a record named a block another write has not placed yet"
         );
@@ -498,7 +528,7 @@ mod tests {
         // and carries none of them
         placed.finish(2, 3, true);
         let r = ring
-            .plan_streamed(&mut ch, [2; 16], &pool(), &|i| i < 2)
+            .plan_streamed(&mut ch, [2; 16], &pool(), &|i| i < 2, false)
             .expect("every block placed or the writer's own");
         assert!(r.data.is_none());
         let (h, _) = verify(&r.image, &[2; 16], seq, 0).expect("valid");
@@ -509,7 +539,45 @@ mod tests {
         ch.push_data(9, &[9; BLOCK_BYTES], NO_SRC);
         ch.count_lsn();
         assert!(ring
-            .plan_streamed(&mut ch, [2; 16], &pool(), &|_| false)
+            .plan_streamed(&mut ch, [2; 16], &pool(), &|_| false, false)
+            .is_none());
+    }
+
+    #[test]
+    fn a_burst_end_record_names_the_company_blocks_and_says_so() {
+        let mut ring = Ring::new(1 << 20, 64 * BS, LogStart::default()).indirect(512);
+        let mut ch = chunk(20);
+        let placed = ch.placed.get_or_insert_with(Default::default).clone();
+        for i in 0..4u64 {
+            ch.push_data(i, &[i as u8 + 1; BLOCK_BYTES], NO_SRC);
+            ch.count_lsn();
+        }
+        // 0 placed, 1 claimed by another write in flight, 2 and 3 the asker's
+        placed.claim_range(0, 4);
+        placed.finish(0, 1, true);
+        let r = ring
+            .plan_streamed(&mut ch, [2; 16], &pool(), &|i| i >= 2, true)
+            .expect("with company a block another write is placing may be named");
+        assert!(r.data.is_none());
+        let c = r
+            .company
+            .expect("the record must say it waits for its company");
+        assert_eq!((c.from, c.to), (0, 4));
+        assert_eq!(ch.unlogged_counts(), (0, 0));
+        // with every named block placed or the asker's, nothing to wait for
+        ch.push_data(7, &[7; BLOCK_BYTES], NO_SRC);
+        ch.count_lsn();
+        placed.claim(4);
+        let r = ring
+            .plan_streamed(&mut ch, [2; 16], &pool(), &|i| i == 4, true)
+            .expect("the asker's own block");
+        assert!(r.company.is_none());
+        // a block neither placed nor claimed (a small write's, in the image)
+        // is still the FLUSH's record's
+        ch.push_data(9, &[9; BLOCK_BYTES], NO_SRC);
+        ch.count_lsn();
+        assert!(ring
+            .plan_streamed(&mut ch, [2; 16], &pool(), &|_| false, true)
             .is_none());
     }
 

@@ -637,10 +637,12 @@ pub(crate) struct Shared {
     host_writes: std::sync::atomic::AtomicU32,
     /// Host writes begun since the last host FLUSH or FUA began, and how
     /// many the interval before it held: a streamed write writes its own
-    /// record only after an interval of at most one (a lone write and its
-    /// FLUSH, at any size), not where several requests share each FLUSH
+    /// record alone only after an interval of at most one (a lone write and
+    /// its FLUSH, at any size), not where several requests share each FLUSH
     /// (the bench's 128 KiB pieces of a 1 MiB write: the first of them is
-    /// alone when it plans, the others come just after).
+    /// alone when it plans, the others come just after); there the write
+    /// that makes this interval as long as the last one writes it, naming
+    /// the others' blocks too (`Ring::plan_streamed` with company).
     writes_since_flush: std::sync::atomic::AtomicU32,
     writes_last_interval: std::sync::atomic::AtomicU32,
     /// Buffers for the packed blocks of fragment reads (read.rs).
@@ -1810,12 +1812,22 @@ impl Shared {
                 // MUTANT: streamed-record-with-company s|Ordering::Acquire) == 1|Ordering::Acquire) >= 1|
                 let alone = self.host_writes.load(Ordering::Acquire) == 1
                     && self.writes_last_interval.load(Ordering::Relaxed) <= 1;
-                let rec = match stream && alone && i >= n && !need && !claims.0.is_empty() {
-                    true if self.commit.streams_records() => {
-                        c.plan_streamed_record(&|p, idx| claims.owns(p, idx))
-                    }
-                    _ => None,
-                };
+                // or it is the last write of a burst as long as the last
+                // interval's (the 8th of 8 pieces): its record names the
+                // blocks the burst's other writes are still placing too, and
+                // counts written once they are placed (`Commit::place`), so
+                // their FLUSH finds nothing to log (docs/intent-log.md §4.13)
+                let last = self.writes_last_interval.load(Ordering::Relaxed);
+                let burst_end =
+                    last >= 2 && self.writes_since_flush.load(Ordering::Relaxed) >= last;
+                let rec =
+                    match stream && (alone || burst_end) && i >= n && !need && !claims.0.is_empty()
+                    {
+                        true if self.commit.streams_records() => {
+                            c.plan_streamed_record(&|p, idx| claims.owns(p, idx), !alone)
+                        }
+                        _ => None,
+                    };
                 let log_bytes = c.bytes_since_checkpoint;
                 (
                     need,
