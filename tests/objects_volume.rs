@@ -8,6 +8,7 @@
 //! fails.
 
 mod nbd_common;
+mod weed_common;
 
 use sluice::format::objname::ObjName;
 use sluice::media::objects::{ObjectStore, S3Objects, S3Options};
@@ -17,65 +18,18 @@ use sluice::store::SegmentStore;
 use sluice::{OpenOptions, StoreHandle, Volume};
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use weed_common::{Weed, KEY, SECRET};
+
 const BS: u64 = 4096;
-const KEY: &str = "sluice-test";
-const SECRET: &str = "sluice-test-secret";
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/s3-server.sh")
-}
-
-/// A SeaweedFS of this test (stopped on drop).
-struct Weed {
-    dir: tempfile::TempDir,
-    port: u16,
-}
-
-fn free_ports() -> u16 {
-    for _ in 0..200 {
-        let base = 20_000 + (rand::random::<u16>() % 4000) * 10;
-        let held: Vec<_> = (0..10)
-            .map_while(|i| TcpListener::bind(("127.0.0.1", base + i)).ok())
-            .collect();
-        if held.len() == 10 {
-            return base;
-        }
-    }
-    panic!("no 10 free consecutive ports on 127.0.0.1");
-}
-
+/// What the tests here do with their server beyond starting it.
 impl Weed {
-    fn start(test: &str) -> Option<Weed> {
-        let dir = tempfile::tempdir().unwrap();
-        let mut why = String::new();
-        for _ in 0..3 {
-            let port = free_ports();
-            let out = Command::new(script())
-                .arg("start")
-                .arg(dir.path().join("srv"))
-                .arg(port.to_string())
-                .output()
-                .expect("run scripts/s3-server.sh");
-            if out.status.success() {
-                return Some(Weed { dir, port });
-            }
-            why = String::from_utf8_lossy(&out.stderr).into_owned();
-            if why.contains("not installed") || why.contains("no weed") {
-                break;
-            }
-        }
-        nbd_common::cannot_run(test, &format!("no S3 server: {why}"));
-        None
-    }
-    fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
     fn client(&self, prefix: &str) -> Arc<S3Objects> {
         Arc::new(
             S3Objects::open(
@@ -95,15 +49,6 @@ impl Weed {
             .unwrap(),
         )
     }
-    fn server(&self, what: &str) {
-        let st = Command::new(script())
-            .arg(what)
-            .arg(self.dir.path().join("srv"))
-            .arg(self.port.to_string())
-            .status()
-            .unwrap();
-        assert!(st.success(), "s3-server.sh {what} failed");
-    }
     /// `sluice ARGS --store s3://sluice/PREFIX --endpoint .. --cache-dir DIR`.
     fn sluice(&self, args: &[&str], prefix: &str, cache: &Path) -> Command {
         let mut c = Command::new(nbd_common::BIN);
@@ -120,15 +65,6 @@ impl Weed {
             // a takeover waits 2T (docs/objects.md §5.6): 1 s here
             .env("SLUICE_LEASE_TERM_MS", "500");
         c
-    }
-}
-
-impl Drop for Weed {
-    fn drop(&mut self) {
-        let _ = Command::new(script())
-            .arg("stop")
-            .arg(self.dir.path().join("srv"))
-            .status();
     }
 }
 
