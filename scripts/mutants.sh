@@ -618,6 +618,9 @@ apply_metered_batch_unforwarded() {
 apply_beside_error_dropped() {
   marker beside-error-dropped
 }
+apply_beside_for_every_caller() {
+  marker beside-for-every-caller
+}
 apply_nbd_payload_unaligned() {
   marker nbd-payload-unaligned
 }
@@ -1080,6 +1083,7 @@ run record-copies-streamed streamed_writes
 run streamed-read-unverified streamed_writes
 run metered-batch-unforwarded lib
 run beside-error-dropped lib
+run beside-for-every-caller lib:media::file
 run nbd-payload-unaligned observe
 run add-mirror-unmarked log_device
 run remove-before-records-homed log_device

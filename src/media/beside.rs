@@ -23,6 +23,17 @@
 //! duplicate descriptor (which shares the volume lock) is closed when the
 //! FileMedia is.
 //!
+//! Who hands off (`caller_hands_off`, docs/intent-log.md §4.14): only a
+//! caller at a real-time priority (SCHED_FIFO or SCHED_RR: a server or
+//! bench under `chrt`). Its kept thread is real-time too and runs at once,
+//! while an io_uring completion would wait for the filesystem's kworker at
+//! normal priority (the inversion §4.7 measured). A caller at normal
+//! priority gains nothing from the kept thread: the kworker competes on
+//! equal terms, and the kept thread is one more normal-priority wake-up the
+//! caller waits for; with the CPUs busy that wait cost 0.14-0.57x of
+//! io_uring's IOPS at NBD QD1 (measured, §4.14). It sends the pair through
+//! io_uring (`FileMedia::write_batch`).
+//!
 //! The hand-off is a slot and `thread::park`/`unpark`, not channels: an
 //! `unpark` of a thread that is not asleep is an atomic store, so the
 //! caller, whose own write usually ends after the small one, is woken by
@@ -111,6 +122,12 @@ impl Beside {
         first.and(second)
     }
 
+    /// Kept threads started so far.
+    #[cfg(test)]
+    pub fn started(&self) -> usize {
+        self.threads.lock().len()
+    }
+
     /// Hand `small` to a free kept thread (starting it on first use). None:
     /// every slot is taken, or no thread could be started.
     fn post(&self, small: (&[u8], u64)) -> Option<&Slot> {
@@ -173,6 +190,17 @@ impl Beside {
             }
         }
     }
+}
+
+/// Does a pair written by the calling thread go to a kept thread? Only when
+/// the thread runs at a real-time priority (module comment: a kept thread
+/// is then real-time too and runs at once; at normal priority it is one
+/// more wake-up to wait for, and io_uring's completion is not starved).
+pub fn caller_hands_off() -> bool {
+    // SAFETY: reads the calling thread's policy (pid 0); no memory passed
+    let policy = unsafe { libc::sched_getscheduler(0) } & !libc::SCHED_RESET_ON_FORK;
+    // MUTANT: beside-for-every-caller s|policy == libc::SCHED_FIFO |policy >= 0 |
+    policy == libc::SCHED_FIFO || policy == libc::SCHED_RR
 }
 
 /// The caller: wait for the kept thread's answer and free the slot.

@@ -348,16 +348,18 @@ impl Media for FileMedia {
             check_range(self.len, *off, buf.len())?;
         }
         // A large write and a small one (a version 3 FLUSH's data and
-        // record) on a regular file: two `pwrite`s at once, one on a kept
-        // thread. Through io_uring their completion would wait for the
-        // filesystem's DIO kworker (`beside.rs`, docs/intent-log.md §4.7).
+        // record) on a regular file, from a real-time caller: two `pwrite`s
+        // at once, one on a kept thread. Through io_uring their completion
+        // would wait for the filesystem's DIO kworker at normal priority
+        // (`beside.rs`, docs/intent-log.md §4.7); a normal-priority caller
+        // goes through io_uring, where that kworker is its equal (§4.14).
         if let (Some(b), [x, y]) = (&self.beside, writes) {
             let (big, small) = if x.0.len() >= y.0.len() {
                 (*x, *y)
             } else {
                 (*y, *x)
             };
-            if small.0.len() <= BESIDE_MAX {
+            if small.0.len() <= BESIDE_MAX && super::beside::caller_hands_off() {
                 return b.write_pair(big, small);
             }
         }
@@ -548,6 +550,76 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         m.read_at(&mut back[..4096], 0).unwrap();
         assert!(back[..512].iter().all(|&x| x == 0), "a refused batch wrote");
+    }
+
+    /// A large-and-small pair goes to the kept thread (`beside.rs`) only
+    /// from a caller at a real-time priority: from a normal-priority thread
+    /// it goes through io_uring and starts no kept thread; from a SCHED_FIFO
+    /// thread (root only, else said and skipped) it starts one. Both land.
+    #[test]
+    fn a_pair_goes_to_the_kept_thread_only_from_a_real_time_caller() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("v.img");
+        let m = FileMedia::create(&p, 1 << 20).unwrap();
+        if m.beside.is_none() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "no O_DIRECT here: the kept thread is untested"
+            );
+            return;
+        }
+        let started = || m.beside.as_ref().map_or(0, |b| b.started());
+        let mut a = crate::media::AlignedBuf::new(8192);
+        let mut b = crate::media::AlignedBuf::new(512);
+        a.fill(0x5a);
+        b.fill(0xa5);
+        let set = |policy: libc::c_int, prio: libc::c_int| {
+            let sp = libc::sched_param {
+                sched_priority: prio,
+            };
+            // SAFETY: sets the calling thread's policy from a valid sched_param
+            unsafe { libc::sched_setscheduler(0, policy, &sp) == 0 }
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert!(
+                    set(libc::SCHED_OTHER, 0),
+                    "a thread may always lower itself"
+                );
+                assert!(!super::super::beside::caller_hands_off());
+                m.write_batch(&[(&a, 8192), (&b, 65536 + 512)]).unwrap();
+            });
+        });
+        assert_eq!(started(), 0, "a normal-priority caller handed its pair off");
+        let rt = std::thread::scope(|s| {
+            s.spawn(|| {
+                if !set(libc::SCHED_FIFO, 1) {
+                    return false;
+                }
+                assert!(super::super::beside::caller_hands_off());
+                m.write_batch(&[(&b, 4096), (&a, 16384)]).unwrap();
+                true
+            })
+            .join()
+            .unwrap()
+        });
+        if rt {
+            assert_eq!(started(), 1, "a real-time caller's pair was not handed off");
+        } else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "no SCHED_FIFO here: the real-time half is untested"
+            );
+            eprintln!("SKIP: no SCHED_FIFO here (not root): the real-time half");
+        }
+        let mut back = crate::media::AlignedBuf::new(80 * 1024);
+        m.read_at(&mut back, 0).unwrap();
+        assert!(back[8192..16384].iter().all(|&x| x == 0x5a));
+        assert!(back[65536 + 512..65536 + 1024].iter().all(|&x| x == 0xa5));
+        if rt {
+            assert!(back[4096..4608].iter().all(|&x| x == 0xa5));
+            assert!(back[16384..24576].iter().all(|&x| x == 0x5a));
+        }
     }
 
     /// `read_batch` through io_uring: more reads than one ring submission
