@@ -157,6 +157,9 @@ pub struct Counters {
     /// in the group commit (for their writes, for company, or a flush that
     /// began meanwhile), where they used to sleep (`Commit::park`).
     pub flushes_parked_late: AtomicU64,
+    /// Host FLUSHes that found a FLUSH group in flight and joined the next
+    /// one instead of planning a record of their own (`volume::fill`).
+    pub flushes_joined: AtomicU64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal (`Commit::place`).
     pub streamed_blocks: AtomicU64,
@@ -329,6 +332,8 @@ pub struct Stats {
     pub flushes_parked: u64,
     /// Of those, parked after a wait of their own (`Counters::flushes_parked_late`).
     pub flushes_parked_late: u64,
+    /// FLUSHes that joined the next FLUSH group (`Counters::flushes_joined`).
+    pub flushes_joined: u64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal, this session (`Counters::streamed_blocks`).
     pub streamed_blocks: u64,
@@ -428,6 +433,7 @@ impl Counters {
         s.group_commit_waits = g(&self.group_commit_waits);
         s.flushes_parked = g(&self.flushes_parked);
         s.flushes_parked_late = g(&self.flushes_parked_late);
+        s.flushes_joined = g(&self.flushes_joined);
         s.streamed_blocks = g(&self.streamed_blocks);
         s.streamed_records = g(&self.streamed_records);
         s.streamed_copied_blocks = g(&self.streamed_copied_blocks);

@@ -20,6 +20,7 @@
 
 mod commit;
 mod core;
+mod fill;
 mod gcread;
 mod housekeeper;
 mod intent;
@@ -647,6 +648,10 @@ pub(crate) struct Shared {
     writes_last_interval: std::sync::atomic::AtomicU32,
     /// Buffers for the packed blocks of fragment reads (read.rs).
     packed_bufs: read::PackedBufs,
+    /// Host FLUSHes that come while a FLUSH group is in flight join the
+    /// next group (`fill.rs`); None on a media that runs several flushes
+    /// at once (the store-durable log's PUTs), where groups overlap.
+    fill: Option<fill::Fill>,
 }
 
 pub struct Volume {
@@ -1052,6 +1057,8 @@ impl Volume {
             (None, None) => Arc::new(FlatStore::new(media.clone(), &geo)),
         };
         core.closes = Some(store.clone());
+        // the fill serialises FLUSH groups: not where the media overlaps flushes
+        let fill_media_flushes = media.flush_parallelism();
         let commit = Arc::new(Commit::new(
             commit::Places {
                 media: media.clone(),
@@ -1097,6 +1104,8 @@ impl Volume {
             writes_since_flush: std::sync::atomic::AtomicU32::new(0),
             writes_last_interval: std::sync::atomic::AtomicU32::new(0),
             packed_bufs: read::PackedBufs::new(),
+            // MUTANT: fill-never-joins s|(fill_media_flushes <= 1).then(fill::Fill::new)|None|
+            fill: (fill_media_flushes <= 1).then(fill::Fill::new),
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;
@@ -1983,12 +1992,28 @@ impl Shared {
     /// `flush_sealing`, saying how it made the writes durable: `Seal` when it
     /// sealed a chunk (or fell back to sealing), `Log` when it sealed none
     /// with an intent log in use.
+    /// A host FLUSH (`seal` false) goes through the fill (`fill.rs`): when
+    /// a FLUSH group is in flight it joins the next group, whose leader
+    /// plans one record (or seal) and one media flush for all of it.
     pub(crate) fn flush_path(&self, seal: bool) -> Result<crate::stats::FlushPath> {
+        match (&self.fill, seal) {
+            (Some(fill), false) => fill.flush(&|| self.flush_group(false), &|| {
+                self.note_host_flush();
+                Counters::add(&self.counters.flushes_joined, 1)
+            }),
+            _ => self.flush_group(seal),
+        }
+    }
+
+    /// One FLUSH group: the FLUSH's writes (`flush_write`: a record of
+    /// every block not yet logged, or a seal), then the group commit's
+    /// media flush covering them.
+    fn flush_group(&self, seal: bool) -> Result<crate::stats::FlushPath> {
         let w = self.flush_write(seal)?;
         if !self.commit.flush_covering_log(w.target, w.rec_target)? {
             // a record this waits for was lost with the last log device:
             // seal everything appended so far into the main log instead
-            return self.flush_path(true);
+            return self.flush_group(true);
         }
         self.flush_done(&w)
     }
@@ -2029,17 +2054,22 @@ impl Shared {
         Ok(w.path)
     }
 
+    /// A host FLUSH or FUA (the idle seal is not one) begins, whether it
+    /// plans its writes or joins a FLUSH group: large writes stream again
+    /// for a while (`flush_near`), and a FLUSH interval ends.
+    fn note_host_flush(&self) {
+        let written = self.counters.host_write_bytes.load(Ordering::Relaxed);
+        self.flush_mark.store(written, Ordering::Relaxed);
+        let n = self.writes_since_flush.swap(0, Ordering::Relaxed);
+        self.writes_last_interval.store(n, Ordering::Relaxed);
+    }
+
     /// A FLUSH's writes: the open user chunk's unlogged records as one
     /// intent log record, or the chunk sealed (and every chunk sealed
     /// before); what it must then wait for.
     fn flush_write(&self, seal: bool) -> Result<FlushWrite> {
         if !seal {
-            // a host FLUSH or FUA (the idle seal is not one): large writes
-            // stream again for a while (`flush_near`)
-            let written = self.counters.host_write_bytes.load(Ordering::Relaxed);
-            self.flush_mark.store(written, Ordering::Relaxed);
-            let n = self.writes_since_flush.swap(0, Ordering::Relaxed);
-            self.writes_last_interval.store(n, Ordering::Relaxed);
+            self.note_host_flush();
         }
         let mut out = Vec::new();
         let (target, rec, rec_target, logged, start_wanted) = {
@@ -2328,6 +2358,7 @@ impl Shared {
             group_commit_waits: 0,
             flushes_parked: 0,
             flushes_parked_late: 0,
+            flushes_joined: 0,
             streamed_blocks: 0,
             streamed_records: 0,
             streamed_copied_blocks: 0,
