@@ -669,6 +669,9 @@ apply_fill_follower_not_waiting() {
 apply_fill_failed_group_acked() {
   marker fill-failed-group-acked
 }
+apply_fill_parked_answered_at_once() {
+  marker fill-parked-answered-at-once
+}
 apply_chain_room_unchecked() {
   marker chain-room-unchecked
 }
@@ -1107,6 +1110,7 @@ run flush-parks-only-on-entry group_commit
 run fill-never-joins group_commit
 run fill-follower-not-waiting group_commit
 run fill-failed-group-acked group_commit
+run fill-parked-answered-at-once group_commit dst
 run chain-after-slot-fallback lib
 run chain-below-checkpoint lib
 run write-batch-takes-fua volatile_cache nbd_durable_replies

@@ -151,7 +151,8 @@ pub struct Counters {
     pub group_commit_waits: AtomicU64,
     /// FLUSHes that parked for a media flush already running and were
     /// answered by the thread that ended the one covering them
-    /// (`Commit::flush_covering_log_then`).
+    /// (`Commit::flush_covering_log_then`), or parked in the fill's open
+    /// group and were answered by its leader (`volume::fill`).
     pub flushes_parked: AtomicU64,
     /// Of `flushes_parked`, those that parked only after a wait of their own
     /// in the group commit (for their writes, for company, or a flush that

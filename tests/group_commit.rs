@@ -211,13 +211,25 @@ impl Media for GatedFlushes {
     }
 }
 
-/// Background mode (writer and flusher threads), nothing on a timer.
+/// Background mode (writer and flusher threads), nothing on a timer, and
+/// no fill: these tests are of the commit stage's parking, where a FLUSH
+/// that comes while a flush runs writes its own record first (the fill
+/// would make it join the next group instead: `opts_bg_fill`).
 fn opts_bg() -> OpenOptions {
     OpenOptions {
         background: true,
         idle_seal_ms: 3_600_000,
         checkpoint_interval_bytes: Some(1 << 30),
+        flush_fill: false,
         ..Default::default()
+    }
+}
+
+/// `opts_bg` with the fill (the default).
+fn opts_bg_fill() -> OpenOptions {
+    OpenOptions {
+        flush_fill: true,
+        ..opts_bg()
     }
 }
 
@@ -665,4 +677,73 @@ fn a_burst_that_joined_a_failed_group_is_not_answered_ok() {
             "FLUSH {i} of the burst answered Ok though the media flush failed and the volume stopped"
         );
     }
+}
+
+#[test]
+fn a_flush_then_parked_in_the_open_group_is_answered_after_its_groups_flush() {
+    // The fill with the NBD server's path (`flush_then`): while A's group is
+    // in flight (held in its media flush), B's FLUSH parks in the open group
+    // at once, writing nothing; when A's group ends the fill thread leads
+    // B's group (one record, one media flush) and answers B only after that
+    // flush ended. A power cut right after B's answer keeps B's write.
+    let (c, len) = create();
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(GatedFlushes {
+        sim: sim.clone(),
+        armed: AtomicBool::new(false),
+        started: AtomicUsize::new(0),
+        released: AtomicUsize::new(0),
+        fail: AtomicUsize::new(0),
+    });
+    let vol =
+        Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts_bg_fill()).unwrap());
+    vol.write(0, &block(1), false).unwrap();
+    vol.flush().unwrap();
+    let before = vol.stats();
+    media.armed.store(true, Ordering::Release);
+    let a = write_then_flush(&vol, 10, block(2));
+    until("A's media flush began", || {
+        media.started.load(Ordering::Acquire) == 1
+    });
+    vol.write(20 * BS as u64, &block(3), false).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    vol.flush_then(Box::new(move |r| {
+        let who = std::thread::current().name().map(str::to_string);
+        tx.send((r.is_ok(), who)).unwrap();
+    }));
+    let s = vol.stats();
+    assert_eq!(s.flushes_parked - before.flushes_parked, 1, "B did not park");
+    assert_eq!(
+        s.log_records - before.log_records,
+        1,
+        "B wrote a record of its own while a group was in flight"
+    );
+    assert!(rx.try_recv().is_err(), "B answered at once");
+    media.released.store(1, Ordering::Release);
+    a.join().unwrap();
+    until("B's group's media flush began", || {
+        media.started.load(Ordering::Acquire) == 2
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        rx.try_recv().is_err(),
+        "B answered before the media flush of its group ended"
+    );
+    media.released.store(2, Ordering::Release);
+    let (ok, who) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("B never answered");
+    assert!(ok);
+    assert_eq!(who.as_deref(), Some("sluice-fill"), "led by the fill thread");
+    assert_eq!(vol.stats().log_records - before.log_records, 2);
+    let img = sim.crash_image(Loss::DropAll, 17);
+    media.armed.store(false, Ordering::Release);
+    drop(vol);
+    let v2 = Volume::open(
+        Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>,
+        &opts(),
+    )
+    .unwrap();
+    assert!(read(&v2, 10) == block(2)[..], "A's flushed write lost");
+    assert!(read(&v2, 20) == block(3)[..], "B's answered FLUSH lost its write");
 }

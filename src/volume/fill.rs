@@ -33,8 +33,13 @@
 
 use crate::error::Result;
 use crate::stats::FlushPath;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+/// A FLUSH's answer when it parks in the open group (`Fill::flush_then`):
+/// run once, by the thread that led its group, after that group's FLUSH
+/// returned.
+pub(in crate::volume) type Answer = Box<dyn FnOnce(Result<FlushPath>) + Send>;
 
 #[derive(Default)]
 struct State {
@@ -47,6 +52,19 @@ struct State {
     /// The open group has its leader: the first FLUSH that joined it, asleep
     /// until the group in flight ends, then it leads.
     successor: bool,
+    /// Answers of FLUSHes parked in the open group (`flush_then`): whoever
+    /// leads it answers them after its FLUSH.
+    parked: Vec<Answer>,
+    /// The parked answers of the group in flight (moved from `parked` when
+    /// it was handed over), for its leader to answer.
+    group_parked: Vec<Answer>,
+    /// The fill thread runs (background mode): a FLUSH may park, and an
+    /// open group of parked FLUSHes alone is led by it.
+    thread: bool,
+    /// The group handed to the fill thread (its id), not yet taken.
+    handed: Option<u64>,
+    /// The fill thread is to exit.
+    stop: bool,
 }
 
 pub(in crate::volume) struct Fill {
@@ -59,6 +77,8 @@ pub(in crate::volume) struct Fill {
     path: [AtomicU8; 2],
     /// Followers of group g sleep on `words[g % 2]`; g's end bumps it.
     words: [AtomicU32; 2],
+    /// The fill thread waits here for a group handed to it.
+    thread_cv: Condvar,
 }
 
 impl Fill {
@@ -69,6 +89,7 @@ impl Fill {
             failed: AtomicU64::new(0),
             path: [AtomicU8::new(0), AtomicU8::new(0)],
             words: [AtomicU32::new(0), AtomicU32::new(0)],
+            thread_cv: Condvar::new(),
         }
     }
 
@@ -115,41 +136,121 @@ impl Fill {
         })
     }
 
+    /// `flush`, answered through `answer`: when a group is in flight and
+    /// the fill thread runs, the FLUSH parks in the open group and this
+    /// returns at once (its thread, an NBD connection's, goes back to its
+    /// socket); whoever leads that group answers it after the group's FLUSH
+    /// returned. Else it runs as `flush` and answers here.
+    /// `parked` is called once when the FLUSH parks (counted).
+    pub fn flush_then(
+        &self,
+        answer: Answer,
+        lead: &dyn Fn() -> Result<FlushPath>,
+        joined: &dyn Fn(),
+        parked: &dyn Fn(),
+    ) {
+        let mut s = self.st.lock();
+        if s.inflight && s.thread {
+            // MUTANT: fill-parked-answered-at-once s|s.parked.push(answer);|answer(Ok(FlushPath::Log));|
+            s.parked.push(answer);
+            drop(s);
+            joined();
+            parked();
+            return;
+        }
+        drop(s);
+        answer(self.flush(lead, joined));
+    }
+
+    /// The fill thread (background mode): leads each group handed to it (an
+    /// open group whose FLUSHes all parked), until stopped.
+    pub fn thread(&self, lead: &dyn Fn() -> Result<FlushPath>) {
+        let mut s = self.st.lock();
+        loop {
+            if let Some(id) = s.handed.take() {
+                drop(s);
+                let _ = self.lead(id, lead);
+                s = self.st.lock();
+                continue;
+            }
+            if s.stop {
+                return;
+            }
+            self.thread_cv.wait(&mut s);
+        }
+    }
+
+    /// The fill thread is about to run: FLUSHes may park from now on.
+    pub fn thread_started(&self) {
+        self.st.lock().thread = true;
+    }
+
+    /// Stop the fill thread (it exits once no group is handed to it; the
+    /// caller joins it). FLUSHes no longer park.
+    pub fn stop_thread(&self) {
+        let mut s = self.st.lock();
+        s.stop = true;
+        s.thread = false;
+        self.thread_cv.notify_all();
+    }
+
     /// Lead group `id`: run the FLUSH, then end the group (also on unwind,
     /// so no follower sleeps forever behind a panic).
     fn lead(&self, id: u64, lead: &dyn Fn() -> Result<FlushPath>) -> Result<FlushPath> {
-        struct End<'a> {
+        // ends the group if `lead` unwinds, so no follower sleeps forever
+        // behind a panic (its parked answers are dropped unanswered)
+        struct Unwind<'a> {
             fill: &'a Fill,
             id: u64,
-            ok: bool,
+            armed: bool,
         }
-        impl Drop for End<'_> {
+        impl Drop for Unwind<'_> {
             fn drop(&mut self) {
-                self.fill.end(self.id, self.ok);
+                if self.armed {
+                    drop(self.fill.end(self.id, false));
+                }
             }
         }
-        let mut end = End {
+        let mut unwind = Unwind {
             fill: self,
             id,
-            ok: false,
+            armed: true,
         };
         let r = lead();
+        unwind.armed = false;
         if let Ok(p) = &r {
             let code = match p {
                 FlushPath::Log => 0,
                 FlushPath::Seal => 1,
             };
             self.path[(id % 2) as usize].store(code, Ordering::Release);
-            end.ok = true;
         }
-        drop(end);
+        // the group's parked FLUSHes, taken before its end hands the open
+        // group (and its own parked ones) on
+        let parked = std::mem::take(&mut self.st.lock().group_parked);
+        let orphans = self.end(id, r.is_ok());
+        for a in orphans {
+            // parked in the open group while the fill thread was being
+            // stopped: no one leads their group, each answers for itself
+            a(lead());
+        }
+        for a in parked {
+            match &r {
+                Ok(p) => a(Ok(*p)),
+                // the group failed: each answers for itself
+                Err(_) => a(lead()),
+            }
+        }
         r
     }
 
     /// Group `id` ended (`ok`: its FLUSH returned Ok): hand the open group
     /// to its leader if it has one, then release `id`'s followers and that
-    /// leader with one wake.
-    fn end(&self, id: u64, ok: bool) {
+    /// leader with one wake. Returns the open group's parked answers when
+    /// it has no leader and the fill thread is stopped (the caller runs
+    /// their FLUSHes).
+    fn end(&self, id: u64, ok: bool) -> Vec<Answer> {
+        let mut orphans = Vec::new();
         if !ok {
             self.failed.fetch_max(id + 1, Ordering::AcqRel);
         }
@@ -160,8 +261,17 @@ impl Fill {
                 // the open group is in flight from now on, led by its
                 // first FLUSH; arrivals join the one after it
                 s.successor = false;
+                s.group_parked = std::mem::take(&mut s.parked);
                 s.next += 1;
+            } else if !s.parked.is_empty() && !s.stop {
+                // only parked FLUSHes in the open group: the fill thread
+                // leads it (parked only while the thread runs)
+                s.group_parked = std::mem::take(&mut s.parked);
+                s.handed = Some(s.next);
+                s.next += 1;
+                self.thread_cv.notify_one();
             } else {
+                orphans = std::mem::take(&mut s.parked);
                 s.inflight = false;
             }
         }
@@ -169,6 +279,7 @@ impl Fill {
         let w = &self.words[(id % 2) as usize];
         w.fetch_add(1, Ordering::Release);
         futex_wake_all(w);
+        orphans
     }
 
     /// Sleep until group `id` has ended.

@@ -220,6 +220,11 @@ pub struct OpenOptions {
     /// (None: `FlatStore` over the media). The store must have the volume's
     /// geometry; the metadata stays on the media (objseg::ObjSegStore).
     pub store: Option<StoreHandle>,
+    /// Host FLUSHes that arrive while a FLUSH group is in flight join the
+    /// next group (`fill.rs`, the default). Off: each FLUSH plans its own
+    /// record and shares media flushes through the group commit alone (the
+    /// path before the fill; tests of that path's parking turn it off).
+    pub flush_fill: bool,
 }
 
 /// A segment store given to `Volume::open` (`OpenOptions::store`).
@@ -250,6 +255,7 @@ impl Default for OpenOptions {
             log_device_missing_ok: false,
             store: None,
             stripe_set: None,
+            flush_fill: true,
         }
     }
 }
@@ -659,6 +665,9 @@ pub struct Volume {
     housekeeper: Mutex<Option<JoinHandle<()>>>,
     scrubber: Mutex<Option<JoinHandle<()>>>,
     writers: Mutex<Vec<JoinHandle<()>>>,
+    /// The fill thread (`sluice-fill`, background mode): leads FLUSH groups
+    /// of parked FLUSHes alone (`fill.rs`).
+    filler: Mutex<Option<JoinHandle<()>>>,
     report: MountReport,
     /// Salvage mounts: sorted logical block ranges `[start, end)` that answer EIO.
     unvouched: Vec<(u64, u64)>,
@@ -1104,8 +1113,8 @@ impl Volume {
             writes_since_flush: std::sync::atomic::AtomicU32::new(0),
             writes_last_interval: std::sync::atomic::AtomicU32::new(0),
             packed_bufs: read::PackedBufs::new(),
-            // MUTANT: fill-never-joins s|(fill_media_flushes <= 1).then(fill::Fill::new)|None|
-            fill: (fill_media_flushes <= 1).then(fill::Fill::new),
+            // MUTANT: fill-never-joins s|(fill_media_flushes <= 1 && opts.flush_fill).then(fill::Fill::new)|None|
+            fill: (fill_media_flushes <= 1 && opts.flush_fill).then(fill::Fill::new),
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;
@@ -1139,11 +1148,29 @@ impl Volume {
             housekeeper: Mutex::new(None),
             scrubber: Mutex::new(None),
             writers: Mutex::new(writers),
+            filler: Mutex::new(None),
             report,
             unvouched,
             stripe: opts.stripe_set.clone(),
             rebuilder: Default::default(),
         };
+        if let (true, Some(fill)) = (threaded, &sh.fill) {
+            let f = sh.clone();
+            fill.thread_started();
+            match std::thread::Builder::new()
+                .name("sluice-fill".into())
+                .spawn(move || {
+                    if let Some(fill) = &f.fill {
+                        fill.thread(&|| f.flush_group(false));
+                    }
+                }) {
+                Ok(h) => *vol.filler.lock() = Some(h),
+                Err(e) => {
+                    fill.stop_thread();
+                    return Err(Error::Io(e));
+                }
+            }
+        }
         if opts.background && !opts.read_only {
             let hk = sh.clone();
             *vol.housekeeper.lock() = Some(
@@ -1639,8 +1666,13 @@ impl Volume {
         r
     }
 
-    /// Writer threads finish what is queued, then exit.
+    /// Writer threads finish what is queued, then exit (the fill thread
+    /// first: a group it leads waits for them).
     fn stop_writers(&self) {
+        if let (Some(fill), Some(h)) = (&self.sh.fill, self.filler.lock().take()) {
+            fill.stop_thread();
+            let _ = h.join();
+        }
         let writers: Vec<_> = self.writers.lock().drain(..).collect();
         self.sh.commit.stop_writer_threads(writers);
     }
@@ -2024,6 +2056,28 @@ impl Shared {
     /// ends the flush covering it runs `done`; else `done` runs here before
     /// this returns.
     pub(crate) fn flush_then(
+        self: &Arc<Self>,
+        done: Box<dyn FnOnce(Result<crate::stats::FlushPath>) + Send>,
+    ) {
+        if let Some(fill) = &self.fill {
+            // a group in flight: park in the open group (its leader answers);
+            // else lead here, as a blocking FLUSH
+            return fill.flush_then(
+                done,
+                &|| self.flush_group(false),
+                &|| {
+                    self.note_host_flush();
+                    Counters::add(&self.counters.flushes_joined, 1)
+                },
+                &|| Counters::add(&self.counters.flushes_parked, 1),
+            );
+        }
+        self.flush_then_parking(done)
+    }
+
+    /// `flush_then` without the fill: the FLUSH plans and writes its own
+    /// record, then parks in the commit stage when a media flush runs.
+    fn flush_then_parking(
         self: &Arc<Self>,
         done: Box<dyn FnOnce(Result<crate::stats::FlushPath>) + Send>,
     ) {
