@@ -29,7 +29,8 @@
 //!   for a timer or for anyone);
 //! - one group's end wakes its followers and the next group's leader with
 //!   one futex wake (they sleep on the word of the group's parity), and no
-//!   one else: the next group's followers sleep on the other word.
+//!   one else: the next group's followers sleep on the other word; an end
+//!   with no sleeper makes no system call.
 
 use crate::error::Result;
 use crate::stats::FlushPath;
@@ -58,6 +59,12 @@ struct State {
     /// The parked answers of the group in flight (moved from `parked` when
     /// it was handed over), for its leader to answer.
     group_parked: Vec<Answer>,
+    /// FLUSHes that joined the open group (its leader not counted).
+    open_members: u32,
+    /// FLUSHes that joined the group in flight, moved from `open_members`
+    /// at the handover (its leader not counted; 0 for a group led on
+    /// arrival), for its record's size limit (`Core::flush_plan`).
+    group_members: u32,
     /// The fill thread runs (background mode): a FLUSH may park, and an
     /// open group of parked FLUSHes alone is led by it.
     thread: bool,
@@ -77,6 +84,10 @@ pub(in crate::volume) struct Fill {
     path: [AtomicU8; 2],
     /// Followers of group g sleep on `words[g % 2]`; g's end bumps it.
     words: [AtomicU32; 2],
+    /// Threads between their last check of `done` and their return from
+    /// the futex wait on `words[g % 2]`: an end with none skips the wake
+    /// (a lone FLUSH pays no system call for it).
+    sleepers: [AtomicU32; 2],
     /// The fill thread waits here for a group handed to it.
     thread_cv: Condvar,
 }
@@ -89,6 +100,7 @@ impl Fill {
             failed: AtomicU64::new(0),
             path: [AtomicU8::new(0), AtomicU8::new(0)],
             words: [AtomicU32::new(0), AtomicU32::new(0)],
+            sleepers: [AtomicU32::new(0), AtomicU32::new(0)],
             thread_cv: Condvar::new(),
         }
     }
@@ -99,7 +111,7 @@ impl Fill {
     /// called once when the FLUSH joins a group as a follower (counted).
     pub fn flush(
         &self,
-        lead: &dyn Fn() -> Result<FlushPath>,
+        lead: &dyn Fn(u32) -> Result<FlushPath>,
         joined: &dyn Fn(),
     ) -> Result<FlushPath> {
         let mut s = self.st.lock();
@@ -114,13 +126,15 @@ impl Fill {
         let id = s.next;
         if !s.successor {
             // the open group's first FLUSH: its leader once `id - 1` ends
-            // (that end hands the group over: `inflight` stays set)
+            // (that end hands the group over: `inflight` stays set); the
+            // leader counts itself
             s.successor = true;
             drop(s);
             joined();
             self.wait_done(id - 1);
             return self.lead(id, lead);
         }
+        s.open_members += 1;
         drop(s);
         joined();
         self.wait_done(id);
@@ -128,7 +142,7 @@ impl Fill {
         if self.failed.load(Ordering::Acquire) > id {
             // the group failed (or a later one, which is no worse to
             // assume): the FLUSH answers for itself
-            return lead();
+            return lead(1);
         }
         Ok(match self.path[(id % 2) as usize].load(Ordering::Acquire) {
             0 => FlushPath::Log,
@@ -145,7 +159,7 @@ impl Fill {
     pub fn flush_then(
         &self,
         answer: Answer,
-        lead: &dyn Fn() -> Result<FlushPath>,
+        lead: &dyn Fn(u32) -> Result<FlushPath>,
         joined: &dyn Fn(),
         parked: &dyn Fn(),
     ) {
@@ -153,6 +167,7 @@ impl Fill {
         if s.inflight && s.thread {
             // MUTANT: fill-parked-answered-at-once s|s.parked.push(answer);|answer(Ok(FlushPath::Log));|
             s.parked.push(answer);
+            s.open_members += 1;
             drop(s);
             joined();
             parked();
@@ -164,7 +179,7 @@ impl Fill {
 
     /// The fill thread (background mode): leads each group handed to it (an
     /// open group whose FLUSHes all parked), until stopped.
-    pub fn thread(&self, lead: &dyn Fn() -> Result<FlushPath>) {
+    pub fn thread(&self, lead: &dyn Fn(u32) -> Result<FlushPath>) {
         let mut s = self.st.lock();
         loop {
             if let Some(id) = s.handed.take() {
@@ -196,7 +211,7 @@ impl Fill {
 
     /// Lead group `id`: run the FLUSH, then end the group (also on unwind,
     /// so no follower sleeps forever behind a panic).
-    fn lead(&self, id: u64, lead: &dyn Fn() -> Result<FlushPath>) -> Result<FlushPath> {
+    fn lead(&self, id: u64, lead: &dyn Fn(u32) -> Result<FlushPath>) -> Result<FlushPath> {
         // ends the group if `lead` unwinds, so no follower sleeps forever
         // behind a panic (its parked answers are dropped unanswered)
         struct Unwind<'a> {
@@ -216,7 +231,11 @@ impl Fill {
             id,
             armed: true,
         };
-        let r = lead();
+        let members = {
+            let mut s = self.st.lock();
+            std::mem::replace(&mut s.group_members, 0) + 1
+        };
+        let r = lead(members);
         unwind.armed = false;
         if let Ok(p) = &r {
             let code = match p {
@@ -232,13 +251,13 @@ impl Fill {
         for a in orphans {
             // parked in the open group while the fill thread was being
             // stopped: no one leads their group, each answers for itself
-            a(lead());
+            a(lead(1));
         }
         for a in parked {
             match &r {
                 Ok(p) => a(Ok(*p)),
                 // the group failed: each answers for itself
-                Err(_) => a(lead()),
+                Err(_) => a(lead(1)),
             }
         }
         r
@@ -262,35 +281,48 @@ impl Fill {
                 // first FLUSH; arrivals join the one after it
                 s.successor = false;
                 s.group_parked = std::mem::take(&mut s.parked);
+                s.group_members = std::mem::replace(&mut s.open_members, 0);
                 s.next += 1;
             } else if !s.parked.is_empty() && !s.stop {
                 // only parked FLUSHes in the open group: the fill thread
                 // leads it (parked only while the thread runs)
                 s.group_parked = std::mem::take(&mut s.parked);
+                // the fill thread is no FLUSH of the group: its parked ones are
+                s.group_members = std::mem::replace(&mut s.open_members, 0).saturating_sub(1);
                 s.handed = Some(s.next);
                 s.next += 1;
                 self.thread_cv.notify_one();
             } else {
                 orphans = std::mem::take(&mut s.parked);
+                s.open_members = 0;
                 s.inflight = false;
             }
         }
-        self.done.store(id + 1, Ordering::Release);
+        self.done.store(id + 1, Ordering::SeqCst);
         let w = &self.words[(id % 2) as usize];
-        w.fetch_add(1, Ordering::Release);
-        futex_wake_all(w);
+        w.fetch_add(1, Ordering::SeqCst);
+        // a sleeper counts itself before it checks `done` (both SeqCst):
+        // either it sees this end, or this sees it and wakes it
+        if self.sleepers[(id % 2) as usize].load(Ordering::SeqCst) > 0 {
+            futex_wake_all(w);
+        }
         orphans
     }
 
     /// Sleep until group `id` has ended.
     fn wait_done(&self, id: u64) {
-        let w = &self.words[(id % 2) as usize];
+        let (w, n) = (
+            &self.words[(id % 2) as usize],
+            &self.sleepers[(id % 2) as usize],
+        );
+        n.fetch_add(1, Ordering::SeqCst);
         loop {
             // the word before the check: an end between the two changes
             // the word, and the futex wait then returns at once
-            let seen = w.load(Ordering::Acquire);
-            // MUTANT: fill-follower-not-waiting s|if self.done.load(Ordering::Acquire) > id {|if true {|
-            if self.done.load(Ordering::Acquire) > id {
+            let seen = w.load(Ordering::SeqCst);
+            // MUTANT: fill-follower-not-waiting s|if self.done.load(Ordering::SeqCst) > id {|if true {|
+            if self.done.load(Ordering::SeqCst) > id {
+                n.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
             futex_wait(w, seen);

@@ -1161,7 +1161,7 @@ impl Volume {
                 .name("sluice-fill".into())
                 .spawn(move || {
                     if let Some(fill) = &f.fill {
-                        fill.thread(&|| f.flush_group(false));
+                        fill.thread(&|n| f.flush_group(false, n));
                     }
                 }) {
                 Ok(h) => *vol.filler.lock() = Some(h),
@@ -2029,23 +2029,23 @@ impl Shared {
     /// plans one record (or seal) and one media flush for all of it.
     pub(crate) fn flush_path(&self, seal: bool) -> Result<crate::stats::FlushPath> {
         match (&self.fill, seal) {
-            (Some(fill), false) => fill.flush(&|| self.flush_group(false), &|| {
+            (Some(fill), false) => fill.flush(&|n| self.flush_group(false, n), &|| {
                 self.note_host_flush();
                 Counters::add(&self.counters.flushes_joined, 1)
             }),
-            _ => self.flush_group(seal),
+            _ => self.flush_group(seal, 1),
         }
     }
 
-    /// One FLUSH group: the FLUSH's writes (`flush_write`: a record of
-    /// every block not yet logged, or a seal), then the group commit's
-    /// media flush covering them.
-    fn flush_group(&self, seal: bool) -> Result<crate::stats::FlushPath> {
-        let w = self.flush_write(seal)?;
+    /// One FLUSH group of `members` host FLUSHes: the FLUSH's writes
+    /// (`flush_write`: a record of every block not yet logged, or a seal),
+    /// then the group commit's media flush covering them.
+    fn flush_group(&self, seal: bool, members: u32) -> Result<crate::stats::FlushPath> {
+        let w = self.flush_write(seal, members)?;
         if !self.commit.flush_covering_log(w.target, w.rec_target)? {
             // a record this waits for was lost with the last log device:
             // seal everything appended so far into the main log instead
-            return self.flush_group(true);
+            return self.flush_group(true, members);
         }
         self.flush_done(&w)
     }
@@ -2064,7 +2064,7 @@ impl Shared {
             // else lead here, as a blocking FLUSH
             return fill.flush_then(
                 done,
-                &|| self.flush_group(false),
+                &|n| self.flush_group(false, n),
                 &|| {
                     self.note_host_flush();
                     Counters::add(&self.counters.flushes_joined, 1)
@@ -2081,7 +2081,7 @@ impl Shared {
         self: &Arc<Self>,
         done: Box<dyn FnOnce(Result<crate::stats::FlushPath>) + Send>,
     ) {
-        let w = match self.flush_write(false) {
+        let w = match self.flush_write(false, 1) {
             Ok(w) => w,
             Err(e) => return done(Err(e)),
         };
@@ -2121,7 +2121,7 @@ impl Shared {
     /// A FLUSH's writes: the open user chunk's unlogged records as one
     /// intent log record, or the chunk sealed (and every chunk sealed
     /// before); what it must then wait for.
-    fn flush_write(&self, seal: bool) -> Result<FlushWrite> {
+    fn flush_write(&self, seal: bool, members: u32) -> Result<FlushWrite> {
         if !seal {
             self.note_host_flush();
         }
@@ -2137,7 +2137,7 @@ impl Shared {
                 c.seal(Stream::User, d, &mut out);
                 None
             } else {
-                c.flush_plan(d, &mut out)
+                c.flush_plan(d, members, &mut out)
             };
             let logged = c.ring.is_some() && out.is_empty();
             // only a ring past half its space is worth a new start: the
