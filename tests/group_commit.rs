@@ -712,7 +712,11 @@ fn a_flush_then_parked_in_the_open_group_is_answered_after_its_groups_flush() {
         tx.send((r.is_ok(), who)).unwrap();
     }));
     let s = vol.stats();
-    assert_eq!(s.flushes_parked - before.flushes_parked, 1, "B did not park");
+    assert_eq!(
+        s.flushes_parked - before.flushes_parked,
+        1,
+        "B did not park"
+    );
     assert_eq!(
         s.log_records - before.log_records,
         1,
@@ -734,7 +738,11 @@ fn a_flush_then_parked_in_the_open_group_is_answered_after_its_groups_flush() {
         .recv_timeout(Duration::from_secs(60))
         .expect("B never answered");
     assert!(ok);
-    assert_eq!(who.as_deref(), Some("sluice-fill"), "led by the fill thread");
+    assert_eq!(
+        who.as_deref(),
+        Some("sluice-fill"),
+        "led by the fill thread"
+    );
     assert_eq!(vol.stats().log_records - before.log_records, 2);
     let img = sim.crash_image(Loss::DropAll, 17);
     media.armed.store(false, Ordering::Release);
@@ -745,5 +753,8 @@ fn a_flush_then_parked_in_the_open_group_is_answered_after_its_groups_flush() {
     )
     .unwrap();
     assert!(read(&v2, 10) == block(2)[..], "A's flushed write lost");
-    assert!(read(&v2, 20) == block(3)[..], "B's answered FLUSH lost its write");
+    assert!(
+        read(&v2, 20) == block(3)[..],
+        "B's answered FLUSH lost its write"
+    );
 }

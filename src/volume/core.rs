@@ -317,8 +317,7 @@ impl Core {
             // a FLUSH group's record (`fill.rs`) logs what its `members`
             // FLUSHes would each have: the limit is per host FLUSH
             let most = super::intent::LOG_MAX_DATA_BLOCKS.saturating_mul(members.max(1));
-            if data <= most || (ring.indirect && ch.staged.is_none())
-            {
+            if data <= most || (ring.indirect && ch.staged.is_none()) {
                 if let Some(r) = ring.plan(ch, uuid, &self.pool) {
                     return Some(r);
                 }
