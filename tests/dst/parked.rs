@@ -311,7 +311,7 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
     // parks in the next group, answered by its leader or `sluice-fill`),
     // odd ones without (it writes its record and parks in the commit stage)
     let mut oo = open_opts(sh, true);
-    oo.flush_fill = seed % 2 == 0;
+    oo.flush_fill = seed.is_multiple_of(2);
     let vol = create_vol(&media, sh, gc_for(seed), oo).map_err(|e| format!("create: {e}"))?;
     let base = media.current_image();
     media.hold_flushes(rng.gen_range(30..400));
