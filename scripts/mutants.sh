@@ -663,6 +663,18 @@ apply_parked_answered_before_record() {
 apply_flush_parks_only_on_entry() {
   marker flush-parks-only-on-entry
 }
+apply_fill_never_joins() {
+  marker fill-never-joins
+}
+apply_fill_follower_not_waiting() {
+  marker fill-follower-not-waiting
+}
+apply_fill_failed_group_acked() {
+  marker fill-failed-group-acked
+}
+apply_fill_parked_answered_at_once() {
+  marker fill-parked-answered-at-once
+}
 apply_chain_room_unchecked() {
   marker chain-room-unchecked
 }
@@ -1099,6 +1111,10 @@ run flush-covers-announced group_commit
 run company-wait-alone group_commit
 run parked-answered-before-record group_commit dst
 run flush-parks-only-on-entry group_commit
+run fill-never-joins group_commit
+run fill-follower-not-waiting group_commit
+run fill-failed-group-acked group_commit
+run fill-parked-answered-at-once group_commit dst
 run chain-after-slot-fallback lib
 run chain-below-checkpoint lib
 run write-batch-takes-fua volatile_cache nbd_durable_replies

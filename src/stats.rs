@@ -151,12 +151,16 @@ pub struct Counters {
     pub group_commit_waits: AtomicU64,
     /// FLUSHes that parked for a media flush already running and were
     /// answered by the thread that ended the one covering them
-    /// (`Commit::flush_covering_log_then`).
+    /// (`Commit::flush_covering_log_then`), or parked in the fill's open
+    /// group and were answered by its leader (`volume::fill`).
     pub flushes_parked: AtomicU64,
     /// Of `flushes_parked`, those that parked only after a wait of their own
     /// in the group commit (for their writes, for company, or a flush that
     /// began meanwhile), where they used to sleep (`Commit::park`).
     pub flushes_parked_late: AtomicU64,
+    /// Host FLUSHes that found a FLUSH group in flight and joined the next
+    /// one instead of planning a record of their own (`volume::fill`).
+    pub flushes_joined: AtomicU64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal (`Commit::place`).
     pub streamed_blocks: AtomicU64,
@@ -329,6 +333,8 @@ pub struct Stats {
     pub flushes_parked: u64,
     /// Of those, parked after a wait of their own (`Counters::flushes_parked_late`).
     pub flushes_parked_late: u64,
+    /// FLUSHes that joined the next FLUSH group (`Counters::flushes_joined`).
+    pub flushes_joined: u64,
     /// Data blocks large host writes streamed to their places before their
     /// chunk's seal, this session (`Counters::streamed_blocks`).
     pub streamed_blocks: u64,
@@ -428,6 +434,7 @@ impl Counters {
         s.group_commit_waits = g(&self.group_commit_waits);
         s.flushes_parked = g(&self.flushes_parked);
         s.flushes_parked_late = g(&self.flushes_parked_late);
+        s.flushes_joined = g(&self.flushes_joined);
         s.streamed_blocks = g(&self.streamed_blocks);
         s.streamed_records = g(&self.streamed_records);
         s.streamed_copied_blocks = g(&self.streamed_copied_blocks);

@@ -3369,12 +3369,13 @@ fn dst_parked_flushes() {
         }
     }
     println!(
-        "dst parked: {} runs, {} FLUSHes: {} answered in their own call, {} parked ({} answered by sluice-flusher, {} by another thread's flush, {} by their own thread later; counter flushes_parked {}, {} of them after a wait of their own)",
+        "dst parked: {} runs, {} FLUSHes: {} answered in their own call, {} parked ({} answered by sluice-flusher, {} by sluice-fill, {} by another thread's flush, {} by their own thread later; counter flushes_parked {}, {} of them after a wait of their own)",
         pt.runs,
         pt.flushes,
         pt.in_call,
-        pt.by_flusher + pt.by_other + pt.by_own_later,
+        pt.by_flusher + pt.by_fill + pt.by_other + pt.by_own_later,
         pt.by_flusher,
+        pt.by_fill,
         pt.by_other,
         pt.by_own_later,
         pt.parked_counter,
@@ -3400,6 +3401,10 @@ fn dst_parked_flushes() {
     assert!(
         pt.by_other > 0,
         "no parked FLUSH answered by another request's flush"
+    );
+    assert!(
+        pt.by_fill > 0,
+        "no FLUSH parked in the fill's open group and answered by sluice-fill"
     );
     assert!(
         pt.answer_points > 0,

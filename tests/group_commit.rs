@@ -169,6 +169,8 @@ struct GatedFlushes {
     armed: AtomicBool,
     started: AtomicUsize,
     released: AtomicUsize,
+    /// Once let through, flush `fail` (counted from 1; 0: none) fails.
+    fail: AtomicUsize,
 }
 
 /// Hold the caller until `released` reaches `n` (the test lets the `n`th
@@ -198,6 +200,9 @@ impl Media for GatedFlushes {
         if self.armed.load(Ordering::Acquire) {
             let n = self.started.fetch_add(1, Ordering::AcqRel) + 1;
             wait_released(&self.released, n, "flush");
+            if self.fail.load(Ordering::Acquire) == n {
+                return Err(io::Error::from_raw_os_error(libc_eio()));
+            }
         }
         self.sim.flush()
     }
@@ -206,13 +211,25 @@ impl Media for GatedFlushes {
     }
 }
 
-/// Background mode (writer and flusher threads), nothing on a timer.
+/// Background mode (writer and flusher threads), nothing on a timer, and
+/// no fill: these tests are of the commit stage's parking, where a FLUSH
+/// that comes while a flush runs writes its own record first (the fill
+/// would make it join the next group instead: `opts_bg_fill`).
 fn opts_bg() -> OpenOptions {
     OpenOptions {
         background: true,
         idle_seal_ms: 3_600_000,
         checkpoint_interval_bytes: Some(1 << 30),
+        flush_fill: false,
         ..Default::default()
+    }
+}
+
+/// `opts_bg` with the fill (the default).
+fn opts_bg_fill() -> OpenOptions {
+    OpenOptions {
+        flush_fill: true,
+        ..opts_bg()
     }
 }
 
@@ -237,6 +254,7 @@ fn a_parked_flush_is_answered_only_by_a_flush_that_began_after_its_record() {
         armed: AtomicBool::new(false),
         started: AtomicUsize::new(0),
         released: AtomicUsize::new(0),
+        fail: AtomicUsize::new(0),
     });
     let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts_bg()).unwrap());
     vol.write(0, &block(1), false).unwrap();
@@ -506,4 +524,237 @@ fn a_flush_that_slept_parks_when_a_flush_began_meanwhile() {
             );
         }
     }
+}
+
+#[test]
+fn a_burst_of_flushes_while_a_group_is_in_flight_is_served_by_one_more_record() {
+    // The fill (`volume/fill.rs`): A's FLUSH group (its record, its media
+    // flush) is in flight, held in its media flush; N writers each write
+    // and FLUSH meanwhile. They must not plan a record each: they wait, and
+    // the next group covers them all with one record and one media flush.
+    // None of them is answered before that flush ends, and a power cut right
+    // after their answers keeps every write.
+    const N: u64 = 8;
+    let (c, len) = create();
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(GatedFlushes {
+        sim: sim.clone(),
+        armed: AtomicBool::new(false),
+        started: AtomicUsize::new(0),
+        released: AtomicUsize::new(0),
+        fail: AtomicUsize::new(0),
+    });
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts()).unwrap());
+    vol.write(0, &block(1), false).unwrap();
+    vol.flush().unwrap();
+    let before = vol.stats();
+    media.armed.store(true, Ordering::Release);
+    let a = write_then_flush(&vol, 10, block(2));
+    until("A's media flush began", || {
+        media.started.load(Ordering::Acquire) == 1
+    });
+    let answered = Arc::new(AtomicUsize::new(0));
+    let burst: Vec<_> = (0..N)
+        .map(|i| {
+            let (v, answered) = (vol.clone(), answered.clone());
+            std::thread::spawn(move || {
+                v.write((100 + i) * BS as u64, &block(40 + i as u8), false)
+                    .unwrap();
+                v.flush().unwrap();
+                answered.fetch_add(1, Ordering::AcqRel);
+            })
+        })
+        .collect();
+    until("every FLUSH of the burst arrived", || {
+        vol.stats().host_flushes == before.host_flushes + 1 + N
+    });
+    // (time for each to reach its wait, or to write a record of its own:
+    // the count below holds either way, this only makes it sharper)
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        answered.load(Ordering::Acquire),
+        0,
+        "a FLUSH of the burst answered while no flush covering its write had even begun"
+    );
+    // A's flush ends: the burst's group (one record) and its media flush
+    media.released.store(1, Ordering::Release);
+    a.join().unwrap();
+    until("the burst's media flush began", || {
+        media.started.load(Ordering::Acquire) == 2
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        answered.load(Ordering::Acquire),
+        0,
+        "a FLUSH of the burst answered before the media flush covering its record ended"
+    );
+    media.released.store(2, Ordering::Release);
+    for t in burst {
+        t.join().unwrap();
+    }
+    let after = vol.stats();
+    let records = after.log_records - before.log_records;
+    assert!(
+        records <= 2,
+        "{N} FLUSHes arriving while one group was in flight wrote {records} records (A's and at most one more)"
+    );
+    assert_eq!(
+        media.started.load(Ordering::Acquire),
+        2,
+        "media flushes: A's and one for the burst"
+    );
+    assert_eq!(after.flushes_joined - before.flushes_joined, N);
+    // a power cut right after the answers: every FLUSHed write is there
+    let img = sim.crash_image(Loss::DropAll, 13);
+    media.armed.store(false, Ordering::Release);
+    drop(vol);
+    let v2 = Volume::open(
+        Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>,
+        &opts(),
+    )
+    .unwrap();
+    assert!(read(&v2, 10) == block(2)[..], "A's flushed write lost");
+    for i in 0..N {
+        assert!(
+            read(&v2, 100 + i) == block(40 + i as u8)[..],
+            "the burst's flushed write {i} lost"
+        );
+    }
+}
+
+fn libc_eio() -> i32 {
+    5
+}
+
+#[test]
+fn a_burst_that_joined_a_failed_group_is_not_answered_ok() {
+    // The group A leads fails in its media flush (EIO: the volume stops);
+    // the FLUSHes that joined the next group while A's was in flight must
+    // be answered with an error, never Ok on the strength of a group that
+    // did not make anything durable
+    const N: u64 = 4;
+    let (c, len) = create();
+    let media = Arc::new(GatedFlushes {
+        sim: Arc::new(SimMedia::new(len)),
+        armed: AtomicBool::new(false),
+        started: AtomicUsize::new(0),
+        released: AtomicUsize::new(0),
+        fail: AtomicUsize::new(0),
+    });
+    let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts()).unwrap());
+    vol.write(0, &block(1), false).unwrap();
+    vol.flush().unwrap();
+    let before = vol.stats();
+    media.fail.store(1, Ordering::Release);
+    media.armed.store(true, Ordering::Release);
+    let v = vol.clone();
+    let a = std::thread::spawn(move || {
+        v.write(10 * BS as u64, &block(2), false).unwrap();
+        v.flush()
+    });
+    until("A's media flush began", || {
+        media.started.load(Ordering::Acquire) == 1
+    });
+    let burst: Vec<_> = (0..N)
+        .map(|i| {
+            let v = vol.clone();
+            std::thread::spawn(move || {
+                v.write((100 + i) * BS as u64, &block(40 + i as u8), false)
+                    .unwrap();
+                v.flush()
+            })
+        })
+        .collect();
+    until("every FLUSH of the burst arrived", || {
+        vol.stats().host_flushes == before.host_flushes + 1 + N
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    media.released.store(usize::MAX, Ordering::Release);
+    assert!(a.join().unwrap().is_err(), "A's failed flush answered Ok");
+    for (i, t) in burst.into_iter().enumerate() {
+        assert!(
+            t.join().unwrap().is_err(),
+            "FLUSH {i} of the burst answered Ok though the media flush failed and the volume stopped"
+        );
+    }
+}
+
+#[test]
+fn a_flush_then_parked_in_the_open_group_is_answered_after_its_groups_flush() {
+    // The fill with the NBD server's path (`flush_then`): while A's group is
+    // in flight (held in its media flush), B's FLUSH parks in the open group
+    // at once, writing nothing; when A's group ends the fill thread leads
+    // B's group (one record, one media flush) and answers B only after that
+    // flush ended. A power cut right after B's answer keeps B's write.
+    let (c, len) = create();
+    let sim = Arc::new(SimMedia::new(len));
+    let media = Arc::new(GatedFlushes {
+        sim: sim.clone(),
+        armed: AtomicBool::new(false),
+        started: AtomicUsize::new(0),
+        released: AtomicUsize::new(0),
+        fail: AtomicUsize::new(0),
+    });
+    let vol =
+        Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts_bg_fill()).unwrap());
+    vol.write(0, &block(1), false).unwrap();
+    vol.flush().unwrap();
+    let before = vol.stats();
+    media.armed.store(true, Ordering::Release);
+    let a = write_then_flush(&vol, 10, block(2));
+    until("A's media flush began", || {
+        media.started.load(Ordering::Acquire) == 1
+    });
+    vol.write(20 * BS as u64, &block(3), false).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    vol.flush_then(Box::new(move |r| {
+        let who = std::thread::current().name().map(str::to_string);
+        tx.send((r.is_ok(), who)).unwrap();
+    }));
+    let s = vol.stats();
+    assert_eq!(
+        s.flushes_parked - before.flushes_parked,
+        1,
+        "B did not park"
+    );
+    assert_eq!(
+        s.log_records - before.log_records,
+        1,
+        "B wrote a record of its own while a group was in flight"
+    );
+    assert!(rx.try_recv().is_err(), "B answered at once");
+    media.released.store(1, Ordering::Release);
+    a.join().unwrap();
+    until("B's group's media flush began", || {
+        media.started.load(Ordering::Acquire) == 2
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        rx.try_recv().is_err(),
+        "B answered before the media flush of its group ended"
+    );
+    media.released.store(2, Ordering::Release);
+    let (ok, who) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("B never answered");
+    assert!(ok);
+    assert_eq!(
+        who.as_deref(),
+        Some("sluice-fill"),
+        "led by the fill thread"
+    );
+    assert_eq!(vol.stats().log_records - before.log_records, 2);
+    let img = sim.crash_image(Loss::DropAll, 17);
+    media.armed.store(false, Ordering::Release);
+    drop(vol);
+    let v2 = Volume::open(
+        Arc::new(SimMedia::from_image(img)) as Arc<dyn Media>,
+        &opts(),
+    )
+    .unwrap();
+    assert!(read(&v2, 10) == block(2)[..], "A's flushed write lost");
+    assert!(
+        read(&v2, 20) == block(3)[..],
+        "B's answered FLUSH lost its write"
+    );
 }

@@ -294,7 +294,8 @@ impl Core {
     }
 
     /// FLUSH or FUA with an intent log: if the open user chunk's unlogged
-    /// block records are few (`LOG_MAX_DATA_BLOCKS`; any number a version 3
+    /// block records are few (`LOG_MAX_DATA_BLOCKS` for each of the
+    /// `members` host FLUSHes of a FLUSH group; any number a version 3
     /// record holds, whose data is written once either way) and fit the ring, build
     /// their record and leave the chunk open (Ok(Some)); if they are too many
     /// or the ring is full, seal the chunk into `out` (Ok(None)); with nothing
@@ -302,6 +303,7 @@ impl Core {
     pub fn flush_plan(
         &mut self,
         durable_seq: u64,
+        members: u32,
         out: &mut Vec<Sealed>,
     ) -> Option<super::intent::PlannedRecord> {
         let uuid = self.uuid;
@@ -312,8 +314,10 @@ impl Core {
             }
             // version 3 writes the data once whichever way: log whenever
             // the record fits (`Ring::plan`), keeping the chunk open
-            if data <= super::intent::LOG_MAX_DATA_BLOCKS || (ring.indirect && ch.staged.is_none())
-            {
+            // a FLUSH group's record (`fill.rs`) logs what its `members`
+            // FLUSHes would each have: the limit is per host FLUSH
+            let most = super::intent::LOG_MAX_DATA_BLOCKS.saturating_mul(members.max(1));
+            if data <= most || (ring.indirect && ch.staged.is_none()) {
                 if let Some(r) = ring.plan(ch, uuid, &self.pool) {
                     return Some(r);
                 }

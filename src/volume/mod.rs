@@ -20,6 +20,7 @@
 
 mod commit;
 mod core;
+mod fill;
 mod gcread;
 mod housekeeper;
 mod intent;
@@ -219,6 +220,11 @@ pub struct OpenOptions {
     /// (None: `FlatStore` over the media). The store must have the volume's
     /// geometry; the metadata stays on the media (objseg::ObjSegStore).
     pub store: Option<StoreHandle>,
+    /// Host FLUSHes that arrive while a FLUSH group is in flight join the
+    /// next group (`fill.rs`, the default). Off: each FLUSH plans its own
+    /// record and shares media flushes through the group commit alone (the
+    /// path before the fill; tests of that path's parking turn it off).
+    pub flush_fill: bool,
 }
 
 /// A segment store given to `Volume::open` (`OpenOptions::store`).
@@ -249,6 +255,7 @@ impl Default for OpenOptions {
             log_device_missing_ok: false,
             store: None,
             stripe_set: None,
+            flush_fill: true,
         }
     }
 }
@@ -647,6 +654,10 @@ pub(crate) struct Shared {
     writes_last_interval: std::sync::atomic::AtomicU32,
     /// Buffers for the packed blocks of fragment reads (read.rs).
     packed_bufs: read::PackedBufs,
+    /// Host FLUSHes that come while a FLUSH group is in flight join the
+    /// next group (`fill.rs`); None on a media that runs several flushes
+    /// at once (the store-durable log's PUTs), where groups overlap.
+    fill: Option<fill::Fill>,
 }
 
 pub struct Volume {
@@ -654,6 +665,9 @@ pub struct Volume {
     housekeeper: Mutex<Option<JoinHandle<()>>>,
     scrubber: Mutex<Option<JoinHandle<()>>>,
     writers: Mutex<Vec<JoinHandle<()>>>,
+    /// The fill thread (`sluice-fill`, background mode): leads FLUSH groups
+    /// of parked FLUSHes alone (`fill.rs`).
+    filler: Mutex<Option<JoinHandle<()>>>,
     report: MountReport,
     /// Salvage mounts: sorted logical block ranges `[start, end)` that answer EIO.
     unvouched: Vec<(u64, u64)>,
@@ -1052,6 +1066,8 @@ impl Volume {
             (None, None) => Arc::new(FlatStore::new(media.clone(), &geo)),
         };
         core.closes = Some(store.clone());
+        // the fill serialises FLUSH groups: not where the media overlaps flushes
+        let fill_media_flushes = media.flush_parallelism();
         let commit = Arc::new(Commit::new(
             commit::Places {
                 media: media.clone(),
@@ -1097,6 +1113,8 @@ impl Volume {
             writes_since_flush: std::sync::atomic::AtomicU32::new(0),
             writes_last_interval: std::sync::atomic::AtomicU32::new(0),
             packed_bufs: read::PackedBufs::new(),
+            // MUTANT: fill-never-joins s|(fill_media_flushes <= 1 && opts.flush_fill).then(fill::Fill::new)|None|
+            fill: (fill_media_flushes <= 1 && opts.flush_fill).then(fill::Fill::new),
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;
@@ -1130,11 +1148,29 @@ impl Volume {
             housekeeper: Mutex::new(None),
             scrubber: Mutex::new(None),
             writers: Mutex::new(writers),
+            filler: Mutex::new(None),
             report,
             unvouched,
             stripe: opts.stripe_set.clone(),
             rebuilder: Default::default(),
         };
+        if let (true, Some(fill)) = (threaded, &sh.fill) {
+            let f = sh.clone();
+            fill.thread_started();
+            match std::thread::Builder::new()
+                .name("sluice-fill".into())
+                .spawn(move || {
+                    if let Some(fill) = &f.fill {
+                        fill.thread(&|n| f.flush_group(false, n));
+                    }
+                }) {
+                Ok(h) => *vol.filler.lock() = Some(h),
+                Err(e) => {
+                    fill.stop_thread();
+                    return Err(Error::Io(e));
+                }
+            }
+        }
         if opts.background && !opts.read_only {
             let hk = sh.clone();
             *vol.housekeeper.lock() = Some(
@@ -1630,8 +1666,13 @@ impl Volume {
         r
     }
 
-    /// Writer threads finish what is queued, then exit.
+    /// Writer threads finish what is queued, then exit (the fill thread
+    /// first: a group it leads waits for them).
     fn stop_writers(&self) {
+        if let (Some(fill), Some(h)) = (&self.sh.fill, self.filler.lock().take()) {
+            fill.stop_thread();
+            let _ = h.join();
+        }
         let writers: Vec<_> = self.writers.lock().drain(..).collect();
         self.sh.commit.stop_writer_threads(writers);
     }
@@ -1983,12 +2024,28 @@ impl Shared {
     /// `flush_sealing`, saying how it made the writes durable: `Seal` when it
     /// sealed a chunk (or fell back to sealing), `Log` when it sealed none
     /// with an intent log in use.
+    /// A host FLUSH (`seal` false) goes through the fill (`fill.rs`): when
+    /// a FLUSH group is in flight it joins the next group, whose leader
+    /// plans one record (or seal) and one media flush for all of it.
     pub(crate) fn flush_path(&self, seal: bool) -> Result<crate::stats::FlushPath> {
-        let w = self.flush_write(seal)?;
+        match (&self.fill, seal) {
+            (Some(fill), false) => fill.flush(&|n| self.flush_group(false, n), &|| {
+                self.note_host_flush();
+                Counters::add(&self.counters.flushes_joined, 1)
+            }),
+            _ => self.flush_group(seal, 1),
+        }
+    }
+
+    /// One FLUSH group of `members` host FLUSHes: the FLUSH's writes
+    /// (`flush_write`: a record of every block not yet logged, or a seal),
+    /// then the group commit's media flush covering them.
+    fn flush_group(&self, seal: bool, members: u32) -> Result<crate::stats::FlushPath> {
+        let w = self.flush_write(seal, members)?;
         if !self.commit.flush_covering_log(w.target, w.rec_target)? {
             // a record this waits for was lost with the last log device:
             // seal everything appended so far into the main log instead
-            return self.flush_path(true);
+            return self.flush_group(true, members);
         }
         self.flush_done(&w)
     }
@@ -2002,7 +2059,29 @@ impl Shared {
         self: &Arc<Self>,
         done: Box<dyn FnOnce(Result<crate::stats::FlushPath>) + Send>,
     ) {
-        let w = match self.flush_write(false) {
+        if let Some(fill) = &self.fill {
+            // a group in flight: park in the open group (its leader answers);
+            // else lead here, as a blocking FLUSH
+            return fill.flush_then(
+                done,
+                &|n| self.flush_group(false, n),
+                &|| {
+                    self.note_host_flush();
+                    Counters::add(&self.counters.flushes_joined, 1)
+                },
+                &|| Counters::add(&self.counters.flushes_parked, 1),
+            );
+        }
+        self.flush_then_parking(done)
+    }
+
+    /// `flush_then` without the fill: the FLUSH plans and writes its own
+    /// record, then parks in the commit stage when a media flush runs.
+    fn flush_then_parking(
+        self: &Arc<Self>,
+        done: Box<dyn FnOnce(Result<crate::stats::FlushPath>) + Send>,
+    ) {
+        let w = match self.flush_write(false, 1) {
             Ok(w) => w,
             Err(e) => return done(Err(e)),
         };
@@ -2029,17 +2108,22 @@ impl Shared {
         Ok(w.path)
     }
 
+    /// A host FLUSH or FUA (the idle seal is not one) begins, whether it
+    /// plans its writes or joins a FLUSH group: large writes stream again
+    /// for a while (`flush_near`), and a FLUSH interval ends.
+    fn note_host_flush(&self) {
+        let written = self.counters.host_write_bytes.load(Ordering::Relaxed);
+        self.flush_mark.store(written, Ordering::Relaxed);
+        let n = self.writes_since_flush.swap(0, Ordering::Relaxed);
+        self.writes_last_interval.store(n, Ordering::Relaxed);
+    }
+
     /// A FLUSH's writes: the open user chunk's unlogged records as one
     /// intent log record, or the chunk sealed (and every chunk sealed
     /// before); what it must then wait for.
-    fn flush_write(&self, seal: bool) -> Result<FlushWrite> {
+    fn flush_write(&self, seal: bool, members: u32) -> Result<FlushWrite> {
         if !seal {
-            // a host FLUSH or FUA (the idle seal is not one): large writes
-            // stream again for a while (`flush_near`)
-            let written = self.counters.host_write_bytes.load(Ordering::Relaxed);
-            self.flush_mark.store(written, Ordering::Relaxed);
-            let n = self.writes_since_flush.swap(0, Ordering::Relaxed);
-            self.writes_last_interval.store(n, Ordering::Relaxed);
+            self.note_host_flush();
         }
         let mut out = Vec::new();
         let (target, rec, rec_target, logged, start_wanted) = {
@@ -2053,7 +2137,7 @@ impl Shared {
                 c.seal(Stream::User, d, &mut out);
                 None
             } else {
-                c.flush_plan(d, &mut out)
+                c.flush_plan(d, members, &mut out)
             };
             let logged = c.ring.is_some() && out.is_empty();
             // only a ring past half its space is worth a new start: the
@@ -2328,6 +2412,7 @@ impl Shared {
             group_commit_waits: 0,
             flushes_parked: 0,
             flushes_parked_late: 0,
+            flushes_joined: 0,
             streamed_blocks: 0,
             streamed_records: 0,
             streamed_copied_blocks: 0,

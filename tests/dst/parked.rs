@@ -36,6 +36,9 @@ enum Answered {
     InCall,
     /// Parked; answered by the `sluice-flusher` thread.
     Flusher,
+    /// Parked in the fill's open group; answered by the `sluice-fill`
+    /// thread leading it.
+    Fill,
     /// Parked; answered by its own client thread during a later request.
     OwnLater,
     /// Parked; answered by another thread ending a media flush (another
@@ -82,6 +85,8 @@ pub(crate) struct ParkedTally {
     pub by_flusher: u64,
     pub by_own_later: u64,
     pub by_other: u64,
+    /// Parked in the fill's open group and answered by `sluice-fill`.
+    pub by_fill: u64,
     /// `flushes_parked` of the record runs' volumes.
     pub parked_counter: u64,
     /// Of those, parked only after a wait of their own in the group commit
@@ -213,6 +218,8 @@ fn client(
                     }
                 } else if t.name() == Some("sluice-flusher") {
                     Answered::Flusher
+                } else if t.name() == Some("sluice-fill") {
+                    Answered::Fill
                 } else {
                     Answered::Other
                 };
@@ -300,8 +307,12 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x9a4c_ed00);
     let clients = rng.gen_range(2..=4usize);
     let media = Arc::new(SimMedia::new(media_bytes(sh)));
-    let vol = create_vol(&media, sh, gc_for(seed), open_opts(sh, true))
-        .map_err(|e| format!("create: {e}"))?;
+    // even seeds with the fill (a FLUSH coming while a group is in flight
+    // parks in the next group, answered by its leader or `sluice-fill`),
+    // odd ones without (it writes its record and parks in the commit stage)
+    let mut oo = open_opts(sh, true);
+    oo.flush_fill = seed.is_multiple_of(2);
+    let vol = create_vol(&media, sh, gc_for(seed), oo).map_err(|e| format!("create: {e}"))?;
     let base = media.current_image();
     media.hold_flushes(rng.gen_range(30..400));
     media.record();
@@ -351,6 +362,7 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
     // index, parked)
     let mut answers: Vec<(u64, usize, bool)> = Vec::new();
     let (mut n_in_call, mut n_flusher, mut n_own, mut n_other) = (0u64, 0u64, 0u64, 0u64);
+    let mut n_fill = 0u64;
     for (c, reqs) in logs.into_iter().enumerate() {
         for q in reqs {
             let mark = |w| at.get(&tag(c, q.idx, w)).copied();
@@ -363,6 +375,7 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
                         Answered::Flusher => n_flusher += 1,
                         Answered::OwnLater => n_own += 1,
                         Answered::Other => n_other += 1,
+                        Answered::Fill => n_fill += 1,
                     }
                     acked.push((usize::MAX, u64::MAX));
                     ops.push(q.info);
@@ -397,7 +410,7 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
             }
         }
     }
-    let parked = n_flusher + n_own + n_other;
+    let parked = n_flusher + n_own + n_other + n_fill;
     if parked != parked_counter {
         return Err(format!(
             "parked seed {seed}: the volume counted {parked_counter} parked FLUSHes, the clients saw {parked} answered off their call"
@@ -409,6 +422,7 @@ pub(crate) fn parked_run(seed: u64, points: u64, pt: &mut ParkedTally) -> Result
     pt.by_flusher += n_flusher;
     pt.by_own_later += n_own;
     pt.by_other += n_other;
+    pt.by_fill += n_fill;
     pt.parked_counter += parked_counter;
     pt.parked_late += parked_late;
     let o = Oracle::new(sh.blocks, ops, clients);
