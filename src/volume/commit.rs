@@ -325,6 +325,18 @@ pub(in crate::volume) struct Places {
 }
 
 impl Commit {
+    /// How many media flushes may run at once: several only on a media
+    /// that overlaps them (the store-durable log's PUTs, whose window may
+    /// change while open) and without log devices (their records have one
+    /// flusher). Read at each use.
+    pub fn flushes_at_once(&self) -> usize {
+        match self.log_devs.is_empty() {
+            // MUTANT: flush-parallelism-ignored s|self.media.flush_parallelism().max(1)|1|
+            true => self.media.flush_parallelism().max(1),
+            false => 1,
+        }
+    }
+
     pub fn new(
         places: Places,
         geo: Geometry,
@@ -1285,13 +1297,7 @@ impl Commit {
                 late = true;
                 continue;
             }
-            // several flushes at once only on a media that overlaps them
-            // and without log devices (their records have one flusher)
-            let most = match self.log_devs.is_empty() {
-                // MUTANT: flush-parallelism-ignored s|self.media.flush_parallelism().max(1)|1|
-                true => self.media.flush_parallelism().max(1),
-                false => 1,
-            };
+            let most = self.flushes_at_once();
             if p.flushing > 0 && (p.flushing >= most || p.flushing_upto >= target) {
                 // a flush in progress covers this target, or as many run
                 // as the media takes: each wakes everyone when it ends

@@ -655,8 +655,10 @@ pub(crate) struct Shared {
     /// Buffers for the packed blocks of fragment reads (read.rs).
     packed_bufs: read::PackedBufs,
     /// Host FLUSHes that come while a FLUSH group is in flight join the
-    /// next group (`fill.rs`); None on a media that runs several flushes
-    /// at once (the store-durable log's PUTs), where groups overlap.
+    /// next group (`fill.rs`; None: `OpenOptions::flush_fill` off). Used
+    /// only while the commit stage runs one media flush at a time
+    /// (`Shared::filling`): where it overlaps several (the store-durable
+    /// log's PUTs, a window that may change while open) groups overlap.
     fill: Option<fill::Fill>,
 }
 
@@ -1066,8 +1068,6 @@ impl Volume {
             (None, None) => Arc::new(FlatStore::new(media.clone(), &geo)),
         };
         core.closes = Some(store.clone());
-        // the fill serialises FLUSH groups: not where the media overlaps flushes
-        let fill_media_flushes = media.flush_parallelism();
         let commit = Arc::new(Commit::new(
             commit::Places {
                 media: media.clone(),
@@ -1113,8 +1113,7 @@ impl Volume {
             writes_since_flush: std::sync::atomic::AtomicU32::new(0),
             writes_last_interval: std::sync::atomic::AtomicU32::new(0),
             packed_bufs: read::PackedBufs::new(),
-            // MUTANT: fill-never-joins s|(fill_media_flushes <= 1 && opts.flush_fill).then(fill::Fill::new)|None|
-            fill: (fill_media_flushes <= 1 && opts.flush_fill).then(fill::Fill::new),
+            fill: opts.flush_fill.then(fill::Fill::new),
         });
         // Writers first: the mount's own checkpoint may queue chunks for them.
         let writers = sh.commit.start_writers()?;
@@ -2028,13 +2027,22 @@ impl Shared {
     /// a FLUSH group is in flight it joins the next group, whose leader
     /// plans one record (or seal) and one media flush for all of it.
     pub(crate) fn flush_path(&self, seal: bool) -> Result<crate::stats::FlushPath> {
-        match (&self.fill, seal) {
+        match (self.filling(), seal) {
             (Some(fill), false) => fill.flush(&|n| self.flush_group(false, n), &|| {
                 self.note_host_flush();
                 Counters::add(&self.counters.flushes_joined, 1)
             }),
             _ => self.flush_group(seal, 1),
         }
+    }
+
+    /// The fill, when FLUSHes go through it now: while the commit stage
+    /// runs one media flush at a time (it serialises FLUSH groups, which
+    /// would stop PUTs overlapping where the media allows several).
+    fn filling(&self) -> Option<&fill::Fill> {
+        // MUTANT: fill-never-joins s|self.commit.flushes_at_once() <= 1|false|
+        let one = self.commit.flushes_at_once() <= 1;
+        self.fill.as_ref().filter(|_| one)
     }
 
     /// One FLUSH group of `members` host FLUSHes: the FLUSH's writes
@@ -2059,7 +2067,7 @@ impl Shared {
         self: &Arc<Self>,
         done: Box<dyn FnOnce(Result<crate::stats::FlushPath>) + Send>,
     ) {
-        if let Some(fill) = &self.fill {
+        if let Some(fill) = self.filling() {
             // a group in flight: park in the open group (its leader answers);
             // else lead here, as a blocking FLUSH
             return fill.flush_then(
