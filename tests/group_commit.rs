@@ -173,6 +173,19 @@ struct GatedFlushes {
     fail: AtomicUsize,
 }
 
+impl GatedFlushes {
+    /// Over `sim`, disarmed (nothing held, nothing failing).
+    fn over(sim: &Arc<SimMedia>) -> Arc<GatedFlushes> {
+        Arc::new(GatedFlushes {
+            sim: sim.clone(),
+            armed: AtomicBool::new(false),
+            started: AtomicUsize::new(0),
+            released: AtomicUsize::new(0),
+            fail: AtomicUsize::new(0),
+        })
+    }
+}
+
 /// Hold the caller until `released` reaches `n` (the test lets the `n`th
 /// held operation through); fails after 60 s.
 fn wait_released(released: &AtomicUsize, n: usize, what: &str) {
@@ -249,13 +262,7 @@ fn a_parked_flush_is_answered_only_by_a_flush_that_began_after_its_record() {
     // began before B's record was written
     let (c, len) = create();
     let sim = Arc::new(SimMedia::new(len));
-    let media = Arc::new(GatedFlushes {
-        sim: sim.clone(),
-        armed: AtomicBool::new(false),
-        started: AtomicUsize::new(0),
-        released: AtomicUsize::new(0),
-        fail: AtomicUsize::new(0),
-    });
+    let media = GatedFlushes::over(&sim);
     let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts_bg()).unwrap());
     vol.write(0, &block(1), false).unwrap();
     vol.flush().unwrap();
@@ -537,13 +544,7 @@ fn a_burst_of_flushes_while_a_group_is_in_flight_is_served_by_one_more_record() 
     const N: u64 = 8;
     let (c, len) = create();
     let sim = Arc::new(SimMedia::new(len));
-    let media = Arc::new(GatedFlushes {
-        sim: sim.clone(),
-        armed: AtomicBool::new(false),
-        started: AtomicUsize::new(0),
-        released: AtomicUsize::new(0),
-        fail: AtomicUsize::new(0),
-    });
+    let media = GatedFlushes::over(&sim);
     let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts()).unwrap());
     vol.write(0, &block(1), false).unwrap();
     vol.flush().unwrap();
@@ -634,13 +635,7 @@ fn a_burst_that_joined_a_failed_group_is_not_answered_ok() {
     // did not make anything durable
     const N: u64 = 4;
     let (c, len) = create();
-    let media = Arc::new(GatedFlushes {
-        sim: Arc::new(SimMedia::new(len)),
-        armed: AtomicBool::new(false),
-        started: AtomicUsize::new(0),
-        released: AtomicUsize::new(0),
-        fail: AtomicUsize::new(0),
-    });
+    let media = GatedFlushes::over(&Arc::new(SimMedia::new(len)));
     let vol = Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts()).unwrap());
     vol.write(0, &block(1), false).unwrap();
     vol.flush().unwrap();
@@ -688,13 +683,7 @@ fn a_flush_then_parked_in_the_open_group_is_answered_after_its_groups_flush() {
     // flush ended. A power cut right after B's answer keeps B's write.
     let (c, len) = create();
     let sim = Arc::new(SimMedia::new(len));
-    let media = Arc::new(GatedFlushes {
-        sim: sim.clone(),
-        armed: AtomicBool::new(false),
-        started: AtomicUsize::new(0),
-        released: AtomicUsize::new(0),
-        fail: AtomicUsize::new(0),
-    });
+    let media = GatedFlushes::over(&sim);
     let vol =
         Arc::new(Volume::create(media.clone() as Arc<dyn Media>, &c, &opts_bg_fill()).unwrap());
     vol.write(0, &block(1), false).unwrap();
